@@ -1,0 +1,300 @@
+/*
+ * kernel.c — building and printing kernel IR (see kernel.h).
+ *
+ * Expression nodes are hash-consed by a linear probe over a small open
+ * hash table rebuilt on growth, so building the same index arithmetic for
+ * several loads yields one node. i64 constant arithmetic folds on the spot,
+ * which keeps the index expressions of fully static kernels short before
+ * LLVM ever sees them.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "program.h"
+
+#define GROW(k, arr, cap, n)                                                                   \
+  (kir_arena_grow((k)->arena, (void **)&(k)->arr, &(k)->cap, (n), sizeof *(k)->arr) || ((k)->oom = true, false))
+
+kcg_kernel *kcg_kernel_new(kir_arena *a, const char *name, uint32_t nsizes) {
+  kcg_kernel *k = kir_arena_alloc(a, sizeof *k);
+  if (!k) return NULL;
+  k->arena = a;
+  k->name = kir_arena_strdup(a, name);
+  k->nsizes = nsizes;
+  return k->name ? k : NULL;
+}
+
+uint32_t kcg_buf_add(kcg_kernel *k, kir_dtype t, bool written, const char *name) {
+  if (!GROW(k, bufs, capbufs, k->nbufs + 1)) return 0;
+  k->bufs[k->nbufs] = (kcg_buf){.dtype = t, .written = written,
+                                .name = name ? kir_arena_strdup(k->arena, name) : NULL};
+  return k->nbufs++;
+}
+
+uint32_t kcg_local_add(kcg_kernel *k, kir_dtype t) {
+  if (!GROW(k, locals, caplocals, k->nlocals + 1)) return 0;
+  k->locals[k->nlocals] = t;
+  return k->nlocals++;
+}
+
+static bool same_expr(const kcg_expr *a, const kcg_expr *b) {
+  return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->var == b->var &&
+         a->a == b->a && a->b == b->b && a->c == b->c && a->i == b->i;
+}
+
+/*
+ * Adds an expression, or returns an identical earlier one. Loads and locals
+ * are never shared: a load's value may change between two stores, and a
+ * local's between two assignments.
+ */
+static kcg_ref intern(kcg_kernel *k, kcg_expr e) {
+  if (k->oom) return 0;
+  bool pure = e.kind != KCG_LOAD && e.kind != KCG_LOCAL;
+  if (pure)
+    for (uint32_t i = k->nexprs; i-- > 0 && k->nexprs - i <= 256;)
+      if (same_expr(&k->exprs[i], &e)) return i;
+  if (!GROW(k, exprs, capexprs, k->nexprs + 1)) return 0;
+  k->exprs[k->nexprs] = e;
+  return k->nexprs++;
+}
+
+kcg_ref kcg_const_f(kcg_kernel *k, kir_dtype t, double v) {
+  kcg_expr e = {.kind = KCG_CONST, .dtype = t, .a = KCG_NONE, .b = KCG_NONE, .c = KCG_NONE};
+  e.f = v;
+  return intern(k, e);
+}
+
+kcg_ref kcg_const_i(kcg_kernel *k, kir_dtype t, int64_t v) {
+  kcg_expr e = {.kind = KCG_CONST, .dtype = t, .a = KCG_NONE, .b = KCG_NONE, .c = KCG_NONE};
+  e.i = v;
+  return intern(k, e);
+}
+
+static kcg_ref leaf(kcg_kernel *k, kcg_kind kind, kir_dtype t, uint32_t var) {
+  return intern(k, (kcg_expr){.kind = kind, .dtype = t, .var = var, .a = KCG_NONE,
+                              .b = KCG_NONE, .c = KCG_NONE});
+}
+
+kcg_ref kcg_index(kcg_kernel *k, uint32_t var) { return leaf(k, KCG_INDEX, KILN_I64, var); }
+kcg_ref kcg_size(kcg_kernel *k, uint32_t sym) { return leaf(k, KCG_SIZE, KILN_I64, sym); }
+kcg_ref kcg_local(kcg_kernel *k, uint32_t local) {
+  return leaf(k, KCG_LOCAL, k->locals[local], local);
+}
+
+kcg_ref kcg_dim(kcg_kernel *k, kir_dim d) {
+  return KIR_DIM_IS_SYM(d) ? kcg_size(k, KIR_DIM_SYM(d)) : kcg_const_i(k, KILN_I64, d);
+}
+
+kcg_ref kcg_load(kcg_kernel *k, uint32_t buf, kcg_ref index, kcg_ref pred) {
+  return intern(k, (kcg_expr){.kind = KCG_LOAD, .dtype = k->bufs[buf].dtype, .var = buf,
+                              .a = index, .b = KCG_NONE, .c = pred});
+}
+
+static bool is_const_i64(const kcg_kernel *k, kcg_ref r, int64_t *v) {
+  if (k->oom || r >= k->nexprs) return false;
+  const kcg_expr *e = &k->exprs[r];
+  if (e->kind != KCG_CONST || e->dtype != KILN_I64) return false;
+  *v = e->i;
+  return true;
+}
+
+kcg_ref kcg_unary(kcg_kernel *k, uint16_t op, kcg_ref a) {
+  if (k->oom) return 0;
+  kir_dtype t = op == KIR_OP_is_finite ? KILN_BOOL : k->exprs[a].dtype;
+  return intern(k, (kcg_expr){.kind = KCG_UNARY, .dtype = t, .op = op, .a = a, .b = KCG_NONE,
+                              .c = KCG_NONE});
+}
+
+kcg_ref kcg_binary(kcg_kernel *k, uint16_t op, kcg_ref a, kcg_ref b) {
+  if (k->oom) return 0;
+  int64_t x, y;
+  if (is_const_i64(k, a, &x) && is_const_i64(k, b, &y)) {
+    if (op == KIR_OP_add) return kcg_const_i(k, KILN_I64, (int64_t)((uint64_t)x + (uint64_t)y));
+    if (op == KIR_OP_mul) return kcg_const_i(k, KILN_I64, (int64_t)((uint64_t)x * (uint64_t)y));
+    if (op == KIR_OP_sub) return kcg_const_i(k, KILN_I64, (int64_t)((uint64_t)x - (uint64_t)y));
+  }
+  if (op == KIR_OP_add && is_const_i64(k, a, &x) && x == 0) return b;
+  if ((op == KIR_OP_add || op == KIR_OP_sub) && is_const_i64(k, b, &y) && y == 0) return a;
+  if (op == KIR_OP_mul && is_const_i64(k, a, &x) && (x == 1 || x == 0)) return x ? b : a;
+  if (op == KIR_OP_mul && is_const_i64(k, b, &y) && (y == 1 || y == 0)) return y ? a : b;
+  const kir_op_desc *d = kir_op(op);
+  kir_dtype t = d->family == KIR_FAM_COMPARE ? KILN_BOOL : k->exprs[a].dtype;
+  return intern(k, (kcg_expr){.kind = KCG_BINARY, .dtype = t, .op = op, .a = a, .b = b,
+                              .c = KCG_NONE});
+}
+
+kcg_ref kcg_select(kcg_kernel *k, kcg_ref c, kcg_ref a, kcg_ref b) {
+  if (k->oom) return 0;
+  return intern(k, (kcg_expr){.kind = KCG_SELECT, .dtype = k->exprs[a].dtype, .a = c, .b = a,
+                              .c = b});
+}
+
+kcg_ref kcg_cast(kcg_kernel *k, kir_dtype t, kcg_ref a) {
+  if (k->oom) return 0;
+  if (k->exprs[a].dtype == t) return a;
+  return intern(k, (kcg_expr){.kind = KCG_CAST, .dtype = t, .a = a, .b = KCG_NONE, .c = KCG_NONE});
+}
+
+/* ---- statements ---- */
+
+static uint32_t add_stmt(kcg_kernel *k, uint32_t parent, kcg_stmt s) {
+  if (k->oom || !GROW(k, stmts, capstmts, k->nstmts + 1)) return KCG_NONE;
+  uint32_t id = k->nstmts;
+  k->stmts[k->nstmts++] = s;
+  if (parent == KCG_NONE) {
+    if (!GROW(k, root, caproot, k->nroot + 1)) return KCG_NONE;
+    k->root[k->nroot++] = id;
+  } else {
+    kcg_stmt *p = &k->stmts[parent];
+    if (!kir_arena_grow(k->arena, (void **)&p->body, &p->capbody, p->nbody + 1, sizeof *p->body)) {
+      k->oom = true;
+      return KCG_NONE;
+    }
+    p->body[p->nbody++] = id;
+  }
+  return id;
+}
+
+uint32_t kcg_for(kcg_kernel *k, uint32_t parent, kcg_ref extent, bool parallel, uint32_t *var) {
+  *var = k->nvars++;
+  return add_stmt(k, parent, (kcg_stmt){.kind = KCG_FOR, .var = *var, .a = extent,
+                                        .b = KCG_NONE, .parallel = parallel});
+}
+
+void kcg_store(kcg_kernel *k, uint32_t parent, uint32_t buf, kcg_ref index, kcg_ref value) {
+  add_stmt(k, parent, (kcg_stmt){.kind = KCG_STORE, .var = buf, .a = index, .b = value});
+}
+
+void kcg_assign(kcg_kernel *k, uint32_t parent, uint32_t local, kcg_ref value) {
+  add_stmt(k, parent, (kcg_stmt){.kind = KCG_ASSIGN, .var = local, .a = value, .b = KCG_NONE});
+}
+
+void kcg_check(kcg_kernel *k, uint32_t parent, kcg_ref cond, const char *message) {
+  if (k->oom || !GROW(k, errors, caperrors, k->nerrors + 1)) return;
+  k->errors[k->nerrors] = kir_arena_strdup(k->arena, message);
+  add_stmt(k, parent, (kcg_stmt){.kind = KCG_CHECK, .var = k->nerrors++, .a = cond,
+                                 .b = KCG_NONE});
+}
+
+/* ---- printing ---- */
+
+static void print_expr(const kcg_kernel *k, const kir_module *m, kcg_ref r, FILE *f) {
+  const kcg_expr *e = &k->exprs[r];
+  switch (e->kind) {
+  case KCG_CONST:
+    if (kir_dtype_is_float(e->dtype)) fprintf(f, "%.17g", e->f);
+    else fprintf(f, "%lld", (long long)e->i);
+    return;
+  case KCG_INDEX: fprintf(f, "i%u", e->var); return;
+  case KCG_SIZE: fprintf(f, "%s", m ? kir_symbol_name(m, KIR_SYM_DIM(e->var)) : "size"); return;
+  case KCG_LOCAL: fprintf(f, "l%u", e->var); return;
+  case KCG_LOAD:
+    fprintf(f, "b%u[", e->var);
+    print_expr(k, m, e->a, f);
+    if (e->c != KCG_NONE) {
+      fprintf(f, " if ");
+      print_expr(k, m, e->c, f);
+    }
+    fprintf(f, "]");
+    return;
+  case KCG_UNARY:
+    fprintf(f, "%s(", kir_op(e->op)->name);
+    print_expr(k, m, e->a, f);
+    fprintf(f, ")");
+    return;
+  case KCG_BINARY:
+    fprintf(f, "%s(", kir_op(e->op)->name);
+    print_expr(k, m, e->a, f);
+    fprintf(f, ", ");
+    print_expr(k, m, e->b, f);
+    fprintf(f, ")");
+    return;
+  case KCG_SELECT:
+    fprintf(f, "select(");
+    print_expr(k, m, e->a, f);
+    fprintf(f, ", ");
+    print_expr(k, m, e->b, f);
+    fprintf(f, ", ");
+    print_expr(k, m, e->c, f);
+    fprintf(f, ")");
+    return;
+  case KCG_CAST:
+    fprintf(f, "cast<%s>(", kiln_dtype_name(e->dtype));
+    print_expr(k, m, e->a, f);
+    fprintf(f, ")");
+    return;
+  }
+}
+
+static void print_stmts(const kcg_kernel *k, const kir_module *m, const uint32_t *ids, uint32_t n,
+                        int depth, FILE *f) {
+  for (uint32_t s = 0; s < n; s++) {
+    const kcg_stmt *st = &k->stmts[ids[s]];
+    fprintf(f, "%*s", 2 * depth, "");
+    switch (st->kind) {
+    case KCG_FOR:
+      fprintf(f, "%sfor i%u < ", st->parallel ? "parallel " : "", st->var);
+      print_expr(k, m, st->a, f);
+      fprintf(f, " {\n");
+      print_stmts(k, m, st->body, st->nbody, depth + 1, f);
+      fprintf(f, "%*s}\n", 2 * depth, "");
+      break;
+    case KCG_STORE:
+      fprintf(f, "b%u[", st->var);
+      print_expr(k, m, st->a, f);
+      fprintf(f, "] = ");
+      print_expr(k, m, st->b, f);
+      fprintf(f, "\n");
+      break;
+    case KCG_ASSIGN:
+      fprintf(f, "l%u = ", st->var);
+      print_expr(k, m, st->a, f);
+      fprintf(f, "\n");
+      break;
+    case KCG_CHECK:
+      fprintf(f, "check ");
+      print_expr(k, m, st->a, f);
+      fprintf(f, " else \"%s\"\n", k->errors[st->var]);
+      break;
+    }
+  }
+}
+
+void kcg_kernel_print(const kcg_kernel *k, const kir_module *m, FILE *f) {
+  fprintf(f, "kernel %s(", k->name);
+  for (uint32_t b = 0; b < k->nbufs; b++)
+    fprintf(f, "%sb%u: %s%s%s", b ? ", " : "", b, k->bufs[b].written ? "out " : "",
+            kiln_dtype_name(k->bufs[b].dtype), k->bufs[b].name ? "" : "");
+  fprintf(f, ") {\n");
+  for (uint32_t l = 0; l < k->nlocals; l++)
+    fprintf(f, "  local l%u: %s\n", l, kiln_dtype_name(k->locals[l]));
+  print_stmts(k, m, k->root, k->nroot, 1, f);
+  fprintf(f, "}\n");
+}
+
+/* Evaluates an i64 expression of constants and sizes (a loop extent). */
+static int64_t eval_extent(const kcg_kernel *k, kcg_ref r, const int64_t *sizes) {
+  const kcg_expr *e = &k->exprs[r];
+  switch (e->kind) {
+  case KCG_CONST: return e->i;
+  case KCG_SIZE: return sizes[e->var];
+  case KCG_BINARY: {
+    int64_t a = eval_extent(k, e->a, sizes), b = eval_extent(k, e->b, sizes);
+    if (e->op == KIR_OP_add) return a + b;
+    if (e->op == KIR_OP_sub) return a - b;
+    if (e->op == KIR_OP_mul) return a * b;
+    if (e->op == KIR_OP_div) return b ? a / b : 0;
+    if (e->op == KIR_OP_max) return a > b ? a : b;
+    if (e->op == KIR_OP_min) return a < b ? a : b;
+    return 0;
+  }
+  default: return 0; /* extents never depend on data or loop indices */
+  }
+}
+
+int64_t kcg_kernel_par_extent(const kcg_kernel *k, const int64_t *sizes) {
+  if (k->nroot != 1) return 1;
+  const kcg_stmt *s = &k->stmts[k->root[0]];
+  if (s->kind != KCG_FOR || !s->parallel) return 1;
+  return eval_extent(k, s->a, sizes);
+}

@@ -1,0 +1,104 @@
+/*
+ * program.h — a lowered graph: kernels, buffers and the steps that run them.
+ *
+ * Lowering (codegen/lower*.c) turns a kir_graph into a kcg_program; a
+ * renderer (codegen/llvm_cpu.c, later the GPU ones) compiles its kernels;
+ * the runtime (runtime/exec.c) executes its steps. The program is plain
+ * data with no pointer into the source graph, so `kiln compile` can write it
+ * into a shared object as static tables (runtime/aot) and the executor runs
+ * it there without LLVM.
+ *
+ * Buffers are flat, row-major, in their own dtype (f32 is 4 bytes). Their
+ * dims may be symbols, bound at run time from the input shapes; the runtime
+ * places the temporaries in one arena by liveness (the memory plan).
+ */
+#ifndef KCG_PROGRAM_H
+#define KCG_PROGRAM_H
+
+#include "kernel.h"
+
+typedef enum kcg_buf_kind {
+  KCG_PBUF_INPUT, /* entry parameter `index` (the caller's memory) */
+  KCG_PBUF_TEMP,  /* an intermediate or a result: placed by the memory plan */
+  KCG_PBUF_CONST  /* `data`: constant bytes baked into the program */
+} kcg_buf_kind;
+
+typedef struct kcg_pbuf {
+  kir_type type;
+  kcg_buf_kind kind;
+  uint32_t index;   /* INPUT: parameter index */
+  const void *data; /* CONST: numel * dtype size bytes */
+} kcg_pbuf;
+
+typedef enum kcg_step_kind {
+  KCG_STEP_KERNEL, /* run kernel `kernel` with `args` bound to its buffers in order */
+  KCG_STEP_GEMM,   /* a matmul the runtime may hand to BLAS; `kernel` is the generated fallback */
+  KCG_STEP_SCAN    /* run `body` `length` times over slices of axis 0 */
+} kcg_step_kind;
+
+typedef struct kcg_program kcg_program;
+
+typedef struct kcg_gemm {
+  kir_dtype dtype;   /* f32 or f64 go to BLAS; others always use the kernel */
+  bool trans_a, trans_b;
+  kir_dim m, n, k;   /* per batch: C[m, n] = op(A)[m, k] op(B)[k, n] */
+  uint8_t nbatch;    /* C's batch rank; A and B are right-aligned against it */
+  kir_dim batch[KIR_MAX_RANK];
+  uint8_t a_rank, b_rank; /* batch ranks of A and B (their size-1 dims broadcast) */
+  kir_dim a_batch[KIR_MAX_RANK], b_batch[KIR_MAX_RANK];
+} kcg_gemm;
+
+typedef struct kcg_step {
+  kcg_step_kind kind;
+  uint32_t kernel;      /* KERNEL, GEMM: index into the program's kernels */
+  uint32_t *args;       /* buffer ids: KERNEL/GEMM: the kernel's buffers in order
+                           (GEMM: a, b, c); SCAN: the scan's operands then results */
+  uint32_t nargs;
+  kcg_gemm gemm;        /* GEMM */
+  kcg_program *body;    /* SCAN: its params are consts, carries, slices; results carries, ys */
+  uint32_t n_const, n_carry;
+  kir_dim length;       /* SCAN: axis 0 of the scanned operands */
+  bool reverse;
+} kcg_step;
+
+struct kcg_program {
+  kir_arena *arena;     /* owns everything (shared by nested bodies) */
+  uint32_t nsyms;       /* symbols of the module: kernels take all of them as sizes */
+  const char **syms;    /* their names, for messages */
+  kcg_kernel **kernels; /* shared by nested bodies: a body's steps index the top program's */
+  uint32_t nkernels, capkernels;
+  kcg_pbuf *bufs;
+  uint32_t nbufs, capbufs;
+  kcg_step *steps;
+  uint32_t nsteps, capsteps;
+  uint32_t *params;     /* buffer of each entry parameter */
+  uint32_t nparams;
+  uint32_t *results;    /* buffer of each result (may repeat, may be an INPUT or CONST) */
+  uint32_t nresults;
+};
+
+/*
+ * Lowers `g` (after kp_legalize has replaced ops without a lowering by their
+ * decompositions) into a program allocated in `arena`. An op or dtype with no
+ * lowering is KILN_ERR_UNSUPPORTED naming both.
+ */
+kiln_status kcg_lower(kiln_ctx *ctx, kir_graph *g, kir_arena *arena, kcg_program **out);
+
+/* The i64 value of dim `d` under the symbol values `sizes`. */
+static inline int64_t kcg_dim_value(kir_dim d, const int64_t *sizes) {
+  return KIR_DIM_IS_SYM(d) ? sizes[KIR_DIM_SYM(d)] : d;
+}
+
+/*
+ * The CPU kernel ABI, for every renderer that produces host code: buffers in
+ * the kernel's order, the symbol values, the range [lo, hi) of the outermost
+ * loop when it is parallel (else lo = 0, hi = 1), and an error slot: a failed
+ * CHECK stores its code + 1 there (the first one wins).
+ */
+typedef void (*kcg_cpu_fn)(void **bufs, const int64_t *sizes, int64_t lo, int64_t hi,
+                           int32_t *err);
+
+/* The range a kernel's outermost parallel loop runs over under `sizes` (1 if none). */
+int64_t kcg_kernel_par_extent(const kcg_kernel *k, const int64_t *sizes);
+
+#endif

@@ -1,0 +1,9 @@
+/* Kiln: a graph compiler for neural networks. This header includes the whole public API. */
+#ifndef KILN_KILN_H
+#define KILN_KILN_H
+
+#include "core.h"
+#include "graph.h"
+#include "tensor.h"
+
+#endif

@@ -1,0 +1,374 @@
+/*
+ * kir.h — the internals of Kiln's SSA tensor IR.
+ *
+ * The data flow starts here: a frontend (the .kir parser, later the .kiln
+ * parser and ONNX) builds a kir_graph; passes rewrite it; the reference
+ * interpreter runs it in float64; codegen lowers it. Everything below reads
+ * the one op table (ops.def): an op's operands, attributes, shape rule,
+ * reference kernel and, as later stages arrive, its VJP and lowering are all
+ * found through its kir_op_desc.
+ *
+ * Ownership: a top-level graph owns a kir_module, whose arena holds every
+ * graph of the module (the entry and its scan bodies), their values,
+ * instructions, attributes and names. Nothing inside is freed on its own.
+ */
+#ifndef KIR_H
+#define KIR_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/kiln.h"
+
+#if defined(__GNUC__)
+#define KIR_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define KIR_PRINTF(f, a)
+#endif
+
+/* ---------------------------------------------------------------- context */
+
+struct kiln_ctx {
+  char msg[1024];
+};
+
+/* Sets the context's message; returns `s` so callers can `return kir_fail(...)`. */
+kiln_status kir_fail(kiln_ctx *ctx, kiln_status s, const char *fmt, ...) KIR_PRINTF(3, 4);
+kiln_status kir_vfail(kiln_ctx *ctx, kiln_status s, const char *fmt, va_list ap);
+
+/* ------------------------------------------------------------------ arena */
+
+typedef struct kir_arena_block kir_arena_block;
+typedef struct kir_arena {
+  kir_arena_block *head;
+} kir_arena;
+
+void *kir_arena_alloc(kir_arena *a, size_t size); /* zeroed, 16-byte aligned; NULL if out of memory */
+char *kir_arena_strdup(kir_arena *a, const char *s);
+char *kir_arena_strndup(kir_arena *a, const char *s, size_t n);
+void kir_arena_free(kir_arena *a);
+/* Grows an arena array to hold at least `need` elements; returns false if out of memory. */
+bool kir_arena_grow(kir_arena *a, void **arr, uint32_t *cap, uint32_t need, size_t elem);
+
+/* ------------------------------------------------------------------ types */
+
+typedef kiln_dtype kir_dtype;
+#define KIR_MAX_RANK KILN_MAX_RANK
+
+/* A dim >= 0 is a constant; a dim < 0 is symbol number (-dim - 1) of the module. */
+typedef int64_t kir_dim;
+#define KIR_DIM_IS_SYM(d) ((d) < 0)
+#define KIR_SYM_DIM(i) (-(int64_t)(i)-1)
+#define KIR_DIM_SYM(d) ((uint32_t)(-(d)-1))
+
+typedef struct kir_type {
+  kir_dtype dtype;
+  uint8_t rank;
+  kir_dim dims[KIR_MAX_RANK];
+} kir_type;
+
+bool kir_dtype_is_float(kir_dtype t);
+bool kir_dtype_is_int(kir_dtype t); /* the integer types and bool */
+bool kir_dtype_from_name(const char *s, size_t n, kir_dtype *out);
+bool kir_type_eq(const kir_type *a, const kir_type *b);
+/* Product of the dims if all are constant, else -1. */
+int64_t kir_type_numel(const kir_type *t);
+
+/* Conversions for the 16-bit float types (round to nearest even). */
+double kir_f16_to_f64(uint16_t h);
+uint16_t kir_f64_to_f16(double v);
+double kir_bf16_to_f64(uint16_t h);
+uint16_t kir_f64_to_bf16(double v);
+/* Rounds a double to the precision and range of a float dtype (f64: unchanged). */
+double kir_round_to(kir_dtype t, double v);
+/* Wraps an integer to the width of an integer dtype (bool: v != 0). */
+int64_t kir_wrap_int(kir_dtype t, int64_t v);
+/* A float converted to an integer dtype as `cast` does it (ir/scalar.c). */
+int64_t kir_float_to_int(kir_dtype t, double v);
+
+/* ------------------------------------------------------------- attributes */
+
+typedef enum kir_attr_kind {
+  KIR_ATTR_INT = KILN_ATTR_INT,
+  KIR_ATTR_FLOAT = KILN_ATTR_FLOAT,
+  KIR_ATTR_BOOL = KILN_ATTR_BOOL,
+  KIR_ATTR_INTS = KILN_ATTR_INTS,
+  KIR_ATTR_DIMS = KILN_ATTR_DIMS, /* ints that may name symbols */
+  KIR_ATTR_FLOATS = KILN_ATTR_FLOATS,
+  KIR_ATTR_DTYPE = KILN_ATTR_DTYPE,
+  KIR_ATTR_ENUM = KILN_ATTR_ENUM, /* an index into the spec's choices */
+  KIR_ATTR_GRAPH = KILN_ATTR_GRAPH,
+  KIR_ATTR_DIM = KILN_ATTR_DIM /* one dim: constant or symbol */
+} kir_attr_kind;
+
+typedef struct kir_graph kir_graph;
+
+typedef struct kir_attr {
+  uint32_t n;           /* length of ints / floats */
+  union {
+    int64_t i;          /* INT, BOOL (0/1), DTYPE, ENUM, DIM */
+    double f;           /* FLOAT */
+    const int64_t *ints;/* INTS, DIMS */
+    const double *floats;
+    kir_graph *graph;
+  };
+} kir_attr;
+
+#define KIR_MAX_ATTRS 8
+#define KIR_MAX_CHOICES 8
+
+/* One attribute of an op, parsed once from the op table's signature string. */
+typedef struct kir_attr_spec {
+  const char *name;
+  kir_attr_kind kind;
+  bool required;        /* no default */
+  kir_attr def;         /* the default (ints/floats point into static storage) */
+  int64_t def_store[8]; /* storage for a list default */
+  const char *choices[KIR_MAX_CHOICES]; /* ENUM names */
+  uint8_t nchoices;
+} kir_attr_spec;
+
+/* ------------------------------------------------------------------ graph */
+
+typedef struct kir_value {
+  kir_type type;
+  const char *name; /* NULL: printed as %<id> */
+  int32_t def;      /* index of the defining instruction, or -1 - parameter index */
+  uint16_t def_out; /* which result of that instruction */
+} kir_value;
+
+typedef struct kir_inst {
+  uint16_t op;       /* kir_op_id */
+  uint16_t nin, nout;
+  uint32_t *in;      /* value ids */
+  uint32_t *out;     /* value ids */
+  kir_attr *attrs;   /* one per attribute of the op's spec, in spec order */
+  uint32_t line, col;/* source position when parsed, else 0 */
+} kir_inst;
+
+typedef struct kir_module kir_module;
+
+struct kir_graph {
+  kir_module *mod;
+  const char *name;
+  kir_value *values;
+  uint32_t nvalues, capvalues;
+  kir_inst *insts;
+  uint32_t ninsts, capinsts;
+  uint32_t *params;
+  uint32_t nparams, capparams;
+  uint32_t *results;
+  uint32_t nresults;
+  bool is_body;
+};
+
+struct kir_module {
+  kir_arena arena;
+  kiln_ctx *ctx;
+  kiln_status status;   /* sticky: the first builder error */
+  kir_graph *entry;
+  kir_graph **bodies;   /* in creation order; printed before the entry */
+  uint32_t nbodies, capbodies;
+  const char **syms;    /* symbolic dimension names */
+  uint32_t nsyms, capsyms;
+};
+
+kir_graph *kir_module_new(kiln_ctx *ctx, const char *name);
+kir_graph *kir_body_new(kir_graph *parent, const char *name);
+kir_graph *kir_module_find_graph(kir_module *m, const char *name, size_t n);
+/* Finds or adds a symbol; returns its dim code. */
+kir_dim kir_symbol(kir_module *m, const char *name, size_t n);
+const char *kir_symbol_name(const kir_module *m, kir_dim d);
+
+/* Sets the module's sticky error (the first one wins) and the context's message. */
+kiln_status kir_graph_fail(kir_graph *g, kiln_status s, const char *fmt, ...) KIR_PRINTF(3, 4);
+
+uint32_t kir_add_param(kir_graph *g, const char *name, const kir_type *t);
+/*
+ * Appends an instruction. `attrs` has one entry per attribute of the op's
+ * spec (NULL: all defaults; a required one must then be absent). Runs the
+ * shape rule; on success writes the result ids into `outs` (capacity
+ * `cap`) and returns the result count, else sets the sticky error and
+ * returns -1. `line`/`col` locate the instruction in its source file.
+ */
+int kir_add_inst(kir_graph *g, uint16_t op, uint32_t nin, const uint32_t *in,
+                 const kir_attr *attrs, uint32_t *outs, uint32_t cap, uint32_t line,
+                 uint32_t col);
+bool kir_set_results(kir_graph *g, uint32_t n, const uint32_t *vals);
+
+/* ------------------------------------------------------------- op table */
+
+typedef enum kir_op_id {
+#define KIR_OP(id, family, min_in, max_in, nout, attrs, ...) KIR_OP_##id,
+#include "ops.def"
+#undef KIR_OP
+  KIR_OP_COUNT
+} kir_op_id;
+
+typedef enum kir_family {
+  KIR_FAM_SOURCE,   /* no operands: constant, iota, (random has a seed) */
+  KIR_FAM_UNARY,    /* elementwise, one operand, same type */
+  KIR_FAM_BINARY,   /* elementwise with numpy broadcasting, same dtype */
+  KIR_FAM_COMPARE,  /* like BINARY, result bool */
+  KIR_FAM_LOGICAL,  /* like BINARY on bool */
+  KIR_FAM_REDUCE,   /* reduce over `axes` */
+  KIR_FAM_SHAPE,    /* data movement */
+  KIR_FAM_INDEX,    /* gather, scatter, segment ops */
+  KIR_FAM_COMPOUND, /* ops that deserve their own kernels */
+  KIR_FAM_CONTROL   /* scan */
+} kir_family;
+
+/* Op flags. */
+enum {
+  KIR_F_FLOAT = 1 << 0,   /* float operands only */
+  KIR_F_INT = 1 << 1,     /* integer (not bool) operands allowed */
+  KIR_F_BOOL = 1 << 2,    /* bool operands allowed */
+  KIR_F_NUMERIC = KIR_F_FLOAT | KIR_F_INT,
+  KIR_F_ANY = KIR_F_FLOAT | KIR_F_INT | KIR_F_BOOL,
+  KIR_F_RANDOM = 1 << 3,  /* reads a seed; never constant-folded */
+};
+
+typedef struct kir_shape_ctx kir_shape_ctx;
+struct kcg_lower_ctx;
+/* Lowers one instruction to kernel IR (codegen/lower*.c). */
+typedef bool (*kir_lower_fn)(struct kcg_lower_ctx *lc, const kir_inst *inst);
+typedef struct kir_ref_ctx kir_ref_ctx;
+
+/* Computes the result types of an instruction; on error calls kir_shape_error(). */
+typedef bool (*kir_shape_fn)(kir_shape_ctx *sc);
+/* Runs an instruction on float64/int64 reference tensors. */
+typedef bool (*kir_ref_fn)(kir_ref_ctx *rc);
+/* Rewrites a compound instruction as primitives (see ir/decompose.c). */
+typedef bool (*kir_decompose_fn)(kir_graph *g, const kir_inst *inst, const uint32_t *in,
+                                 uint32_t *out);
+
+typedef struct kir_op_desc {
+  const char *name;
+  kir_family family;
+  int8_t min_in, max_in; /* max_in -1: any number */
+  int8_t nout;           /* -1: decided by the shape rule */
+  const char *signature; /* attribute signature, e.g. "axes:ints keepdims:bool=false" */
+  uint32_t flags;
+  kir_shape_fn shape;
+  kir_ref_fn ref;
+  double (*f1)(double);           /* UNARY on floats */
+  int64_t (*i1)(int64_t);         /* UNARY on integers */
+  double (*f2)(double, double);   /* BINARY/COMPARE/LOGICAL on floats */
+  int64_t (*i2)(int64_t, int64_t);/* ... on integers and bools */
+  kir_decompose_fn decompose;     /* compound ops: into primitives */
+  void *vjp;                      /* autodiff: filled by the autodiff issue */
+  kir_lower_fn lower;             /* codegen: builds the op's kernels (codegen/lower*.c) */
+  const char *doc;                /* one line of semantics, for docs/ir.md */
+  /* Parsed from `signature` by kir_ops_init(). */
+  kir_attr_spec attr[KIR_MAX_ATTRS];
+  uint8_t nattrs;
+} kir_op_desc;
+
+/* The table, parsed once (thread-safe). */
+const kir_op_desc *kir_op(uint16_t op);
+bool kir_op_lookup(const char *name, size_t n, uint16_t *out);
+int kir_op_attr_index(const kir_op_desc *d, const char *name, size_t n);
+/* NULL, or what is wrong with ops.def's attribute signatures (a build defect). */
+const char *kir_ops_check(void);
+
+/* ------------------------------------------------------ shape rules API */
+
+struct kir_shape_ctx {
+  const kir_op_desc *op;
+  kir_graph *g;
+  const kir_type *in; /* operand types */
+  uint32_t nin;
+  const kir_attr *attrs; /* one per spec attribute */
+  kir_type *out;         /* results; the rule sets them and `nout` */
+  uint32_t nout, capout;
+  char err[512];
+};
+
+bool kir_shape_error(kir_shape_ctx *sc, const char *fmt, ...) KIR_PRINTF(2, 3);
+/* Broadcast two shapes numpy-style into `out`; false (with message) if they do not fit. */
+bool kir_broadcast_shapes(kir_shape_ctx *sc, const kir_type *a, const kir_type *b, kir_type *out);
+/* Formats a type ("f32[N, 4]") into buf. */
+void kir_format_type(const kir_module *m, const kir_type *t, char *buf, size_t n);
+/* Formats one dim ("N" or "4") into buf. */
+void kir_format_dim(const kir_module *m, kir_dim d, char *buf, size_t n);
+/* Checks shared by the shape rules (ir/shape_elementwise.c); false with a message. */
+bool kir_shape_check_dtype(kir_shape_ctx *sc, uint32_t i);           /* operand i vs op flags */
+bool kir_shape_same_dtype(kir_shape_ctx *sc, uint32_t ref, uint32_t i); /* i has ref's dtype */
+bool kir_shape_check_axis(kir_shape_ctx *sc, int64_t axis, int rank);
+/* Reads dims attribute `a` (constants and symbols of the module) into t->rank/dims. */
+bool kir_shape_read_dims(kir_shape_ctx *sc, int a, kir_type *t);
+
+/* -------------------------------------------------- reference tensors */
+
+/*
+ * The reference interpreter's tensor: every element is 8 bytes, a double
+ * for the float dtypes and an int64 for the integer dtypes and bool, with
+ * concrete dims. Float values keep full f64 precision whatever their dtype;
+ * only `cast` rounds to the precision of its target.
+ */
+typedef struct kir_tensor {
+  kir_dtype dtype;
+  uint8_t rank;
+  int64_t dims[KIR_MAX_RANK];
+  int64_t numel;
+  union {
+    double *f;
+    int64_t *i;
+    void *p;
+  };
+} kir_tensor;
+
+kir_tensor *kir_tensor_new(kir_dtype t, uint8_t rank, const int64_t *dims); /* zeroed; NULL: no memory */
+void kir_tensor_free(kir_tensor *t);
+/* Row-major strides in elements. */
+void kir_strides(const kir_tensor *t, int64_t *strides);
+
+typedef struct kir_interp kir_interp;
+
+struct kir_ref_ctx {
+  const kir_op_desc *op;
+  const kir_inst *inst;
+  const kir_attr *attrs;
+  kir_tensor **in;
+  uint32_t nin;
+  kir_tensor **out; /* allocated (zeroed) by the interpreter with the result shapes */
+  uint32_t nout;
+  kir_interp *interp;
+  kiln_ctx *ctx;
+};
+
+/* A run-time failure inside a kernel (index out of range, ...). */
+bool kir_ref_error(kir_ref_ctx *rc, const char *fmt, ...) KIR_PRINTF(2, 3);
+/* The run-time size of dim `d`: its bound value if a symbol (-1 if unbound), else d. */
+int64_t kir_interp_dim(const kir_interp *ip, kir_dim d);
+/* Calls graph `g` (a scan body) from inside a kernel. Outputs are new tensors. */
+bool kir_interp_call(kir_interp *ip, kir_graph *g, kir_tensor **in, kir_tensor **out);
+
+/* Philox-4x32-10 (Salmon et al. 2011): the block function of the `random` op (ir/ref_source.c). */
+void kir_philox4x32(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+
+/* Runs graph `g` on reference tensors; on success `out` holds nresults new tensors. */
+kiln_status kir_interp_run(kiln_ctx *ctx, kir_graph *g, kir_tensor **in, kir_tensor **out);
+
+/* The public host tensor (include/kiln/tensor.h): data in its own dtype. */
+struct kiln_tensor {
+  kiln_dtype dtype;
+  uint8_t rank;
+  int64_t dims[KIR_MAX_RANK];
+  size_t numel;
+  void *data; /* numel * kiln_dtype_size(dtype) bytes, malloc'ed, owned */
+};
+
+/* Conversions between host tensors and reference tensors (runtime/tensor.c). */
+kir_tensor *kir_tensor_from_host(const kiln_tensor *t);
+kiln_tensor *kir_tensor_to_host(const kir_tensor *t);
+/* The bytes of a .npy file for `t` in a malloc'ed buffer (runtime/npy.c; tests, fuzzer). */
+kiln_status kir_npy_write_mem(kiln_ctx *ctx, const kiln_tensor *t, void **out, size_t *len);
+
+/* ------------------------------------------------ verifier, text form */
+
+kiln_status kir_verify(kir_graph *g);
+
+#endif

@@ -1,0 +1,130 @@
+/*
+ * ops_impl.h — the functions that ops.def names: shape rules, float64
+ * reference kernels, scalar functions of the elementwise ops, and the
+ * decompositions of compound ops. Each lives in the ir/ file of its family.
+ */
+#ifndef KIR_OPS_IMPL_H
+#define KIR_OPS_IMPL_H
+
+#include "kir.h"
+
+/* Shape rules (ir/shape_*.c). */
+bool kir_shape_arg_reduce(kir_shape_ctx *sc);
+bool kir_shape_attention(kir_shape_ctx *sc);
+bool kir_shape_avg_pool2d_grad(kir_shape_ctx *sc);
+bool kir_shape_binary(kir_shape_ctx *sc);
+bool kir_shape_broadcast(kir_shape_ctx *sc);
+bool kir_shape_cast(kir_shape_ctx *sc);
+bool kir_shape_compare(kir_shape_ctx *sc);
+bool kir_shape_concat(kir_shape_ctx *sc);
+bool kir_shape_constant(kir_shape_ctx *sc);
+bool kir_shape_conv2d(kir_shape_ctx *sc);
+bool kir_shape_conv2d_grad_input(kir_shape_ctx *sc);
+bool kir_shape_conv2d_grad_weight(kir_shape_ctx *sc);
+bool kir_shape_gather(kir_shape_ctx *sc);
+bool kir_shape_iota(kir_shape_ctx *sc);
+bool kir_shape_is_finite(kir_shape_ctx *sc);
+bool kir_shape_logical(kir_shape_ctx *sc);
+bool kir_shape_matmul(kir_shape_ctx *sc);
+bool kir_shape_max_pool2d_grad(kir_shape_ctx *sc);
+bool kir_shape_norm(kir_shape_ctx *sc);
+bool kir_shape_pad(kir_shape_ctx *sc);
+bool kir_shape_pool2d(kir_shape_ctx *sc);
+bool kir_shape_random(kir_shape_ctx *sc);
+bool kir_shape_reduce(kir_shape_ctx *sc);
+bool kir_shape_reshape(kir_shape_ctx *sc);
+bool kir_shape_scan(kir_shape_ctx *sc);
+bool kir_shape_scatter_add(kir_shape_ctx *sc);
+bool kir_shape_segment(kir_shape_ctx *sc);
+bool kir_shape_segment_softmax(kir_shape_ctx *sc);
+bool kir_shape_select(kir_shape_ctx *sc);
+bool kir_shape_slice(kir_shape_ctx *sc);
+bool kir_shape_softmax(kir_shape_ctx *sc);
+bool kir_shape_transpose(kir_shape_ctx *sc);
+bool kir_shape_unary(kir_shape_ctx *sc);
+
+/* Reference kernels (ir/ref_*.c). */
+bool kir_ref_arg_reduce(kir_ref_ctx *rc);
+bool kir_ref_attention(kir_ref_ctx *rc);
+bool kir_ref_avg_pool2d(kir_ref_ctx *rc);
+bool kir_ref_avg_pool2d_grad(kir_ref_ctx *rc);
+bool kir_ref_binary(kir_ref_ctx *rc);
+bool kir_ref_broadcast(kir_ref_ctx *rc);
+bool kir_ref_cast(kir_ref_ctx *rc);
+bool kir_ref_concat(kir_ref_ctx *rc);
+bool kir_ref_constant(kir_ref_ctx *rc);
+bool kir_ref_conv2d(kir_ref_ctx *rc);
+bool kir_ref_conv2d_grad_input(kir_ref_ctx *rc);
+bool kir_ref_conv2d_grad_weight(kir_ref_ctx *rc);
+bool kir_ref_gather(kir_ref_ctx *rc);
+bool kir_ref_iota(kir_ref_ctx *rc);
+bool kir_ref_is_finite(kir_ref_ctx *rc);
+bool kir_ref_layer_norm(kir_ref_ctx *rc);
+bool kir_ref_log_softmax(kir_ref_ctx *rc);
+bool kir_ref_matmul(kir_ref_ctx *rc);
+bool kir_ref_max_pool2d(kir_ref_ctx *rc);
+bool kir_ref_max_pool2d_grad(kir_ref_ctx *rc);
+bool kir_ref_pad(kir_ref_ctx *rc);
+bool kir_ref_random(kir_ref_ctx *rc);
+bool kir_ref_reduce(kir_ref_ctx *rc);
+bool kir_ref_reshape(kir_ref_ctx *rc);
+bool kir_ref_rms_norm(kir_ref_ctx *rc);
+bool kir_ref_scan(kir_ref_ctx *rc);
+bool kir_ref_scatter_add(kir_ref_ctx *rc);
+bool kir_ref_segment(kir_ref_ctx *rc);
+bool kir_ref_segment_softmax(kir_ref_ctx *rc);
+bool kir_ref_select(kir_ref_ctx *rc);
+bool kir_ref_slice(kir_ref_ctx *rc);
+bool kir_ref_softmax(kir_ref_ctx *rc);
+bool kir_ref_transpose(kir_ref_ctx *rc);
+bool kir_ref_unary(kir_ref_ctx *rc);
+
+/* Decompositions of compound ops into primitives (ir/decompose.c). */
+bool kir_decompose_attention(kir_graph *g, const kir_inst *inst, const uint32_t *in, uint32_t *out);
+bool kir_decompose_layer_norm(kir_graph *g, const kir_inst *inst, const uint32_t *in, uint32_t *out);
+bool kir_decompose_log_softmax(kir_graph *g, const kir_inst *inst, const uint32_t *in, uint32_t *out);
+bool kir_decompose_rms_norm(kir_graph *g, const kir_inst *inst, const uint32_t *in, uint32_t *out);
+bool kir_decompose_segment_softmax(kir_graph *g, const kir_inst *inst, const uint32_t *in, uint32_t *out);
+bool kir_decompose_softmax(kir_graph *g, const kir_inst *inst, const uint32_t *in, uint32_t *out);
+
+/* Scalar functions of the elementwise ops (ir/scalar.c). */
+double kir_f_abs(double x);
+double kir_f_neg(double x);
+double kir_f_reciprocal(double x);
+double kir_f_round(double x);
+double kir_f_rsqrt(double x);
+double kir_f_sigmoid(double x);
+double kir_f_sign(double x);
+int64_t kir_i_abs(int64_t x);
+int64_t kir_i_neg(int64_t x);
+int64_t kir_i_not(int64_t x);
+int64_t kir_i_sign(int64_t x);
+double kir_f_add(double x, double y);
+double kir_f_div(double x, double y);
+double kir_f_eq(double x, double y);
+double kir_f_ge(double x, double y);
+double kir_f_gt(double x, double y);
+double kir_f_le(double x, double y);
+double kir_f_lt(double x, double y);
+double kir_f_max(double x, double y);
+double kir_f_min(double x, double y);
+double kir_f_mul(double x, double y);
+double kir_f_ne(double x, double y);
+double kir_f_sub(double x, double y);
+int64_t kir_i_add(int64_t x, int64_t y);
+int64_t kir_i_and(int64_t x, int64_t y);
+int64_t kir_i_div(int64_t x, int64_t y);
+int64_t kir_i_eq(int64_t x, int64_t y);
+int64_t kir_i_ge(int64_t x, int64_t y);
+int64_t kir_i_gt(int64_t x, int64_t y);
+int64_t kir_i_le(int64_t x, int64_t y);
+int64_t kir_i_lt(int64_t x, int64_t y);
+int64_t kir_i_max(int64_t x, int64_t y);
+int64_t kir_i_min(int64_t x, int64_t y);
+int64_t kir_i_mul(int64_t x, int64_t y);
+int64_t kir_i_ne(int64_t x, int64_t y);
+int64_t kir_i_or(int64_t x, int64_t y);
+int64_t kir_i_sub(int64_t x, int64_t y);
+int64_t kir_i_xor(int64_t x, int64_t y);
+
+#endif

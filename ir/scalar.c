@@ -1,0 +1,119 @@
+/*
+ * scalar.c — the scalar functions of the elementwise ops.
+ *
+ * ops.def names one float function (f1/f2) and one integer function (i1/i2)
+ * per elementwise op; the reference kernels in ref_elementwise.c and
+ * ref_reduce.c apply them element by element, and compiled backends must
+ * agree with them. So the corner cases are decided here, once:
+ *
+ *   - integer arithmetic wraps modulo 2^64 (it is done on uint64_t, so there
+ *     is no signed overflow); the kernels then wrap the result to the width
+ *     of its dtype with kir_wrap_int(), which gives two's-complement
+ *     wrapping for i32/i8 and modular wrapping for u8;
+ *   - integer division truncates toward zero, x / 0 is 0, and
+ *     INT64_MIN / -1 is INT64_MIN (the wrapped quotient);
+ *   - max and min propagate NaN; sign keeps NaN (and the sign of zero);
+ *   - round is half-to-even under the default rounding mode (nearbyint);
+ *   - comparisons on floats return 1.0 or 0.0 (NaN compares unequal to
+ *     everything, so only `ne` is true for it); the kernel stores them as
+ *     bool;
+ *   - logical ops treat any nonzero integer as true and return 0 or 1.
+ *
+ * kir_float_to_int() is the one float-to-integer conversion, shared by
+ * cast, constant and pad.
+ */
+#include <math.h>
+
+#include "ops_impl.h"
+
+/* ---- unary, float ---- */
+
+double kir_f_neg(double x) { return -x; }
+double kir_f_abs(double x) { return fabs(x); }
+/* ±0 and NaN come back unchanged. */
+double kir_f_sign(double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x; }
+double kir_f_round(double x) { return nearbyint(x); }
+double kir_f_rsqrt(double x) { return 1.0 / sqrt(x); }
+double kir_f_reciprocal(double x) { return 1.0 / x; }
+
+/* Never forms e^|x| for large |x|, so it neither overflows nor loses the tail. */
+double kir_f_sigmoid(double x) {
+  if (x >= 0) return 1.0 / (1.0 + exp(-x));
+  double e = exp(x);
+  return e / (1.0 + e);
+}
+
+/* ---- unary, integer ---- */
+
+int64_t kir_i_neg(int64_t x) { return (int64_t)(0 - (uint64_t)x); }
+int64_t kir_i_abs(int64_t x) { return x < 0 ? kir_i_neg(x) : x; }
+int64_t kir_i_sign(int64_t x) { return (x > 0) - (x < 0); }
+int64_t kir_i_not(int64_t x) { return x == 0; }
+
+/* ---- binary, float ---- */
+
+double kir_f_add(double x, double y) { return x + y; }
+double kir_f_sub(double x, double y) { return x - y; }
+double kir_f_mul(double x, double y) { return x * y; }
+double kir_f_div(double x, double y) { return x / y; }
+
+double kir_f_max(double x, double y) {
+  if (isnan(x) || isnan(y)) return NAN;
+  return x > y ? x : y;
+}
+
+double kir_f_min(double x, double y) {
+  if (isnan(x) || isnan(y)) return NAN;
+  return x < y ? x : y;
+}
+
+double kir_f_eq(double x, double y) { return x == y ? 1.0 : 0.0; }
+double kir_f_ne(double x, double y) { return x != y ? 1.0 : 0.0; }
+double kir_f_lt(double x, double y) { return x < y ? 1.0 : 0.0; }
+double kir_f_le(double x, double y) { return x <= y ? 1.0 : 0.0; }
+double kir_f_gt(double x, double y) { return x > y ? 1.0 : 0.0; }
+double kir_f_ge(double x, double y) { return x >= y ? 1.0 : 0.0; }
+
+/* ---- binary, integer ---- */
+
+int64_t kir_i_add(int64_t x, int64_t y) { return (int64_t)((uint64_t)x + (uint64_t)y); }
+int64_t kir_i_sub(int64_t x, int64_t y) { return (int64_t)((uint64_t)x - (uint64_t)y); }
+int64_t kir_i_mul(int64_t x, int64_t y) { return (int64_t)((uint64_t)x * (uint64_t)y); }
+
+int64_t kir_i_div(int64_t x, int64_t y) {
+  if (y == 0) return 0;
+  if (y == -1) return kir_i_neg(x); /* INT64_MIN / -1 overflows in C */
+  return x / y;
+}
+
+int64_t kir_i_max(int64_t x, int64_t y) { return x > y ? x : y; }
+int64_t kir_i_min(int64_t x, int64_t y) { return x < y ? x : y; }
+
+int64_t kir_i_eq(int64_t x, int64_t y) { return x == y; }
+int64_t kir_i_ne(int64_t x, int64_t y) { return x != y; }
+int64_t kir_i_lt(int64_t x, int64_t y) { return x < y; }
+int64_t kir_i_le(int64_t x, int64_t y) { return x <= y; }
+int64_t kir_i_gt(int64_t x, int64_t y) { return x > y; }
+int64_t kir_i_ge(int64_t x, int64_t y) { return x >= y; }
+
+int64_t kir_i_and(int64_t x, int64_t y) { return x != 0 && y != 0; }
+int64_t kir_i_or(int64_t x, int64_t y) { return x != 0 || y != 0; }
+int64_t kir_i_xor(int64_t x, int64_t y) { return (x != 0) != (y != 0); }
+
+/* ---- conversion ---- */
+
+/*
+ * Truncates toward zero; NaN gives 0; a value outside the int64 range
+ * saturates to INT64_MIN or INT64_MAX first, and the result is then wrapped
+ * to the width of `t` (so 300.7 -> u8 is 44, 1e30 -> i32 is -1: the low
+ * 32 bits of INT64_MAX). Bool is v != 0, so NaN is true.
+ */
+int64_t kir_float_to_int(kir_dtype t, double v) {
+  if (t == KILN_BOOL) return v != 0;
+  if (isnan(v)) return 0;
+  int64_t i;
+  if (v >= 0x1p63) i = INT64_MAX;
+  else if (v < -0x1p63) i = INT64_MIN;
+  else i = (int64_t)v; /* C truncates toward zero */
+  return kir_wrap_int(t, i);
+}

@@ -1,0 +1,239 @@
+/*
+ * cmd_run.c — `kiln run MODEL.kir --input NAME=FILE.npy ... -o DIR`.
+ *
+ * Binds each .npy file to the parameter of that name, runs the graph on the
+ * chosen backend, writes DIR/output_<i>.npy, and says which backend really
+ * ran (with the reason when `auto` chose). Inputs are checked here against
+ * the parameters' dtypes, ranks and constant dims first, so that a mistake
+ * is reported with the file that caused it; the runtime checks the rest.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+
+enum { MAX_INPUTS = 256 };
+
+typedef struct run_opts {
+  const char *model, *outdir;
+  const char *input_name[MAX_INPUTS], *input_file[MAX_INPUTS];
+  size_t ninputs;
+  kiln_backend backend;
+  bool print;
+} run_opts;
+
+static int parse_args(int argc, char **argv, run_opts *o) {
+  enum { OPT_INPUT, OPT_OUTPUT, OPT_BACKEND, OPT_PRINT };
+  static const cli_option opts[] = {
+      [OPT_INPUT] = {"--input", NULL, true},     [OPT_OUTPUT] = {"--output", "-o", true},
+      [OPT_BACKEND] = {"--backend", NULL, true}, [OPT_PRINT] = {"--print", NULL, false},
+      {0},
+  };
+  cli_parser p = {.cmd = "run", .argc = argc, .argv = argv, .i = 1};
+  const char *v;
+  int k;
+  while ((k = cli_next(&p, opts, &v)) != CLI_END) {
+    switch (k) {
+    case CLI_BAD: return 2;
+    case CLI_HELP: return cli_command_help(cli_find_command("run")), -1;
+    case CLI_ARG:
+      if (o->model) return cli_usage_error("run", "unexpected argument '%s'", v);
+      o->model = v;
+      break;
+    case OPT_INPUT: {
+      const char *eq = strchr(v, '=');
+      if (!eq || eq == v || !eq[1])
+        return cli_usage_error("run", "--input expects NAME=FILE.npy, got '%s'", v);
+      if (o->ninputs == MAX_INPUTS) return cli_usage_error("run", "too many --input options");
+      o->input_name[o->ninputs] = v;
+      o->input_file[o->ninputs++] = eq + 1;
+      break;
+    }
+    case OPT_OUTPUT: o->outdir = v; break;
+    case OPT_BACKEND: {
+      kiln_ctx *ctx = kiln_ctx_create();
+      kiln_status s = ctx ? kiln_backend_parse(ctx, v, &o->backend) : KILN_ERR_NOMEM;
+      int r = s ? cli_usage_error("run", "%s", ctx ? kiln_ctx_error(ctx) : "out of memory") : 0;
+      kiln_ctx_destroy(ctx);
+      if (r) return r;
+      break;
+    }
+    case OPT_PRINT: o->print = true; break;
+    }
+  }
+  if (!o->model) return cli_usage_error("run", "no model file given");
+  if (!o->outdir) return cli_usage_error("run", "no output directory given (-o DIR)");
+  return 0;
+}
+
+/* The name a parameter is bound by: its name in the text form, without '%'. */
+static void param_name(const kiln_graph *g, size_t p, char *buf, size_t n) {
+  kiln_value v = kiln_graph_get_param(g, p);
+  const char *name = kiln_value_name(g, v);
+  if (name) snprintf(buf, n, "%s", name);
+  else snprintf(buf, n, "%u", (unsigned)v);
+}
+
+/* Length of the NAME part of "NAME=FILE", without a leading '%'. */
+static const char *binding_name(const char *b, size_t *len) {
+  if (*b == '%') b++;
+  *len = (size_t)(strchr(b, '=') - b);
+  return b;
+}
+
+static int unknown_input(const kiln_graph *g, const char *name, size_t len) {
+  char list[1024] = "", one[128];
+  size_t n = kiln_graph_num_params(g), k = 0;
+  for (size_t p = 0; p < n && k < sizeof list; p++) {
+    param_name(g, p, one, sizeof one);
+    k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", p ? ", " : "", one);
+  }
+  return cli_error("the model has no parameter named '%.*s' (its parameters: %s)", (int)len,
+                   name, n ? list : "none");
+}
+
+/* Finds, for every parameter, the --input that binds it: slot[p] = index into o->input_*. */
+static int bind_inputs(const kiln_graph *g, const run_opts *o, size_t *slot) {
+  size_t n = kiln_graph_num_params(g);
+  for (size_t p = 0; p < n; p++) slot[p] = SIZE_MAX;
+  for (size_t i = 0; i < o->ninputs; i++) {
+    size_t len, p;
+    const char *name = binding_name(o->input_name[i], &len);
+    char pn[128];
+    for (p = 0; p < n; p++) {
+      param_name(g, p, pn, sizeof pn);
+      if (strlen(pn) == len && !strncmp(pn, name, len)) break;
+    }
+    if (p == n) return unknown_input(g, name, len);
+    if (slot[p] != SIZE_MAX) return cli_error("input '%s' is given twice", pn);
+    slot[p] = i;
+  }
+  for (size_t p = 0; p < n; p++)
+    if (slot[p] == SIZE_MAX) {
+      char pn[128];
+      param_name(g, p, pn, sizeof pn);
+      return cli_error("no --input for parameter '%s' (give --input %s=FILE.npy)", pn, pn);
+    }
+  return 0;
+}
+
+static void format_value_type(const kiln_graph *g, kiln_value v, char *buf, size_t n) {
+  size_t k = (size_t)snprintf(buf, n, "%s[", kiln_dtype_name(kiln_value_dtype(g, v)));
+  for (size_t i = 0; i < kiln_value_rank(g, v) && k < n; i++) {
+    kiln_dim d = kiln_value_dim(g, v, i);
+    if (d < 0) k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? ", " : "",
+                                     kiln_dim_symbol_name(g, d));
+    else k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)d);
+  }
+  if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+static void format_tensor_type(const kiln_tensor *t, char *buf, size_t n) {
+  size_t k = (size_t)snprintf(buf, n, "%s[", kiln_dtype_name(kiln_tensor_dtype(t)));
+  for (size_t i = 0; i < kiln_tensor_rank(t) && k < n; i++)
+    k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "",
+                          (long long)kiln_tensor_dim(t, i));
+  if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+/* Does the tensor read from `file` fit parameter p? Symbolic dims are left to the runtime. */
+static int check_input(const kiln_graph *g, size_t p, const kiln_tensor *t, const char *file) {
+  kiln_value v = kiln_graph_get_param(g, p);
+  bool fits = kiln_tensor_dtype(t) == kiln_value_dtype(g, v) &&
+              kiln_tensor_rank(t) == kiln_value_rank(g, v);
+  for (size_t i = 0; fits && i < kiln_tensor_rank(t); i++) {
+    kiln_dim d = kiln_value_dim(g, v, i);
+    fits = d < 0 || d == kiln_tensor_dim(t, i);
+  }
+  if (fits) return 0;
+  char pn[128], want[256], got[256];
+  param_name(g, p, pn, sizeof pn);
+  format_value_type(g, v, want, sizeof want);
+  format_tensor_type(t, got, sizeof got);
+  return cli_error("%s: parameter '%s' is %s, but the file holds %s", file, pn, want, got);
+}
+
+/* mkdir -p */
+static int make_dirs(const char *dir) {
+  char path[4096];
+  size_t n = strlen(dir);
+  if (n >= sizeof path) return cli_error("%s: path too long", dir);
+  memcpy(path, dir, n + 1);
+  for (size_t i = 1; i <= n; i++) {
+    if (path[i] != '/' && path[i] != 0) continue;
+    char c = path[i];
+    path[i] = 0;
+    if (mkdir(path, 0777) != 0 && errno != EEXIST)
+      return cli_error("%s: cannot create directory: %s", path, strerror(errno));
+    path[i] = c;
+  }
+  struct stat st;
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+    return cli_error("%s: not a directory", dir);
+  return 0;
+}
+
+static int write_outputs(kiln_ctx *ctx, const run_opts *o, size_t n, kiln_tensor **out) {
+  size_t dl = strlen(o->outdir);
+  const char *sep = dl && o->outdir[dl - 1] == '/' ? "" : "/";
+  for (size_t i = 0; i < n; i++) {
+    char path[4200], type[256];
+    snprintf(path, sizeof path, "%s%soutput_%zu.npy", o->outdir, sep, i);
+    if (kiln_npy_write(ctx, path, out[i]) != KILN_OK)
+      return cli_error("output_%zu: %s", i, kiln_ctx_error(ctx));
+    format_tensor_type(out[i], type, sizeof type);
+    printf("output_%zu: %s -> %s\n", i, type, path);
+    if (o->print) cli_print_values(stdout, out[i]);
+  }
+  return 0;
+}
+
+/* Reads the inputs, runs, writes. `g` and `ctx` belong to the caller. */
+static int run_model(kiln_ctx *ctx, kiln_graph *g, const run_opts *o) {
+  size_t nin = kiln_graph_num_params(g), nout = kiln_graph_num_results(g);
+  size_t *slot = calloc(nin + 1, sizeof *slot);
+  kiln_tensor **in = calloc(nin + 1, sizeof *in), **out = calloc(nout + 1, sizeof *out);
+  int status = !slot || !in || !out ? cli_error("out of memory") : bind_inputs(g, o, slot);
+  for (size_t p = 0; p < nin && !status; p++) {
+    const char *file = o->input_file[slot[p]];
+    if (kiln_npy_read(ctx, file, &in[p]) != KILN_OK)
+      status = cli_error("%s", kiln_ctx_error(ctx));
+    else status = check_input(g, p, in[p], file);
+  }
+  kiln_run_info info = {0};
+  if (!status && kiln_graph_run(g, o->backend, nin, in, nout, out, &info) != KILN_OK)
+    status = cli_error("%s", kiln_ctx_error(ctx));
+  if (!status) status = make_dirs(o->outdir);
+  if (!status) {
+    printf("backend: %s", kiln_backend_name(info.backend));
+    if (o->backend == KILN_BACKEND_AUTO && info.reason[0]) printf(" (auto: %s)", info.reason);
+    else if (o->backend == KILN_BACKEND_AUTO) printf(" (auto)");
+    printf("\n");
+    status = write_outputs(ctx, o, nout, out);
+  }
+  for (size_t p = 0; in && p < nin; p++) kiln_tensor_destroy(in[p]);
+  for (size_t r = 0; out && r < nout; r++) kiln_tensor_destroy(out[r]);
+  free(slot);
+  free(in);
+  free(out);
+  return status;
+}
+
+int cmd_run(int argc, char **argv) {
+  run_opts o = {.backend = KILN_BACKEND_AUTO};
+  int r = parse_args(argc, argv, &o);
+  if (r) return r < 0 ? 0 : r;
+  kiln_ctx *ctx = kiln_ctx_create();
+  if (!ctx) return cli_error("out of memory");
+  kiln_graph *g = NULL;
+  int status;
+  if (kiln_graph_parse_file(ctx, o.model, &g) != KILN_OK)
+    status = cli_error("%s", kiln_ctx_error(ctx));
+  else status = run_model(ctx, g, &o);
+  kiln_graph_destroy(g);
+  kiln_ctx_destroy(ctx);
+  return status;
+}

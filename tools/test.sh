@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# test.sh — builds Kiln three ways and runs every test; exits non-zero if any fails.
+#
+#   build/        Release with debug info, warnings as errors: unit tests, per-op tests,
+#                 lit tests (IR text, errors, CLI)
+#   build-asan/   the same under AddressSanitizer + UndefinedBehaviorSanitizer (and LeakSanitizer)
+#   build-fuzz/   clang-16 with libFuzzer: only the fuzz targets, each for KILN_FUZZ_SECONDS
+#                 (default 60) on a copy of its corpus in tests/fuzz/corpus/
+#
+# Every suite runs even when an earlier one fails; a summary at the end says which failed.
+# Re-running is incremental: the build folders are reused.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+tools/setup.sh
+
+fuzz_seconds=${KILN_FUZZ_SECONDS:-60}
+jobs=-j2
+failed=()
+
+# configure DIR ARGS...: (re)configures DIR with Ninja, starting afresh if an
+# earlier configure used another generator or compiler.
+configure() {
+  local dir=$1 cache=$1/CMakeCache.txt
+  shift
+  if [[ -f $cache ]] && ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$cache"; then
+    rm -rf "$dir"
+  fi
+  if [[ -f $cache && -n ${CC:-} ]] && ! grep -q "^CMAKE_C_COMPILER:[A-Z]*=.*${CC}\$" "$cache"; then
+    rm -rf "$dir"
+  fi
+  cmake -S . -B "$dir" -G Ninja -DKILN_WERROR=ON "$@" >/dev/null
+}
+
+# suite NAME DIR CTEST_ARGS -- CMAKE_ARGS...
+suite() {
+  local name=$1 dir=$2 ctest_args=$3
+  shift 4
+  echo "=== $name: configure and build $dir"
+  if ! configure "$dir" "$@" || ! cmake --build "$dir" "$jobs"; then
+    echo "=== $name: BUILD FAILED"
+    failed+=("$name (build)")
+    return
+  fi
+  echo "=== $name: ctest $ctest_args"
+  # shellcheck disable=SC2086 # ctest_args is a list of words
+  if ! (cd "$dir" && ctest --output-on-failure "$jobs" $ctest_args); then
+    echo "=== $name: TESTS FAILED"
+    failed+=("$name")
+  fi
+}
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+suite release build "" -- -DCMAKE_BUILD_TYPE=RelWithDebInfo
+suite asan build-asan "" -- -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON
+CC=clang-16 suite fuzz build-fuzz "-R fuzz" -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON \
+  -DKILN_FUZZ_SECONDS="$fuzz_seconds"
+
+if [[ ${#failed[@]} -gt 0 ]]; then
+  echo "test.sh: FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "test.sh: all suites passed"
