@@ -40,6 +40,8 @@ KILN_API void kiln_ctx_destroy(kiln_ctx *ctx);
 /* The message of the last failed call in this context ("" if none). */
 KILN_API const char *kiln_ctx_error(const kiln_ctx *ctx);
 KILN_API const char *kiln_status_name(kiln_status s);
+/* Kiln's version, "MAJOR.MINOR.PATCH". */
+KILN_API const char *kiln_version(void);
 
 /* Element types. The numeric values are part of the ABI: append only. */
 typedef enum kiln_dtype {
