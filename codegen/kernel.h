@@ -131,4 +131,36 @@ void kcg_check(kcg_kernel *k, uint32_t parent, kcg_ref cond, const char *message
 /* Text dump for tests and `kiln ir --emit kernels`. */
 void kcg_kernel_print(const kcg_kernel *k, const kir_module *m, FILE *f);
 
+/*
+ * The meaning of kernel IR, defined by the interpreter in kernel_interp.c,
+ * which every renderer must agree with. In short: float ops are the op
+ * table's scalar functions rounded to their dtype (max/min propagate NaN);
+ * integer ops wrap to their width (u8 is unsigned), div truncates and
+ * x / 0 is 0; logical_and/or/xor on integer dtypes other than bool are
+ * bitwise; cast is the IR's cast; a load whose predicate is false yields 0
+ * and reads nothing; both arms of a select are evaluated.
+ *
+ * kcg_kernel_interp runs kernel `k` with the CPU ABI of program.h (buffers
+ * in their own dtype; [lo, hi) of the outermost loop when it is parallel,
+ * else lo = 0, hi = 1); false if out of memory. The _checked form also
+ * checks every access against lens[b] elements of buffer b and returns
+ * false with a message in msg when one falls outside.
+ */
+bool kcg_kernel_interp(const kcg_kernel *k, void **bufs, const int64_t *sizes, int64_t lo,
+                       int64_t hi, int32_t *err);
+bool kcg_kernel_interp_checked(const kcg_kernel *k, void **bufs, const int64_t *lens,
+                               const int64_t *sizes, int64_t lo, int64_t hi, int32_t *err,
+                               char *msg, size_t msgn);
+
+/*
+ * Runs a lowered program step by step with kcg_kernel_interp_checked, for
+ * tests: inputs[p] is entry parameter p's data, outputs[r] room for result
+ * r, sizes the value of every symbol. A failed check is KILN_ERR_RUNTIME
+ * with the kernel's message; a malformed program (an access out of bounds,
+ * a GEMM description that disagrees with its kernel) is KILN_ERR_INVALID.
+ */
+struct kcg_program;
+kiln_status kcg_program_interp(kiln_ctx *ctx, const struct kcg_program *prog,
+                               void *const *inputs, void *const *outputs, const int64_t *sizes);
+
 #endif

@@ -7,10 +7,12 @@
  * host tensors and the reference interpreter's float64/int64 tensors.
  *
  * Backends (docs/backends.md): `eager` is the reference interpreter;
- * `compiled` is strict and never falls back; `auto` uses compiled code where
- * it exists and otherwise says, in info->reason, why it ran eager. This
- * build has no code generator yet, so `compiled` names the first op it
- * would have needed and `auto` always reports the eager fallback.
+ * `compiled` compiles the graph (runtime/compile.c) and runs the native code,
+ * and is strict: an op or dtype without a compiled kernel is an error, never
+ * a silent fallback; `auto` compiles too, and runs eager only when the
+ * compiler says KILN_ERR_UNSUPPORTED, giving the op and dtype it lacks in
+ * info->reason. Nothing is cached: each call compiles afresh (callers that
+ * run a graph many times hold a kiln_compiled themselves).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,18 +71,29 @@ static kiln_status check_inputs(kir_graph *g, size_t n_in, kiln_tensor *const *i
   return KILN_OK;
 }
 
-/* Why `compiled` cannot run `g` in this build: its first op has no kernel. */
-static kiln_status no_compiled_kernel(kir_graph *g) {
-  kiln_ctx *ctx = g->mod->ctx;
-  if (!g->ninsts)
-    return kir_fail(ctx, KILN_ERR_UNSUPPORTED, "backend 'compiled': no compiled code for graph "
-                    "@%s in this build; use --backend eager or auto", g->name);
-  const kir_inst *in = &g->insts[0];
-  /* The operand dtype says more than the result's (a compare gives bool). */
-  uint32_t v = in->nin ? in->in[0] : in->out[0];
-  return kir_fail(ctx, KILN_ERR_UNSUPPORTED, "backend 'compiled': no compiled kernel for op '%s' "
-                  "(%s) in this build; use --backend eager or auto", kir_op(in->op)->name,
-                  kiln_dtype_name(g->values[v].type.dtype));
+/* The lowering's words for an op it has no kernel for, as `auto` reports them. */
+static void unsupported_reason(const char *msg, char *buf, size_t n) {
+  const char *p = strstr(msg, "no compiled kernel for op '");
+  char op[64], dtype[16];
+  if (p && sscanf(p, "no compiled kernel for op '%63[^']' (%15[^)])", op, dtype) == 2)
+    snprintf(buf, n, "op '%s' (%s) has no compiled kernel", op, dtype);
+  else {
+    const char *m = strncmp(msg, "backend 'compiled': ", 20) ? msg : msg + 20;
+    size_t len = strlen(m) < n ? strlen(m) : n - 1; /* the reason is shorter than a message */
+    memcpy(buf, m, len);
+    buf[len] = 0;
+  }
+}
+
+/* Compiles and runs `g`; an unsupported op is left to the caller, with the compiler's message. */
+static kiln_status run_compiled(kir_graph *g, size_t n_in, kiln_tensor *const *inputs,
+                                size_t n_out, kiln_tensor **outputs, kiln_run_info *info) {
+  kiln_compiled *c;
+  kiln_status s = kiln_compile(g, NULL, &c);
+  if (s) return s;
+  s = kiln_compiled_run(c, g->mod->ctx, n_in, inputs, n_out, outputs, info);
+  kiln_compiled_destroy(c);
+  return s;
 }
 
 static void free_kir(kir_tensor **t, size_t n) {
@@ -137,11 +150,22 @@ KILN_API kiln_status kiln_graph_run(kiln_graph *g, kiln_backend backend, size_t 
                     "eager", (int)backend);
   kiln_status s = check_inputs(g, n_in, inputs, n_out);
   if (s) return s;
-  if (backend == KILN_BACKEND_COMPILED) return no_compiled_kernel(g);
+  char reason[sizeof info->reason] = "";
+  if (backend != KILN_BACKEND_EAGER) {
+    s = run_compiled(g, n_in, inputs, n_out, outputs, info);
+    if (s != KILN_ERR_UNSUPPORTED) return s;
+    char msg[sizeof ctx->msg];
+    snprintf(msg, sizeof msg, "%s", kiln_ctx_error(ctx));
+    if (backend == KILN_BACKEND_COMPILED) {
+      bool named = !strncmp(msg, "backend 'compiled': ", 20);
+      return kir_fail(ctx, s, "%s%s in this build; use --backend eager or auto",
+                      named ? "" : "backend 'compiled': ", msg);
+    }
+    unsupported_reason(msg, reason, sizeof reason);
+  }
   if (info) {
     info->backend = KILN_BACKEND_EAGER;
-    snprintf(info->reason, sizeof info->reason, "%s",
-             backend == KILN_BACKEND_AUTO ? "no compiled backend in this build yet" : "");
+    snprintf(info->reason, sizeof info->reason, "%s", reason);
   }
   return run_eager(g, n_in, inputs, n_out, outputs);
 }

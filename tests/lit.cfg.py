@@ -7,7 +7,11 @@ config.name = "kiln"
 config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".kir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
-config.excludes = ["unit", "fuzz", "ops", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py.in"]
+config.excludes = ["unit", "fuzz", "ops", "fixtures", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py.in"]
 config.substitutions.append(("%kiln", os.path.join(config.kiln_bin, "kiln")))
 config.substitutions.append(("FileCheck", config.filecheck))
 config.substitutions.append(("%src", config.kiln_src))
+# A C program linked against a model compiled by `kiln compile` must use the same
+# sanitizers as the libkiln_rt.a inside that model.
+config.substitutions.append(("%sanitize",
+    "-fsanitize=address,undefined" if config.sanitize.upper() in ("ON", "1", "TRUE", "YES") else ""))

@@ -14,12 +14,28 @@
 
 #include "cli.h"
 
+int cmd_compile(int argc, char **argv);
+int cmd_devices(int argc, char **argv);
 int cmd_ir(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 static int cmd_version(int argc, char **argv);
 
 static const cli_command commands[] = {
+    {"compile", cmd_compile,
+     "MODEL.kir -o MODEL.so [--header MODEL.h] [--name NAME] [--target cpu] [--target-cpu CPU] "
+     "[--keep-temps]",
+     "compile a model ahead of time into a shared object and a C header",
+     "The .so needs only libc, libm, pthreads and OpenBLAS (no LLVM). Its entry points are\n"
+     "NAME_create, NAME_output_dims, NAME_run, NAME_error and NAME_destroy, NAME taken from\n"
+     "the output file unless --name gives it; the header lists the inputs and outputs.\n"
+     "  --target-cpu CPU   an LLVM CPU name such as x86-64-v3 (portable AVX2); default: this CPU\n"
+     "  --keep-temps       keep the generated object, C tables and constant blob"},
+    {"devices", cmd_devices, "",
+     "list the devices this machine can run models on",
+     "One line per device: name (what --device takes), kind, detail. For the CPU the\n"
+     "detail gives its model, vector features, the runtime's threads (KILN_NUM_THREADS\n"
+     "or the CPUs) and the OpenBLAS build with the core it chose."},
     {"ir", cmd_ir, "MODEL.kir",
      "print the canonical IR of a model",
      "Parses MODEL.kir and prints it in canonical form on stdout."},

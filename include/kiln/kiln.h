@@ -5,5 +5,6 @@
 #include "core.h"
 #include "graph.h"
 #include "tensor.h"
+#include "compile.h"
 
 #endif

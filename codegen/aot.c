@@ -1,0 +1,245 @@
+/*
+ * aot.c — writes a lowered program as C source, for ahead-of-time models.
+ *
+ * `kiln compile` turns a graph into a shared object that needs no LLVM at
+ * run time. Its kernels are machine code in an object file (llvm_cpu.c);
+ * everything else the runtime executor needs — the kcg_program with its
+ * buffers, steps and kernel descriptions — is plain data, written here as
+ * static C tables next to a table of the kernel functions, plus the entry
+ * points declared in the generated header. Constant buffers (weights) are
+ * not printed as C literals: they go into one binary blob that the C file
+ * pulls in with the assembler's `.incbin`, so a 100 MB model compiles as
+ * fast as a small one.
+ *
+ * The C file is compiled against codegen/program.h and runtime/rt.h and
+ * linked with libkiln_rt.a (runtime/rt_*.c).
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "aot.h"
+
+typedef struct writer {
+  FILE *c;         /* the C source */
+  FILE *blob;      /* the constant bytes */
+  uint64_t blob_size;
+  const char *prefix;
+  uint32_t nprog;  /* programs written so far (the entry and scan bodies) */
+  bool failed;
+} writer;
+
+static void put_float(FILE *f, double v) {
+  if (isnan(v)) fprintf(f, "__builtin_nan(\"\")");
+  else if (isinf(v)) fprintf(f, v > 0 ? "__builtin_inf()" : "-__builtin_inf()");
+  else fprintf(f, "%a", v);
+}
+
+static void put_string(FILE *f, const char *s) {
+  if (!s) {
+    fprintf(f, "0");
+    return;
+  }
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+    else if (ch < 32 || ch > 126) fprintf(f, "\\%03o", ch);
+    else fputc(ch, f);
+  }
+  fputc('"', f);
+}
+
+static void put_type(FILE *f, const kir_type *t) {
+  fprintf(f, "{.dtype = %d, .rank = %u, .dims = {", (int)t->dtype, t->rank);
+  for (int i = 0; i < t->rank; i++) fprintf(f, "%s%" PRId64, i ? ", " : "", t->dims[i]);
+  fprintf(f, "}}");
+}
+
+static void put_u32s(FILE *f, const char *name, const uint32_t *v, uint32_t n) {
+  fprintf(f, "static uint32_t %s[%u] = {", name, n ? n : 1);
+  for (uint32_t i = 0; i < n; i++) fprintf(f, "%s%u", i ? ", " : "", v[i]);
+  fprintf(f, "};\n");
+}
+
+/* Writes kernel `k` number `id` as static tables; its functions come from the object file. */
+static void write_kernel(writer *w, const kcg_kernel *k, uint32_t id) {
+  FILE *f = w->c;
+  const char *p = w->prefix;
+  for (uint32_t s = 0; s < k->nstmts; s++)
+    if (k->stmts[s].kind == KCG_FOR) {
+      char name[64];
+      snprintf(name, sizeof name, "%sk%u_body%u", p, id, s);
+      put_u32s(f, name, k->stmts[s].body, k->stmts[s].nbody);
+    }
+  fprintf(f, "static kcg_stmt %sk%u_stmts[%u] = {\n", p, id, k->nstmts ? k->nstmts : 1);
+  for (uint32_t s = 0; s < k->nstmts; s++) {
+    const kcg_stmt *st = &k->stmts[s];
+    fprintf(f, "  {.kind = %d, .var = %u, .a = %u, .b = %u, .parallel = %d", (int)st->kind,
+            st->var, st->a, st->b, st->parallel);
+    if (st->kind == KCG_FOR)
+      fprintf(f, ", .body = %sk%u_body%u, .nbody = %u, .capbody = %u", p, id, s, st->nbody,
+              st->nbody);
+    fprintf(f, "},\n");
+  }
+  fprintf(f, "};\nstatic kcg_expr %sk%u_exprs[%u] = {\n", p, id, k->nexprs ? k->nexprs : 1);
+  for (uint32_t e = 0; e < k->nexprs; e++) {
+    const kcg_expr *x = &k->exprs[e];
+    fprintf(f, "  {.kind = %d, .dtype = %d, .op = %u, .var = %u, .a = %u, .b = %u, .c = %u, ",
+            (int)x->kind, (int)x->dtype, x->op, x->var, x->a, x->b, x->c);
+    if (x->kind == KCG_CONST && kir_dtype_is_float(x->dtype)) {
+      fprintf(f, ".f = ");
+      put_float(f, x->f);
+    } else {
+      fprintf(f, ".i = INT64_C(%" PRId64 ")", x->i);
+    }
+    fprintf(f, "},\n");
+  }
+  fprintf(f, "};\nstatic kcg_buf %sk%u_bufs[%u] = {", p, id, k->nbufs ? k->nbufs : 1);
+  for (uint32_t b = 0; b < k->nbufs; b++)
+    fprintf(f, "%s{.dtype = %d, .written = %d}", b ? ", " : "", (int)k->bufs[b].dtype,
+            k->bufs[b].written);
+  fprintf(f, "};\nstatic kir_dtype %sk%u_locals[%u] = {", p, id, k->nlocals ? k->nlocals : 1);
+  for (uint32_t l = 0; l < k->nlocals; l++)
+    fprintf(f, "%s%d", l ? ", " : "", (int)k->locals[l]);
+  fprintf(f, "};\n");
+  char root[64];
+  snprintf(root, sizeof root, "%sk%u_root", p, id);
+  put_u32s(f, root, k->root, k->nroot);
+  fprintf(f, "static const char *%sk%u_errors[%u] = {", p, id, k->nerrors ? k->nerrors : 1);
+  for (uint32_t e = 0; e < k->nerrors; e++) {
+    fprintf(f, "%s", e ? ", " : "");
+    put_string(f, k->errors[e]);
+  }
+  fprintf(f, "};\nstatic kcg_kernel %sk%u = {.name = ", p, id);
+  put_string(f, k->name);
+  fprintf(f, ", .bufs = %sk%u_bufs, .nbufs = %u, .nsizes = %u, .exprs = %sk%u_exprs, "
+             ".nexprs = %u, .stmts = %sk%u_stmts, .nstmts = %u, .locals = %sk%u_locals, "
+             ".nlocals = %u, .nvars = %u, .root = %sk%u_root, .nroot = %u, "
+             ".errors = %sk%u_errors, .nerrors = %u};\n\n",
+          p, id, k->nbufs, k->nsizes, p, id, k->nexprs, p, id, k->nstmts, p, id, k->nlocals,
+          k->nvars, p, id, k->nroot, p, id, k->nerrors);
+}
+
+/* Appends a constant buffer's bytes to the blob, 64-byte aligned; returns its offset. */
+static uint64_t blob_add(writer *w, const void *data, size_t n) {
+  static const char zeros[64];
+  uint64_t off = (w->blob_size + 63) & ~(uint64_t)63;
+  if (off > w->blob_size && fwrite(zeros, 1, off - w->blob_size, w->blob) != off - w->blob_size)
+    w->failed = true;
+  if (n && fwrite(data, 1, n, w->blob) != n) w->failed = true;
+  w->blob_size = off + n;
+  return off;
+}
+
+/* Writes program `prog` (and, first, its scan bodies); returns its number. */
+static uint32_t write_program(writer *w, const kcg_program *prog) {
+  FILE *f = w->c;
+  const char *p = w->prefix;
+  uint32_t *bodies = NULL;
+  uint32_t body_ids[1024];
+  if (prog->nsteps > 1024) {
+    w->failed = true;
+    return 0;
+  }
+  (void)bodies;
+  for (uint32_t s = 0; s < prog->nsteps; s++)
+    body_ids[s] = prog->steps[s].kind == KCG_STEP_SCAN ? write_program(w, prog->steps[s].body) : 0;
+  uint32_t id = w->nprog++;
+  fprintf(f, "static kcg_pbuf %sp%u_bufs[%u] = {\n", p, id, prog->nbufs ? prog->nbufs : 1);
+  for (uint32_t b = 0; b < prog->nbufs; b++) {
+    const kcg_pbuf *pb = &prog->bufs[b];
+    fprintf(f, "  {.type = ");
+    put_type(f, &pb->type);
+    fprintf(f, ", .kind = %d, .index = %u", (int)pb->kind, pb->index);
+    if (pb->kind == KCG_PBUF_CONST) {
+      int64_t numel = kir_type_numel(&pb->type);
+      size_t bytes = (size_t)(numel < 0 ? 0 : numel) * kiln_dtype_size(pb->type.dtype);
+      uint64_t off = blob_add(w, pb->data, bytes);
+      fprintf(f, ", .data = %sblob + %" PRIu64, p, off);
+    }
+    fprintf(f, "},\n");
+  }
+  fprintf(f, "};\n");
+  for (uint32_t s = 0; s < prog->nsteps; s++) {
+    char name[64];
+    snprintf(name, sizeof name, "%sp%u_s%u_args", p, id, s);
+    put_u32s(f, name, prog->steps[s].args, prog->steps[s].nargs);
+  }
+  fprintf(f, "static kcg_step %sp%u_steps[%u] = {\n", p, id, prog->nsteps ? prog->nsteps : 1);
+  for (uint32_t s = 0; s < prog->nsteps; s++) {
+    const kcg_step *st = &prog->steps[s];
+    const kcg_gemm *g = &st->gemm;
+    fprintf(f, "  {.kind = %d, .kernel = %u, .args = %sp%u_s%u_args, .nargs = %u, "
+               ".n_const = %u, .n_carry = %u, .length = %" PRId64 ", .reverse = %d",
+            (int)st->kind, st->kernel, p, id, s, st->nargs, st->n_const, st->n_carry, st->length,
+            st->reverse);
+    if (st->kind == KCG_STEP_SCAN) fprintf(f, ", .body = &%sp%u", p, body_ids[s]);
+    fprintf(f, ",\n   .gemm = {.dtype = %d, .trans_a = %d, .trans_b = %d, .m = %" PRId64
+               ", .n = %" PRId64 ", .k = %" PRId64 ", .nbatch = %u, .a_rank = %u, .b_rank = %u",
+            (int)g->dtype, g->trans_a, g->trans_b, g->m, g->n, g->k, g->nbatch, g->a_rank,
+            g->b_rank);
+    fprintf(f, ", .batch = {");
+    for (int i = 0; i < g->nbatch; i++) fprintf(f, "%s%" PRId64, i ? ", " : "", g->batch[i]);
+    fprintf(f, "}, .a_batch = {");
+    for (int i = 0; i < g->a_rank; i++) fprintf(f, "%s%" PRId64, i ? ", " : "", g->a_batch[i]);
+    fprintf(f, "}, .b_batch = {");
+    for (int i = 0; i < g->b_rank; i++) fprintf(f, "%s%" PRId64, i ? ", " : "", g->b_batch[i]);
+    fprintf(f, "}}},\n");
+  }
+  fprintf(f, "};\n");
+  char name[64];
+  snprintf(name, sizeof name, "%sp%u_params", p, id);
+  put_u32s(f, name, prog->params, prog->nparams);
+  snprintf(name, sizeof name, "%sp%u_results", p, id);
+  put_u32s(f, name, prog->results, prog->nresults);
+  fprintf(f, "static kcg_program %sp%u = {.nsyms = %u, .syms = %ssyms, .kernels = %skernels, "
+             ".nkernels = %u, .bufs = %sp%u_bufs, .nbufs = %u, .steps = %sp%u_steps, "
+             ".nsteps = %u, .params = %sp%u_params, .nparams = %u, .results = %sp%u_results, "
+             ".nresults = %u};\n\n",
+          p, id, prog->nsyms, p, p, prog->nkernels, p, id, prog->nbufs, p, id, prog->nsteps, p,
+          id, prog->nparams, p, id, prog->nresults);
+  return id;
+}
+
+kiln_status kcg_aot_write_c(kiln_ctx *ctx, const kcg_program *prog, const char *prefix,
+                            const char *kernel_prefix, const char *blob_path, FILE *c,
+                            FILE *blob, uint32_t *entry) {
+  writer w = {.c = c, .blob = blob, .prefix = prefix};
+  fprintf(c, "/* Generated by `kiln compile`: the lowered program as static tables. */\n"
+             "#include <stdint.h>\n#include \"codegen/program.h\"\n\n");
+  /* The constants, pulled in from the blob by the assembler. */
+  fprintf(c, "__asm__(\".section .rodata\\n.balign 64\\n%sblob_start:\\n.incbin \\\"", prefix);
+  for (const char *s = blob_path; *s; s++) {
+    if (*s == '"' || *s == '\\') fputc('\\', c), fputc('\\', c);
+    fputc(*s, c);
+  }
+  fprintf(c, "\\\"\\n.byte 0\\n.text\");\n");
+  fprintf(c, "extern const unsigned char %sblob_start[] __attribute__((visibility(\"hidden\")));\n"
+             "#define %sblob ((const void *)%sblob_start)\n\n",
+          prefix, prefix, prefix);
+  fprintf(c, "static const char *%ssyms[%u] = {", prefix, prog->nsyms ? prog->nsyms : 1);
+  for (uint32_t i = 0; i < prog->nsyms; i++) {
+    fprintf(c, "%s", i ? ", " : "");
+    put_string(c, prog->syms[i]);
+  }
+  fprintf(c, "};\n\n");
+  for (uint32_t k = 0; k < prog->nkernels; k++)
+    fprintf(c, "__attribute__((visibility(\"hidden\"))) void %s%s(void **, const int64_t *, "
+               "int64_t, int64_t, int32_t *);\n",
+            kernel_prefix, prog->kernels[k]->name);
+  fprintf(c, "\nstatic const kcg_cpu_fn %sfns[%u] = {", prefix,
+          prog->nkernels ? prog->nkernels : 1);
+  for (uint32_t k = 0; k < prog->nkernels; k++)
+    fprintf(c, "%s%s%s", k ? ", " : "", kernel_prefix, prog->kernels[k]->name);
+  fprintf(c, "};\n\n");
+  for (uint32_t k = 0; k < prog->nkernels; k++) write_kernel(&w, prog->kernels[k], k);
+  fprintf(c, "static kcg_kernel *%skernels[%u] = {", prefix, prog->nkernels ? prog->nkernels : 1);
+  for (uint32_t k = 0; k < prog->nkernels; k++) fprintf(c, "%s&%sk%u", k ? ", " : "", prefix, k);
+  fprintf(c, "};\n\n");
+  *entry = write_program(&w, prog);
+  if (w.failed || ferror(c) || ferror(blob))
+    return kir_fail(ctx, KILN_ERR_IO, "kiln compile: writing the generated source failed");
+  return KILN_OK;
+}

@@ -1,0 +1,43 @@
+/*
+ * Kiln public API: ahead-of-time compilation into a shared object.
+ *
+ * kiln_compile_shared() lowers a graph, generates its kernels as machine
+ * code for a chosen CPU, and links them with Kiln's small runtime
+ * (libkiln_rt.a: the executor, the memory plan, the thread pool) into a
+ * self-contained `model.so` that needs only libc, libm, pthreads and
+ * OpenBLAS — no LLVM — plus a C header declaring its entry points:
+ *
+ *   int  NAME_create(NAME_model **out);
+ *   int  NAME_output_dims(NAME_model *m, const int64_t *const *input_dims, int r, int64_t *dims);
+ *   int  NAME_run(NAME_model *m, const void *const *inputs, const int64_t *const *input_dims,
+ *                 void *const *outputs);
+ *   const char *NAME_error(const NAME_model *m);
+ *   void NAME_destroy(NAME_model *m);
+ *
+ * Return values are kiln_status codes (0: success). One instance may be
+ * used by one thread at a time; separate instances run in parallel.
+ */
+#ifndef KILN_AOT_H
+#define KILN_AOT_H
+
+#include "graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kiln_aot_options {
+  const char *output;     /* path of the shared object to write (required) */
+  const char *header;     /* path of the C header to write, or NULL */
+  const char *name;       /* prefix of the entry points (a C identifier); NULL: "model" */
+  const char *target_cpu; /* an LLVM CPU name (e.g. "x86-64-v3"); NULL: this machine's CPU */
+  const char *cc;         /* the C compiler that links; NULL: $CC or "cc" */
+  int keep_temps;         /* keep the generated C, blob and object files next to `output` */
+} kiln_aot_options;
+
+KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *opt);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,264 @@
+/*
+ * compile.c — the JIT path of the public API: graph in, native code out.
+ *
+ * kiln_compile() chains the stages of the data flow that a compiled model
+ * needs: kp_legalize() (compound ops without a kernel become primitives, in
+ * a copy of the graph), kcg_lower() (the copy becomes a kcg_program of
+ * kernel-IR kernels and steps, in the compiled model's own arena, with no
+ * pointer back into any graph), kcg_cpu_jit() (LLVM compiles every kernel
+ * for this CPU in one module), and krt_model_create() (the executor of
+ * runtime/rt_exec.c bound to those functions and to a thread pool). The
+ * graph can be freed as soon as this returns.
+ *
+ * A run converts between the public forms and the executor's: host tensors
+ * are checked against the parameters' dtypes and ranks here (the executor
+ * checks sizes as it binds the symbols), results are allocated once their
+ * concrete shapes are known, and the executor writes straight into them.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/llvm_cpu.h"
+#include "ir/kir.h"
+#include "passes/passes.h"
+#include "runtime/rt.h"
+
+struct kiln_compiled {
+  kiln_ctx *ctx; /* the graph's: for calls that pass no context */
+  char *name;
+  kir_arena arena; /* the program, its kernels and constants */
+  kcg_program *prog;
+  kcg_cpu_module *code;
+  kcg_cpu_fn *fns;
+  krt_pool *pool;
+  krt_model *model;
+  char **param_names;
+};
+
+KILN_API void kiln_compiled_destroy(kiln_compiled *c) {
+  if (!c) return;
+  krt_model_destroy(c->model);
+  krt_pool_destroy(c->pool);
+  kcg_cpu_module_destroy(c->code);
+  for (uint32_t i = 0; c->param_names && c->prog && i < c->prog->nparams; i++)
+    free(c->param_names[i]);
+  free(c->param_names);
+  free(c->fns);
+  free(c->name);
+  kir_arena_free(&c->arena);
+  free(c);
+}
+
+static kiln_status graph_error(kir_graph *g) {
+  kiln_ctx *ctx = g->mod->ctx;
+  char first[sizeof ctx->msg];
+  snprintf(first, sizeof first, "%s", kiln_ctx_error(ctx));
+  return kir_fail(ctx, g->mod->status, "graph @%s has an error: %s", g->name, first);
+}
+
+/* Legalize and lower `g` into c's arena. */
+static kiln_status lower(kiln_compiled *c, kir_graph *g) {
+  kir_graph *lg = kp_legalize(g);
+  if (!lg) {
+    bool oom = !strcmp(kiln_ctx_error(c->ctx), "out of memory");
+    return oom ? KILN_ERR_NOMEM : KILN_ERR_INVALID; /* the message is on the context */
+  }
+  kiln_status s = kcg_lower(c->ctx, lg, &c->arena, &c->prog);
+  kiln_graph_destroy(lg);
+  return s;
+}
+
+static kiln_status keep_param_names(kiln_compiled *c, const kir_graph *g) {
+  c->param_names = calloc(g->nparams + 1u, sizeof *c->param_names);
+  if (!c->param_names) return kir_fail(c->ctx, KILN_ERR_NOMEM, "out of memory");
+  for (uint32_t i = 0; i < g->nparams; i++) {
+    const char *n = g->values[g->params[i]].name;
+    if (n && !(c->param_names[i] = strdup(n))) return kir_fail(c->ctx, KILN_ERR_NOMEM, "out of memory");
+  }
+  if (krt_model_set_param_names(c->model, (const char *const *)c->param_names))
+    return kir_fail(c->ctx, KILN_ERR_NOMEM, "out of memory");
+  return KILN_OK;
+}
+
+KILN_API kiln_status kiln_compile(kiln_graph *g, const kiln_compile_options *opt,
+                                  kiln_compiled **out) {
+  static const kiln_compile_options defaults;
+  kiln_ctx *ctx = g->mod->ctx;
+  *out = NULL;
+  if (!opt) opt = &defaults;
+  if (g->mod->status != KILN_OK) return graph_error(g);
+  if (g->is_body)
+    return kir_fail(ctx, KILN_ERR_INVALID, "graph @%s is a scan body: compile the graph that "
+                    "uses it", g->name);
+  if ((unsigned)opt->opt_level > KILN_OPT_O3)
+    return kir_fail(ctx, KILN_ERR_INVALID, "unknown optimisation level %d", (int)opt->opt_level);
+  kiln_compiled *c = calloc(1, sizeof *c);
+  if (!c || !(c->name = strdup(g->name))) {
+    free(c);
+    return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  }
+  c->ctx = ctx;
+  kiln_status s = lower(c, g);
+  if (!s && !(c->fns = calloc(c->prog->nkernels + 1u, sizeof *c->fns)))
+    s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  if (!s && c->prog->nkernels) {
+    /* The public levels are kcg_opt_level's, in the same order. */
+    kcg_cpu_options co = {.cpu = opt->cpu, .features = opt->features,
+                          .opt_level = (kcg_opt_level)opt->opt_level, .dump_ir = opt->dump_ir};
+    s = kcg_cpu_jit(ctx, c->prog->kernels, c->prog->nkernels, &co, &c->code, c->fns);
+  }
+  if (!s && c->prog->nkernels && !(c->pool = krt_pool_create(opt->num_threads)))
+    s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  if (!s) s = krt_model_create(ctx, c->prog, c->fns, c->pool, &c->model);
+  if (!s) s = keep_param_names(c, g);
+  if (s) {
+    kiln_compiled_destroy(c);
+    return s;
+  }
+  *out = c;
+  return KILN_OK;
+}
+
+KILN_API size_t kiln_compiled_num_inputs(const kiln_compiled *c) { return c->prog->nparams; }
+KILN_API size_t kiln_compiled_num_outputs(const kiln_compiled *c) { return c->prog->nresults; }
+KILN_API int kiln_compiled_num_threads(const kiln_compiled *c) {
+  return krt_pool_threads(c->pool);
+}
+KILN_API size_t kiln_compiled_peak_bytes(const kiln_compiled *c) {
+  return krt_model_last_peak(c->model);
+}
+
+/* ---- runs ---- */
+
+static const kir_type *param_type(const kiln_compiled *c, size_t p) {
+  return &c->prog->bufs[c->prog->params[p]].type;
+}
+
+static const kir_type *result_type(const kiln_compiled *c, size_t r) {
+  return &c->prog->bufs[c->prog->results[r]].type;
+}
+
+/* "f32[N, 3]" with the program's symbol names. */
+static void format_type(const kiln_compiled *c, const kir_type *t, char *buf, size_t n) {
+  size_t k = (size_t)snprintf(buf, n, "%s[", kiln_dtype_name(t->dtype));
+  for (int i = 0; i < t->rank && k < n; i++) {
+    kir_dim d = t->dims[i];
+    const char *sep = i ? ", " : "";
+    if (KIR_DIM_IS_SYM(d)) k += (size_t)snprintf(buf + k, n - k, "%s%s", sep, c->prog->syms[KIR_DIM_SYM(d)]);
+    else k += (size_t)snprintf(buf + k, n - k, "%s%lld", sep, (long long)d);
+  }
+  if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+static void input_label(const kiln_compiled *c, size_t p, char *buf, size_t n) {
+  if (c->param_names[p]) snprintf(buf, n, "%zu (%%%s)", p, c->param_names[p]);
+  else snprintf(buf, n, "%zu", p);
+}
+
+static kiln_status check_counts(const kiln_compiled *c, kiln_ctx *ctx, size_t n_in,
+                                kiln_tensor *const *inputs, size_t n_out, kiln_tensor **outputs) {
+  const kcg_program *p = c->prog;
+  if ((n_in && !inputs) || (n_out && !outputs))
+    return kir_fail(ctx, KILN_ERR_INVALID, "graph @%s: NULL input or output array", c->name);
+  if (n_in != p->nparams)
+    return kir_fail(ctx, KILN_ERR_INVALID, "graph @%s takes %u input%s, got %zu", c->name,
+                    p->nparams, p->nparams == 1 ? "" : "s", n_in);
+  if (n_out != p->nresults)
+    return kir_fail(ctx, KILN_ERR_INVALID, "graph @%s has %u result%s, room was given for %zu",
+                    c->name, p->nresults, p->nresults == 1 ? "" : "s", n_out);
+  return KILN_OK;
+}
+
+static kiln_status check_tensors(const kiln_compiled *c, kiln_ctx *ctx,
+                                 kiln_tensor *const *inputs) {
+  for (size_t p = 0; p < c->prog->nparams; p++) {
+    const kir_type *want = param_type(c, p);
+    const kiln_tensor *t = inputs[p];
+    char label[160], ty[160];
+    input_label(c, p, label, sizeof label);
+    if (!t) return kir_fail(ctx, KILN_ERR_INVALID, "input %s is NULL", label);
+    if (t->dtype == want->dtype && t->rank == want->rank) continue;
+    format_type(c, want, ty, sizeof ty);
+    return kir_fail(ctx, KILN_ERR_TYPE, "input %s: expected %s, got a %s tensor of rank %u",
+                    label, ty, kiln_dtype_name(t->dtype), (unsigned)t->rank);
+  }
+  return KILN_OK;
+}
+
+/* Allocates the results at the workspace's shapes, runs, and frees them again on failure. */
+static kiln_status run_tensors(kiln_compiled *c, kiln_ctx *ctx, krt_workspace *w,
+                               kiln_tensor *const *inputs, kiln_tensor **outputs) {
+  const kcg_program *p = c->prog;
+  const void **in = calloc(p->nparams + 1u, sizeof *in);
+  void **out = calloc(p->nresults + 1u, sizeof *out);
+  kiln_status s = in && out ? KILN_OK : kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  for (uint32_t i = 0; !s && i < p->nparams; i++) in[i] = inputs[i]->data;
+  for (uint32_t r = 0; !s && r < p->nresults; r++) {
+    const kir_type *t = result_type(c, r);
+    int64_t dims[KIR_MAX_RANK];
+    krt_result_dims(w, r, dims);
+    s = kiln_tensor_create(ctx, t->dtype, t->rank, dims, &outputs[r]);
+    if (!s) out[r] = outputs[r]->data;
+  }
+  if (!s) s = krt_execute(w, ctx, in, out);
+  if (s)
+    for (uint32_t r = 0; r < p->nresults; r++) {
+      kiln_tensor_destroy(outputs[r]);
+      outputs[r] = NULL;
+    }
+  free(in);
+  free(out);
+  return s;
+}
+
+KILN_API kiln_status kiln_compiled_run(kiln_compiled *c, kiln_ctx *ctx, size_t n_in,
+                                       kiln_tensor *const *inputs, size_t n_out,
+                                       kiln_tensor **outputs, kiln_run_info *info) {
+  if (!ctx) ctx = c->ctx;
+  for (size_t i = 0; outputs && i < n_out; i++) outputs[i] = NULL;
+  kiln_status s = check_counts(c, ctx, n_in, inputs, n_out, outputs);
+  if (!s) s = check_tensors(c, ctx, inputs);
+  if (s) return s;
+  const int64_t **dims = calloc(n_in + 1, sizeof *dims);
+  if (!dims) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  for (size_t i = 0; i < n_in; i++) dims[i] = inputs[i]->dims;
+  krt_workspace *w;
+  s = krt_prepare(c->model, ctx, dims, &w);
+  free(dims);
+  if (s) return s;
+  s = run_tensors(c, ctx, w, inputs, outputs);
+  krt_release(w);
+  if (!s && info) {
+    info->backend = KILN_BACKEND_COMPILED;
+    info->reason[0] = 0;
+  }
+  return s;
+}
+
+KILN_API kiln_status kiln_compiled_output_shape(kiln_compiled *c, kiln_ctx *ctx,
+                                                const int64_t *const *in_dims, size_t r,
+                                                kiln_dtype *dtype, size_t *rank, int64_t *dims) {
+  if (!ctx) ctx = c->ctx;
+  if (r >= c->prog->nresults)
+    return kir_fail(ctx, KILN_ERR_INVALID, "graph @%s has %u result%s, asked for result %zu",
+                    c->name, c->prog->nresults, c->prog->nresults == 1 ? "" : "s", r);
+  krt_workspace *w;
+  kiln_status s = krt_prepare(c->model, ctx, in_dims, &w);
+  if (s) return s;
+  const kir_type *t = result_type(c, r);
+  *dtype = t->dtype;
+  *rank = t->rank;
+  krt_result_dims(w, (uint32_t)r, dims);
+  krt_release(w);
+  return KILN_OK;
+}
+
+KILN_API kiln_status kiln_compiled_run_raw(kiln_compiled *c, kiln_ctx *ctx,
+                                           const void *const *in, const int64_t *const *in_dims,
+                                           void *const *out) {
+  if (!ctx) ctx = c->ctx;
+  if ((c->prog->nparams && (!in || !in_dims)) || (c->prog->nresults && !out))
+    return kir_fail(ctx, KILN_ERR_INVALID, "graph @%s: NULL input or output array", c->name);
+  return krt_run(c->model, ctx, in_dims, in, out);
+}

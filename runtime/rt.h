@@ -1,0 +1,121 @@
+/*
+ * rt.h — Kiln's CPU runtime: the thread pool and the executor of a lowered
+ * program (codegen/program.h) whose kernels are host functions.
+ *
+ * Data flow: codegen lowers a graph into a kcg_program and a renderer (the
+ * LLVM JIT, or the static tables of an ahead-of-time compiled model) turns
+ * each of its kernels into a kcg_cpu_fn. A krt_model binds the two. A run
+ * binds the symbolic dims from the input shapes, plans the memory of every
+ * temporary (one arena, by liveness), and walks the steps: kernels split
+ * over the pool, matrix products handed to OpenBLAS when they are large,
+ * scans looping their body program.
+ *
+ * Everything here depends only on libc, pthreads and OpenBLAS, and reads the
+ * program's data structures without calling into the IR library, because
+ * these files are also built alone into libkiln_rt.a, which ahead-of-time
+ * compiled models link instead of LLVM. Errors are written into a kiln_ctx's
+ * message buffer directly for the same reason.
+ *
+ * Threads: a krt_pool may be shared; krt_parallel_for() from two threads at
+ * once is safe (the second one finds the pool busy and runs its range on its
+ * own thread). A krt_model is immutable after creation, so any number of
+ * threads may run it at once: each run takes its own krt_workspace (symbol
+ * values, memory plan, arena). One spare workspace is kept per model so that
+ * repeated runs at the same sizes reuse their plan and arena.
+ */
+#ifndef KRT_H
+#define KRT_H
+
+#include "codegen/program.h"
+
+/* ---------------------------------------------------------------- the pool */
+
+typedef struct krt_pool krt_pool;
+/* One contiguous chunk [lo, hi) of a parallel_for range. */
+typedef void (*krt_task_fn)(void *arg, int64_t lo, int64_t hi);
+
+/* KILN_NUM_THREADS if set to a positive number, else the CPUs this process may run on. */
+int krt_default_threads(void);
+/* A pool of `nthreads` threads counting the caller's (<= 0: krt_default_threads()); NULL if out of memory. */
+krt_pool *krt_pool_create(int nthreads);
+void krt_pool_destroy(krt_pool *p);
+/* Threads that work on a parallel_for, the caller's included (1 for a NULL pool). */
+int krt_pool_threads(const krt_pool *p);
+/*
+ * Calls fn(arg, lo, hi) over contiguous chunks that cover [0, n) exactly
+ * once, one chunk per thread (fewer when n is small), the caller's thread
+ * taking the first; returns when all are done. A NULL pool, a pool busy with
+ * another parallel_for, or n == 1 runs fn(arg, 0, n) on the caller's thread.
+ */
+void krt_parallel_for(krt_pool *p, int64_t n, krt_task_fn fn, void *arg);
+
+/* ------------------------------------------------------------ the executor */
+
+/*
+ * m·n·k from which a GEMM step in f32/f64 calls cblas_?gemm instead of its
+ * generated fallback kernel (measured: docs/cpu-runtime.md): 16³ when
+ * OpenBLAS runs kernels made for this CPU, 2²² (about 161³) when it fell
+ * back to SSE-only ones. The environment variable KILN_GEMM_THRESHOLD
+ * overrides both for models made afterwards (-1: never BLAS).
+ */
+#define KRT_GEMM_THRESHOLD 4096
+#define KRT_GEMM_THRESHOLD_SSE_BLAS (1 << 22)
+
+/*
+ * A kernel whose buffers hold fewer bytes than this runs on the caller's
+ * thread alone: handing out chunks costs about a microsecond, which small
+ * kernels do not repay (docs/cpu-runtime.md).
+ */
+#define KRT_PARALLEL_MIN_BYTES (32 * 1024)
+
+typedef struct krt_model krt_model;
+typedef struct krt_workspace krt_workspace;
+
+/*
+ * Binds `prog` to one function per kernel (fns[k] for prog->kernels[k]);
+ * both must outlive the model. `pool` may be NULL (everything runs on the
+ * caller's thread) and is not owned. Checks the program's structure
+ * (buffer ids, argument counts, scan bodies): a malformed program is
+ * KILN_ERR_INVALID.
+ */
+kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_cpu_fn *fns,
+                             krt_pool *pool, krt_model **out);
+void krt_model_destroy(krt_model *m);
+/* Names of the entry parameters for messages ("input 1 (%w)"); copied. NULL: numbers only. */
+kiln_status krt_model_set_param_names(krt_model *m, const char *const *names);
+/* m·n·k from which GEMM steps call BLAS (< 0: never; 0: always). */
+void krt_model_set_gemm_threshold(krt_model *m, int64_t threshold);
+/* The arena size of the most recent successful run (0 before the first). */
+size_t krt_model_last_peak(const krt_model *m);
+
+/*
+ * Binds the symbols from the inputs' dims (in_dims[p] holds the rank of
+ * parameter p's type), checks every constant dim and every symbol's
+ * consistency, computes the size of every buffer and plans the arena. A
+ * wrong shape is KILN_ERR_RUNTIME with a message naming the input and axis.
+ */
+kiln_status krt_prepare(krt_model *m, kiln_ctx *ctx, const int64_t *const *in_dims,
+                        krt_workspace **out);
+/* Bytes of the arena the plan needs (inputs and results not counted). */
+size_t krt_workspace_peak(const krt_workspace *w);
+/* The concrete dims of result r (as many as its type's rank) and its size in bytes. */
+void krt_result_dims(const krt_workspace *w, uint32_t r, int64_t *dims);
+size_t krt_result_bytes(const krt_workspace *w, uint32_t r);
+/* The bound value of every symbol (prog->nsyms of them; unused unbound ones are 0). */
+const int64_t *krt_workspace_sizes(const krt_workspace *w);
+/*
+ * Runs the program: in[p] is parameter p's data, out[r] the caller's memory
+ * for result r (krt_result_bytes of it; results may be written there before
+ * the run ends, so it must not overlap an input). A kernel's failed check is
+ * KILN_ERR_RUNTIME with the kernel's message.
+ */
+kiln_status krt_execute(krt_workspace *w, kiln_ctx *ctx, const void *const *in,
+                        void *const *out);
+/* Gives the workspace back to its model (kept as the spare, or freed). */
+void krt_release(krt_workspace *w);
+
+/* prepare + execute + release, for callers whose result memory is sized already. */
+kiln_status krt_run(krt_model *m, kiln_ctx *ctx, const int64_t *const *in_dims,
+                    const void *const *in, void *const *out);
+
+#endif

@@ -1,0 +1,754 @@
+/*
+ * rt_exec.c — running a lowered program: shapes, memory plan, steps.
+ *
+ * A run has three phases.
+ *
+ *   1. Binding (krt_prepare): every symbol takes its value from the first
+ *      input axis that carries it; every other axis is checked against its
+ *      constant or its symbol's value, so a wrong input shape is a message,
+ *      never a kernel reading past the end of a buffer.
+ *
+ *   2. Planning: each buffer's byte size follows from the symbol values. A
+ *      temporary lives from the first step that touches it to the last; the
+ *      temporaries are placed in one arena, largest first, each at the lowest
+ *      64-byte-aligned offset that no temporary alive at the same time
+ *      occupies (a step's operands and results are alive together, so a
+ *      kernel never writes over what it reads). A result written by a step
+ *      goes straight to the caller's memory instead; inputs and constants
+ *      stay where they are. A scan step reserves, for the length of the step,
+ *      room for two copies of its carries (the body reads one and writes the
+ *      other) and its body's own arena. The plan depends only on the symbol
+ *      values, so it is kept with the workspace and reused while they repeat.
+ *
+ *   3. Execution: KERNEL steps split the outermost parallel loop over the
+ *      pool (unless their buffers are so small that waking the pool would
+ *      cost more than the kernel); GEMM steps call cblas_sgemm/dgemm once per batch when the
+ *      product is large enough to pay for it, else run their generated
+ *      kernel; SCAN steps run their body program once per slice, its carries
+ *      ping-ponging between the two copies, the last step writing straight
+ *      into the scan's results and every y straight into its slice.
+ *
+ * Only libc, pthreads and OpenBLAS are called (see rt.h), plus
+ * kcg_kernel_par_extent(), which reads the kernel's data.
+ */
+#include <cblas.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rt.h"
+
+#define ALIGN 64
+#define NOWHERE SIZE_MAX
+#define NO_RESULT UINT32_MAX
+#define MAX_SCAN_DEPTH 32
+/* Bounds that keep every size and offset sum far from overflowing 64 bits. */
+#define MAX_BUFFER ((size_t)1 << 50)
+#define MAX_ARENA ((size_t)1 << 56)
+
+/* A program's layout under one set of symbol values; a scan body has its own. */
+typedef struct rt_plan {
+  const kcg_program *prog;
+  size_t *bytes;         /* per buffer */
+  size_t *offset;        /* per buffer: its place in the arena, or NOWHERE */
+  uint32_t *result_of;   /* per buffer: the result it is written into directly, or NO_RESULT */
+  size_t *scratch;       /* per step: SCAN: offset of its carries and body arena */
+  struct rt_plan **body; /* per step: SCAN: the body's plan */
+  void **addr;           /* per buffer: where it is during the current run */
+  void **args;           /* the current step's buffer addresses */
+  void **call_in, **call_out; /* a scan body's operands and results for one iteration */
+  size_t peak;
+} rt_plan;
+
+struct krt_model {
+  const kcg_program *prog;
+  const kcg_cpu_fn *fns;
+  krt_pool *pool;
+  char **param_names;
+  int64_t gemm_threshold;
+  _Atomic(krt_workspace *) spare;
+  _Atomic size_t last_peak;
+};
+
+struct krt_workspace {
+  krt_model *m;
+  int64_t *sizes; /* the values the plan was made for */
+  int64_t *bind;  /* the values being bound (a failed binding keeps the plan) */
+  rt_plan *plan;
+  char *arena;
+  size_t arena_cap;
+  kiln_ctx *ctx;  /* of the current run */
+};
+
+static kiln_status fail(kiln_ctx *ctx, kiln_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static kiln_status fail(kiln_ctx *ctx, kiln_status s, const char *fmt, ...) {
+  if (ctx) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->msg, sizeof ctx->msg, fmt, ap);
+    va_end(ap);
+  }
+  return s;
+}
+
+static size_t dtype_bytes(kir_dtype t) {
+  static const uint8_t size[KILN_DTYPE_COUNT] = {
+      [KILN_F64] = 8, [KILN_F32] = 4, [KILN_F16] = 2, [KILN_BF16] = 2, [KILN_I64] = 8,
+      [KILN_I32] = 4, [KILN_I8] = 1,  [KILN_U8] = 1,  [KILN_BOOL] = 1};
+  return (unsigned)t < KILN_DTYPE_COUNT ? size[t] : 0;
+}
+
+static size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+
+/* ------------------------------------------------------------ validation */
+
+static bool valid_type(const kcg_program *p, const kir_type *t) {
+  if ((unsigned)t->dtype >= KILN_DTYPE_COUNT || t->rank > KIR_MAX_RANK) return false;
+  for (int i = 0; i < t->rank; i++)
+    if (KIR_DIM_IS_SYM(t->dims[i]) && KIR_DIM_SYM(t->dims[i]) >= p->nsyms) return false;
+  return true;
+}
+
+static bool valid_dim(const kcg_program *p, kir_dim d) {
+  return !KIR_DIM_IS_SYM(d) || KIR_DIM_SYM(d) < p->nsyms;
+}
+
+static kiln_status check_program(kiln_ctx *ctx, const kcg_program *top, const kcg_program *p,
+                                 const kcg_cpu_fn *fns, int depth);
+
+static kiln_status check_step(kiln_ctx *ctx, const kcg_program *top, const kcg_program *p,
+                              const kcg_cpu_fn *fns, uint32_t s, int depth) {
+  const kcg_step *st = &p->steps[s];
+  for (uint32_t i = 0; i < st->nargs; i++)
+    if (st->args[i] >= p->nbufs)
+      return fail(ctx, KILN_ERR_INVALID, "program: step %u: argument %u is buffer %u of %u", s,
+                  i, st->args[i], p->nbufs);
+  if (st->kind == KCG_STEP_KERNEL || st->kind == KCG_STEP_GEMM) {
+    if (st->kernel >= top->nkernels || !fns[st->kernel])
+      return fail(ctx, KILN_ERR_INVALID, "program: step %u: kernel %u has no function", s,
+                  st->kernel);
+    const kcg_kernel *k = top->kernels[st->kernel];
+    if (k->nbufs != st->nargs || (st->kind == KCG_STEP_GEMM && st->nargs != 3))
+      return fail(ctx, KILN_ERR_INVALID, "program: step %u: kernel %s takes %u buffers, got %u",
+                  s, k->name, k->nbufs, st->nargs);
+    if (st->kind == KCG_STEP_KERNEL) return KILN_OK;
+    const kcg_gemm *g = &st->gemm;
+    bool ok = g->nbatch <= KIR_MAX_RANK && g->a_rank <= g->nbatch && g->b_rank <= g->nbatch &&
+              valid_dim(p, g->m) && valid_dim(p, g->n) && valid_dim(p, g->k);
+    for (int i = 0; ok && i < g->nbatch; i++)
+      ok = valid_dim(p, g->batch[i]) && (i >= g->a_rank || valid_dim(p, g->a_batch[i])) &&
+           (i >= g->b_rank || valid_dim(p, g->b_batch[i]));
+    return ok ? KILN_OK : fail(ctx, KILN_ERR_INVALID, "program: step %u: malformed gemm", s);
+  }
+  if (st->kind != KCG_STEP_SCAN)
+    return fail(ctx, KILN_ERR_INVALID, "program: step %u has unknown kind %d", s, (int)st->kind);
+  const kcg_program *b = st->body;
+  if (!b || depth >= MAX_SCAN_DEPTH || b->nsyms != top->nsyms ||
+      st->nargs != b->nparams + b->nresults || st->n_const + st->n_carry > b->nparams ||
+      st->n_carry > b->nresults || !valid_dim(p, st->length))
+    return fail(ctx, KILN_ERR_INVALID, "program: step %u: malformed scan", s);
+  return check_program(ctx, top, b, fns, depth + 1);
+}
+
+static kiln_status check_program(kiln_ctx *ctx, const kcg_program *top, const kcg_program *p,
+                                 const kcg_cpu_fn *fns, int depth) {
+  for (uint32_t b = 0; b < p->nbufs; b++) {
+    const kcg_pbuf *pb = &p->bufs[b];
+    if (!valid_type(top, &pb->type) || (pb->kind == KCG_PBUF_INPUT && pb->index >= p->nparams) ||
+        (unsigned)pb->kind > KCG_PBUF_CONST)
+      return fail(ctx, KILN_ERR_INVALID, "program: buffer %u is malformed", b);
+  }
+  for (uint32_t i = 0; i < p->nparams; i++)
+    if (p->params[i] >= p->nbufs || p->bufs[p->params[i]].kind != KCG_PBUF_INPUT)
+      return fail(ctx, KILN_ERR_INVALID, "program: parameter %u is not an input buffer", i);
+  for (uint32_t r = 0; r < p->nresults; r++)
+    if (p->results[r] >= p->nbufs)
+      return fail(ctx, KILN_ERR_INVALID, "program: result %u is buffer %u of %u", r,
+                  p->results[r], p->nbufs);
+  for (uint32_t s = 0; s < p->nsteps; s++) {
+    kiln_status st = check_step(ctx, top, p, fns, s, depth);
+    if (st) return st;
+  }
+  return KILN_OK;
+}
+
+/* ----------------------------------------------------------------- model */
+
+/*
+ * OpenBLAS picks its kernels for the CPU it recognises; on one it does not
+ * know (a virtual CPU with AVX-512 may pass for a "Prescott") it falls back
+ * to SSE kernels that the generated AVX code beats up to a few million
+ * multiply-adds, so the threshold moves up (docs/cpu-runtime.md).
+ */
+static int64_t default_gemm_threshold(void) {
+  static const char *const sse_only[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem",
+                                         "Atom", "Nano", "Opteron", "Opteron_SSE3", "Barcelona",
+                                         "Bobcat"};
+  const char *core = openblas_get_corename();
+  for (size_t i = 0; core && i < sizeof sse_only / sizeof sse_only[0]; i++)
+    if (!strcmp(core, sse_only[i])) return KRT_GEMM_THRESHOLD_SSE_BLAS;
+  return KRT_GEMM_THRESHOLD;
+}
+
+kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_cpu_fn *fns,
+                             krt_pool *pool, krt_model **out) {
+  *out = NULL;
+  kiln_status s = check_program(ctx, prog, prog, fns, 0);
+  if (s) return s;
+  krt_model *m = calloc(1, sizeof *m);
+  if (!m) return fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  m->prog = prog;
+  m->fns = fns;
+  m->pool = pool;
+  m->gemm_threshold = default_gemm_threshold();
+  const char *env = getenv("KILN_GEMM_THRESHOLD"); /* for measuring it (docs/cpu-runtime.md) */
+  if (env && *env) {
+    char *end;
+    long long v = strtoll(env, &end, 10);
+    if (!*end) m->gemm_threshold = v < 0 ? -1 : v;
+  }
+  atomic_init(&m->spare, NULL);
+  atomic_init(&m->last_peak, 0);
+  *out = m;
+  return KILN_OK;
+}
+
+static void free_names(krt_model *m) {
+  for (uint32_t i = 0; m->param_names && i < m->prog->nparams; i++) free(m->param_names[i]);
+  free(m->param_names);
+  m->param_names = NULL;
+}
+
+kiln_status krt_model_set_param_names(krt_model *m, const char *const *names) {
+  free_names(m);
+  if (!names || !m->prog->nparams) return KILN_OK;
+  m->param_names = calloc(m->prog->nparams, sizeof *m->param_names);
+  if (!m->param_names) return KILN_ERR_NOMEM;
+  for (uint32_t i = 0; i < m->prog->nparams; i++)
+    if (names[i] && !(m->param_names[i] = strdup(names[i]))) {
+      free_names(m);
+      return KILN_ERR_NOMEM;
+    }
+  return KILN_OK;
+}
+
+void krt_model_set_gemm_threshold(krt_model *m, int64_t threshold) {
+  m->gemm_threshold = threshold;
+}
+
+size_t krt_model_last_peak(const krt_model *m) {
+  return atomic_load(&((krt_model *)m)->last_peak);
+}
+
+static void free_workspace(krt_workspace *w);
+
+void krt_model_destroy(krt_model *m) {
+  if (!m) return;
+  free_workspace(atomic_exchange(&m->spare, NULL));
+  free_names(m);
+  free(m);
+}
+
+/* --------------------------------------------------------------- binding */
+
+static void input_label(const krt_model *m, uint32_t p, char *buf, size_t n) {
+  if (m->param_names && m->param_names[p]) snprintf(buf, n, "%u (%%%s)", p, m->param_names[p]);
+  else snprintf(buf, n, "%u", p);
+}
+
+static const char *sym_name(const kcg_program *p, kir_dim d) {
+  uint32_t s = KIR_DIM_SYM(d);
+  return p->syms && p->syms[s] ? p->syms[s] : "?";
+}
+
+static kiln_status bind_inputs(krt_workspace *w, kiln_ctx *ctx, const int64_t *const *in_dims) {
+  const krt_model *m = w->m;
+  const kcg_program *p = m->prog;
+  for (uint32_t s = 0; s < p->nsyms; s++) w->bind[s] = -1;
+  for (uint32_t i = 0; i < p->nparams; i++) {
+    const kir_type *t = &p->bufs[p->params[i]].type;
+    char label[160];
+    input_label(m, i, label, sizeof label);
+    for (int a = 0; a < t->rank; a++) {
+      int64_t got = in_dims[i][a];
+      kir_dim d = t->dims[a];
+      if (got < 0)
+        return fail(ctx, KILN_ERR_RUNTIME, "input %s: axis %d has negative size %lld", label, a,
+                    (long long)got);
+      if (!KIR_DIM_IS_SYM(d)) {
+        if (got != d)
+          return fail(ctx, KILN_ERR_RUNTIME, "input %s: axis %d has size %lld, expected %lld",
+                      label, a, (long long)got, (long long)d);
+        continue;
+      }
+      int64_t *b = &w->bind[KIR_DIM_SYM(d)];
+      if (*b < 0) *b = got;
+      else if (*b != got)
+        return fail(ctx, KILN_ERR_RUNTIME,
+                    "input %s: axis %d (%s) has size %lld, but %s is %lld from an earlier input",
+                    label, a, sym_name(p, d), (long long)got, sym_name(p, d), (long long)*b);
+    }
+  }
+  return KILN_OK;
+}
+
+/* Byte size of a buffer of type t; fails on an unbound symbol or an overflow. */
+static kiln_status type_bytes(kiln_ctx *ctx, const kcg_program *p, const int64_t *sizes,
+                              const kir_type *t, size_t *out) {
+  size_t n = dtype_bytes(t->dtype);
+  for (int i = 0; i < t->rank; i++) {
+    kir_dim d = t->dims[i];
+    if (KIR_DIM_IS_SYM(d) && sizes[KIR_DIM_SYM(d)] < 0)
+      return fail(ctx, KILN_ERR_RUNTIME, "symbol %s is not bound by any input", sym_name(p, d));
+    int64_t v = kcg_dim_value(d, sizes);
+    if (v < 0 || (uint64_t)v > SIZE_MAX || __builtin_mul_overflow(n, (size_t)v, &n) ||
+        n > MAX_BUFFER)
+      return fail(ctx, KILN_ERR_RUNTIME, "the input shapes make a buffer of more than %zu bytes",
+                  MAX_BUFFER);
+  }
+  *out = n;
+  return KILN_OK;
+}
+
+/* ------------------------------------------------------------ memory plan */
+
+typedef struct {
+  size_t size;
+  uint32_t first, last; /* steps */
+  size_t *offset;       /* where the placement goes */
+} plan_item;
+
+static int by_size_desc(const void *a, const void *b) {
+  const plan_item *x = a, *y = b;
+  if (x->size != y->size) return x->size < y->size ? 1 : -1;
+  return x->first < y->first ? -1 : x->first > y->first;
+}
+
+static int by_offset(const void *a, const void *b) {
+  const plan_item *x = *(plan_item *const *)a, *y = *(plan_item *const *)b;
+  return *x->offset < *y->offset ? -1 : *x->offset > *y->offset;
+}
+
+/*
+ * Places the items (first fit, largest first) and sets the arena size.
+ * Items alive at a common step never share bytes. Sizes are multiples of
+ * ALIGN and at most MAX_BUFFER, so offsets stay far from overflowing unless
+ * the plan itself would not fit in memory.
+ */
+static kiln_status place_items(kiln_ctx *ctx, plan_item *items, uint32_t n, size_t *peak) {
+  plan_item **live = malloc((n ? n : 1) * sizeof *live);
+  if (!live) return fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  qsort(items, n, sizeof *items, by_size_desc);
+  *peak = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t nl = 0;
+    for (uint32_t j = 0; j < i; j++)
+      if (items[j].first <= items[i].last && items[i].first <= items[j].last) live[nl++] = &items[j];
+    qsort(live, nl, sizeof *live, by_offset);
+    size_t at = 0;
+    for (uint32_t j = 0; j < nl && at + items[i].size > *live[j]->offset; j++)
+      if (*live[j]->offset + live[j]->size > at) at = *live[j]->offset + live[j]->size;
+    *items[i].offset = at;
+    if (at + items[i].size > *peak) *peak = at + items[i].size;
+    if (*peak > MAX_ARENA) {
+      free(live);
+      return fail(ctx, KILN_ERR_NOMEM, "the memory plan for these input shapes needs more than "
+                  "%llu bytes", (unsigned long long)MAX_ARENA);
+    }
+  }
+  free(live);
+  return KILN_OK;
+}
+
+static void free_plan(rt_plan *pl) {
+  if (!pl) return;
+  for (uint32_t s = 0; pl->body && s < pl->prog->nsteps; s++) free_plan(pl->body[s]);
+  free(pl->bytes);
+  free(pl->offset);
+  free(pl->result_of);
+  free(pl->scratch);
+  free(pl->body);
+  free(pl->addr);
+  free(pl->args);
+  free(pl->call_in);
+  free(pl->call_out);
+  free(pl);
+}
+
+static bool step_writes(const kcg_program *top, const kcg_step *st, uint32_t i) {
+  switch (st->kind) {
+  case KCG_STEP_KERNEL: return top->kernels[st->kernel]->bufs[i].written;
+  case KCG_STEP_GEMM: return i == 2;
+  case KCG_STEP_SCAN: return i >= st->body->nparams;
+  }
+  return false;
+}
+
+/* The scratch a scan step needs: two copies of each carry, then the body's arena. */
+static size_t scan_carry_bytes(const rt_plan *body, const kcg_step *st) {
+  size_t n = 0;
+  for (uint32_t c = 0; c < st->n_carry; c++)
+    n += 2 * align_up(body->bytes[body->prog->params[st->n_const + c]]);
+  return n;
+}
+
+static kiln_status plan_program(krt_workspace *w, kiln_ctx *ctx, const kcg_program *p,
+                                rt_plan **out);
+
+/* Liveness of the temporaries of `p` and the scratch of its scans, as placement items. */
+static kiln_status collect_items(krt_workspace *w, kiln_ctx *ctx, rt_plan *pl, plan_item *items,
+                                 uint32_t *nitems) {
+  const kcg_program *p = pl->prog, *top = w->m->prog;
+  uint32_t nb = p->nbufs, *first = malloc((nb ? nb : 1) * 2 * sizeof *first), *last;
+  bool *written = calloc(nb ? nb : 1, sizeof *written);
+  if (!first || !written) {
+    free(first), free(written);
+    return fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  }
+  last = first + nb;
+  for (uint32_t b = 0; b < nb; b++) first[b] = last[b] = UINT32_MAX;
+  for (uint32_t s = 0; s < p->nsteps; s++)
+    for (uint32_t i = 0; i < p->steps[s].nargs; i++) {
+      uint32_t b = p->steps[s].args[i];
+      if (first[b] == UINT32_MAX) first[b] = s;
+      last[b] = s;
+      written[b] |= step_writes(top, &p->steps[s], i);
+    }
+  for (uint32_t r = 0; r < p->nresults; r++) {
+    uint32_t b = p->results[r];
+    if (p->bufs[b].kind == KCG_PBUF_TEMP && written[b] && pl->result_of[b] == NO_RESULT)
+      pl->result_of[b] = r;
+  }
+  *nitems = 0;
+  for (uint32_t b = 0; b < nb; b++)
+    if (p->bufs[b].kind == KCG_PBUF_TEMP && first[b] != UINT32_MAX &&
+        pl->result_of[b] == NO_RESULT && pl->bytes[b])
+      items[(*nitems)++] = (plan_item){align_up(pl->bytes[b]), first[b], last[b], &pl->offset[b]};
+  free(first);
+  free(written);
+  for (uint32_t s = 0; s < p->nsteps; s++) {
+    if (p->steps[s].kind != KCG_STEP_SCAN) continue;
+    kiln_status st = plan_program(w, ctx, p->steps[s].body, &pl->body[s]);
+    if (st) return st;
+    size_t need = scan_carry_bytes(pl->body[s], &p->steps[s]) + pl->body[s]->peak;
+    if (need > MAX_ARENA)
+      return fail(ctx, KILN_ERR_NOMEM, "the memory plan for these input shapes needs more than "
+                  "%llu bytes", (unsigned long long)MAX_ARENA);
+    if (need) items[(*nitems)++] = (plan_item){align_up(need), s, s, &pl->scratch[s]};
+  }
+  return KILN_OK;
+}
+
+static kiln_status plan_program(krt_workspace *w, kiln_ctx *ctx, const kcg_program *p,
+                                rt_plan **out) {
+  uint32_t nb = p->nbufs ? p->nbufs : 1, ns = p->nsteps ? p->nsteps : 1, maxargs = 1;
+  for (uint32_t s = 0; s < p->nsteps; s++)
+    if (p->steps[s].nargs > maxargs) maxargs = p->steps[s].nargs;
+  rt_plan *pl = calloc(1, sizeof *pl);
+  plan_item *items = NULL;
+  kiln_status st = KILN_OK;
+  if (pl) pl->prog = p;
+  if (!pl || !(pl->bytes = calloc(nb, sizeof *pl->bytes)) ||
+      !(pl->offset = calloc(nb, sizeof *pl->offset)) ||
+      !(pl->result_of = calloc(nb, sizeof *pl->result_of)) ||
+      !(pl->addr = calloc(nb, sizeof *pl->addr)) ||
+      !(pl->scratch = calloc(ns, sizeof *pl->scratch)) ||
+      !(pl->body = calloc(ns, sizeof *pl->body)) ||
+      !(pl->args = calloc(maxargs, sizeof *pl->args)) ||
+      !(pl->call_in = calloc(p->nparams + 1, sizeof *pl->call_in)) ||
+      !(pl->call_out = calloc(p->nresults + 1, sizeof *pl->call_out)) ||
+      !(items = malloc((nb + ns) * sizeof *items))) {
+    st = fail(ctx, KILN_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  for (uint32_t b = 0; b < p->nbufs && !st; b++) {
+    pl->offset[b] = NOWHERE;
+    pl->result_of[b] = NO_RESULT;
+    st = type_bytes(ctx, p, w->sizes, &p->bufs[b].type, &pl->bytes[b]);
+    if (!st && p->bufs[b].kind == KCG_PBUF_CONST && pl->bytes[b] && !p->bufs[b].data)
+      st = fail(ctx, KILN_ERR_INVALID, "program: constant buffer %u has no data", b);
+  }
+  uint32_t nitems = 0;
+  if (!st) st = collect_items(w, ctx, pl, items, &nitems);
+  if (!st) st = place_items(ctx, items, nitems, &pl->peak);
+done:
+  free(items);
+  if (st) free_plan(pl);
+  else *out = pl;
+  return st;
+}
+
+/* ------------------------------------------------------------- workspace */
+
+static void free_workspace(krt_workspace *w) {
+  if (!w) return;
+  free_plan(w->plan);
+  free(w->sizes);
+  free(w->arena);
+  free(w);
+}
+
+static krt_workspace *take_workspace(krt_model *m) {
+  krt_workspace *w = atomic_exchange(&m->spare, NULL);
+  if (w) return w;
+  uint32_t ns = m->prog->nsyms ? m->prog->nsyms : 1;
+  w = calloc(1, sizeof *w);
+  if (!w || !(w->sizes = calloc(2 * (size_t)ns, sizeof *w->sizes))) {
+    free(w);
+    return NULL;
+  }
+  w->bind = w->sizes + ns;
+  w->m = m;
+  return w;
+}
+
+void krt_release(krt_workspace *w) {
+  if (!w) return;
+  krt_workspace *none = NULL;
+  if (!atomic_compare_exchange_strong(&w->m->spare, &none, w)) free_workspace(w);
+}
+
+kiln_status krt_prepare(krt_model *m, kiln_ctx *ctx, const int64_t *const *in_dims,
+                        krt_workspace **out) {
+  *out = NULL;
+  krt_workspace *w = take_workspace(m);
+  if (!w) return fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  const kcg_program *p = m->prog;
+  kiln_status st = bind_inputs(w, ctx, in_dims);
+  if (st) {
+    krt_release(w);
+    return st;
+  }
+  /* Which symbols the inputs bind depends on the program only: an unbound one is unused. */
+  bool same = w->plan != NULL;
+  for (uint32_t s = 0; same && s < p->nsyms; s++)
+    same = w->sizes[s] == (w->bind[s] < 0 ? 0 : w->bind[s]);
+  if (!same) {
+    free_plan(w->plan);
+    w->plan = NULL;
+    /* Unbound symbols stay -1 while planning: a buffer that needs one is an error. */
+    memcpy(w->sizes, w->bind, p->nsyms * sizeof *w->sizes);
+    st = plan_program(w, ctx, p, &w->plan);
+    for (uint32_t s = 0; s < p->nsyms; s++)
+      if (w->sizes[s] < 0) w->sizes[s] = 0;
+  }
+  if (!st && w->plan->peak > w->arena_cap) {
+    free(w->arena);
+    w->arena_cap = 0;
+    if (!(w->arena = aligned_alloc(ALIGN, align_up(w->plan->peak))))
+      st = fail(ctx, KILN_ERR_NOMEM, "out of memory for an arena of %zu bytes", w->plan->peak);
+    else w->arena_cap = w->plan->peak;
+  }
+  if (st) {
+    free_plan(w->plan);
+    w->plan = NULL;
+    krt_release(w);
+    return st;
+  }
+  *out = w;
+  return KILN_OK;
+}
+
+size_t krt_workspace_peak(const krt_workspace *w) { return w->plan->peak; }
+const int64_t *krt_workspace_sizes(const krt_workspace *w) { return w->sizes; }
+
+void krt_result_dims(const krt_workspace *w, uint32_t r, int64_t *dims) {
+  const kcg_program *p = w->m->prog;
+  const kir_type *t = &p->bufs[p->results[r]].type;
+  for (int i = 0; i < t->rank; i++) dims[i] = kcg_dim_value(t->dims[i], w->sizes);
+}
+
+size_t krt_result_bytes(const krt_workspace *w, uint32_t r) {
+  return w->plan->bytes[w->m->prog->results[r]];
+}
+
+/* ------------------------------------------------------------- execution */
+
+typedef struct {
+  kcg_cpu_fn fn;
+  void **bufs;
+  const int64_t *sizes;
+  pthread_mutex_t mu;
+  int64_t err_lo; /* the chunk of the first failed check, in iteration order */
+  int32_t err;
+} kernel_task;
+
+static void kernel_chunk(void *arg, int64_t lo, int64_t hi) {
+  kernel_task *t = arg;
+  int32_t err = 0;
+  t->fn(t->bufs, t->sizes, lo, hi, &err);
+  if (!err) return;
+  pthread_mutex_lock(&t->mu);
+  if (!t->err || lo < t->err_lo) {
+    t->err = err;
+    t->err_lo = lo;
+  }
+  pthread_mutex_unlock(&t->mu);
+}
+
+static kiln_status run_kernel(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
+  const krt_model *m = w->m;
+  const kcg_kernel *k = m->prog->kernels[st->kernel];
+  for (uint32_t i = 0; i < st->nargs; i++) pl->args[i] = pl->addr[st->args[i]];
+  kernel_task t = {.fn = m->fns[st->kernel], .bufs = pl->args, .sizes = w->sizes};
+  int64_t extent = kcg_kernel_par_extent(k, w->sizes);
+  size_t touched = 0;
+  for (uint32_t i = 0; i < st->nargs; i++) touched += pl->bytes[st->args[i]];
+  pthread_mutex_init(&t.mu, NULL);
+  if (extent > 0 && touched < KRT_PARALLEL_MIN_BYTES) kernel_chunk(&t, 0, extent);
+  else krt_parallel_for(m->pool, extent, kernel_chunk, &t);
+  pthread_mutex_destroy(&t.mu);
+  if (!t.err) return KILN_OK;
+  if (t.err < 0 || (uint32_t)t.err > k->nerrors)
+    return fail(w->ctx, KILN_ERR_RUNTIME, "kernel %s failed with unknown error code %d", k->name,
+                (int)t.err);
+  return fail(w->ctx, KILN_ERR_RUNTIME, "%s", k->errors[t.err - 1]);
+}
+
+/* Element offset of one batch's matrix in an operand whose batch dims broadcast against C's. */
+static size_t batch_offset(const int64_t *cidx, int nbatch, int rank, const kir_dim *dims,
+                           const int64_t *sizes, size_t matrix) {
+  size_t off = 0, stride = matrix;
+  for (int j = rank - 1; j >= 0; j--) {
+    int64_t d = kcg_dim_value(dims[j], sizes);
+    if (d != 1) off += (size_t)cidx[nbatch - rank + j] * stride;
+    stride *= (size_t)d;
+  }
+  return off;
+}
+
+static bool use_blas(const krt_model *m, const kcg_gemm *g, int64_t M, int64_t N, int64_t K) {
+  if ((g->dtype != KILN_F32 && g->dtype != KILN_F64) || m->gemm_threshold < 0) return false;
+  if (M > INT_MAX || N > INT_MAX || K > INT_MAX) return false;
+  int64_t mn, mnk;
+  if (__builtin_mul_overflow(M, N, &mn) || __builtin_mul_overflow(mn, K, &mnk)) return true;
+  return mnk >= m->gemm_threshold;
+}
+
+static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
+  const kcg_gemm *g = &st->gemm;
+  const int64_t *sz = w->sizes;
+  int64_t M = kcg_dim_value(g->m, sz), N = kcg_dim_value(g->n, sz), K = kcg_dim_value(g->k, sz);
+  if (!use_blas(w->m, g, M, N, K)) return run_kernel(w, pl, st);
+  char *a = pl->addr[st->args[0]], *b = pl->addr[st->args[1]], *c = pl->addr[st->args[2]];
+  size_t es = dtype_bytes(g->dtype), cbytes = pl->bytes[st->args[2]];
+  if (!M || !N || !cbytes) return KILN_OK;
+  if (!K) {
+    memset(c, 0, cbytes);
+    return KILN_OK;
+  }
+  size_t count = cbytes / ((size_t)M * (size_t)N * es);
+  int64_t cidx[KIR_MAX_RANK] = {0};
+  enum CBLAS_TRANSPOSE ta = g->trans_a ? CblasTrans : CblasNoTrans;
+  enum CBLAS_TRANSPOSE tb = g->trans_b ? CblasTrans : CblasNoTrans;
+  int lda = (int)(g->trans_a ? M : K), ldb = (int)(g->trans_b ? K : N);
+  for (size_t i = 0; i < count; i++) {
+    size_t ao = batch_offset(cidx, g->nbatch, g->a_rank, g->a_batch, sz, (size_t)(M * K)) * es;
+    size_t bo = batch_offset(cidx, g->nbatch, g->b_rank, g->b_batch, sz, (size_t)(K * N)) * es;
+    size_t co = i * (size_t)M * (size_t)N * es;
+    if (g->dtype == KILN_F32)
+      cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1.0f, (const float *)(a + ao),
+                  lda, (const float *)(b + bo), ldb, 0.0f, (float *)(c + co), (int)N);
+    else
+      cblas_dgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1.0, (const double *)(a + ao),
+                  lda, (const double *)(b + bo), ldb, 0.0, (double *)(c + co), (int)N);
+    for (int d = g->nbatch - 1; d >= 0; d--) { /* the next batch index, row-major */
+      if (++cidx[d] < kcg_dim_value(g->batch[d], sz)) break;
+      cidx[d] = 0;
+    }
+  }
+  return KILN_OK;
+}
+
+static void copy_bytes(void *dst, const void *src, size_t n) {
+  if (n && dst != src) memmove(dst, src, n);
+}
+
+static kiln_status exec_program(krt_workspace *w, rt_plan *pl, char *base,
+                                void *const *in, void *const *out);
+
+static kiln_status run_scan(krt_workspace *w, rt_plan *pl, uint32_t s, char *base) {
+  const kcg_step *st = &pl->prog->steps[s];
+  const kcg_program *body = st->body;
+  rt_plan *bp = pl->body[s];
+  uint32_t nops = body->nparams, nc = st->n_const, nk = st->n_carry;
+  int64_t len = kcg_dim_value(st->length, w->sizes);
+  char *scratch = base + pl->scratch[s], *body_base = scratch + scan_carry_bytes(bp, st);
+  void **addr = pl->addr;
+  const uint32_t *args = st->args;
+  if (len <= 0) {
+    for (uint32_t c = 0; c < nk; c++)
+      copy_bytes(addr[args[nops + c]], addr[args[nc + c]], pl->bytes[args[nops + c]]);
+    return KILN_OK;
+  }
+  for (int64_t it = 0; it < len; it++) {
+    int64_t t = st->reverse ? len - 1 - it : it;
+    for (uint32_t i = 0; i < nc; i++) bp->call_in[i] = addr[args[i]];
+    char *pingpong = scratch;
+    for (uint32_t c = 0; c < nk; c++) {
+      size_t cb = align_up(bp->bytes[body->params[nc + c]]);
+      /* Iteration it reads what it - 1 wrote; the last writes the scan's result. */
+      bp->call_in[nc + c] = it == 0 ? addr[args[nc + c]] : bp->call_out[c];
+      bp->call_out[c] = it == len - 1 ? addr[args[nops + c]] : pingpong + (it % 2) * cb;
+      pingpong += 2 * cb;
+    }
+    for (uint32_t x = nc + nk; x < nops; x++)
+      bp->call_in[x] = (char *)addr[args[x]] + (size_t)t * bp->bytes[body->params[x]];
+    for (uint32_t y = nk; y < body->nresults; y++)
+      bp->call_out[y] = (char *)addr[args[nops + y]] + (size_t)t * bp->bytes[body->results[y]];
+    kiln_status r = exec_program(w, bp, body_base, bp->call_in, bp->call_out);
+    if (r) return r;
+  }
+  return KILN_OK;
+}
+
+/* Runs program `pl->prog` with its arena at `base`, its parameters at in[], its results to out[]. */
+static kiln_status exec_program(krt_workspace *w, rt_plan *pl, char *base,
+                                void *const *in, void *const *out) {
+  static char empty[ALIGN]; /* the address of buffers with no bytes and no place */
+  const kcg_program *p = pl->prog;
+  for (uint32_t b = 0; b < p->nbufs; b++) {
+    const kcg_pbuf *pb = &p->bufs[b];
+    if (pb->kind == KCG_PBUF_INPUT) pl->addr[b] = in[pb->index];
+    else if (pb->kind == KCG_PBUF_CONST) pl->addr[b] = (void *)pb->data;
+    else if (pl->result_of[b] != NO_RESULT) pl->addr[b] = out[pl->result_of[b]];
+    else pl->addr[b] = pl->offset[b] != NOWHERE ? base + pl->offset[b] : empty;
+  }
+  kiln_status r = KILN_OK;
+  for (uint32_t s = 0; s < p->nsteps && !r; s++) {
+    const kcg_step *st = &p->steps[s];
+    if (st->kind == KCG_STEP_KERNEL) r = run_kernel(w, pl, st);
+    else if (st->kind == KCG_STEP_GEMM) r = run_gemm(w, pl, st);
+    else r = run_scan(w, pl, s, base);
+  }
+  for (uint32_t i = 0; i < p->nresults && !r; i++) {
+    uint32_t b = p->results[i];
+    if (pl->result_of[b] == i) continue;
+    if (pl->addr[b] == empty && pl->bytes[b]) memset(out[i], 0, pl->bytes[b]); /* never written */
+    else copy_bytes(out[i], pl->addr[b], pl->bytes[b]);
+  }
+  return r;
+}
+
+kiln_status krt_execute(krt_workspace *w, kiln_ctx *ctx, const void *const *in,
+                        void *const *out) {
+  w->ctx = ctx;
+  kiln_status r = exec_program(w, w->plan, w->arena, (void *const *)in, out);
+  if (!r) atomic_store(&w->m->last_peak, w->plan->peak);
+  return r;
+}
+
+kiln_status krt_run(krt_model *m, kiln_ctx *ctx, const int64_t *const *in_dims,
+                    const void *const *in, void *const *out) {
+  krt_workspace *w;
+  kiln_status r = krt_prepare(m, ctx, in_dims, &w);
+  if (r) return r;
+  r = krt_execute(w, ctx, in, out);
+  krt_release(w);
+  return r;
+}

@@ -1,0 +1,264 @@
+/*
+ * test_aot.c — `kiln compile` end to end: a graph into a shared object,
+ * loaded with dlopen and run against the reference interpreter.
+ *
+ * For a few graphs (an MLP with symbolic batch, a conv net, a scan) it
+ * compiles a .so, checks that it needs no LLVM (its DT_NEEDED entries),
+ * runs it at two batch sizes on fresh random inputs, compares with the
+ * float64 interpreter, checks that a wrong input shape is an error code with
+ * a message, and runs 8 instances from 8 threads at once.
+ */
+#include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/kir.h"
+#include "kiln/aot.h"
+
+typedef struct model model;
+typedef int (*create_fn)(model **);
+typedef int (*dims_fn)(model *, const int64_t *const *, int, int64_t *);
+typedef int (*run_fn)(model *, const void *const *, const int64_t *const *, void *const *);
+typedef const char *(*error_fn)(const model *);
+typedef void (*destroy_fn)(model *);
+
+typedef struct api {
+  create_fn create;
+  dims_fn dims;
+  run_fn run;
+  error_fn error;
+  destroy_fn destroy;
+} api;
+
+static int failures;
+#define FAIL(...)                                                                              \
+  do {                                                                                         \
+    printf("FAIL: " __VA_ARGS__);                                                              \
+    printf("\n");                                                                              \
+    failures++;                                                                                \
+  } while (0)
+
+static const char *mlp =
+    "func @main(%x: f32[N, 6], %w1: f32[6, 16], %b1: f32[16], %w2: f32[16, 3]) -> (f32[N, 3], f32[N, 16]) {\n"
+    "  %z = matmul(%x, %w1) : f32[N, 16]\n"
+    "  %a = add(%z, %b1) : f32[N, 16]\n"
+    "  %h = tanh(%a) : f32[N, 16]\n"
+    "  %o = matmul(%h, %w2) : f32[N, 3]\n"
+    "  %p = softmax(%o) {axis = 1} : f32[N, 3]\n"
+    "  return %p, %h\n"
+    "}\n";
+
+static const char *conv =
+    "func @main(%x: f64[B, 2, 8, 8], %w: f64[4, 2, 3, 3]) -> (f64[B, 4, 3, 3]) {\n"
+    "  %c = conv2d(%x, %w) {padding = [1, 1, 1, 1]} : f64[B, 4, 8, 8]\n"
+    "  %r = max_pool2d(%c) {kernel = [2, 2], stride = [2, 2]} : f64[B, 4, 4, 4]\n"
+    "  %s = slice(%r) {start = [0, 0, 0, 0], stop = [9223372036854775807, 4, 3, 3], step = [1, 1, 1, 1]} : f64[B, 4, 3, 3]\n"
+    "  return %s\n"
+    "}\n";
+
+static const char *rnn =
+    "func @cell(%w: f64[4, 4], %h: f64[N, 4], %x: f64[N, 4]) -> (f64[N, 4], f64[N, 4]) {\n"
+    "  %m = matmul(%h, %w) : f64[N, 4]\n"
+    "  %s = add(%m, %x) : f64[N, 4]\n"
+    "  %t = tanh(%s) : f64[N, 4]\n"
+    "  return %t, %t\n"
+    "}\n\n"
+    "func @main(%w: f64[4, 4], %h0: f64[N, 4], %xs: f64[5, N, 4]) -> (f64[N, 4], f64[5, N, 4]) {\n"
+    "  %hT, %ys = scan(%w, %h0, %xs) {body = @cell, n_const = 1, n_carry = 1} : f64[N, 4], f64[5, N, 4]\n"
+    "  return %hT, %ys\n"
+    "}\n";
+
+static _Thread_local uint64_t rng = 0x9e3779b97f4a7c15ull;
+static double uniform(void) { /* xorshift: fresh, never-zero inputs in [-1, 1) \ {0} */
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  double v = (double)(rng >> 11) / 9007199254740992.0 * 2 - 1;
+  return v == 0 ? 0.5 : v;
+}
+
+static bool load_api(void *so, const char *name, api *a) {
+  char sym[128];
+#define LOAD(field, suffix)                                                                    \
+  snprintf(sym, sizeof sym, "%s_" suffix, name);                                               \
+  *(void **)&a->field = dlsym(so, sym);                                                        \
+  if (!a->field) return false;
+  LOAD(create, "create")
+  LOAD(dims, "output_dims")
+  LOAD(run, "run")
+  LOAD(error, "error")
+  LOAD(destroy, "destroy")
+#undef LOAD
+  return true;
+}
+
+/* Checks that the .so needs no LLVM library. */
+static void check_needed(const char *so_path) {
+  char cmd[600], line[512];
+  snprintf(cmd, sizeof cmd, "readelf -d '%s'", so_path);
+  FILE *p = popen(cmd, "r");
+  if (!p) {
+    FAIL("cannot run readelf");
+    return;
+  }
+  int needed = 0;
+  while (fgets(line, sizeof line, p)) {
+    if (!strstr(line, "(NEEDED)")) continue;
+    needed++;
+    if (strstr(line, "LLVM") || strstr(line, "kiln")) FAIL("%s needs %s", so_path, line);
+  }
+  if (pclose(p) != 0 || !needed) FAIL("readelf -d %s listed no NEEDED entries", so_path);
+}
+
+typedef struct run_case {
+  const api *a;
+  kir_graph *g;
+  int64_t sym_value;
+  double tol;
+  double worst;
+  bool ok;
+} run_case;
+
+/* One instance, fresh inputs with the symbol at `sym_value`, compared with the interpreter. */
+static void *run_one(void *arg) {
+  run_case *rc = arg;
+  kir_graph *g = rc->g;
+  rc->ok = false;
+  kir_tensor *ref_in[8] = {0}, *ref_out[8] = {0};
+  void *in[8] = {0}, *out[8] = {0};
+  int64_t dims[8][KIR_MAX_RANK];
+  const int64_t *dimp[8];
+  model *m = NULL;
+  kiln_ctx *ctx = kiln_ctx_create();
+  if (rc->a->create(&m)) goto done;
+  for (uint32_t p = 0; p < g->nparams; p++) {
+    const kir_type *t = &g->values[g->params[p]].type;
+    for (int d = 0; d < t->rank; d++) dims[p][d] = KIR_DIM_IS_SYM(t->dims[d]) ? rc->sym_value : t->dims[d];
+    dimp[p] = dims[p];
+    ref_in[p] = kir_tensor_new(t->dtype, t->rank, dims[p]);
+    in[p] = malloc((size_t)ref_in[p]->numel * kiln_dtype_size(t->dtype) + 1);
+    for (int64_t e = 0; e < ref_in[p]->numel; e++) {
+      double v = uniform();
+      if (t->dtype == KILN_F32) {
+        ((float *)in[p])[e] = (float)v;
+        v = (float)v;
+      } else {
+        ((double *)in[p])[e] = v;
+      }
+      ref_in[p]->f[e] = v;
+    }
+  }
+  if (kir_interp_run(ctx, g, ref_in, ref_out) != KILN_OK) {
+    printf("interpreter: %s\n", kiln_ctx_error(ctx));
+    goto done;
+  }
+  for (uint32_t r = 0; r < g->nresults; r++) {
+    int64_t od[KIR_MAX_RANK];
+    if (rc->a->dims(m, dimp, (int)r, od)) goto done;
+    for (int d = 0; d < ref_out[r]->rank; d++)
+      if (od[d] != ref_out[r]->dims[d]) goto done;
+    out[r] = malloc((size_t)ref_out[r]->numel * kiln_dtype_size(ref_out[r]->dtype) + 1);
+  }
+  if (rc->a->run(m, (const void *const *)in, dimp, out)) {
+    printf("run: %s\n", rc->a->error(m));
+    goto done;
+  }
+  rc->worst = 0;
+  for (uint32_t r = 0; r < g->nresults; r++)
+    for (int64_t e = 0; e < ref_out[r]->numel; e++) {
+      double got = ref_out[r]->dtype == KILN_F32 ? ((float *)out[r])[e] : ((double *)out[r])[e];
+      double want = ref_out[r]->f[e], d = fabs(got - want) / (1 + fabs(want));
+      if (!(d <= rc->tol)) goto done;
+      if (d > rc->worst) rc->worst = d;
+    }
+  rc->ok = true;
+done:
+  for (int i = 0; i < 8; i++) {
+    kir_tensor_free(ref_in[i]);
+    kir_tensor_free(ref_out[i]);
+    free(in[i]);
+    free(out[i]);
+  }
+  if (m) rc->a->destroy(m);
+  kiln_ctx_destroy(ctx);
+  return NULL;
+}
+
+static void check_wrong_shape(const api *a, kir_graph *g) {
+  model *m;
+  if (a->create(&m)) {
+    FAIL("create");
+    return;
+  }
+  int64_t dims[8][KIR_MAX_RANK];
+  const int64_t *dimp[8];
+  void *in[8] = {0}, *out[8] = {0};
+  for (uint32_t p = 0; p < g->nparams; p++) {
+    const kir_type *t = &g->values[g->params[p]].type;
+    for (int d = 0; d < t->rank; d++) dims[p][d] = KIR_DIM_IS_SYM(t->dims[d]) ? 2 : t->dims[d];
+    dimp[p] = dims[p];
+  }
+  int last = g->values[g->params[0]].type.rank - 1;
+  dims[0][last] += 1; /* a constant axis of the first input is off by one */
+  int s = a->run(m, (const void *const *)in, dimp, out);
+  if (s == 0 || !strstr(a->error(m), "axis")) FAIL("wrong shape: status %d, message '%s'", s, a->error(m));
+  a->destroy(m);
+}
+
+static void check_model(const char *name, const char *text, double tol) {
+  kiln_ctx *ctx = kiln_ctx_create();
+  kiln_graph *g = NULL;
+  char so[256], header[256];
+  snprintf(so, sizeof so, "%s/test_aot_%s.so", KILN_BINARY_DIR, name);
+  snprintf(header, sizeof header, "%s/test_aot_%s.h", KILN_BINARY_DIR, name);
+  if (kiln_graph_parse(ctx, text, strlen(text), name, &g) != KILN_OK) {
+    FAIL("%s: parse: %s", name, kiln_ctx_error(ctx));
+    goto done;
+  }
+  kiln_aot_options opt = {.output = so, .header = header, .name = name};
+  if (kiln_compile_shared(g, &opt) != KILN_OK) {
+    FAIL("%s: compile: %s", name, kiln_ctx_error(ctx));
+    goto done;
+  }
+  check_needed(so);
+  void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+  api a;
+  if (!h || !load_api(h, name, &a)) {
+    FAIL("%s: dlopen/dlsym: %s", name, dlerror());
+    goto done;
+  }
+  double worst = 0;
+  for (int64_t n = 1; n <= 7; n += 6) { /* two batch sizes, one compiled model */
+    run_case rc = {.a = &a, .g = g, .sym_value = n, .tol = tol};
+    run_one(&rc);
+    if (!rc.ok) FAIL("%s: batch %lld disagrees with the interpreter (tolerance %g)", name, (long long)n, tol);
+    if (rc.worst > worst) worst = rc.worst;
+  }
+  check_wrong_shape(&a, g);
+  pthread_t t[8];
+  run_case rcs[8];
+  for (int i = 0; i < 8; i++) {
+    rcs[i] = (run_case){.a = &a, .g = g, .sym_value = 3 + i, .tol = tol};
+    pthread_create(&t[i], NULL, run_one, &rcs[i]);
+  }
+  for (int i = 0; i < 8; i++) {
+    pthread_join(t[i], NULL);
+    if (!rcs[i].ok) FAIL("%s: thread %d disagrees with the interpreter", name, i);
+  }
+  printf("ok   %-4s largest relative difference %.2g\n", name, worst);
+  dlclose(h);
+done:
+  remove(so);
+  remove(header);
+  kiln_graph_destroy(g);
+  kiln_ctx_destroy(ctx);
+}
+
+int main(void) {
+  check_model("mlp", mlp, 1e-5);
+  check_model("conv", conv, 1e-12);
+  check_model("rnn", rnn, 1e-12);
+  printf("%d failures\n", failures);
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,81 @@
+/*
+ * cmd_compile.c — `kiln compile MODEL -o model.so [--header model.h]`:
+ * ahead-of-time compilation into a shared object that needs no LLVM.
+ *
+ * The work is kiln_compile_shared() (runtime/aot.c); this file reads the
+ * command line and picks the defaults: the entry points are named after the
+ * output file (`mlp.so` gives `mlp_create`, `mlp_run`, ...) unless --name
+ * says otherwise.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "kiln/aot.h"
+
+/* "dir/my-model.so" -> "my_model"; a leading digit gets a '_' first. */
+static void name_from_path(const char *path, char *out, size_t n) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  size_t k = 0;
+  if (isdigit((unsigned char)*base) && k + 1 < n) out[k++] = '_';
+  for (; *base && *base != '.' && k + 1 < n; base++)
+    out[k++] = isalnum((unsigned char)*base) ? *base : '_';
+  if (!k) out[k++] = 'm';
+  out[k] = 0;
+}
+
+int cmd_compile(int argc, char **argv) {
+  cli_parser p = {.cmd = "compile", .argc = argc, .argv = argv, .i = 1};
+  enum { O_OUT, O_HEADER, O_NAME, O_TARGET, O_TARGET_CPU, O_KEEP, O_PARAMS };
+  static const cli_option opts[] = {
+      [O_OUT] = {"--output", "-o", true},     [O_HEADER] = {"--header", NULL, true},
+      [O_NAME] = {"--name", NULL, true},      [O_TARGET] = {"--target", NULL, true},
+      [O_TARGET_CPU] = {"--target-cpu", NULL, true}, [O_KEEP] = {"--keep-temps", NULL, false},
+      [O_PARAMS] = {"--params", NULL, true},  {0}};
+  const char *model = NULL, *v;
+  kiln_aot_options opt = {0};
+  char name[80];
+  int k;
+  while ((k = cli_next(&p, opts, &v)) != CLI_END) {
+    switch (k) {
+    case CLI_BAD: return 2;
+    case CLI_HELP: return cli_command_help(cli_find_command("compile"));
+    case CLI_ARG:
+      if (model) return cli_usage_error("compile", "unexpected argument '%s'", v);
+      model = v;
+      break;
+    case O_OUT: opt.output = v; break;
+    case O_HEADER: opt.header = v; break;
+    case O_NAME: opt.name = v; break;
+    case O_TARGET_CPU: opt.target_cpu = v; break;
+    case O_KEEP: opt.keep_temps = 1; break;
+    case O_TARGET:
+      if (strcmp(v, "cpu"))
+        return cli_error("--target %s: this build compiles for the CPU only (--target cpu)", v);
+      break;
+    case O_PARAMS:
+      return cli_error("--params: parameter files (safetensors) are not supported by this build "
+                       "yet; write the weights into the model as constants");
+    }
+  }
+  if (!model) return cli_usage_error("compile", "no model file given");
+  if (!opt.output) return cli_usage_error("compile", "no output file given (-o model.so)");
+  if (!opt.name) {
+    name_from_path(opt.output, name, sizeof name);
+    opt.name = name;
+  }
+  kiln_ctx *ctx = kiln_ctx_create();
+  if (!ctx) return cli_error("out of memory");
+  kiln_graph *g = NULL;
+  int status = 0;
+  if (kiln_graph_parse_file(ctx, model, &g) != KILN_OK || kiln_compile_shared(g, &opt) != KILN_OK)
+    status = cli_error("%s", kiln_ctx_error(ctx));
+  else
+    printf("wrote %s%s%s (entry points %s_create, %s_run, ...)\n", opt.output,
+           opt.header ? " and " : "", opt.header ? opt.header : "", opt.name, opt.name);
+  kiln_graph_destroy(g);
+  kiln_ctx_destroy(ctx);
+  return status;
+}

@@ -1,0 +1,89 @@
+/*
+ * cmd_devices.c — `kiln devices`: what this machine offers to run models on.
+ *
+ * One line per device, in the columns of `devices()` in the reference
+ * documents: name (what `--device` takes), kind, and a free-form detail.
+ * The CPU's detail is what decides how fast compiled code runs here: the
+ * processor's model name (/proc/cpuinfo), the vector features the code
+ * generator uses (from LLVM's view of this host, the one the JIT compiles
+ * for), the threads the runtime's pool starts (KILN_NUM_THREADS or the
+ * CPUs this process may use), and the OpenBLAS build that serves large
+ * matrix products with the core it picked. GPUs are found at run time by a
+ * later issue; absent ones are not listed.
+ */
+#include <cblas.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "codegen/llvm_cpu.h"
+#include "runtime/rt.h"
+
+/* The "model name" of the first processor in /proc/cpuinfo, or "" if there is none. */
+static void cpu_model_name(char *buf, size_t n) {
+  buf[0] = 0;
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return;
+  char line[512];
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "model name", 10)) continue;
+    const char *v = strchr(line, ':');
+    if (!v) continue;
+    v += strspn(v + 1, " \t") + 1;
+    snprintf(buf, n, "%.*s", (int)strcspn(v, "\n"), v);
+    break;
+  }
+  fclose(f);
+}
+
+/* Whether LLVM's feature string ("+avx2,-sse4a,...") enables `name`. */
+static bool has_feature(const char *features, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = features; p && *p;) {
+    size_t len = strcspn(p, ",");
+    if (len == n + 1 && p[0] == '+' && !strncmp(p + 1, name, n)) return true;
+    p += len + (p[len] == ',');
+  }
+  return false;
+}
+
+/* "avx512f avx2 fma": the features that matter to the kernels, as present. */
+static void vector_features(char *buf, size_t n) {
+  static const char *const names[] = {"avx512f", "avx512bf16", "avx2", "fma", "neon", "sve"};
+  const char *host = kcg_cpu_host_features();
+  size_t k = 0;
+  buf[0] = 0;
+  for (size_t i = 0; i < sizeof names / sizeof names[0] && k < n; i++)
+    if (has_feature(host, names[i]))
+      k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? " " : "", names[i]);
+  if (!buf[0]) snprintf(buf, n, "no vector extensions");
+}
+
+/* "OpenBLAS 0.3.21 (SkylakeX)" from the library's configuration string. */
+static void blas_version(char *buf, size_t n) {
+  const char *cfg = openblas_get_config(), *core = openblas_get_corename();
+  size_t words = strcspn(cfg, " ");
+  if (cfg[words] == ' ') words += 1 + strcspn(cfg + words + 1, " ");
+  snprintf(buf, n, "%.*s (%s)", (int)words, cfg, core ? core : "?");
+}
+
+int cmd_devices(int argc, char **argv) {
+  cli_parser p = {.cmd = "devices", .argc = argc, .argv = argv, .i = 1};
+  static const cli_option opts[] = {{0}};
+  const char *v;
+  int k;
+  while ((k = cli_next(&p, opts, &v)) != CLI_END) {
+    if (k == CLI_BAD) return 2;
+    if (k == CLI_HELP) return cli_command_help(cli_find_command("devices"));
+    return cli_usage_error("devices", "unexpected argument '%s'", v);
+  }
+  char model[256], features[128], blas[128];
+  cpu_model_name(model, sizeof model);
+  if (!model[0]) snprintf(model, sizeof model, "%s", kcg_cpu_host_name());
+  vector_features(features, sizeof features);
+  blas_version(blas, sizeof blas);
+  int threads = krt_default_threads();
+  printf("%-7s %-6s %s, %s, %d thread%s, %s\n", "cpu", "cpu", model, features, threads,
+         threads == 1 ? "" : "s", blas);
+  return 0;
+}
