@@ -215,7 +215,7 @@ static bool kernel_of(kir_shape_ctx *sc, uint32_t i, window *w) {
 bool kir_shape_conv2d(kir_shape_ctx *sc) {
   window w;
   int64_t hw[2], out[2];
-  kir_dim cg;
+  kir_dim cg = 0;
   if (!same_dtypes(sc, 2) || !need_rank(sc, 0, "x[B, C, H, W]", 4) ||
       !need_rank(sc, 1, "w[O, C/groups, kh, kw]", 4) || !read_conv(sc, &w) ||
       !kernel_of(sc, 1, &w) || !constant_dim(sc, 0, 2, "height", &hw[0]) ||
@@ -263,7 +263,7 @@ bool kir_shape_conv2d_grad_input(kir_shape_ctx *sc) {
 bool kir_shape_conv2d_grad_weight(kir_shape_ctx *sc) {
   window w;
   int64_t hw[2];
-  kir_dim cg;
+  kir_dim cg = 0;
   if (!same_dtypes(sc, 2) || !need_rank(sc, 0, "x[B, C, H, W]", 4) ||
       !need_rank(sc, 1, "dy[B, O, Ho, Wo]", 4) || !read_conv(sc, &w) ||
       !read_list(sc, "kernel_size", 2, 1, w.k) || !dims_equal(sc, "batch sizes", 0, 0, 1, 0) ||

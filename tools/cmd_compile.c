@@ -3,7 +3,8 @@
  * ahead-of-time compilation into a shared object that needs no LLVM.
  *
  * The work is kiln_compile_shared() (runtime/aot.c); this file reads the
- * command line and picks the defaults: the entry points are named after the
+ * command line, the weights (--params P.safetensors, embedded in the .so
+ * and no longer inputs), and picks the defaults: the entry points are named after the
  * output file (`mlp.so` gives `mlp_create`, `mlp_run`, ...) unless --name
  * says otherwise.
  */
@@ -34,7 +35,7 @@ int cmd_compile(int argc, char **argv) {
       [O_NAME] = {"--name", NULL, true},      [O_TARGET] = {"--target", NULL, true},
       [O_TARGET_CPU] = {"--target-cpu", NULL, true}, [O_KEEP] = {"--keep-temps", NULL, false},
       [O_PARAMS] = {"--params", NULL, true},  {0}};
-  const char *model = NULL, *v;
+  const char *model = NULL, *params_path = NULL, *v;
   kiln_aot_options opt = {0};
   char name[80];
   int k;
@@ -55,9 +56,7 @@ int cmd_compile(int argc, char **argv) {
       if (strcmp(v, "cpu"))
         return cli_error("--target %s: this build compiles for the CPU only (--target cpu)", v);
       break;
-    case O_PARAMS:
-      return cli_error("--params: parameter files (safetensors) are not supported by this build "
-                       "yet; write the weights into the model as constants");
+    case O_PARAMS: params_path = v; break;
     }
   }
   if (!model) return cli_usage_error("compile", "no model file given");
@@ -69,13 +68,19 @@ int cmd_compile(int argc, char **argv) {
   kiln_ctx *ctx = kiln_ctx_create();
   if (!ctx) return cli_error("out of memory");
   kiln_graph *g = NULL;
+  kiln_params *params = NULL;
   int status = 0;
-  if (kiln_graph_parse_file(ctx, model, &g) != KILN_OK || kiln_compile_shared(g, &opt) != KILN_OK)
+  if (params_path && kiln_safetensors_read(ctx, params_path, &params) != KILN_OK)
+    status = cli_error("%s", kiln_ctx_error(ctx));
+  opt.params = params;
+  if (!status &&
+      (kiln_graph_parse_file(ctx, model, &g) != KILN_OK || kiln_compile_shared(g, &opt) != KILN_OK))
     status = cli_error("%s", kiln_ctx_error(ctx));
   else
     printf("wrote %s%s%s (entry points %s_create, %s_run, ...)\n", opt.output,
            opt.header ? " and " : "", opt.header ? opt.header : "", opt.name, opt.name);
   kiln_graph_destroy(g);
+  kiln_params_destroy(params);
   kiln_ctx_destroy(ctx);
   return status;
 }

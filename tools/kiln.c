@@ -23,12 +23,14 @@ static int cmd_version(int argc, char **argv);
 
 static const cli_command commands[] = {
     {"compile", cmd_compile,
-     "MODEL.kir -o MODEL.so [--header MODEL.h] [--name NAME] [--target cpu] [--target-cpu CPU] "
-     "[--keep-temps]",
+     "MODEL.kir -o MODEL.so [--header MODEL.h] [--params P.safetensors] [--name NAME] "
+     "[--target cpu] [--target-cpu CPU] [--keep-temps]",
      "compile a model ahead of time into a shared object and a C header",
      "The .so needs only libc, libm, pthreads and OpenBLAS (no LLVM). Its entry points are\n"
      "NAME_create, NAME_output_dims, NAME_run, NAME_error and NAME_destroy, NAME taken from\n"
      "the output file unless --name gives it; the header lists the inputs and outputs.\n"
+     "  --params P         weights to embed, matched to the model's parameters by name; those\n"
+     "                     parameters are then no longer inputs of the .so\n"
      "  --target-cpu CPU   an LLVM CPU name such as x86-64-v3 (portable AVX2); default: this CPU\n"
      "  --keep-temps       keep the generated object, C tables and constant blob"},
     {"devices", cmd_devices, "",

@@ -16,6 +16,7 @@ required=(
   libopenblas-dev                                     # BLAS for large CPU matmuls
   spirv-tools spirv-headers libvulkan-dev mesa-vulkan-drivers  # the Vulkan target
   libprotobuf-c-dev protobuf-c-compiler               # ONNX import
+  libcjson-dev                                        # safetensors headers (JSON)
   valgrind
 )
 optional=(libamdhip64-dev rocm-device-libs)           # the HIP target

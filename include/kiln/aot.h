@@ -33,6 +33,9 @@ typedef struct kiln_aot_options {
   const char *target_cpu; /* an LLVM CPU name (e.g. "x86-64-v3"); NULL: this machine's CPU */
   const char *cc;         /* the C compiler that links; NULL: $CC or "cc" */
   int keep_temps;         /* keep the generated C, blob and object files next to `output` */
+  /* Parameters to embed as constants (weights), matched to the graph's parameters by name;
+     those parameters are no longer inputs of the .so. NULL: none. */
+  const struct kiln_params *params;
 } kiln_aot_options;
 
 KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *opt);

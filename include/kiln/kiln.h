@@ -5,6 +5,8 @@
 #include "core.h"
 #include "graph.h"
 #include "tensor.h"
+#include "params.h"
+#include "aot.h"
 #include "compile.h"
 
 #endif

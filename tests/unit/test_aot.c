@@ -17,6 +17,7 @@
 
 #include "ir/kir.h"
 #include "kiln/aot.h"
+#include "kiln/params.h"
 
 typedef struct model model;
 typedef int (*create_fn)(model **);
@@ -255,7 +256,69 @@ done:
   kiln_ctx_destroy(ctx);
 }
 
+/*
+ * Weights from a safetensors file written by the reference implementation
+ * (tests/fixtures/safetensors/make.py) become constants of the .so: only x
+ * is left as an input, and the output matches numpy's float64 forward pass.
+ */
+static void check_params(void) {
+  static const double want[9] = {-1.2062386180636455, -0.7271126307430589, 0.723913700359351,
+                                 -0.31928008472600045, 0.2439629496601159, 0.2896435035145511,
+                                 1.8068978619847627, 0.5266906723694503, 0.23720952887400742};
+  static const float x[12] = {0.5f, -1.0f, 2.0f, 0.25f, 1.0f, 1.0f, -1.0f, 0.0f, -0.75f, 0.5f, 0.125f, 3.0f};
+  kiln_ctx *ctx = kiln_ctx_create();
+  kiln_graph *g = NULL;
+  kiln_params *params = NULL;
+  char so[256];
+  snprintf(so, sizeof so, "%s/test_aot_params.so", KILN_BINARY_DIR);
+  if (kiln_graph_parse_file(ctx, KILN_SOURCE_DIR "/tests/fixtures/mlp_params.kir", &g) ||
+      kiln_safetensors_read(ctx, KILN_SOURCE_DIR "/tests/fixtures/safetensors/mlp_params.safetensors",
+                            &params)) {
+    FAIL("params: %s", kiln_ctx_error(ctx));
+    goto done;
+  }
+  kiln_aot_options opt = {.output = so, .name = "mlpp", .params = params};
+  if (kiln_compile_shared(g, &opt) != KILN_OK) {
+    FAIL("params: compile: %s", kiln_ctx_error(ctx));
+    goto done;
+  }
+  void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+  api a;
+  model *m = NULL;
+  if (!h || !load_api(h, "mlpp", &a) || a.create(&m)) {
+    FAIL("params: load: %s", h ? "create failed" : dlerror());
+    goto done;
+  }
+  const int64_t xd[2] = {3, 4};
+  const int64_t *dims[1] = {xd};
+  const void *in[1] = {x};
+  float y[9];
+  void *out[1] = {y};
+  if (a.run(m, in, dims, out)) FAIL("params: run: %s", a.error(m));
+  double worst = 0;
+  for (int i = 0; i < 9; i++) {
+    double d = fabs(y[i] - want[i]) / (1 + fabs(want[i]));
+    if (!(d <= 1e-5)) FAIL("params: output %d is %.9g, numpy says %.9g", i, y[i], want[i]);
+    if (d > worst) worst = d;
+  }
+  printf("ok   params: weights embedded, largest relative difference from numpy %.2g\n", worst);
+  a.destroy(m);
+  dlclose(h);
+  /* A parameter the model does not take, and one of the wrong shape, are errors. */
+  kiln_tensor *t;
+  kiln_tensor_create(ctx, KILN_F32, 1, (int64_t[]){3}, &t);
+  kiln_params_add(params, "9.W", t);
+  if (kiln_compile_shared(g, &opt) == KILN_OK || !strstr(kiln_ctx_error(ctx), "'9.W', which the model does not take"))
+    FAIL("params: an extra parameter gave '%s'", kiln_ctx_error(ctx));
+done:
+  remove(so);
+  kiln_params_destroy(params);
+  kiln_graph_destroy(g);
+  kiln_ctx_destroy(ctx);
+}
+
 int main(void) {
+  check_params();
   check_model("mlp", mlp, 1e-5);
   check_model("conv", conv, 1e-12);
   check_model("rnn", rnn, 1e-12);
