@@ -235,11 +235,18 @@ struct kcg_lower_ctx;
 /* Lowers one instruction to kernel IR (codegen/lower*.c). */
 typedef bool (*kir_lower_fn)(struct kcg_lower_ctx *lc, const kir_inst *inst);
 typedef struct kir_ref_ctx kir_ref_ctx;
+typedef struct kir_vjp_ctx kir_vjp_ctx;
 
 /* Computes the result types of an instruction; on error calls kir_shape_error(). */
 typedef bool (*kir_shape_fn)(kir_shape_ctx *sc);
 /* Runs an instruction on float64/int64 reference tensors. */
 typedef bool (*kir_ref_fn)(kir_ref_ctx *rc);
+/*
+ * Emits an instruction's vector-Jacobian product (ir/vjp_*.c) into vc->g and
+ * hands each operand's cotangent to kir_vjp_accum(); false on failure (the
+ * module's sticky error says why).
+ */
+typedef bool (*kir_vjp_fn)(kir_vjp_ctx *vc, const kir_inst *inst);
 /* Rewrites a compound instruction as primitives (see ir/decompose.c). */
 typedef bool (*kir_decompose_fn)(kir_graph *g, const kir_inst *inst, const uint32_t *in,
                                  uint32_t *out);
@@ -258,7 +265,7 @@ typedef struct kir_op_desc {
   double (*f2)(double, double);   /* BINARY/COMPARE/LOGICAL on floats */
   int64_t (*i2)(int64_t, int64_t);/* ... on integers and bools */
   kir_decompose_fn decompose;     /* compound ops: into primitives */
-  void *vjp;                      /* autodiff: filled by the autodiff issue */
+  kir_vjp_fn vjp;                 /* autodiff: reverse-mode rule (ir/vjp_*.c); NULL: none */
   kir_lower_fn lower;             /* codegen: builds the op's kernels (codegen/lower*.c) */
   const char *doc;                /* one line of semantics, for docs/ir.md */
   /* Parsed from `signature` by kir_ops_init(). */
@@ -299,6 +306,36 @@ bool kir_shape_same_dtype(kir_shape_ctx *sc, uint32_t ref, uint32_t i); /* i has
 bool kir_shape_check_axis(kir_shape_ctx *sc, int64_t axis, int rank);
 /* Reads dims attribute `a` (constants and symbols of the module) into t->rank/dims. */
 bool kir_shape_read_dims(kir_shape_ctx *sc, int a, kir_type *t);
+
+/* ------------------------------------------------------------ autodiff */
+
+/*
+ * What a VJP rule sees (passes/autodiff.c builds it): the graph being built,
+ * which already holds the forward computation, the instruction's operands
+ * and results as values of that graph, and the cotangent arriving at each
+ * result (KILN_NO_VALUE where none does).
+ */
+struct kir_vjp_ctx {
+  kir_graph *g;
+  const uint32_t *in;   /* operands, values of g */
+  const uint32_t *out;  /* results, values of g */
+  uint32_t nin, nout;
+  const uint32_t *dout; /* cotangent of each result, or KILN_NO_VALUE */
+  const bool *wants;    /* wants[i]: operand i needs a cotangent (a float on a path from a wrt param) */
+  uint32_t line, col;   /* the instruction's source position, given to what the rule emits */
+  void *pass;           /* the autodiff pass's state */
+};
+
+/* Adds `cot` (of operand i's type) to operand i's cotangent; ignored unless wants[i]. */
+bool kir_vjp_accum(kir_vjp_ctx *vc, uint32_t i, uint32_t cot);
+/*
+ * Differentiates instructions [first, vc->g->ninsts) that a rule has just
+ * appended to vc->g (a decomposition of the instruction), seeding the
+ * cotangents of their values outs[k] with vc->dout[k]; the cotangents reach
+ * the instruction's operands. Used by rules that differentiate a compound op
+ * through its primitives.
+ */
+bool kir_vjp_backprop(kir_vjp_ctx *vc, uint32_t first, const uint32_t *outs);
 
 /* -------------------------------------------------- reference tensors */
 

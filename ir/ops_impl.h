@@ -87,6 +87,84 @@ bool kir_decompose_rms_norm(kir_graph *g, const kir_inst *inst, const uint32_t *
 bool kir_decompose_segment_softmax(kir_graph *g, const kir_inst *inst, const uint32_t *in, uint32_t *out);
 bool kir_decompose_softmax(kir_graph *g, const kir_inst *inst, const uint32_t *in, uint32_t *out);
 
+/* VJP rules (ir/vjp_*.c), named by ops.def's `.vjp` fields; see passes/autodiff.c. */
+bool kir_vjp_abs(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_add(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_avg_pool2d(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_avg_pool2d_grad(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_broadcast(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_cast(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_concat(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_conv2d(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_conv2d_grad_input(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_conv2d_grad_weight(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_cos(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_decomposed(kir_vjp_ctx *vc, const kir_inst *inst); /* through op->decompose */
+bool kir_vjp_div(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_erf(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_exp(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_expm1(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_gather(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_log(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_log1p(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_matmul(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_max(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_max_pool2d(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_min(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_mul(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_neg(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_none(kir_vjp_ctx *vc, const kir_inst *inst); /* derivative 0 almost everywhere */
+bool kir_vjp_pad(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_pow(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_reciprocal(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_reduce_extremum(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_reduce_mean(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_reduce_prod(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_reduce_sum(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_reshape_op(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_rsqrt(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_scatter_add(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_segment_max(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_segment_mean(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_segment_sum(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_select_op(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_sigmoid(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_sin(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_slice(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_sqrt(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_sub(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_tanh(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_transpose(kir_vjp_ctx *vc, const kir_inst *inst);
+
+/*
+ * Helpers of the VJP rules (ir/vjp_common.c). Each emits into vc->g and
+ * returns the new value, or KILN_NO_VALUE once anything failed (an operand
+ * that is KILN_NO_VALUE propagates), so rules chain them and check once.
+ */
+void kir_vjp_defaults(uint16_t op, kir_attr *a);
+kir_type kir_vjp_type(const kir_vjp_ctx *vc, uint32_t v); /* a copy: emitting moves the values */
+uint32_t kir_vjp_emit(kir_vjp_ctx *vc, uint16_t op, uint32_t nin, const uint32_t *in,
+                      const kir_attr *attrs);
+uint32_t kir_vjp_un(kir_vjp_ctx *vc, uint16_t op, uint32_t x);
+uint32_t kir_vjp_bin(kir_vjp_ctx *vc, uint16_t op, uint32_t a, uint32_t b);
+uint32_t kir_vjp_select(kir_vjp_ctx *vc, uint32_t c, uint32_t a, uint32_t b);
+uint32_t kir_vjp_scalar(kir_vjp_ctx *vc, kir_dtype t, double v); /* rank 0 constant */
+uint32_t kir_vjp_zeros(kir_vjp_ctx *vc, const kir_type *t);
+uint32_t kir_vjp_broadcast_to(kir_vjp_ctx *vc, uint32_t x, const kir_type *t);
+uint32_t kir_vjp_reshape(kir_vjp_ctx *vc, uint32_t x, const kir_type *t);
+uint32_t kir_vjp_reduce(kir_vjp_ctx *vc, uint16_t op, uint32_t x, const int64_t *axes, uint32_t n,
+                        bool keepdims);
+/* Sums a cotangent of a broadcast result back to type t (the transpose of broadcasting). */
+uint32_t kir_vjp_unbroadcast(kir_vjp_ctx *vc, uint32_t cot, const kir_type *t);
+/* Broadcasts r, the result of a reduction of x over `axes`, back to x's shape. */
+uint32_t kir_vjp_expand(kir_vjp_ctx *vc, uint32_t r, const kir_type *x, const int64_t *axes,
+                        uint32_t n, bool keepdims);
+/* i64[n]: start + step * k. */
+uint32_t kir_vjp_iota(kir_vjp_ctx *vc, int64_t n, int64_t start, int64_t step);
+/* An op whose first attribute is an int axis (gather, scatter_add), the rest defaults. */
+uint32_t kir_vjp_axis_op(kir_vjp_ctx *vc, uint16_t op, uint32_t nin, const uint32_t *in,
+                         int64_t axis);
+
 /* Scalar functions of the elementwise ops (ir/scalar.c). */
 double kir_f_abs(double x);
 double kir_f_neg(double x);

@@ -56,4 +56,16 @@ bool kp_copy_inst(const kp_rebuild *rb, kir_graph *ng, const kir_inst *inst, con
  */
 kir_graph *kp_legalize(kir_graph *g);
 
+/*
+ * Reverse-mode autodiff (passes/autodiff.c, docs/autodiff.md). `g`'s result
+ * `loss_result` must be a float scalar (rank 0); `wrt` has one flag per
+ * parameter of the entry, set only on float parameters. Returns a new
+ * module whose entry takes the same parameters and returns the original
+ * results followed by d(loss)/d(p), of p's type, for every p with wrt[p], in
+ * parameter order (zeros where the loss does not depend on p). NULL on
+ * failure, with the message on g's context (KILN_ERR_UNSUPPORTED when an op
+ * on the gradient path has no VJP rule, e.g. scan).
+ */
+kir_graph *kp_grad(kir_graph *g, const bool *wrt, uint32_t loss_result);
+
 #endif

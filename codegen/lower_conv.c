@@ -1,0 +1,479 @@
+/*
+ * lower_conv.c — lowerings of conv2d and its two gradients: direct loop
+ * nests for small problems, im2col and a GEMM step for large ones.
+ *
+ * The direct kernels are loop nests with predicated loads for the taps that
+ * fall in the padding; the predicate also guards the accumulation
+ * (select(ok, acc + x*w, acc)), so a tap outside the input contributes
+ * nothing even next to an infinite weight, as in ir/ref_conv.c. conv2d and
+ * conv2d_grad_input accumulate a whole row of their result in place, the
+ * innermost loop running along the row so that it vectorises;
+ * conv2d_grad_input gathers rather than scatters — for each input pixel it
+ * finds the output pixels whose window covers it (the stride must divide
+ * the distance) and walks the kernel taps backwards, which visits them in
+ * the reference's order. So both sum every element in the reference's
+ * order and each writes its own elements only, in parallel.
+ * conv2d_grad_weight reduces over the batch and the output plane into a
+ * local, adding 0 for padding taps so that the renderer may vectorise that
+ * sum as it does any reduction.
+ *
+ * Those kernels reach a few tens of GFLOP/s; a convolution is a matrix
+ * product in disguise, and OpenBLAS does several times better on large
+ * ones. With K = C·kh·kw and P = Ho·Wo, and a scratch buffer cols[B, K, P]
+ * (a TEMP of the program, so the memory plan places it and reuses its bytes
+ * once the step after it has run):
+ *
+ *   conv2d:             cols = im2col(x);  y[b] = W[O, K] · cols[b]
+ *                       (one GEMM step, W broadcast over the batch)
+ *   conv2d_grad_weight: cols = im2col(x);  part[b] = dy[b][O, P] · cols[b]ᵀ,
+ *                       dw = Σ_b part[b]   (part is another TEMP; with a
+ *                       batch of constant 1 the GEMM writes dw directly)
+ *   conv2d_grad_input:  dcols[b] = Wᵀ[K, O] · dy[b];  dx = col2im(dcols)
+ *
+ * im2col writes every element of cols (0 in the padding), in parallel over
+ * the rows (b, c, i, j). col2im gathers like the direct grad_input kernel:
+ * each input pixel sums, over the taps, the dcols element of the output
+ * pixel that read it, so threads never write the same element. The GEMM
+ * steps' fallback kernels (run when the runtime keeps a product away from
+ * BLAS: below its threshold, or dims beyond INT_MAX) are plain loop nests
+ * over the step's description.
+ *
+ * The GEMM path is taken for f32/f64 with one group, constant channel
+ * counts (the batch may be symbolic: the per-image product does not depend
+ * on it) and a per-image product O·P·K of at least CONV_GEMM_MIN
+ * multiply-adds (measured: docs/cpu-runtime.md); KILN_CONV_GEMM_MIN
+ * overrides it when a model is lowered (-1: never), which is how
+ * bench/bench_conv.c and tests/unit/test_conv_gemm.c compare both paths.
+ * Grouped convolutions keep the direct kernels. Two differences from the
+ * direct path: the sums run in BLAS's order (compare with a tolerance that
+ * grows with the reduction length), and a padding tap multiplies a 0 by
+ * its weight (or dy) instead of being skipped, so a non-finite weight next
+ * to the padding gives NaN where the reference gives ±inf.
+ */
+#include <stdlib.h>
+
+#include "lower.h"
+
+/* ---- geometry ---- */
+
+/* The geometry of a convolution: x[B, C, H, W] * w[O, Cg, KH, KW] -> y[B, O, Ho, Wo]. */
+typedef struct conv_geo {
+  const kir_type *x, *w, *y;
+  int64_t sh, sw, pt, pl, dh, dw, groups;
+  kcg_ref b, c, o, cg, per_group; /* run-time extents (B, C, O may be symbols) */
+} conv_geo;
+
+static conv_geo conv_read(kcg_kernel *k, const kir_attr *at, const kir_type *x, const kir_type *w,
+                          const kir_type *y) {
+  conv_geo g = {.x = x,
+                .w = w,
+                .y = y,
+                .sh = at[0].ints[0],
+                .sw = at[0].ints[1],
+                .pt = at[1].ints[0],
+                .pl = at[1].ints[1],
+                .dh = at[2].ints[0],
+                .dw = at[2].ints[1],
+                .groups = at[3].i};
+  g.b = kcg_dim(k, x->dims[0]);
+  g.c = kcg_dim(k, x->dims[1]);
+  g.o = kcg_dim(k, w->dims[0]);
+  g.cg = kcg_dim(k, w->dims[1]);
+  /* with groups > 1 the channel counts are constants (shape rule) */
+  g.per_group = g.groups == 1 ? g.o : kcg_i64(k, w->dims[0] / g.groups);
+  return g;
+}
+
+/* The group of output channel o (0 when there is one group). */
+static kcg_ref group_of_out(kcg_kernel *k, const conv_geo *g, kcg_ref o) {
+  return g->groups == 1 ? kcg_i64(k, 0) : kcg_div(k, o, g->per_group);
+}
+
+static kcg_ref x_at(kcg_kernel *k, const conv_geo *g, kcg_ref b, kcg_ref c, kcg_ref ih,
+                    kcg_ref iw) {
+  kcg_ref h = kcg_i64(k, g->x->dims[2]), w = kcg_i64(k, g->x->dims[3]);
+  return kcg_add(
+      k, kcg_mul(k, kcg_add(k, kcg_mul(k, kcg_add(k, kcg_mul(k, b, g->c), c), h), ih), w), iw);
+}
+
+static kcg_ref w_at(kcg_kernel *k, const conv_geo *g, kcg_ref o, kcg_ref cc, kcg_ref i, kcg_ref j) {
+  kcg_ref kh = kcg_i64(k, g->w->dims[2]), kw = kcg_i64(k, g->w->dims[3]);
+  return kcg_add(
+      k, kcg_mul(k, kcg_add(k, kcg_mul(k, kcg_add(k, kcg_mul(k, o, g->cg), cc), kh), i), kw), j);
+}
+
+static kcg_ref y_at(kcg_kernel *k, const conv_geo *g, kcg_ref b, kcg_ref o, kcg_ref oh,
+                    kcg_ref ow) {
+  kcg_ref ho = kcg_i64(k, g->y->dims[2]), wo = kcg_i64(k, g->y->dims[3]);
+  return kcg_add(
+      k, kcg_mul(k, kcg_add(k, kcg_mul(k, kcg_add(k, kcg_mul(k, b, g->o), o), ho), oh), wo), ow);
+}
+
+/* The input position a tap reads: out * stride - pad + tap * dilation. */
+static kcg_ref tap_pos(kcg_kernel *k, kcg_ref out, int64_t stride, int64_t pad, kcg_ref tap,
+                       int64_t dil) {
+  return kcg_add(k, kcg_sub(k, kcg_mul(k, out, kcg_i64(k, stride)), kcg_i64(k, pad)),
+                 kcg_mul(k, tap, kcg_i64(k, dil)));
+}
+
+static kcg_ref zero_of(kcg_kernel *k, kir_dtype t) { return kcg_const_f(k, t, 0.0); }
+
+/* buf[at] = ok ? buf[at] + a * b : buf[at] — an accumulation in place that skips missing taps. */
+static void accumulate_at(kcg_kernel *k, uint32_t parent, uint32_t buf, kcg_ref at, kcg_ref ok,
+                          kcg_ref a, kcg_ref b) {
+  kcg_ref old = kcg_load(k, buf, at, KCG_NONE);
+  kcg_ref sum = kcg_binary(k, KIR_OP_add, old, kcg_binary(k, KIR_OP_mul, a, b));
+  kcg_store(k, parent, buf, at, kcg_select(k, ok, sum, old));
+}
+
+/* Zeroes one row (the last axis, `n` long) of buf starting at `row`. */
+static void zero_row(kcg_kernel *k, uint32_t parent, uint32_t buf, kcg_ref row, int64_t n,
+                     kir_dtype t) {
+  kcg_ref e;
+  uint32_t l = kcg_loop(k, parent, kcg_i64(k, n), false, &e);
+  kcg_store(k, l, buf, kcg_add(k, row, e), zero_of(k, t));
+}
+
+/*
+ * y[b, o, oh, :] accumulates in place over the group's channels and the
+ * taps, the inner loop running along the output row (contiguous in y and,
+ * at stride 1, in x), so it vectorises; each element still sums its taps in
+ * the reference's order (channel, row, column).
+ */
+static bool conv2d_direct(kcg_lower_ctx *lc, const kir_inst *inst) {
+  kcg_kernel *k = kcg_lower_kernel(lc, "");
+  if (!k) return false;
+  conv_geo g =
+      conv_read(k, inst->attrs, kcg_in_type(lc, 0), kcg_in_type(lc, 1), kcg_out_type(lc, 0));
+  uint32_t xb = kcg_lower_arg(lc, lc->in[0], false), wb = kcg_lower_arg(lc, lc->in[1], false);
+  uint32_t yb = kcg_lower_arg(lc, lc->out[0], true);
+  kcg_ref bo, oh, ow, cc, i, j;
+  uint32_t lbo = kcg_loop(k, KCG_NONE, kcg_mul(k, g.b, g.o), true, &bo);
+  kcg_ref b = kcg_div(k, bo, g.o), o = kcg_sub(k, bo, kcg_mul(k, b, g.o));
+  kcg_ref c0 = kcg_mul(k, group_of_out(k, &g, o), g.cg);
+  uint32_t lh = kcg_loop(k, lbo, kcg_i64(k, g.y->dims[2]), false, &oh);
+  zero_row(k, lh, yb, y_at(k, &g, b, o, oh, kcg_i64(k, 0)), g.y->dims[3], g.y->dtype);
+  uint32_t lc_ = kcg_loop(k, lh, g.cg, false, &cc);
+  uint32_t li = kcg_loop(k, lc_, kcg_i64(k, g.w->dims[2]), false, &i);
+  kcg_ref ih = tap_pos(k, oh, g.sh, g.pt, i, g.dh);
+  kcg_ref okh = kcg_in_range(k, ih, kcg_i64(k, g.x->dims[2]));
+  uint32_t lj = kcg_loop(k, li, kcg_i64(k, g.w->dims[3]), false, &j);
+  uint32_t lw = kcg_loop(k, lj, kcg_i64(k, g.y->dims[3]), false, &ow);
+  kcg_ref iw = tap_pos(k, ow, g.sw, g.pl, j, g.dw);
+  kcg_ref ok = kcg_and(k, okh, kcg_in_range(k, iw, kcg_i64(k, g.x->dims[3])));
+  kcg_ref xv = kcg_load(k, xb, x_at(k, &g, b, kcg_add(k, c0, cc), ih, iw), ok);
+  kcg_ref wv = kcg_load(k, wb, w_at(k, &g, o, cc, i, j), KCG_NONE);
+  accumulate_at(k, lw, yb, y_at(k, &g, b, o, oh, ow), ok, xv, wv);
+  return kcg_lower_step(lc);
+}
+
+/*
+ * The output position whose tap `tap` reads input position `in`, and
+ * whether there is one: in + pad - tap * dil must be a non-negative
+ * multiple of the stride, below the output size.
+ */
+static kcg_ref tap_source(kcg_kernel *k, kcg_ref in, int64_t stride, int64_t pad, kcg_ref tap,
+                          int64_t dil, int64_t out_size, kcg_ref *ok) {
+  kcg_ref t = kcg_sub(k, kcg_add(k, in, kcg_i64(k, pad)), kcg_mul(k, tap, kcg_i64(k, dil)));
+  kcg_ref pos = kcg_div(k, t, kcg_i64(k, stride));
+  kcg_ref exact = kcg_binary(k, KIR_OP_eq, kcg_mul(k, pos, kcg_i64(k, stride)), t);
+  *ok = kcg_and(k, exact, kcg_in_range(k, pos, kcg_i64(k, out_size)));
+  return pos;
+}
+
+/*
+ * dx[b, c, ih, :] accumulates in place over the output channels of c's
+ * group and the kernel taps, walked backwards so that the output positions
+ * come in the reference's order; the inner loop runs along the input row.
+ */
+static bool grad_input_direct(kcg_lower_ctx *lc, const kir_inst *inst) {
+  kcg_kernel *k = kcg_lower_kernel(lc, "");
+  if (!k) return false;
+  conv_geo g =
+      conv_read(k, inst->attrs, kcg_out_type(lc, 0), kcg_in_type(lc, 1), kcg_in_type(lc, 0));
+  uint32_t yb = kcg_lower_arg(lc, lc->in[0], false), wb = kcg_lower_arg(lc, lc->in[1], false);
+  uint32_t xb = kcg_lower_arg(lc, lc->out[0], true);
+  int64_t kh = g.w->dims[2], kw = g.w->dims[3];
+  kcg_ref bc, ih, iw, oo, ii, jj, okh, okw;
+  uint32_t lbc = kcg_loop(k, KCG_NONE, kcg_mul(k, g.b, g.c), true, &bc);
+  kcg_ref b = kcg_div(k, bc, g.c), c = kcg_sub(k, bc, kcg_mul(k, b, g.c));
+  kcg_ref grp = g.groups == 1 ? kcg_i64(k, 0) : kcg_div(k, c, g.cg);
+  kcg_ref cc = kcg_sub(k, c, kcg_mul(k, grp, g.cg));
+  uint32_t lh = kcg_loop(k, lbc, kcg_i64(k, g.x->dims[2]), false, &ih);
+  zero_row(k, lh, xb, x_at(k, &g, b, c, ih, kcg_i64(k, 0)), g.x->dims[3], g.x->dtype);
+  uint32_t lo = kcg_loop(k, lh, g.per_group, false, &oo);
+  kcg_ref o = kcg_add(k, kcg_mul(k, grp, g.per_group), oo);
+  uint32_t li = kcg_loop(k, lo, kcg_i64(k, kh), false, &ii);
+  kcg_ref i = kcg_sub(k, kcg_i64(k, kh - 1), ii);
+  kcg_ref oh = tap_source(k, ih, g.sh, g.pt, i, g.dh, g.y->dims[2], &okh);
+  uint32_t lj = kcg_loop(k, li, kcg_i64(k, kw), false, &jj);
+  kcg_ref j = kcg_sub(k, kcg_i64(k, kw - 1), jj);
+  uint32_t lw = kcg_loop(k, lj, kcg_i64(k, g.x->dims[3]), false, &iw);
+  kcg_ref ow = tap_source(k, iw, g.sw, g.pl, j, g.dw, g.y->dims[3], &okw);
+  kcg_ref ok = kcg_and(k, okh, okw);
+  kcg_ref dyv = kcg_load(k, yb, y_at(k, &g, b, o, oh, ow), ok);
+  kcg_ref wv = kcg_load(k, wb, w_at(k, &g, o, cc, i, j), KCG_NONE);
+  accumulate_at(k, lw, xb, x_at(k, &g, b, c, ih, iw), ok, dyv, wv);
+  return kcg_lower_step(lc);
+}
+
+/*
+ * dw[o, cc, i, j] = sum over b, oh, ow of x[b, c, ih, iw] * dy[b, o, oh, ow]:
+ * a local accumulator per weight, the inner loop along the output row.
+ * Taps in the padding add 0 (not skipped), which lets the renderer
+ * vectorise the sum as it does a reduction.
+ */
+static bool grad_weight_direct(kcg_lower_ctx *lc, const kir_inst *inst) {
+  kcg_kernel *k = kcg_lower_kernel(lc, "");
+  if (!k) return false;
+  conv_geo g =
+      conv_read(k, inst->attrs, kcg_in_type(lc, 0), kcg_out_type(lc, 0), kcg_in_type(lc, 1));
+  uint32_t xb = kcg_lower_arg(lc, lc->in[0], false), yb = kcg_lower_arg(lc, lc->in[1], false);
+  uint32_t wb = kcg_lower_arg(lc, lc->out[0], true);
+  kcg_ref oc, i, j, b, oh, ow, acc;
+  uint32_t loc = kcg_loop(k, KCG_NONE, kcg_mul(k, g.o, g.cg), true, &oc);
+  kcg_ref o = kcg_div(k, oc, g.cg), cc = kcg_sub(k, oc, kcg_mul(k, o, g.cg));
+  kcg_ref c = kcg_add(k, kcg_mul(k, group_of_out(k, &g, o), g.cg), cc);
+  uint32_t li = kcg_loop(k, loc, kcg_i64(k, g.w->dims[2]), false, &i);
+  uint32_t lt = kcg_loop(k, li, kcg_i64(k, g.w->dims[3]), false, &j);
+  uint32_t l = kcg_new_local(k, g.w->dtype, &acc);
+  kcg_assign(k, lt, l, zero_of(k, g.w->dtype));
+  uint32_t lb = kcg_loop(k, lt, g.b, false, &b);
+  uint32_t lh = kcg_loop(k, lb, kcg_i64(k, g.y->dims[2]), false, &oh);
+  kcg_ref ih = tap_pos(k, oh, g.sh, g.pt, i, g.dh);
+  uint32_t lw = kcg_loop(k, lh, kcg_i64(k, g.y->dims[3]), false, &ow);
+  kcg_ref iw = tap_pos(k, ow, g.sw, g.pl, j, g.dw);
+  kcg_ref ok = kcg_and(k, kcg_in_range(k, ih, kcg_i64(k, g.x->dims[2])),
+                       kcg_in_range(k, iw, kcg_i64(k, g.x->dims[3])));
+  kcg_ref xv = kcg_load(k, xb, x_at(k, &g, b, c, ih, iw), ok);
+  kcg_ref dyv = kcg_load(k, yb, y_at(k, &g, b, o, oh, ow), KCG_NONE);
+  kcg_ref term = kcg_select(k, ok, kcg_binary(k, KIR_OP_mul, xv, dyv), zero_of(k, g.w->dtype));
+  kcg_assign(k, lw, l, kcg_binary(k, KIR_OP_add, acc, term));
+  kcg_store(k, lt, wb, w_at(k, &g, o, cc, i, j), kcg_local(k, l));
+  return kcg_lower_step(lc);
+}
+
+/* ---- the GEMM path ---- */
+
+/* Measured on this machine: docs/cpu-runtime.md, "Convolutions through GEMM". */
+#define CONV_GEMM_MIN ((int64_t)1 << 20)
+
+static int64_t gemm_min(void) {
+  const char *env = getenv("KILN_CONV_GEMM_MIN");
+  if (env && *env) {
+    char *end;
+    long long v = strtoll(env, &end, 10);
+    if (!*end) return v < 0 ? -1 : v;
+  }
+  return CONV_GEMM_MIN;
+}
+
+/* Whether the convolution x * w -> y (for a gradient: the forward's types) goes through GEMM. */
+static bool use_gemm(const kir_inst *inst, const kir_type *x, const kir_type *w,
+                     const kir_type *y) {
+  if (inst->attrs[3].i != 1 || (y->dtype != KILN_F32 && y->dtype != KILN_F64)) return false;
+  if (KIR_DIM_IS_SYM(x->dims[1]) || KIR_DIM_IS_SYM(w->dims[0])) return false;
+  int64_t min = gemm_min();
+  double mnk = (double)w->dims[0] * (double)(y->dims[2] * y->dims[3]) *
+               (double)(x->dims[1] * w->dims[2] * w->dims[3]);
+  return min >= 0 && mnk >= (double)min;
+}
+
+/* A scratch [B, rows, cols] TEMP of dtype t; UINT32_MAX (error set) if out of memory. */
+static uint32_t scratch(kcg_lower_ctx *lc, kir_dtype t, kir_dim b, int64_t rows, int64_t cols) {
+  kir_type st = {.dtype = t, .rank = 3, .dims = {b, rows, cols}};
+  return kcg_lower_temp(lc, &st);
+}
+
+/* Splits row r = (c, i, j) of cols into its channel and tap. */
+static void split_row(kcg_kernel *k, kcg_ref r, int64_t kh, int64_t kw, kcg_ref *c, kcg_ref *i,
+                       kcg_ref *j) {
+  kcg_ref taps = kcg_i64(k, kh * kw), w = kcg_i64(k, kw);
+  *c = kcg_div(k, r, taps);
+  kcg_ref t = kcg_sub(k, r, kcg_mul(k, *c, taps));
+  *i = kcg_div(k, t, w);
+  *j = kcg_sub(k, t, kcg_mul(k, *i, w));
+}
+
+/* cols[b, (c, i, j), (oh, ow)] = x[b, c, ih, iw] (0 in the padding), in parallel over rows. */
+static bool im2col(kcg_lower_ctx *lc, const kir_inst *inst, const kir_type *xt,
+                   const kir_type *wt, const kir_type *yt, uint32_t xbuf, uint32_t cbuf) {
+  kcg_kernel *k = kcg_lower_kernel(lc, "im2col");
+  if (!k) return false;
+  conv_geo g = conv_read(k, inst->attrs, xt, wt, yt);
+  uint32_t xb = kcg_lower_arg(lc, xbuf, false), cb = kcg_lower_arg(lc, cbuf, true);
+  int64_t kk = xt->dims[1] * wt->dims[2] * wt->dims[3], wo = yt->dims[3];
+  kcg_ref br, oh, ow, c, i, j;
+  uint32_t lr = kcg_loop(k, KCG_NONE, kcg_mul(k, g.b, kcg_i64(k, kk)), true, &br);
+  kcg_ref b = kcg_div(k, br, kcg_i64(k, kk));
+  split_row(k, kcg_sub(k, br, kcg_mul(k, b, kcg_i64(k, kk))), wt->dims[2], wt->dims[3], &c, &i,
+            &j);
+  kcg_ref row = kcg_mul(k, br, kcg_i64(k, yt->dims[2] * wo));
+  uint32_t lh = kcg_loop(k, lr, kcg_i64(k, yt->dims[2]), false, &oh);
+  kcg_ref ih = tap_pos(k, oh, g.sh, g.pt, i, g.dh);
+  kcg_ref okh = kcg_in_range(k, ih, kcg_i64(k, xt->dims[2]));
+  uint32_t lw = kcg_loop(k, lh, kcg_i64(k, wo), false, &ow);
+  kcg_ref iw = tap_pos(k, ow, g.sw, g.pl, j, g.dw);
+  kcg_ref ok = kcg_and(k, okh, kcg_in_range(k, iw, kcg_i64(k, xt->dims[3])));
+  kcg_ref v = kcg_load(k, xb, x_at(k, &g, b, c, ih, iw), ok);
+  kcg_store(k, lw, cb, kcg_add(k, row, kcg_add(k, kcg_mul(k, oh, kcg_i64(k, wo)), ow)), v);
+  return kcg_lower_step(lc);
+}
+
+/*
+ * dx[b, c, ih, iw] = Σ over taps (i, j) whose output pixel (oh, ow) exists
+ * of dcols[b, (c, i, j), (oh, ow)]: a gather, in parallel over (b, c), the
+ * inner loop along the input row.
+ */
+static bool col2im(kcg_lower_ctx *lc, const kir_inst *inst, const kir_type *xt,
+                   const kir_type *wt, const kir_type *yt, uint32_t cbuf, uint32_t xbuf) {
+  kcg_kernel *k = kcg_lower_kernel(lc, "col2im");
+  if (!k) return false;
+  conv_geo g = conv_read(k, inst->attrs, xt, wt, yt);
+  uint32_t cb = kcg_lower_arg(lc, cbuf, false), xb = kcg_lower_arg(lc, xbuf, true);
+  int64_t kh = wt->dims[2], kw = wt->dims[3], wo = yt->dims[3];
+  kcg_ref kk = kcg_i64(k, xt->dims[1] * kh * kw), p = kcg_i64(k, yt->dims[2] * wo);
+  kcg_ref bc, ih, iw, i, j, okh, okw;
+  uint32_t lbc = kcg_loop(k, KCG_NONE, kcg_mul(k, g.b, g.c), true, &bc);
+  kcg_ref b = kcg_div(k, bc, g.c), c = kcg_sub(k, bc, kcg_mul(k, b, g.c));
+  uint32_t lh = kcg_loop(k, lbc, kcg_i64(k, xt->dims[2]), false, &ih);
+  zero_row(k, lh, xb, x_at(k, &g, b, c, ih, kcg_i64(k, 0)), xt->dims[3], xt->dtype);
+  uint32_t li = kcg_loop(k, lh, kcg_i64(k, kh), false, &i);
+  kcg_ref oh = tap_source(k, ih, g.sh, g.pt, i, g.dh, yt->dims[2], &okh);
+  uint32_t lj = kcg_loop(k, li, kcg_i64(k, kw), false, &j);
+  kcg_ref r = kcg_add(k, kcg_mul(k, kcg_add(k, kcg_mul(k, c, kcg_i64(k, kh)), i), kcg_i64(k, kw)), j);
+  kcg_ref row = kcg_mul(k, kcg_add(k, kcg_mul(k, b, kk), r), p);
+  uint32_t lw = kcg_loop(k, lj, kcg_i64(k, xt->dims[3]), false, &iw);
+  kcg_ref ow = tap_source(k, iw, g.sw, g.pl, j, g.dw, wo, &okw);
+  kcg_ref at = kcg_add(k, row, kcg_add(k, kcg_mul(k, oh, kcg_i64(k, wo)), ow));
+  kcg_ref v = kcg_load(k, cb, at, kcg_and(k, okh, okw));
+  kcg_ref xat = x_at(k, &g, b, c, ih, iw);
+  kcg_store(k, lw, xb, xat, kcg_binary(k, KIR_OP_add, kcg_load(k, xb, xat, KCG_NONE), v));
+  return kcg_lower_step(lc);
+}
+
+/*
+ * A GEMM step over pa, pb -> pc described by gm (one batch axis at most,
+ * each operand either batched like C or broadcast), with its fallback
+ * kernel: i-p-j order, contiguous along C's row; with trans_b a dot product
+ * per element, contiguous along both operands.
+ */
+static bool gemm(kcg_lower_ctx *lc, const kcg_gemm *gm, uint32_t pa, uint32_t pb, uint32_t pc) {
+  kcg_kernel *k = kcg_lower_kernel(lc, "gemm");
+  if (!k) return false;
+  uint32_t ab = kcg_lower_arg(lc, pa, false), bb = kcg_lower_arg(lc, pb, false);
+  uint32_t cb = kcg_lower_arg(lc, pc, true);
+  kcg_ref m = kcg_dim(k, gm->m), n = kcg_dim(k, gm->n), kk = kcg_dim(k, gm->k), bi, p, j, acc;
+  kcg_ref batches = gm->nbatch ? kcg_dim(k, gm->batch[0]) : kcg_i64(k, 1);
+  uint32_t lr = kcg_loop(k, KCG_NONE, kcg_mul(k, batches, m), true, &bi);
+  kcg_ref batch = kcg_div(k, bi, m), i = kcg_sub(k, bi, kcg_mul(k, batch, m));
+  kcg_ref aoff = gm->a_rank ? kcg_mul(k, batch, kcg_mul(k, m, kk)) : kcg_i64(k, 0);
+  kcg_ref boff = gm->b_rank ? kcg_mul(k, batch, kcg_mul(k, kk, n)) : kcg_i64(k, 0);
+  kcg_ref crow = kcg_mul(k, bi, n);
+  kir_dtype t = gm->dtype;
+  if (gm->trans_b) {
+    uint32_t lj = kcg_loop(k, lr, n, false, &j);
+    uint32_t l = kcg_new_local(k, t, &acc);
+    kcg_assign(k, lj, l, zero_of(k, t));
+    uint32_t lp = kcg_loop(k, lj, kk, false, &p);
+    kcg_ref ai = gm->trans_a ? kcg_add(k, kcg_mul(k, p, m), i) : kcg_add(k, kcg_mul(k, i, kk), p);
+    kcg_ref av = kcg_load(k, ab, kcg_add(k, aoff, ai), KCG_NONE);
+    kcg_ref bv = kcg_load(k, bb, kcg_add(k, boff, kcg_add(k, kcg_mul(k, j, kk), p)), KCG_NONE);
+    kcg_assign(k, lp, l, kcg_binary(k, KIR_OP_add, acc, kcg_binary(k, KIR_OP_mul, av, bv)));
+    kcg_store(k, lj, cb, kcg_add(k, crow, j), kcg_local(k, l));
+    return kcg_lower_gemm_step(lc, gm);
+  }
+  uint32_t lz = kcg_loop(k, lr, n, false, &j);
+  kcg_store(k, lz, cb, kcg_add(k, crow, j), zero_of(k, t));
+  uint32_t lp = kcg_loop(k, lr, kk, false, &p);
+  kcg_ref ai = gm->trans_a ? kcg_add(k, kcg_mul(k, p, m), i) : kcg_add(k, kcg_mul(k, i, kk), p);
+  kcg_ref av = kcg_load(k, ab, kcg_add(k, aoff, ai), KCG_NONE);
+  kcg_ref j2;
+  uint32_t lj = kcg_loop(k, lp, n, false, &j2);
+  kcg_ref at = kcg_add(k, crow, j2);
+  kcg_ref bv = kcg_load(k, bb, kcg_add(k, boff, kcg_add(k, kcg_mul(k, p, n), j2)), KCG_NONE);
+  kcg_ref sum =
+      kcg_binary(k, KIR_OP_add, kcg_load(k, cb, at, KCG_NONE), kcg_binary(k, KIR_OP_mul, av, bv));
+  kcg_store(k, lj, cb, at, sum);
+  return kcg_lower_gemm_step(lc, gm);
+}
+
+/* out[e] = Σ_b part[b, e] over e < n, in parallel over e. */
+static bool batch_sum(kcg_lower_ctx *lc, kir_dim nb, int64_t n, uint32_t part, uint32_t out) {
+  kcg_kernel *k = kcg_lower_kernel(lc, "sum");
+  if (!k) return false;
+  uint32_t pb = kcg_lower_arg(lc, part, false), ob = kcg_lower_arg(lc, out, true);
+  kir_dtype t = kcg_lower_type(lc, out)->dtype;
+  kcg_ref e, b, acc, ne = kcg_i64(k, n);
+  uint32_t le = kcg_loop(k, KCG_NONE, ne, true, &e);
+  uint32_t l = kcg_new_local(k, t, &acc);
+  kcg_assign(k, le, l, zero_of(k, t));
+  uint32_t lb = kcg_loop(k, le, kcg_dim(k, nb), false, &b);
+  kcg_ref v = kcg_load(k, pb, kcg_add(k, kcg_mul(k, b, ne), e), KCG_NONE);
+  kcg_assign(k, lb, l, kcg_binary(k, KIR_OP_add, acc, v));
+  kcg_store(k, le, ob, e, kcg_local(k, l));
+  return kcg_lower_step(lc);
+}
+
+static int64_t taps_of(const kir_type *x, const kir_type *w) {
+  return x->dims[1] * w->dims[2] * w->dims[3];
+}
+
+/* y[b] = W[O, K] · cols[b]. */
+static bool conv2d_gemm(kcg_lower_ctx *lc, const kir_inst *inst) {
+  const kir_type *x = kcg_in_type(lc, 0), *w = kcg_in_type(lc, 1), *y = kcg_out_type(lc, 0);
+  int64_t kk = taps_of(x, w), p = y->dims[2] * y->dims[3];
+  uint32_t cols = scratch(lc, y->dtype, x->dims[0], kk, p);
+  if (cols == UINT32_MAX || !im2col(lc, inst, x, w, y, lc->in[0], cols)) return false;
+  kcg_gemm gm = {.dtype = y->dtype, .m = w->dims[0], .n = p, .k = kk, .nbatch = 1,
+                 .batch = {x->dims[0]}, .b_rank = 1, .b_batch = {x->dims[0]}};
+  return gemm(lc, &gm, lc->in[1], cols, lc->out[0]);
+}
+
+/* dw = Σ_b dy[b][O, P] · cols[b]ᵀ. */
+static bool grad_weight_gemm(kcg_lower_ctx *lc, const kir_inst *inst) {
+  const kir_type *x = kcg_in_type(lc, 0), *dy = kcg_in_type(lc, 1), *w = kcg_out_type(lc, 0);
+  int64_t kk = taps_of(x, w), p = dy->dims[2] * dy->dims[3];
+  kir_dim nb = x->dims[0];
+  uint32_t cols = scratch(lc, w->dtype, nb, kk, p);
+  if (cols == UINT32_MAX || !im2col(lc, inst, x, w, dy, lc->in[0], cols)) return false;
+  uint32_t part = nb == 1 ? lc->out[0] : scratch(lc, w->dtype, nb, w->dims[0], kk);
+  if (part == UINT32_MAX) return false;
+  kcg_gemm gm = {.dtype = w->dtype, .trans_b = true, .m = w->dims[0], .n = kk, .k = p,
+                 .nbatch = 1, .batch = {nb}, .a_rank = 1, .a_batch = {nb}, .b_rank = 1,
+                 .b_batch = {nb}};
+  if (!gemm(lc, &gm, lc->in[1], cols, part)) return false;
+  return nb == 1 || batch_sum(lc, nb, w->dims[0] * kk, part, lc->out[0]);
+}
+
+/* dcols[b] = Wᵀ[K, O] · dy[b]; dx = col2im(dcols). */
+static bool grad_input_gemm(kcg_lower_ctx *lc, const kir_inst *inst) {
+  const kir_type *dy = kcg_in_type(lc, 0), *w = kcg_in_type(lc, 1), *x = kcg_out_type(lc, 0);
+  int64_t kk = taps_of(x, w), p = dy->dims[2] * dy->dims[3];
+  uint32_t dcols = scratch(lc, x->dtype, x->dims[0], kk, p);
+  if (dcols == UINT32_MAX) return false;
+  kcg_gemm gm = {.dtype = x->dtype, .trans_a = true, .m = kk, .n = p, .k = w->dims[0],
+                 .nbatch = 1, .batch = {x->dims[0]}, .b_rank = 1, .b_batch = {x->dims[0]}};
+  return gemm(lc, &gm, lc->in[1], lc->in[0], dcols) &&
+         col2im(lc, inst, x, w, dy, dcols, lc->out[0]);
+}
+
+/* ---- entry points (ops.def) ---- */
+
+bool kcg_lower_conv2d(kcg_lower_ctx *lc, const kir_inst *inst) {
+  return use_gemm(inst, kcg_in_type(lc, 0), kcg_in_type(lc, 1), kcg_out_type(lc, 0))
+             ? conv2d_gemm(lc, inst)
+             : conv2d_direct(lc, inst);
+}
+
+bool kcg_lower_conv2d_grad_input(kcg_lower_ctx *lc, const kir_inst *inst) {
+  return use_gemm(inst, kcg_out_type(lc, 0), kcg_in_type(lc, 1), kcg_in_type(lc, 0))
+             ? grad_input_gemm(lc, inst)
+             : grad_input_direct(lc, inst);
+}
+
+bool kcg_lower_conv2d_grad_weight(kcg_lower_ctx *lc, const kir_inst *inst) {
+  return use_gemm(inst, kcg_in_type(lc, 0), kcg_out_type(lc, 0), kcg_in_type(lc, 1))
+             ? grad_weight_gemm(lc, inst)
+             : grad_weight_direct(lc, inst);
+}

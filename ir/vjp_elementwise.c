@@ -1,0 +1,188 @@
+/*
+ * vjp_elementwise.c — VJP rules of the elementwise ops: unary, binary
+ * (with broadcasting), select and cast.
+ *
+ * Each rule reads the forward values it needs (operand x, result y) from the
+ * graph being built and multiplies the incoming cotangent g by the local
+ * derivative, written with primitives so the gradient graph runs anywhere the
+ * forward graph does, and can itself be differentiated again (Hessians).
+ * Binary rules compute a cotangent of the broadcast result's shape and hand
+ * it to kir_vjp_unbroadcast(), which sums it back to the operand's shape.
+ *
+ * Choices at kinks (documented in docs/autodiff.md):
+ *  - sign, floor, ceil, round: derivative 0 everywhere (no cotangent flows);
+ *  - abs: sign(x), so 0 at x = 0;
+ *  - max/min: the cotangent goes to the selected operand, and at a tie to the
+ *    first operand (ge/le masks);
+ *  - pow: d/dy = x^y log(x) where x > 0 and 0 elsewhere; log is taken of
+ *    select(x > 0, x, 1), so no NaN appears even in second derivatives;
+ *  - cast: float to float casts the cotangent back; nothing flows through a
+ *    cast to or from an integer type.
+ */
+#include <math.h>
+
+#include "ops_impl.h"
+
+#define X (vc->in[0])
+#define Y (vc->out[0])
+#define G (vc->dout[0])
+#define BIN(op, a, b) kir_vjp_bin(vc, KIR_OP_##op, a, b)
+#define UN(op, a) kir_vjp_un(vc, KIR_OP_##op, a)
+#define SCALAR(v) kir_vjp_scalar(vc, kir_vjp_type(vc, X).dtype, v)
+
+/* d = g * f'(x): the shape all single-operand rules share. */
+static bool give(kir_vjp_ctx *vc, uint32_t deriv) {
+  return kir_vjp_accum(vc, 0, BIN(mul, G, deriv));
+}
+
+bool kir_vjp_neg(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst;
+  return kir_vjp_accum(vc, 0, UN(neg, G));
+}
+
+bool kir_vjp_abs(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst;
+  return give(vc, UN(sign, X));
+}
+
+bool kir_vjp_exp(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst;
+  return give(vc, Y);
+}
+
+bool kir_vjp_expm1(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst;
+  return give(vc, BIN(add, Y, SCALAR(1)));
+}
+
+bool kir_vjp_log(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst;
+  return kir_vjp_accum(vc, 0, BIN(div, G, X));
+}
+
+bool kir_vjp_log1p(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst;
+  return kir_vjp_accum(vc, 0, BIN(div, G, BIN(add, X, SCALAR(1))));
+}
+
+bool kir_vjp_sqrt(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst;
+  return kir_vjp_accum(vc, 0, BIN(div, BIN(mul, G, SCALAR(0.5)), Y));
+}
+
+bool kir_vjp_rsqrt(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst; /* d x^-1/2 = -1/2 x^-3/2 = -1/2 y / x */
+  return give(vc, BIN(div, BIN(mul, Y, SCALAR(-0.5)), X));
+}
+
+bool kir_vjp_reciprocal(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst;
+  return give(vc, UN(neg, BIN(mul, Y, Y)));
+}
+
+bool kir_vjp_sin(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst;
+  return give(vc, UN(cos, X));
+}
+
+bool kir_vjp_cos(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst;
+  return give(vc, UN(neg, UN(sin, X)));
+}
+
+bool kir_vjp_tanh(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst;
+  return give(vc, BIN(sub, SCALAR(1), BIN(mul, Y, Y)));
+}
+
+bool kir_vjp_sigmoid(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst;
+  return give(vc, BIN(mul, Y, BIN(sub, SCALAR(1), Y)));
+}
+
+bool kir_vjp_erf(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst; /* 2/sqrt(pi) e^(-x^2) */
+  uint32_t e = UN(exp, UN(neg, BIN(mul, X, X)));
+  return give(vc, BIN(mul, e, SCALAR(2.0 / sqrt(3.14159265358979323846))));
+}
+
+bool kir_vjp_cast(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst;
+  kir_type xt = kir_vjp_type(vc, X);
+  if (!kir_dtype_is_float(xt.dtype) || !kir_dtype_is_float(kir_vjp_type(vc, Y).dtype)) return true;
+  kir_attr a[KIR_MAX_ATTRS];
+  kir_vjp_defaults(KIR_OP_cast, a);
+  a[0].i = xt.dtype;
+  return kir_vjp_accum(vc, 0, kir_vjp_emit(vc, KIR_OP_cast, 1, &G, a));
+}
+
+/* ---- binary ops: cotangents of the broadcast shape, summed back per operand ---- */
+
+static bool give_to(kir_vjp_ctx *vc, uint32_t i, uint32_t cot) {
+  if (!vc->wants[i]) return true;
+  kir_type t = kir_vjp_type(vc, vc->in[i]);
+  return kir_vjp_accum(vc, i, kir_vjp_unbroadcast(vc, cot, &t));
+}
+
+#define A (vc->in[0])
+#define B (vc->in[1])
+
+bool kir_vjp_add(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst;
+  return give_to(vc, 0, G) && give_to(vc, 1, G);
+}
+
+bool kir_vjp_sub(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst;
+  return give_to(vc, 0, G) && (!vc->wants[1] || give_to(vc, 1, UN(neg, G)));
+}
+
+bool kir_vjp_mul(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst;
+  return (!vc->wants[0] || give_to(vc, 0, BIN(mul, G, B))) &&
+         (!vc->wants[1] || give_to(vc, 1, BIN(mul, G, A)));
+}
+
+bool kir_vjp_div(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst; /* d/da = g / b, d/db = -g a / b^2 = -(g / b) y */
+  uint32_t gb = BIN(div, G, B);
+  return (!vc->wants[0] || give_to(vc, 0, gb)) &&
+         (!vc->wants[1] || give_to(vc, 1, UN(neg, BIN(mul, gb, Y))));
+}
+
+bool kir_vjp_pow(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst;
+  if (vc->wants[0]) { /* y a^(b-1) */
+    uint32_t d = BIN(mul, B, BIN(pow, A, BIN(sub, B, SCALAR(1))));
+    if (!give_to(vc, 0, BIN(mul, G, d))) return false;
+  }
+  if (!vc->wants[1]) return true;
+  uint32_t pos = BIN(gt, A, SCALAR(0));
+  uint32_t safe = kir_vjp_select(vc, pos, A, SCALAR(1)); /* log(1) = 0 where a <= 0 */
+  return give_to(vc, 1, BIN(mul, G, BIN(mul, Y, UN(log, safe))));
+}
+
+/* The cotangent goes to a where mask holds (ties included), else to b. */
+static bool split(kir_vjp_ctx *vc, uint32_t mask) {
+  uint32_t zero = SCALAR(0);
+  return (!vc->wants[0] || give_to(vc, 0, kir_vjp_select(vc, mask, G, zero))) &&
+         (!vc->wants[1] || give_to(vc, 1, kir_vjp_select(vc, mask, zero, G)));
+}
+
+bool kir_vjp_max(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst;
+  return split(vc, BIN(ge, A, B));
+}
+
+bool kir_vjp_min(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst;
+  return split(vc, BIN(le, A, B));
+}
+
+bool kir_vjp_select_op(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst; /* operands: cond, a, b; the condition gets nothing */
+  uint32_t zero = kir_vjp_scalar(vc, kir_vjp_type(vc, G).dtype, 0);
+  uint32_t c = vc->in[0];
+  return (!vc->wants[1] || give_to(vc, 1, kir_vjp_select(vc, c, G, zero))) &&
+         (!vc->wants[2] || give_to(vc, 2, kir_vjp_select(vc, c, zero, G)));
+}
