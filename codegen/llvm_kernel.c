@@ -237,13 +237,23 @@ static LLVMMetadataRef md_str(kcg_llvm *L, const char *s) {
   return LLVMMDStringInContext2(L->c, s, strlen(s));
 }
 
-/* A distinct !llvm.loop node (its first operand is itself) asking for vectorisation. */
-static LLVMValueRef loop_md(kcg_llvm *L) {
+/*
+ * A distinct !llvm.loop node (its first operand is itself) asking for
+ * vectorisation; with `fold_tail`, also for a masked last iteration instead
+ * of a scalar (and a narrower vector) copy of the body for the remainder: a
+ * loop of llvm_math.c's inlined helpers is large, and those copies would
+ * triple its compile time while running only for the last few elements.
+ * Only where AVX-512 masks make that cheap (AVX2 emulates masked loads).
+ */
+static LLVMValueRef loop_md(kcg_llvm *L, bool fold_tail) {
   LLVMMetadataRef on[2] = {md_str(L, "llvm.loop.vectorize.enable"),
                            LLVMValueAsMetadata(LLVMConstInt(L->i1, 1, 0))};
+  LLVMMetadataRef pred[2] = {md_str(L, "llvm.loop.vectorize.predicate.enable"),
+                             LLVMValueAsMetadata(LLVMConstInt(L->i1, 1, 0))};
   LLVMMetadataRef tmp = LLVMTemporaryMDNode(L->c, NULL, 0);
-  LLVMMetadataRef ops[2] = {tmp, LLVMMDNodeInContext2(L->c, on, 2)};
-  LLVMMetadataRef loop = LLVMMDNodeInContext2(L->c, ops, 2);
+  LLVMMetadataRef ops[3] = {tmp, LLVMMDNodeInContext2(L->c, on, 2),
+                            LLVMMDNodeInContext2(L->c, pred, 2)};
+  LLVMMetadataRef loop = LLVMMDNodeInContext2(L->c, ops, fold_tail ? 3 : 2);
   LLVMMetadataReplaceAllUsesWith(tmp, loop);
   return LLVMMetadataAsValue(L->c, loop);
 }
@@ -279,7 +289,7 @@ static bool emit_for(kfn *F, const kcg_stmt *s, bool par) {
   F->vars[s->var] = i;
 
   bool inner = is_innermost(F->k, s);
-  uint32_t calls = L->libcalls;
+  uint32_t calls = L->libcalls, math = L->mathcalls;
   F->loop_plain = true;
   if (!emit_stmts(F, s->body, s->nbody)) return false;
   bool vectorize = inner && F->loop_plain && L->libcalls == calls;
@@ -287,7 +297,9 @@ static bool emit_for(kfn *F, const kcg_stmt *s, bool par) {
   LLVMValueRef next = LLVMBuildNSWAdd(L->b, i, LLVMConstInt(L->i64, 1, 0), "");
   LLVMValueRef back =
       LLVMBuildCondBr(L->b, LLVMBuildICmp(L->b, LLVMIntSLT, next, hi, ""), body, done);
-  if (vectorize) LLVMSetMetadata(back, LLVMGetMDKindIDInContext(L->c, "llvm.loop", 9), loop_md(L));
+  if (vectorize)
+    LLVMSetMetadata(back, LLVMGetMDKindIDInContext(L->c, "llvm.loop", 9),
+                    loop_md(L, L->mathcalls != math && strstr(L->features, "+avx512f")));
   LLVMBasicBlockRef latch = LLVMGetInsertBlock(L->b);
   LLVMValueRef vals[2] = {lo, next};
   LLVMBasicBlockRef from[2] = {pre, latch};
@@ -468,7 +480,7 @@ static bool emit_stmts(kfn *F, const uint32_t *ids, uint32_t n) {
 
 /* ---- functions ---- */
 
-static void target_attrs(kcg_llvm *L, LLVMValueRef fn) {
+void kcg_llvm_target_attrs(kcg_llvm *L, LLVMValueRef fn) {
   const char *kv[2][2] = {{"target-cpu", L->cpu}, {"target-features", L->features}};
   for (int i = 0; i < 2; i++)
     LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
@@ -493,7 +505,7 @@ static LLVMValueRef body_fn(kfn *F, const char *name) {
   free(bname);
   free(params);
   LLVMSetLinkage(fn, LLVMInternalLinkage);
-  target_attrs(L, fn);
+  kcg_llvm_target_attrs(L, fn);
   kcg_llvm_attr(L, fn, LLVMAttributeFunctionIndex, "alwaysinline", 0);
   for (uint32_t i = 0; i <= k->nbufs; i++) {
     unsigned at = i == k->nbufs ? np : i + 1; /* the buffers, then err */
@@ -510,7 +522,7 @@ static LLVMValueRef body_fn(kfn *F, const char *name) {
 static bool abi_fn(kcg_llvm *L, const kcg_kernel *k, const char *name, LLVMValueRef body) {
   LLVMTypeRef params[5] = {L->ptr, L->ptr, L->i64, L->i64, L->ptr};
   LLVMValueRef fn = LLVMAddFunction(L->m, name, LLVMFunctionType(L->vd, params, 5, 0));
-  target_attrs(L, fn);
+  kcg_llvm_target_attrs(L, fn);
   LLVMPositionBuilderAtEnd(L->b, LLVMAppendBasicBlockInContext(L->c, fn, "entry"));
   uint32_t na = k->nbufs + k->nsizes + 3;
   LLVMValueRef *args = malloc(na * sizeof *args);
@@ -529,6 +541,21 @@ static bool abi_fn(kcg_llvm *L, const kcg_kernel *k, const char *name, LLVMValue
   LLVMBuildRetVoid(L->b);
   free(args);
   return true;
+}
+
+/*
+ * A kernel that calls llvm_math.c's helpers is bound by arithmetic, not
+ * memory: on AVX-512 CPUs it asks for 512-bit vectors, which LLVM avoids by
+ * default (older CPUs slow their clock for them) and which make exp, tanh or
+ * erf about twice as fast on this machine (docs/cpu-runtime.md). Elsewhere the
+ * preference is ignored.
+ */
+static void prefer_wide(kcg_llvm *L, const char *name, LLVMValueRef body) {
+  LLVMValueRef fns[2] = {body, LLVMGetNamedFunction(L->m, name)};
+  for (int i = 0; i < 2; i++)
+    if (fns[i])
+      LLVMAddAttributeAtIndex(fns[i], LLVMAttributeFunctionIndex,
+                              LLVMCreateStringAttribute(L->c, "prefer-vector-width", 19, "512", 3));
 }
 
 static bool emit_body(kfn *F) {
@@ -581,7 +608,9 @@ bool kcg_llvm_kernel(kcg_llvm *L, const kcg_kernel *k, const char *name) {
     mark_affine(&F);
     mark_stored(&F);
     mark_minmax(&F);
+    uint32_t math = L->mathcalls;
     ok = (F.fn = body_fn(&F, name)) && emit_body(&F) && abi_fn(L, k, name, F.fn);
+    if (ok && L->mathcalls != math) prefer_wide(L, name, F.fn);
   }
   free(F.bufs);
   free(F.sizes);

@@ -11,10 +11,12 @@
  *   - float max/min return NaN if either operand is NaN (LLVM's maxnum does
  *     not, so they are compare-and-select); sign keeps NaN and ±0; round is
  *     llvm.roundeven; sigmoid is the overflow-free form of kir_f_sigmoid;
- *   - transcendental functions are LLVM intrinsics where LLVM has one (they
- *     become calls to the same libm the reference uses) and plain libm calls
- *     otherwise (`erf`, `erff`, ...), resolved by the JIT from this process
- *     and left external in object files;
+ *   - transcendental functions on f32 (and f16/bf16, computed in float) are
+ *     the branch-free helpers of llvm_math.c, which vectorise; on f64 they
+ *     are LLVM intrinsics where LLVM has one (they become calls to the same
+ *     libm the reference uses) and plain libm calls otherwise (`erf`, ...),
+ *     resolved by the JIT from this process and left external in object
+ *     files, so f64 results are the reference's bit for bit;
  *   - cast follows kir_ref_cast: float to integer saturates to int64 then
  *     wraps (llvm.fptosi.sat gives NaN -> 0 and the saturation), integer to
  *     float rounds once, f64 to f16/bf16 rounds once (through float rounded
@@ -400,6 +402,8 @@ LLVMValueRef kcg_llvm_unary(kcg_llvm *L, uint16_t op, kir_dtype t, LLVMValueRef 
   if (op >= KIR_OP_COUNT || t >= KILN_DTYPE_COUNT) return no_code(L, op, t);
   const kir_op_desc *d = kir_op(op);
   if (kir_dtype_is_float(t)) {
+    if (t != KILN_F64 && kcg_llvm_has_math(op) && d->f1)
+      return narrow(L, t, kcg_llvm_math(L, op, a, NULL));
     if (float_call[op] && d->f1) return narrow(L, t, call1(L, float_call[op], a));
     if (!unary_rules[op].f || (!d->f1 && op != KIR_OP_is_finite)) return no_code(L, op, t);
     LLVMValueRef r = unary_rules[op].f(L, t, a);
@@ -427,6 +431,8 @@ LLVMValueRef kcg_llvm_binary(kcg_llvm *L, uint16_t op, kir_dtype t, LLVMValueRef
     return LLVMBuildICmp(L->b, is_unsigned(t) ? compare_rules[op].u : compare_rules[op].s, a, b,
                          "");
   }
+  if (fl && t != KILN_F64 && kcg_llvm_has_math(op) && d->f2)
+    return narrow(L, t, kcg_llvm_math(L, op, a, b));
   if (fl && float_call[op] && d->f2) {
     LLVMValueRef args[2] = {a, b};
     return narrow(L, t, call_math(L, float_call[op], args, 2));

@@ -6,7 +6,9 @@
  *   llvm_kernel.c  one kernel's statements and expressions as an LLVM
  *                  function (loops, loads, stores, checks, locals);
  *   llvm_ops.c     the scalar semantics of every elementwise op and of
- *                  cast, matching ir/scalar.c and ir/ref_elementwise.c.
+ *                  cast, matching ir/scalar.c and ir/ref_elementwise.c;
+ *   llvm_math.c    float exp, log, tanh, erf, sin, pow, ... as inlined
+ *                  branch-free IR, so that loops using them vectorise.
  *
  * A dtype has two LLVM types: its register type (bool is i1; f16 and bf16
  * are computed in float, like the reference computes every float in
@@ -28,6 +30,7 @@ typedef struct kcg_llvm {
   const char *cpu, *features; /* put on every function */
   const char *kernel;         /* the kernel being rendered, for messages */
   uint32_t libcalls;          /* calls emitted so far that no loop can vectorise */
+  uint32_t mathcalls;         /* uses of llvm_math.c's helpers emitted so far */
   LLVMTypeRef i1, i8, i16, i32, i64, f16, f32, f64, ptr, vd;
 } kcg_llvm;
 
@@ -36,6 +39,8 @@ LLVMValueRef kcg_llvm_fail(kcg_llvm *L, kiln_status s, const char *fmt, ...) KIR
 
 /* Renders kernel `k` as the external function `name` with the CPU kernel ABI. */
 bool kcg_llvm_kernel(kcg_llvm *L, const kcg_kernel *k, const char *name);
+/* Puts the target CPU and features (and nounwind) on function `fn`. */
+void kcg_llvm_target_attrs(kcg_llvm *L, LLVMValueRef fn);
 
 /* ---- llvm_ops.c ---- */
 
@@ -69,5 +74,14 @@ LLVMValueRef kcg_llvm_intrinsic(kcg_llvm *L, const char *name, LLVMTypeRef *over
 /* A string or integer attribute on function `fn` at `index` (LLVMAttributeFunctionIndex, 1 +
  * param). */
 void kcg_llvm_attr(kcg_llvm *L, LLVMValueRef fn, unsigned index, const char *name, uint64_t v);
+
+/* ---- llvm_math.c ---- */
+
+/* Whether op has a vectorisable float helper (exp, expm1, log, log1p, tanh, sigmoid, erf,
+   sin, cos, pow). */
+bool kcg_llvm_has_math(uint16_t op);
+/* op(x), or op(x, y) for pow, on float registers through that helper (an always-inline
+   call); NULL if there is none for x's type (a double), with nothing recorded. */
+LLVMValueRef kcg_llvm_math(kcg_llvm *L, uint16_t op, LLVMValueRef x, LLVMValueRef y);
 
 #endif

@@ -18,12 +18,15 @@
  * out-of-range load, error reporting, JIT compile time of a 50-kernel
  * module, concurrent JITs, and object files for the host and for x86-64-v3
  * (symbols read from the ELF symbol table, then linked into a shared object
- * and run when a C compiler is at hand).
+ * and run when a C compiler is at hand). The f32 transcendental functions
+ * (llvm_math.c) are held to their measured ulp bounds against double libm,
+ * special values included, and must vectorise.
  *
  * The seed is printed; set KILN_TEST_SEED to replay a run.
  */
 #include <dlfcn.h>
 #include <elf.h>
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -417,6 +420,109 @@ static void test_casts(void) {
   for (int from = 0; from < KILN_DTYPE_COUNT; from++)
     for (int to = 0; to < KILN_DTYPE_COUNT; to++)
       check_cast((kir_dtype)from, (kir_dtype)to);
+}
+
+/* ---- the float transcendental functions (llvm_math.c) ---- */
+
+/* Float ulps between got and the double reference; -1 where NaN, inf or the sign of 0 differ. */
+static double ulps_off(float got, double want) {
+  if (isnan(want)) return isnan(got) ? 0 : -1;
+  float wf = (float)want;
+  if (isinf(wf) || isinf(got) || isnan(got))
+    return isinf(got) && isinf(wf) && !signbit(got) == !signbit(wf) ? 0 : -1;
+  if (want == 0 && got == 0) return !signbit(got) == !signbit(want) ? 0 : -1;
+  int e;
+  frexp(fmax(fabs(want), 0x1p-126), &e);
+  return fabs((double)got - want) / ldexp(1.0, e - 24);
+}
+
+/*
+ * Each function with the range its random inputs come from and the error it
+ * must stay within, in float ulps: the worst over all 2^32 inputs measured
+ * when they were written (llvm_math.c), rounded up.
+ */
+static const struct {
+  uint16_t op;
+  double lo, hi, ulps;
+} math_ops[] = {
+    {KIR_OP_exp, -105, 90, 1},  {KIR_OP_expm1, -20, 90, 1.5},  {KIR_OP_log, 0, 100, 1},
+    {KIR_OP_log1p, -1, 100, 1}, {KIR_OP_tanh, -10, 10, 1.1},   {KIR_OP_sigmoid, -110, 110, 2.5},
+    {KIR_OP_erf, -5, 5, 1.5},   {KIR_OP_sin, -300, 300, 0.51}, {KIR_OP_cos, -300, 300, 0.51},
+    {KIR_OP_pow, 0, 10, 0.51},
+};
+
+/* Where the methods switch, overflow or underflow, and the values C99 gives special results. */
+static const float math_special[] = {
+    0.0f,      -0.0f,       1.0f,      -1.0f,           INFINITY, -INFINITY, NAN,
+    0x1p-149f, -0x1p-149f,  0x1p-126f, 0x1p-127f,       FLT_MAX,  -FLT_MAX,  88.72283f,
+    88.7229f,  -87.3365f,   -103.972f, -103.973f,       -17.33f,  9.0109f,   -9.0109f,
+    3.92f,     0.625f,      -0.625f,   119.99f,         120.0f,   -120.0f,   1e30f,
+    0x1p24f,   0x1p24f + 2, 0.5f,      -0.5f,           2.0f,     -2.0f,     3.0f,
+    -3.0f,     2.5f,        0.1f,      -0x1.fffffep-1f, 1e-20f};
+enum { NSPECIAL = sizeof math_special / sizeof *math_special, NMATH = 4096 + NSPECIAL * NSPECIAL };
+
+static float math_input(int64_t i, double lo, double hi, bool second) {
+  if (i < NSPECIAL * NSPECIAL) return math_special[second ? i % NSPECIAL : i / NSPECIAL];
+  uint64_t r = rnd() % 4;
+  if (r == 0) {
+    uint32_t b = (uint32_t)rnd();
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+  }
+  if (second && r == 1)
+    return (float)((int64_t)(rnd() % 41) - 20) * 0.5f; /* pow: integers, halves */
+  return (float)uniform(second ? -8 : lo, second ? 8 : hi);
+}
+
+/* The module has no call to a function outside it (libm), only intrinsics. */
+static bool calls_out(const char *ir) {
+  for (const char *p = ir; (p = strstr(p, "declare ")); p++) {
+    const char *at = strchr(p, '@');
+    if (at && strncmp(at, "@llvm.", 6)) return true;
+  }
+  return false;
+}
+
+/*
+ * f32 exp, expm1, log, log1p, tanh, sigmoid, erf, sin, cos and pow: within
+ * their ulp bounds of double libm (the reference) on random values, random
+ * bit patterns and every special value (every pair of them for pow), NaN,
+ * infinities and signed zeros exactly as libm; and their loops vectorise,
+ * calling nothing.
+ */
+static void test_math_f32(void) {
+  for (size_t q = 0; q < sizeof math_ops / sizeof *math_ops; q++) {
+    const kir_op_desc *d = kir_op(math_ops[q].op);
+    int nin = d->family == KIR_FAM_UNARY ? 1 : 2;
+    kir_arena a = {0};
+    kcg_kernel *k = elementwise(&a, math_ops[q].op, KILN_F32, KILN_F32, nin);
+    kcg_cpu_fn fn;
+    kcg_cpu_module *m = jit(&k, 1, &fn, NULL);
+    int64_t n = NMATH;
+    float *x = calloc(n, 4), *y = calloc(n, 4), *out = calloc(n, 4);
+    for (int64_t i = 0; i < n; i++) {
+      x[i] = math_input(nin == 1 ? i * NSPECIAL : i, math_ops[q].lo, math_ops[q].hi, false);
+      y[i] = math_input(i, 0, 0, true);
+    }
+    void *bufs[3] = {x, nin > 1 ? (void *)y : out, out};
+    if (m) run(fn, bufs, &n, 0, n);
+    double worst = 0;
+    for (int64_t i = 0; m && i < n; i++) {
+      double want = nin == 1 ? d->f1(x[i]) : d->f2(x[i], y[i]);
+      double e = ulps_off(out[i], want);
+      worst = fmax(worst, e);
+      CHECK(e >= 0 && e <= math_ops[q].ulps, "%s(%a, %a) = %a, reference %a (%.2f ulps)", k->name,
+            x[i], y[i], out[i], want, e);
+    }
+    kcg_cpu_module_destroy(m);
+    char *ir = jit_ir(k, false);
+    CHECK(ir && strstr(ir, " x float>") && !calls_out(ir),
+          "%s is not a vectorised loop of plain arithmetic:\n%s", k->name, ir ? ir : "");
+    free(ir);
+    free(x), free(y), free(out);
+    kir_arena_free(&a);
+  }
 }
 
 /* ---- loops, broadcasting, [lo, hi) ---- */
@@ -900,6 +1006,19 @@ static void run_from_shared_object(const char *obj, const char *so) {
   if (ex) run(ex, eb, &n, 0, n);
   for (int i = 0; ex && i < 5; i++)
     CHECK(same_f(out[i], erf(x[i])), "so erf[%d]", i);
+  /* f32 tanh and sin are inline code, as in the JIT. */
+  const char *fnames[2] = {"kiln_t_tanh_f32", "kiln_t_sin_f32"};
+  double (*const refs[2])(double) = {tanh, sin};
+  for (int f = 0; f < 2; f++) {
+    kcg_cpu_fn k = (kcg_cpu_fn)dlsym(h, fnames[f]);
+    CHECK(k, "%s missing from %s", fnames[f], so);
+    float fx[5] = {-0.0f, 0.3f, -2.5f, 200.0f, INFINITY}, fo[5];
+    void *fb[2] = {fx, fo};
+    if (k) run(k, fb, &n, 0, n);
+    for (int i = 0; k && i < 5; i++)
+      CHECK(ulps_off(fo[i], refs[f](fx[i])) >= 0 && ulps_off(fo[i], refs[f](fx[i])) <= 1,
+            "so %s(%a) = %a", fnames[f], fx[i], fo[i]);
+  }
   dlclose(h);
 }
 
@@ -924,6 +1043,8 @@ static void emit_one(kcg_kernel **ks, int n, const char *cpu, const char *tag) {
   }
   sym_info e = elf_symbol(obj, "erf");
   CHECK(e.found && !e.defined, "%s: erf is not an external call", obj);
+  CHECK(!elf_symbol(obj, "tanhf").found && !elf_symbol(obj, "sinf").found,
+        "%s: f32 tanh or sin calls libm", obj);
   if (cpu) {
     char want[64];
     snprintf(want, sizeof want, "\"target-cpu\"=\"%s\"", cpu);
@@ -938,15 +1059,72 @@ static void emit_one(kcg_kernel **ks, int n, const char *cpu, const char *tag) {
 
 static void test_objects(void) {
   kir_arena a = {0};
-  kcg_kernel *ks[3] = {broadcast_kernel(&a, KILN_F64),
+  kcg_kernel *ks[5] = {broadcast_kernel(&a, KILN_F64),
                        elementwise(&a, KIR_OP_erf, KILN_F64, KILN_F64, 1),
-                       reduce_kernel(&a, KIR_OP_add, KILN_F32, 0)};
-  emit_one(ks, 3, NULL, "host");
-  emit_one(ks, 3, "x86-64-v3", "v3");
+                       reduce_kernel(&a, KIR_OP_add, KILN_F32, 0),
+                       elementwise(&a, KIR_OP_tanh, KILN_F32, KILN_F32, 1),
+                       elementwise(&a, KIR_OP_sin, KILN_F32, KILN_F32, 1)};
+  emit_one(ks, 5, NULL, "host");
+  emit_one(ks, 5, "x86-64-v3", "v3");
   kir_arena_free(&a);
 }
 
-int main(void) {
+/* ---- `test_llvm --math-bench`: throughput of the transcendental functions ---- */
+
+/*
+ * G elements per second of out[i] = op(x[i]) on one thread, f32 and f64, over
+ * 32768 elements (in cache, so the arithmetic decides), best of 7 batches of
+ * 20 runs; `--math-bench x86-64-v3` compiles for that CPU. The numbers in
+ * docs/cpu-runtime.md come from here.
+ */
+static void math_bench(const char *cpu) {
+  enum { N = 1 << 15 };
+  printf("| op | f32 G elements/s | f64 G elements/s |\n|---|---|---|\n");
+  for (size_t q = 0; q < sizeof math_ops / sizeof *math_ops; q++) {
+    const kir_op_desc *d = kir_op(math_ops[q].op);
+    int nin = d->family == KIR_FAM_UNARY ? 1 : 2;
+    double rate[2] = {0, 0};
+    for (int f64 = 0; f64 < 2; f64++) {
+      kir_dtype t = f64 ? KILN_F64 : KILN_F32;
+      kir_arena a = {0};
+      kcg_kernel *k = elementwise(&a, math_ops[q].op, t, t, nin);
+      kcg_cpu_options o = {.cpu = cpu};
+      kcg_cpu_module *m = NULL;
+      kcg_cpu_fn fn;
+      void *x = calloc(N, 8), *y = calloc(N, 8), *out = calloc(N, 8);
+      for (int64_t i = 0; i < N; i++) {
+        double lo = fmax(math_ops[q].lo, -20), hi = fmin(math_ops[q].hi, 20);
+        mem_set(t, x, i, uniform(lo, hi), 0);
+        mem_set(t, y, i, uniform(-4, 4), 0);
+      }
+      void *bufs[3] = {x, nin > 1 ? y : out, out};
+      int64_t n = N;
+      if (kcg_cpu_jit(ctx, &k, 1, &o, &m, &fn) == KILN_OK) {
+        double best = 1e9;
+        for (int r = 0; r < 7; r++) {
+          double t0 = now();
+          for (int it = 0; it < 20; it++)
+            run(fn, bufs, &n, 0, n);
+          best = fmin(best, (now() - t0) / 20);
+        }
+        rate[f64] = N / best * 1e-9;
+      }
+      kcg_cpu_module_destroy(m);
+      free(x), free(y), free(out);
+      kir_arena_free(&a);
+    }
+    printf("| %s | %.2f | %.2f |\n", d->name, rate[0], rate[1]);
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--math-bench")) {
+    ctx = kiln_ctx_create();
+    rng_state = 1;
+    math_bench(argc > 2 ? argv[2] : NULL);
+    kiln_ctx_destroy(ctx);
+    return 0;
+  }
   const char *seed = getenv("KILN_TEST_SEED");
   rng_state = seed ? strtoull(seed, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
   printf("seed %llu; host CPU %s, triple %s\n", (unsigned long long)rng_state, kcg_cpu_host_name(),
@@ -955,6 +1133,7 @@ int main(void) {
   test_all_ops();
   test_is_finite_select();
   test_casts();
+  test_math_f32();
   test_broadcast_split();
   test_vectorised();
   test_levels();
