@@ -336,6 +336,27 @@ bool kir_vjp_accum(kir_vjp_ctx *vc, uint32_t i, uint32_t cot);
  * through its primitives.
  */
 bool kir_vjp_backprop(kir_vjp_ctx *vc, uint32_t first, const uint32_t *outs);
+/*
+ * The whole walk on one graph (kp_grad runs it on the entry; the scan rule
+ * on the backward body it builds): marks the parameters with wrt[p] and
+ * the float values computed from them, gives each value vals[k] that is
+ * marked the cotangent cots[k] (a value of g, of vals[k]'s type), walks
+ * instructions [0, nfwd) backwards appending their VJPs to g, and writes
+ * each parameter's cotangent into dparams[p] (KILN_NO_VALUE where none
+ * arrives). `vc` is the calling rule's context (NULL: none). False on
+ * failure (the module's sticky error says why).
+ */
+bool kir_vjp_graph(kir_vjp_ctx *vc, kir_graph *g, uint32_t nfwd, const bool *wrt, uint32_t nseed,
+                   const uint32_t *vals, const uint32_t *cots, uint32_t *dparams);
+/*
+ * Declares instruction `twin` of vc->g, which the rule has just emitted, a
+ * twin of the rule's instruction: the same operands, the same results first,
+ * then more. When the walk is done kp_grad computes the twin in the
+ * instruction's place and drops the instruction, so work the rule had to
+ * repeat to get those extra results (the scan rule's stored carries) is done
+ * once.
+ */
+bool kir_vjp_twin(kir_vjp_ctx *vc, uint32_t twin);
 
 /* -------------------------------------------------- reference tensors */
 

@@ -123,6 +123,7 @@ bool kir_vjp_reduce_prod(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_reduce_sum(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_reshape_op(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_rsqrt(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_scan(kir_vjp_ctx *vc, const kir_inst *inst); /* ir/vjp_scan.c */
 bool kir_vjp_scatter_add(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_segment_max(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_segment_mean(kir_vjp_ctx *vc, const kir_inst *inst);

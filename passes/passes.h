@@ -64,7 +64,8 @@ kir_graph *kp_legalize(kir_graph *g);
  * results followed by d(loss)/d(p), of p's type, for every p with wrt[p], in
  * parameter order (zeros where the loss does not depend on p). NULL on
  * failure, with the message on g's context (KILN_ERR_UNSUPPORTED when an op
- * on the gradient path has no VJP rule, e.g. scan).
+ * on the gradient path has no VJP rule, e.g. max_pool2d_grad). New scan
+ * bodies (@<body>_fwd, @<body>_bwd) are added for the scans it differentiates.
  */
 kir_graph *kp_grad(kir_graph *g, const bool *wrt, uint32_t loss_result);
 
