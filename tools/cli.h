@@ -74,4 +74,47 @@ int cli_next(cli_parser *p, const cli_option *opts, const char **value);
 /* Writes a tensor's values on `f` as a nested list, one innermost row per line (values.c). */
 void cli_print_values(FILE *f, const kiln_tensor *t);
 
+/* ---------------------------------------------- .kiln models (kiln_model.c) */
+
+/* Does `path` name a .kiln model file (by its extension)? */
+bool cli_is_kiln_file(const char *path);
+/* --dtype's value: f64, f32, f16 or bf16; else a usage error of `cmd` (returns 2). */
+int cli_parse_float_dtype(const char *cmd, const char *s, kiln_dtype *out);
+/* Reads MODEL.kiln; on failure prints the error and returns 1. */
+int cli_read_kiln(kiln_ctx *ctx, const char *path, kiln_model_file **out);
+/*
+ * The graph of a model file's layer on its declared inputs (kiln_layer_build).
+ * `dtype` is the float type of parameters, activations and float inputs;
+ * KILN_DTYPE_COUNT takes it from the first float input the file declares
+ * (f32 if none). Prints the error and returns 1 on failure.
+ */
+int cli_build_kiln(kiln_ctx *ctx, const kiln_model_file *m, kiln_dtype dtype, bool train,
+                   kiln_graph **out);
+/*
+ * The graph of `path`: .kir text parsed, or a .kiln model file built as
+ * above (then *m, when m is not NULL, is the model file, the caller's to
+ * destroy; else NULL). Prints the error and returns 1 on failure.
+ */
+int cli_load_model(kiln_ctx *ctx, const char *path, kiln_dtype dtype, bool train,
+                   kiln_graph **out, kiln_model_file **m);
+
+/* ------------------------------------------- training data (train_data.c) */
+
+#define CLI_MAX_DATA 32
+typedef struct cli_data {
+  const char *x[CLI_MAX_DATA]; /* --x, for the model's tensor inputs in order */
+  size_t nx;
+  const char *input_name[CLI_MAX_DATA]; /* --input NAME=FILE (graph pieces, named inputs) */
+  size_t ninputs;
+  const char *y, *mask;
+} cli_data;
+
+/*
+ * Reads the .npy files for a training step's inputs `names` (model inputs,
+ * graph pieces, "target", "loss_mask") into out[], converting floats to `dt`
+ * and integer labels to i64. Prints the error and returns 1 on failure.
+ */
+int cli_bind_data(kiln_ctx *ctx, const kiln_model_file *m, kiln_dtype dt, const char *loss,
+                  size_t nnames, const char *const *names, const cli_data *d, kiln_tensor **out);
+
 #endif

@@ -1,11 +1,19 @@
 /*
- * cmd_run.c — `kiln run MODEL.kir --input NAME=FILE.npy ... -o DIR`.
+ * cmd_run.c — `kiln run MODEL --input NAME=FILE.npy ... [--params P.safetensors] -o DIR`.
  *
- * Binds each .npy file to the parameter of that name, runs the graph on the
- * chosen backend, writes DIR/output_<i>.npy, and says which backend really
- * ran (with the reason when `auto` chose). Inputs are checked here against
- * the parameters' dtypes, ranks and constant dims first, so that a mistake
- * is reported with the file that caused it; the runtime checks the rest.
+ * Binds each .npy file to the graph parameter of that name, and every
+ * parameter the safetensors file has by name, runs the graph on the chosen
+ * backend, writes DIR/output_<i>.npy, and says which backend really ran
+ * (with the reason when `auto` chose). Inputs are checked here against the
+ * parameters' dtypes, ranks and constant dims first, so that a mistake is
+ * reported with the file that caused it; the runtime checks the rest.
+ *
+ * MODEL is .kir text or a .kiln model file. A .kiln model's graph has the
+ * model's parameters (named by path: "0.W") and then its inputs: a tensor
+ * input x is --input x=..., a graph input g is --input g.src=... and
+ * --input g.dst=... (i64 edge lists, self-loops included) and, for layers
+ * that pool per graph, --input g.batch=...; with --train the graph's seed
+ * input comes from --seed.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -18,18 +26,27 @@
 enum { MAX_INPUTS = 256 };
 
 typedef struct run_opts {
-  const char *model, *outdir;
+  const char *model, *outdir, *params;
   const char *input_name[MAX_INPUTS], *input_file[MAX_INPUTS];
   size_t ninputs;
   kiln_backend backend;
-  bool print;
+  bool print, train, kiln_only;
+  kiln_dtype dtype; /* KILN_DTYPE_COUNT: the model file's own */
+  uint64_t seed;
 } run_opts;
 
+/* Where a graph parameter's value comes from besides an --input (slot values). */
+enum { FROM_PARAMS = SIZE_MAX - 2, FROM_SEED = SIZE_MAX - 1, UNBOUND = SIZE_MAX };
+
 static int parse_args(int argc, char **argv, run_opts *o) {
-  enum { OPT_INPUT, OPT_OUTPUT, OPT_BACKEND, OPT_PRINT };
+  enum {
+    OPT_INPUT, OPT_OUTPUT, OPT_BACKEND, OPT_PRINT, OPT_PARAMS, OPT_DTYPE, OPT_TRAIN, OPT_SEED
+  };
   static const cli_option opts[] = {
       [OPT_INPUT] = {"--input", NULL, true},     [OPT_OUTPUT] = {"--output", "-o", true},
       [OPT_BACKEND] = {"--backend", NULL, true}, [OPT_PRINT] = {"--print", NULL, false},
+      [OPT_PARAMS] = {"--params", NULL, true},   [OPT_DTYPE] = {"--dtype", NULL, true},
+      [OPT_TRAIN] = {"--train", NULL, false},    [OPT_SEED] = {"--seed", NULL, true},
       {0},
   };
   cli_parser p = {.cmd = "run", .argc = argc, .argv = argv, .i = 1};
@@ -62,9 +79,25 @@ static int parse_args(int argc, char **argv, run_opts *o) {
       break;
     }
     case OPT_PRINT: o->print = true; break;
+    case OPT_PARAMS: o->params = v; break;
+    case OPT_DTYPE:
+      if (cli_parse_float_dtype("run", v, &o->dtype)) return 2;
+      o->kiln_only = true;
+      break;
+    case OPT_TRAIN: o->train = o->kiln_only = true; break;
+    case OPT_SEED: {
+      char *end;
+      o->seed = strtoull(v, &end, 10);
+      if (!*v || *end || *v == '-')
+        return cli_usage_error("run", "--seed expects a non-negative integer, got '%s'", v);
+      o->kiln_only = true;
+      break;
+    }
     }
   }
   if (!o->model) return cli_usage_error("run", "no model file given");
+  if (o->kiln_only && !cli_is_kiln_file(o->model))
+    return cli_usage_error("run", "--dtype, --train and --seed apply to .kiln model files only");
   if (!o->outdir) return cli_usage_error("run", "no output directory given (-o DIR)");
   return 0;
 }
@@ -84,21 +117,60 @@ static const char *binding_name(const char *b, size_t *len) {
   return b;
 }
 
-static int unknown_input(const kiln_graph *g, const char *name, size_t len) {
+/* The names the --input options may bind: every parameter, less those --params gives. */
+static int unknown_input(const kiln_graph *g, const kiln_params *params, const char *name,
+                         size_t len) {
   char list[1024] = "", one[128];
   size_t n = kiln_graph_num_params(g), k = 0;
   for (size_t p = 0; p < n && k < sizeof list; p++) {
     param_name(g, p, one, sizeof one);
-    k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", p ? ", " : "", one);
+    if (params && kiln_params_find(params, one)) continue;
+    k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", k ? ", " : "", one);
   }
-  return cli_error("the model has no parameter named '%.*s' (its parameters: %s)", (int)len,
-                   name, n ? list : "none");
+  return cli_error("the model has no %s named '%.*s' (its %s: %s)", params ? "input" : "parameter",
+                   (int)len, name, params ? "inputs" : "parameters", k ? list : "none");
 }
 
-/* Finds, for every parameter, the --input that binds it: slot[p] = index into o->input_*. */
-static int bind_inputs(const kiln_graph *g, const run_opts *o, size_t *slot) {
+/* Is graph parameter `name` one of the .kiln model's inputs (not a model parameter)? */
+static bool is_model_input(const kiln_model_file *m, const char *name) {
+  if (!strcmp(name, "seed")) return true;
+  for (size_t i = 0; i < kiln_model_file_num_inputs(m); i++) {
+    const char *in = kiln_model_file_inputs(m)[i].name;
+    size_t n = strlen(in);
+    if (!strncmp(name, in, n) && (!name[n] || (kiln_model_file_inputs(m)[i].kind ==
+                                                   KILN_INPUT_GRAPH && name[n] == '.')))
+      return true;
+  }
+  return false;
+}
+
+static int unbound(const kiln_graph *g, const kiln_model_file *m, const run_opts *o, size_t p) {
+  char pn[128];
+  param_name(g, p, pn, sizeof pn);
+  if (m && !is_model_input(m, pn)) {
+    if (!o->params)
+      return cli_error("the model has parameters ('%s', ...): give --params P.safetensors "
+                       "(`kiln init %s -o P.safetensors` makes one)", pn, o->model);
+    return cli_error("%s: no tensor '%s' for the model's parameter", o->params, pn);
+  }
+  if (m && strchr(pn, '.'))
+    return cli_error("no --input for the model's input '%s' (a graph input g is given as "
+                     "--input g.src=FILE.npy --input g.dst=FILE.npy, and g.batch, g.graphs "
+                     "where the model pools per graph)", pn);
+  if (m)
+    return cli_error("no --input for the model's input '%s' (give --input %s=FILE.npy)", pn, pn);
+  return cli_error("no --input for parameter '%s' (give --input %s=FILE.npy)", pn, pn);
+}
+
+/*
+ * Finds, for every parameter, what binds it: slot[p] is an index into
+ * o->input_*, FROM_PARAMS (the tensor of that name in `params`) or
+ * FROM_SEED (a .kiln model's seed input, from --seed).
+ */
+static int bind_inputs(const kiln_graph *g, const kiln_model_file *m, const kiln_params *params,
+                       const run_opts *o, size_t *slot) {
   size_t n = kiln_graph_num_params(g);
-  for (size_t p = 0; p < n; p++) slot[p] = SIZE_MAX;
+  for (size_t p = 0; p < n; p++) slot[p] = UNBOUND;
   for (size_t i = 0; i < o->ninputs; i++) {
     size_t len, p;
     const char *name = binding_name(o->input_name[i], &len);
@@ -107,16 +179,18 @@ static int bind_inputs(const kiln_graph *g, const run_opts *o, size_t *slot) {
       param_name(g, p, pn, sizeof pn);
       if (strlen(pn) == len && !strncmp(pn, name, len)) break;
     }
-    if (p == n) return unknown_input(g, name, len);
-    if (slot[p] != SIZE_MAX) return cli_error("input '%s' is given twice", pn);
+    if (p == n) return unknown_input(g, params, name, len);
+    if (slot[p] != UNBOUND) return cli_error("input '%s' is given twice", pn);
     slot[p] = i;
   }
-  for (size_t p = 0; p < n; p++)
-    if (slot[p] == SIZE_MAX) {
-      char pn[128];
-      param_name(g, p, pn, sizeof pn);
-      return cli_error("no --input for parameter '%s' (give --input %s=FILE.npy)", pn, pn);
-    }
+  for (size_t p = 0; p < n; p++) {
+    char pn[128];
+    param_name(g, p, pn, sizeof pn);
+    if (slot[p] != UNBOUND) continue;
+    if (params && kiln_params_find(params, pn)) slot[p] = FROM_PARAMS;
+    else if (m && !strcmp(pn, "seed")) slot[p] = FROM_SEED;
+    else return unbound(g, m, o, p);
+  }
   return 0;
 }
 
@@ -156,6 +230,32 @@ static int check_input(const kiln_graph *g, size_t p, const kiln_tensor *t, cons
   return cli_error("%s: parameter '%s' is %s, but the file holds %s", file, pn, want, got);
 }
 
+/* The value bound to parameter p (a new tensor except FROM_PARAMS, which is borrowed). */
+static int read_input(kiln_ctx *ctx, const kiln_graph *g, const kiln_params *params,
+                      const run_opts *o, size_t p, size_t slot, kiln_tensor **out) {
+  char pn[128];
+  if (slot == FROM_SEED) {
+    if (kiln_tensor_create(ctx, KILN_I64, 0, NULL, out) != KILN_OK)
+      return cli_error("%s", kiln_ctx_error(ctx));
+    *(int64_t *)kiln_tensor_data(*out) = (int64_t)o->seed;
+    return 0;
+  }
+  if (slot == FROM_PARAMS) {
+    param_name(g, p, pn, sizeof pn);
+    *out = kiln_params_find(params, pn);
+    kiln_dtype want = kiln_value_dtype(g, kiln_graph_get_param(g, p));
+    if (kiln_tensor_dtype(*out) != want)
+      return cli_error("%s: parameter '%s' is %s, but the model runs in %s (give --dtype %s, "
+                       "or make the parameters with kiln init --dtype %s)", o->params, pn,
+                       kiln_dtype_name(kiln_tensor_dtype(*out)), kiln_dtype_name(want),
+                       kiln_dtype_name(kiln_tensor_dtype(*out)), kiln_dtype_name(want));
+    return check_input(g, p, *out, o->params);
+  }
+  if (kiln_npy_read(ctx, o->input_file[slot], out) != KILN_OK)
+    return cli_error("%s", kiln_ctx_error(ctx));
+  return check_input(g, p, *out, o->input_file[slot]);
+}
+
 /* mkdir -p */
 static int make_dirs(const char *dir) {
   char path[4096];
@@ -191,18 +291,16 @@ static int write_outputs(kiln_ctx *ctx, const run_opts *o, size_t n, kiln_tensor
   return 0;
 }
 
-/* Reads the inputs, runs, writes. `g` and `ctx` belong to the caller. */
-static int run_model(kiln_ctx *ctx, kiln_graph *g, const run_opts *o) {
+/* Reads the inputs, runs, writes. `g`, `m` (NULL for .kir), `params` and `ctx` are the caller's. */
+static int run_model(kiln_ctx *ctx, kiln_graph *g, const kiln_model_file *m,
+                     const kiln_params *params, const run_opts *o) {
   size_t nin = kiln_graph_num_params(g), nout = kiln_graph_num_results(g);
   size_t *slot = calloc(nin + 1, sizeof *slot);
   kiln_tensor **in = calloc(nin + 1, sizeof *in), **out = calloc(nout + 1, sizeof *out);
-  int status = !slot || !in || !out ? cli_error("out of memory") : bind_inputs(g, o, slot);
-  for (size_t p = 0; p < nin && !status; p++) {
-    const char *file = o->input_file[slot[p]];
-    if (kiln_npy_read(ctx, file, &in[p]) != KILN_OK)
-      status = cli_error("%s", kiln_ctx_error(ctx));
-    else status = check_input(g, p, in[p], file);
-  }
+  int status =
+      !slot || !in || !out ? cli_error("out of memory") : bind_inputs(g, m, params, o, slot);
+  for (size_t p = 0; p < nin && !status; p++)
+    status = read_input(ctx, g, params, o, p, slot[p], &in[p]);
   kiln_run_info info = {0};
   if (!status && kiln_graph_run(g, o->backend, nin, in, nout, out, &info) != KILN_OK)
     status = cli_error("%s", kiln_ctx_error(ctx));
@@ -214,7 +312,8 @@ static int run_model(kiln_ctx *ctx, kiln_graph *g, const run_opts *o) {
     printf("\n");
     status = write_outputs(ctx, o, nout, out);
   }
-  for (size_t p = 0; in && p < nin; p++) kiln_tensor_destroy(in[p]);
+  for (size_t p = 0; in && slot && p < nin; p++)
+    if (slot[p] != FROM_PARAMS) kiln_tensor_destroy(in[p]);
   for (size_t r = 0; out && r < nout; r++) kiln_tensor_destroy(out[r]);
   free(slot);
   free(in);
@@ -223,16 +322,24 @@ static int run_model(kiln_ctx *ctx, kiln_graph *g, const run_opts *o) {
 }
 
 int cmd_run(int argc, char **argv) {
-  run_opts o = {.backend = KILN_BACKEND_AUTO};
+  run_opts o = {.backend = KILN_BACKEND_AUTO, .dtype = KILN_DTYPE_COUNT};
   int r = parse_args(argc, argv, &o);
   if (r) return r < 0 ? 0 : r;
   kiln_ctx *ctx = kiln_ctx_create();
   if (!ctx) return cli_error("out of memory");
   kiln_graph *g = NULL;
-  int status;
-  if (kiln_graph_parse_file(ctx, o.model, &g) != KILN_OK)
+  kiln_model_file *m = NULL;
+  kiln_params *params = NULL;
+  int status = cli_load_model(ctx, o.model, o.dtype, o.train, &g, &m);
+  if (!status && o.params && kiln_safetensors_read(ctx, o.params, &params) != KILN_OK)
     status = cli_error("%s", kiln_ctx_error(ctx));
-  else status = run_model(ctx, g, &o);
+  /* A .kiln model's parameters must all be there, by path and shape, and nothing else. */
+  if (!status && m && params &&
+      kiln_layer_check_params(ctx, kiln_model_file_layer(m), params) != KILN_OK)
+    status = cli_error("%s: %s", o.params, kiln_ctx_error(ctx));
+  if (!status) status = run_model(ctx, g, m, params, &o);
+  kiln_params_destroy(params);
+  kiln_model_file_destroy(m);
   kiln_graph_destroy(g);
   kiln_ctx_destroy(ctx);
   return status;

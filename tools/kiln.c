@@ -14,14 +14,27 @@
 
 #include "cli.h"
 
+int cmd_check(int argc, char **argv);
 int cmd_compile(int argc, char **argv);
+int cmd_fit(int argc, char **argv);
+int cmd_grad(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
+int cmd_init(int argc, char **argv);
 int cmd_ir(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_summary(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 static int cmd_version(int argc, char **argv);
 
 static const cli_command commands[] = {
+    {"check", cmd_check, "[--device cpu] [--tol T]",
+     "check every layer type, compiled, against the float64 reference (outputs and gradients)",
+     "Builds a small model of every layer type (mlp, conv, pooling, norms, lstm, gru,\n"
+     "attention, transformers, compositions, siamese, gcn, sage, gat, gin, vae), runs it\n"
+     "compiled and on the reference interpreter in float64 on fresh random inputs, and\n"
+     "compares the outputs and the gradients of every parameter: one line per layer, then\n"
+     "`OK: largest difference D (LAYER)` (exit 0) or the worst layer (exit 1).\n"
+     "  --tol T   the largest difference allowed (default 1e-12)"},
     {"compile", cmd_compile,
      "MODEL.kir -o MODEL.so [--header MODEL.h] [--params P.safetensors] [--name NAME] "
      "[--target cpu] [--target-cpu CPU] [--keep-temps]",
@@ -38,16 +51,68 @@ static const cli_command commands[] = {
      "One line per device: name (what --device takes), kind, detail. For the CPU the\n"
      "detail gives its model, vector features, the runtime's threads (KILN_NUM_THREADS\n"
      "or the CPUs) and the OpenBLAS build with the core it chose."},
-    {"ir", cmd_ir, "MODEL.kir",
+    {"fit", cmd_fit,
+     "MODEL.kiln [--params P] --x X.npy [--y Y.npy] [--loss L] [--opt NAME] [--lr R] "
+     "[--epochs E] [--batch-size B] [--seed S] [--clip C] [--schedule cosine|step|constant] "
+     "[--val-x X --val-y Y] [--input NAME=FILE] [--mask M] -o TRAINED.safetensors",
+     "train a .kiln model; the whole training step is compiled once",
+     "The step (forward, loss, backward, clipping, optimizer) is one compiled graph, run\n"
+     "on every mini-batch (reshuffled every epoch from --seed); the last, smaller batch\n"
+     "uses the same code through the symbolic batch dim. Prints the loss of every epoch.\n"
+     "  --params P      starting parameters (default: kiln init with --seed)\n"
+     "  --x X.npy       data for the model's tensor inputs, in declaration order\n"
+     "  --y Y.npy       targets (labels for cross_entropy); none: the target is X\n"
+     "  --input N=F     a named input, e.g. a graph's g.src=E.npy and g.dst=E.npy\n"
+     "  --mask M.npy    weights of each sample/node in the loss (node tasks: a train mask)\n"
+     "  --loss L        mse (default), mae, huber, cross_entropy, bce, vae\n"
+     "  --opt NAME      sgd, adam (default), adamw, rmsprop, adagrad, nadam, radam, with\n"
+     "                  arguments as in torch.optim: \"adamw(lr=3e-4, weight_decay=0.1)\"\n"
+     "  --lr R          the learning rate (overrides the optimizer's)\n"
+     "  --epochs E      passes over the data (default 10)\n"
+     "  --batch-size B  samples per step (default: all)\n"
+     "  --clip C        clip the global gradient norm to C\n"
+     "  --schedule S    cosine (--total, --warmup), step (--step-size, --gamma) or constant\n"
+     "  --val-x, --val-y, --val-mask  validation data: its loss is printed every epoch\n"
+     "  --history F     write epoch,loss,val_loss lines to F\n"
+     "  -q, --quiet     no progress lines"},
+    {"grad", cmd_grad,
+     "MODEL.kiln --params P --x X.npy [--y Y.npy] [--loss L] -o GRADS.safetensors",
+     "the gradient of a loss with respect to every parameter",
+     "Prints the loss and writes d(loss)/d(parameter) for every parameter, named by path.\n"
+     "Takes the data options of `kiln fit` (--x, --y, --input, --mask, --loss, --seed)."},
+    {"init", cmd_init, "MODEL.kiln [--seed S] [--dtype f32|f64|f16|bf16] -o P.safetensors",
+     "write a .kiln model's initial parameters as a safetensors file",
+     "The tensors are named by parameter path (\"0.W\", \"blocks.1.att.Wq\") and depend only on\n"
+     "the seed and the path (docs/layers.md), so every machine writes the same bytes.\n"
+     "  --seed S    a non-negative integer (default 0)\n"
+     "  --dtype T   the parameters' float type (default f32)\n"
+     "  -o P        the safetensors file to write"},
+    {"ir", cmd_ir, "MODEL.kir|MODEL.kiln [--dtype f32|f64|f16|bf16] [--train]",
      "print the canonical IR of a model",
-     "Parses MODEL.kir and prints it in canonical form on stdout."},
+     "Parses MODEL.kir and prints it in canonical form on stdout. A .kiln model file is\n"
+     "built into its graph: the model's parameters by path, then its inputs.\n"
+     "  --dtype T   (.kiln) parameters and activations in T; default: the float inputs' dtype\n"
+     "  --train     (.kiln) dropout and sampling on: the graph gets an i64 input \"seed\""},
     {"run", cmd_run, "MODEL.kir --input NAME=FILE.npy ... -o DIR [--backend auto|compiled|eager] "
-                     "[--print]",
+                     "[--print] [--params P.safetensors] [--dtype T] [--train] [--seed S]",
      "run a model on .npy inputs and write DIR/output_0.npy ...",
-     "  --input NAME=FILE.npy  binds the parameter %NAME (once per parameter)\n"
+     "MODEL is .kir text or a .kiln model file (built with its parameters named by path).\n"
+     "  --input NAME=FILE.npy  binds the parameter %NAME (once per parameter); for a .kiln\n"
+     "                         model its input NAME, and a graph input g as g.src=E.npy,\n"
+     "                         g.dst=E.npy (i64[E] edges, self-loops included) and, where\n"
+     "                         the model pools per graph, g.batch=B.npy (i64[N], each\n"
+     "                         node's graph) and g.graphs=G.npy (i64[G], one per graph)\n"
+     "  --params P             binds every parameter named in the safetensors file P; for\n"
+     "                         a .kiln model (`kiln init` writes one) all of its parameters\n"
      "  -o, --output DIR       where output_0.npy, output_1.npy, ... are written (created)\n"
      "  --backend B            auto (default), compiled or eager\n"
-     "  --print                also print every output's values as a nested list"},
+     "  --print                also print every output's values as a nested list\n"
+     "  --dtype T              (.kiln) the model's float type; default: its float inputs'\n"
+     "  --train, --seed S      (.kiln) dropout and sampling on, seeded by S (default 0)"},
+    {"summary", cmd_summary, "MODEL.kiln",
+     "print a .kiln model's inputs, layers and parameter counts",
+     "One row per layer: its parameter path, constructor call and number of parameters,\n"
+     "then the total number of trainable parameters."},
     {"help", cmd_help, "[COMMAND]", "show this help, or a command's", NULL},
     {"version", cmd_version, "", "print the version", NULL},
 };

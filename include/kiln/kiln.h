@@ -8,5 +8,8 @@
 #include "params.h"
 #include "aot.h"
 #include "compile.h"
+#include "layers.h"
+#include "train.h"
+#include "fit.h"
 
 #endif

@@ -7,6 +7,13 @@
  * the property the unit tests compare trees by. The input is handed over
  * without a terminating NUL, as kf_parse allows, so a read past the end is
  * caught by AddressSanitizer.
+ *
+ * Whatever parses is also evaluated into a layer (frontend/kiln_eval.c),
+ * which must succeed or fail with a located message too; a layer small
+ * enough to build cheaply (every int argument at most MAX_INT, at most
+ * MAX_LAYERS layers) is then built into a graph for its declared inputs, so
+ * lambda bodies are turned into IR as well. Failures there are fine; crashes,
+ * leaks and unbounded work are not.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -14,6 +21,10 @@
 #include <string.h>
 
 #include "frontend/kiln_ast.h"
+#include "layers/layers.h"
+
+#define MAX_INT 256
+#define MAX_LAYERS 64
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -24,6 +35,64 @@ static char *print_module(const kf_module *m, size_t *n) {
   kf_module_print(m, f);
   fclose(f);
   return s;
+}
+
+/* Is every int argument and list length in `a` small? (Sizes drive the graph's constants.) */
+static bool small_layer(const kl_layer *l, unsigned *budget);
+static bool small_arg(const kl_arg *a, unsigned *budget) {
+  switch (a->kind) {
+  case KL_A_INT:
+    return a->i >= -MAX_INT && a->i <= MAX_INT;
+  case KL_A_FLOAT:
+    return a->f >= -MAX_INT && a->f <= MAX_INT;
+  case KL_A_LAYER:
+    return small_layer(a->layer, budget);
+  case KL_A_LIST:
+    if (a->n > MAX_LAYERS) return false;
+    for (uint32_t i = 0; i < a->n; i++)
+      if (!small_arg(&a->items[i], budget)) return false;
+    return true;
+  default:
+    return true;
+  }
+}
+
+static bool small_layer(const kl_layer *l, unsigned *budget) {
+  if (!l || !*budget) return false;
+  --*budget;
+  for (uint32_t i = 0; i < l->nargs; i++)
+    if (!small_arg(&l->args[i], budget)) return false;
+  for (uint32_t i = 0; i < l->nkids; i++)
+    if (!small_layer(l->kids[i], budget)) return false;
+  return true;
+}
+
+/* Evaluates the text into a layer and, when it is small, builds its graph. */
+static void evaluate(kiln_ctx *ctx, const char *text, size_t size) {
+  kiln_model_file *mf = NULL;
+  kiln_status s = kiln_model_file_parse(ctx, text, size, "fuzz.kiln", &mf);
+  if (s != KILN_OK) {
+    const char *msg = kiln_ctx_error(ctx);
+    if (mf) __builtin_trap();
+    if (s != KILN_ERR_NOMEM && (strncmp(msg, "fuzz.kiln:", 10) != 0 || !strstr(msg, ": error: ")))
+      __builtin_trap();
+    return;
+  }
+  const kl_layer *l = kiln_model_file_layer(mf);
+  unsigned budget = MAX_LAYERS;
+  bool small = small_layer(l, &budget);
+  size_t n = kiln_model_file_num_inputs(mf);
+  const kiln_model_input *in = kiln_model_file_inputs(mf);
+  for (size_t i = 0; i < n && small; i++)
+    for (size_t k = 0; k < in[i].rank; k++)
+      if (in[i].dims[k] > MAX_INT) small = false;
+  if (small) {
+    kiln_build_opts opts = {KILN_F32, 1};
+    kiln_graph *g = NULL;
+    if (kiln_layer_build(ctx, l, n, in, &opts, &g) == KILN_OK && !g) __builtin_trap();
+    kiln_graph_destroy(g);
+  }
+  kiln_model_file_destroy(mf);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -44,6 +113,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (kf_parse(ctx, s1, n1, "printed.kiln", &a2, &m2) != KILN_OK) __builtin_trap();
     s2 = print_module(m2, &n2);
     if (n1 != n2 || memcmp(s1, s2, n1) != 0) __builtin_trap();
+    evaluate(ctx, text, size);
   } else {
     const char *msg = kiln_ctx_error(ctx);
     /* every rejection says where and why */

@@ -1,0 +1,127 @@
+/*
+ * Kiln public API: the layer catalogue (docs/layers.md).
+ *
+ * A kiln_layer is an immutable, reference-counted model description —
+ * `kiln_linear(ctx, 4, 3, 1, "he")`, `kiln_sequential(ctx, n, layers)` —
+ * that holds no parameters. kiln_layer_init() makes its parameters (a
+ * kiln_params named by path: "0.W", "encoder.2.b"), and kiln_layer_build()
+ * turns it into an ordinary kiln_graph whose parameters are the model's
+ * parameters (by path) followed by its inputs, ready for kiln_graph_run,
+ * kiln_compile or kiln_compile_shared.
+ *
+ * Constructors return NULL on a bad argument, with the reason on the
+ * context ("multi_head_attention: d=30 must be divisible by heads=4").
+ * Composition constructors take ownership of the layers passed to them
+ * (also when they fail), and accept NULL children (then they fail), so a
+ * model can be built in one nested expression and checked once.
+ */
+#ifndef KILN_LAYERS_H
+#define KILN_LAYERS_H
+
+#include "graph.h"
+#include "params.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kiln_layer kiln_layer;
+
+KILN_API void kiln_layer_retain(kiln_layer *l);
+KILN_API void kiln_layer_release(kiln_layer *l);
+
+/* ------------------------------------------------------------ model inputs */
+
+typedef enum kiln_input_kind {
+  KILN_INPUT_TENSOR, /* a model input x */
+  KILN_INPUT_GRAPH,  /* a graph: becomes inputs NAME.src, NAME.dst (i64[E]) and NAME.batch (i64[N]) */
+  KILN_INPUT_MASK    /* the additive attention mask */
+} kiln_input_kind;
+
+typedef struct kiln_model_input {
+  const char *name;
+  kiln_input_kind kind;
+  kiln_dtype dtype;
+  size_t rank;
+  const int64_t *dims;       /* constant sizes; ignored where syms[i] is set */
+  const char *const *syms;   /* NULL, or per dim a symbol name ("N") or NULL */
+} kiln_model_input;
+
+typedef struct kiln_build_opts {
+  kiln_dtype dtype; /* parameters' and activations' float type (opts == NULL: KILN_F32) */
+  int train;        /* dropout and sampling on: the graph gets an i64 scalar input "seed" */
+} kiln_build_opts;
+
+/*
+ * The graph of `model` applied to the inputs: parameters named by path first
+ * (in kiln_layer_init's order), then each input (tensor inputs by name; a
+ * graph input as NAME.src, NAME.dst, NAME.batch; the mask), then "seed" when
+ * opts->train needs randomness. Several tensor inputs reach the model as a
+ * list, in order. A model returning a list has one result per element.
+ */
+KILN_API kiln_status kiln_layer_build(kiln_ctx *ctx, const kiln_layer *model, size_t n_inputs,
+                                      const kiln_model_input *inputs, const kiln_build_opts *opts,
+                                      kiln_graph **out);
+
+/* ------------------------------------------------------------ graph data */
+
+/*
+ * Prepares a graph's edge lists for the graph layers (the seed's graph(edges, n,
+ * undirected, self_loops)). Edges are src[k] -> dst[k]. n_nodes = -1
+ * means the largest id + 1 (0 without edges); ids must lie in [0, n_nodes).
+ * The result holds, in this order: the edges as given (duplicates kept);
+ * if `undirected`, the reverse j -> i of every edge i -> j (i != j) whose
+ * reverse is not among the given edges, in input order; if `self_loops`,
+ * i -> i for every node 0..n_nodes-1 — always, even where the input has
+ * one already (as PyG's add_self_loops). Both outputs are new i64[E']
+ * tensors owned by the caller.
+ */
+KILN_API kiln_status kiln_graph_edges(kiln_ctx *ctx, const int64_t *src, const int64_t *dst,
+                                      size_t n_edges, int64_t n_nodes, int undirected,
+                                      int self_loops, kiln_tensor **src_out, kiln_tensor **dst_out);
+
+/* ------------------------------------------------------------ parameters */
+
+/* The parameters of `model` from `seed` (same values on every machine), in dtype `t`. */
+KILN_API kiln_status kiln_layer_init(kiln_ctx *ctx, const kiln_layer *model, uint64_t seed,
+                                     kiln_dtype t, kiln_params **out);
+/* The number of trainable numbers. */
+KILN_API kiln_status kiln_layer_count_params(kiln_ctx *ctx, const kiln_layer *model,
+                                             int64_t *out);
+/* The layer table with parameter counts, as a malloc'ed string (free()). */
+KILN_API kiln_status kiln_layer_summary(kiln_ctx *ctx, const kiln_layer *model, char **out);
+/*
+ * Checks that `p` holds exactly the parameters of `model` with the right
+ * shapes; the message names the first parameter missing, extra or of the
+ * wrong shape by its path.
+ */
+KILN_API kiln_status kiln_layer_check_params(kiln_ctx *ctx, const kiln_layer *model,
+                                             const kiln_params *p);
+
+/* Any constructor of the catalogue by name, with its arguments as in a .kiln
+ * file: kiln_layer_call(ctx, "linear", "i i bias=b", 4, 3, 0). See
+ * layers/layers.h kl_mk for the format letters. */
+KILN_API kiln_layer *kiln_layer_call(kiln_ctx *ctx, const char *ctor, const char *fmt, ...);
+
+/* ------------------------------------------------------------ model files */
+
+/*
+ * Reads a .kiln model file: the model (a layer) and its declared inputs.
+ * Errors are "FILE:LINE:COL: error: ...". The inputs array and its strings
+ * belong to the returned model file; free it with kiln_model_file_destroy.
+ */
+typedef struct kiln_model_file kiln_model_file;
+KILN_API kiln_status kiln_model_file_read(kiln_ctx *ctx, const char *path, kiln_model_file **out);
+KILN_API kiln_status kiln_model_file_parse(kiln_ctx *ctx, const char *text, size_t len,
+                                           const char *filename, kiln_model_file **out);
+KILN_API void kiln_model_file_destroy(kiln_model_file *m);
+KILN_API const kiln_layer *kiln_model_file_layer(const kiln_model_file *m);
+KILN_API size_t kiln_model_file_num_inputs(const kiln_model_file *m);
+KILN_API const kiln_model_input *kiln_model_file_inputs(const kiln_model_file *m);
+
+#include "layers_catalogue.h"
+
+#ifdef __cplusplus
+}
+#endif
+#endif

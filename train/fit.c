@@ -1,0 +1,858 @@
+/*
+ * fit.c — compiled training steps (kiln_trainer) and the fit loop.
+ *
+ * The training step is one graph:
+ *
+ *   params, inputs, target, [loss_mask], state, step, lr, [seed]
+ *     -> loss, new params, new state
+ *
+ * built from the model graph (kl_build_graph with train on), the loss
+ * (train/loss.c), the autodiff pass (kp_grad), global-norm clipping and the
+ * optimizer's update (train/optim.c). It is compiled once; the batch dim is
+ * symbolic, so every batch — the last, smaller one too — runs the same code.
+ * A second graph, the model in inference mode followed by the loss, gives the
+ * validation loss.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kiln/fit.h"
+#include "layers/layers.h"
+#include "passes/passes.h"
+
+/* What each parameter of the step graph is fed with. */
+typedef enum role_kind { R_PARAM, R_INPUT, R_TARGET, R_MASK, R_STATE, R_STEP, R_LR, R_SEED } role_kind;
+typedef struct role {
+  role_kind kind;
+  uint32_t k;
+} role;
+
+struct kiln_trainer {
+  kiln_ctx *ctx;
+  kiln_train_spec spec;
+  uint32_t np;         /* model parameters */
+  uint32_t nstate;     /* state tensors per parameter */
+  uint32_t nin;        /* data inputs: model inputs, target, [mask] */
+  char **in_names;
+  kiln_params *params; /* current values, in graph order */
+  kiln_tensor **state; /* np * nstate */
+  int64_t steps;
+  kiln_graph *step_g, *eval_g;
+  kiln_compiled *step_c, *eval_c;
+  role *step_roles, *eval_roles;
+  uint32_t step_nparams, eval_nparams;
+  kiln_dtype dt;
+};
+
+static const char *loss_name(const kiln_train_spec *s) { return s->loss ? s->loss : "mse"; }
+
+/* The target's parameter type from the prediction's: labels for cross_entropy. */
+static kiln_value add_target(kiln_graph *g, const kiln_train_spec *spec, kiln_value pred) {
+  size_t r = kiln_value_rank(g, pred);
+  kiln_dim dims[KILN_MAX_RANK];
+  for (size_t i = 0; i < r; i++) dims[i] = kiln_value_dim(g, pred, i);
+  if (!strcmp(loss_name(spec), "cross_entropy"))
+    return kiln_graph_param(g, "target", KILN_I64, r ? r - 1 : 0, dims);
+  return kiln_graph_param(g, "target", kiln_value_dtype(g, pred), r, dims);
+}
+
+/*
+ * The model's graph followed by its loss. Data inputs keep the model's
+ * order; then the target and the mask. Sets *outputs to the loss only.
+ */
+static kiln_status build_loss_graph(kiln_ctx *ctx, const kiln_train_spec *spec, bool train,
+                                    kiln_graph **out, uint32_t *np) {
+  kiln_build_opts bo = {spec->dtype, train};
+  kiln_graph *g = NULL;
+  kl_plist pl;
+  kiln_status s = kl_params_of(ctx, spec->model, &pl);
+  if (s) return s;
+  *np = pl.n;
+  kl_plist_free(&pl);
+  if ((s = kl_build_graph(ctx, spec->model, spec->n_inputs, spec->inputs, &bo, &g))) return s;
+  size_t nres = kiln_graph_num_results(g);
+  kiln_value res[8];
+  for (size_t i = 0; i < nres && i < 8; i++) res[i] = kiln_graph_get_result(g, i);
+  kiln_value loss;
+  const char *ln = loss_name(spec);
+  if (!strcmp(ln, "vae")) {
+    if (nres != 3) {
+      kiln_graph_destroy(g);
+      return kir_fail(ctx, KILN_ERR_INVALID,
+                      "fit(): loss \"vae\" needs a model returning [reconstruction, mu, logvar], "
+                      "this one returns %zu values", nres);
+    }
+    /* The target of a VAE is its input. */
+    kiln_value x = kiln_graph_get_param(g, *np);
+    loss = kiln_vae_loss(g, res[0], res[1], res[2], x, spec->vae_beta > 0 ? spec->vae_beta : 1.0);
+  } else {
+    kiln_value target = add_target(g, spec, res[0]);
+    kiln_loss_opts lo = kiln_loss_opts_default();
+    if (spec->huber_delta > 0) lo.delta = spec->huber_delta;
+    if (spec->masked) {
+      /* One weight per label for cross_entropy ([N] for nodes, [B, T] for tokens),
+       * else one per sample. */
+      size_t r = kiln_value_rank(g, res[0]);
+      size_t mr = !strcmp(ln, "cross_entropy") && r > 1 ? r - 1 : 1;
+      kiln_dim dims[KILN_MAX_RANK];
+      for (size_t a = 0; a < mr; a++) dims[a] = kiln_value_dim(g, res[0], a);
+      lo.mask = kiln_graph_param(g, "loss_mask", kiln_value_dtype(g, res[0]), mr, dims);
+    }
+    loss = kiln_loss(g, ln, res[0], target, &lo);
+  }
+  if ((s = kiln_graph_status(g)) || (s = kiln_graph_set_results(g, 1, &loss))) {
+    kiln_graph_destroy(g);
+    return s;
+  }
+  *out = g;
+  return KILN_OK;
+}
+
+/* Roles of the parameters of a loss graph: np model params, data, seed. */
+static role *roles_of(kiln_graph *g, uint32_t np, uint32_t *ndata) {
+  size_t n = kiln_graph_num_params(g);
+  role *r = calloc(n + 1, sizeof *r);
+  if (!r) return NULL;
+  uint32_t d = 0;
+  for (size_t i = 0; i < n; i++) {
+    const char *name = kiln_value_name(g, kiln_graph_get_param(g, i));
+    if (i < np) r[i] = (role){R_PARAM, (uint32_t)i};
+    else if (name && !strcmp(name, "seed")) r[i] = (role){R_SEED, 0};
+    else r[i] = (role){R_INPUT, d++};
+  }
+  if (ndata) *ndata = d;
+  return r;
+}
+
+static kiln_status compile_graph(kiln_ctx *ctx, const kiln_train_spec *spec, kiln_graph *g,
+                                 kiln_compiled **out) {
+  *out = NULL;
+  if (spec->backend == KILN_BACKEND_EAGER) return KILN_OK;
+  kiln_status s = kiln_compile(g, NULL, out);
+  if (s == KILN_ERR_UNSUPPORTED && spec->backend == KILN_BACKEND_AUTO) {
+    *out = NULL; /* the reference interpreter runs it */
+    return KILN_OK;
+  }
+  (void)ctx;
+  return s;
+}
+
+static kiln_status run_graph(kiln_trainer *t, kiln_graph *g, kiln_compiled *c, size_t nin,
+                             kiln_tensor *const *in, size_t nout, kiln_tensor **out) {
+  if (c) return kiln_compiled_run(c, t->ctx, nin, in, nout, out, NULL);
+  return kiln_graph_run(g, KILN_BACKEND_EAGER, nin, in, nout, out, NULL);
+}
+
+/* Appends clipping and the optimizer to the gradient graph `ng`. */
+static kiln_status add_update(kiln_trainer *t, kiln_graph *ng, uint32_t ndata) {
+  kiln_ctx *ctx = t->ctx;
+  uint32_t np = t->np, nst = t->nstate;
+  size_t nparams0 = kiln_graph_num_params(ng);
+  kiln_value *pv = calloc(np + 1, sizeof *pv), *gv = calloc(np + 1, sizeof *gv);
+  kiln_value *sv = calloc((size_t)np * nst + 1, sizeof *sv);
+  kiln_value *newp = calloc(np + 1, sizeof *newp), *news = calloc((size_t)np * nst + 1, sizeof *news);
+  kiln_value *res = calloc(1 + np + (size_t)np * nst, sizeof *res);
+  kiln_status s = KILN_OK;
+  if (!pv || !gv || !sv || !newp || !news || !res) {
+    s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  for (uint32_t i = 0; i < np; i++) {
+    pv[i] = kiln_graph_get_param(ng, i);
+    gv[i] = kiln_graph_get_result(ng, 1 + i);
+  }
+  for (uint32_t i = 0; i < np; i++)
+    for (uint32_t k = 0; k < nst; k++) {
+      char name[300];
+      snprintf(name, sizeof name, "opt%u.%s", k, kiln_value_name(ng, pv[i]));
+      kiln_optimizer_state_info info;
+      if ((s = kiln_optimizer_state(&t->spec.opt, k, &info))) goto done;
+      size_t r = info.scalar ? 0 : kiln_value_rank(ng, pv[i]);
+      kiln_dim dims[KILN_MAX_RANK];
+      for (size_t a = 0; a < r; a++) dims[a] = kiln_value_dim(ng, pv[i], a);
+      sv[i * nst + k] = kiln_graph_param(ng, name, t->dt, r, dims);
+    }
+  kiln_value step = kiln_graph_param(ng, "step", t->dt, 0, NULL);
+  kiln_value lr = kiln_graph_param(ng, "lr", t->dt, 0, NULL);
+  if (t->spec.clip > 0) {
+    kiln_value *cg = calloc(np + 1, sizeof *cg);
+    if (!cg) {
+      s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+      goto done;
+    }
+    kiln_clip_grad_norm(ng, np, gv, t->spec.clip, cg);
+    if (!(s = kiln_graph_status(ng))) memcpy(gv, cg, np * sizeof *gv);
+    free(cg);
+    if (s) goto done;
+  }
+  if ((s = kiln_optimizer_step(ng, &t->spec.opt, np, pv, gv, sv, step, lr, newp, news)))
+    goto done;
+  res[0] = kiln_graph_get_result(ng, 0);
+  memcpy(res + 1, newp, np * sizeof *res);
+  memcpy(res + 1 + np, news, (size_t)np * nst * sizeof *res);
+  if ((s = kiln_graph_set_results(ng, 1 + np + (size_t)np * nst, res))) goto done;
+  /* Roles: the loss graph's, then state, step and lr. */
+  size_t n = kiln_graph_num_params(ng);
+  role *r = roles_of(ng, np, NULL);
+  if (!r) {
+    s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  uint32_t d = 0;
+  for (size_t i = 0; i < nparams0; i++)
+    if (r[i].kind == R_INPUT) r[i].k = d++;
+  for (size_t i = nparams0; i < n; i++) {
+    kiln_value v = kiln_graph_get_param(ng, i);
+    if (v == step) r[i] = (role){R_STEP, 0};
+    else if (v == lr) r[i] = (role){R_LR, 0};
+    else r[i] = (role){R_STATE, (uint32_t)(i - nparams0)};
+  }
+  (void)ndata;
+  t->step_roles = r;
+  t->step_nparams = (uint32_t)n;
+done:
+  free(pv), free(gv), free(sv), free(newp), free(news), free(res);
+  return s;
+}
+
+kiln_status kiln_trainer_create(kiln_ctx *ctx, const kiln_train_spec *spec,
+                                const kiln_params *init, kiln_trainer **out) {
+  *out = NULL;
+  kiln_trainer *t = calloc(1, sizeof *t);
+  if (!t) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  t->ctx = ctx;
+  t->spec = *spec;
+  t->dt = spec->dtype;
+  if (t->spec.opt.lr <= 0) t->spec.opt = kiln_optimizer_default(KILN_OPT_ADAM);
+  if (!spec->model || (spec->dtype != KILN_F32 && spec->dtype != KILN_F64)) {
+    kiln_trainer_destroy(t);
+    return kir_fail(ctx, KILN_ERR_INVALID, "fit(): the model's dtype must be f32 or f64");
+  }
+  kiln_status s0 = kiln_optimizer_check(ctx, &t->spec.opt);
+  if (s0) {
+    kiln_trainer_destroy(t);
+    return s0;
+  }
+  t->nstate = (uint32_t)kiln_optimizer_num_state(&t->spec.opt);
+  kiln_graph *lg = NULL;
+  kiln_status s;
+  if ((s = kiln_layer_check_params(ctx, spec->model, init))) goto fail;
+  /* The training step: loss graph -> gradients -> update. */
+  if ((s = build_loss_graph(ctx, spec, true, &lg, &t->np))) goto fail;
+  {
+    size_t n = kiln_graph_num_params(lg);
+    bool *wrt = calloc(n + 1, sizeof *wrt);
+    if (!wrt) {
+      s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+      goto fail;
+    }
+    for (uint32_t i = 0; i < t->np; i++) wrt[i] = true;
+    t->step_g = kp_grad(lg, wrt, 0);
+    free(wrt);
+    if (!t->step_g) {
+      s = kiln_graph_status(lg) ? kiln_graph_status(lg) : KILN_ERR_INVALID;
+      goto fail;
+    }
+  }
+  if ((s = add_update(t, t->step_g, 0))) goto fail;
+  if ((s = kiln_graph_verify(t->step_g))) goto fail;
+  /* The evaluation graph: inference mode. */
+  uint32_t np2;
+  if ((s = build_loss_graph(ctx, spec, false, &t->eval_g, &np2))) goto fail;
+  if (!(t->eval_roles = roles_of(t->eval_g, t->np, &t->nin))) {
+    s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+    goto fail;
+  }
+  t->eval_nparams = (uint32_t)kiln_graph_num_params(t->eval_g);
+  if (!(t->in_names = calloc(t->nin + 1, sizeof *t->in_names))) {
+    s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+    goto fail;
+  }
+  for (uint32_t i = 0; i < t->eval_nparams; i++)
+    if (t->eval_roles[i].kind == R_INPUT)
+      t->in_names[t->eval_roles[i].k] =
+          strdup(kiln_value_name(t->eval_g, kiln_graph_get_param(t->eval_g, i)));
+  /* Parameters and zeroed optimizer state, in graph order. */
+  if ((s = kiln_params_create(ctx, &t->params))) goto fail;
+  if (!(t->state = calloc((size_t)t->np * t->nstate + 1, sizeof *t->state))) {
+    s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+    goto fail;
+  }
+  for (uint32_t i = 0; i < t->np && !s; i++) {
+    const char *name = kiln_value_name(t->step_g, kiln_graph_get_param(t->step_g, i));
+    const kiln_tensor *src = kiln_params_find(init, name);
+    size_t r = kiln_tensor_rank(src);
+    int64_t dims[KILN_MAX_RANK];
+    for (size_t a = 0; a < r; a++) dims[a] = kiln_tensor_dim(src, a);
+    kiln_tensor *p = NULL;
+    if ((s = kiln_tensor_create(ctx, t->dt, r, dims, &p))) break;
+    for (size_t e = 0; e < kiln_tensor_numel(src); e++) kiln_tensor_set(p, e, kiln_tensor_get(src, e));
+    if ((s = kiln_params_add(t->params, name, p))) break;
+    for (uint32_t k = 0; k < t->nstate && !s; k++) {
+      kiln_optimizer_state_info info;
+      kiln_tensor *st = NULL;
+      if ((s = kiln_optimizer_state(&t->spec.opt, k, &info))) break;
+      if ((s = kiln_tensor_create(ctx, t->dt, info.scalar ? 0 : r, dims, &st))) break;
+      for (size_t e = 0; e < kiln_tensor_numel(st); e++) kiln_tensor_set(st, e, info.init);
+      t->state[i * t->nstate + k] = st;
+    }
+  }
+  if (s) goto fail;
+  if ((s = compile_graph(ctx, spec, t->step_g, &t->step_c))) goto fail;
+  if ((s = compile_graph(ctx, spec, t->eval_g, &t->eval_c))) goto fail;
+  kiln_graph_destroy(lg);
+  *out = t;
+  return KILN_OK;
+fail:
+  kiln_graph_destroy(lg);
+  kiln_trainer_destroy(t);
+  return s;
+}
+
+void kiln_trainer_destroy(kiln_trainer *t) {
+  if (!t) return;
+  for (uint32_t i = 0; t->in_names && i < t->nin; i++) free(t->in_names[i]);
+  free(t->in_names);
+  kiln_params_destroy(t->params);
+  for (size_t i = 0; t->state && i < (size_t)t->np * t->nstate; i++) kiln_tensor_destroy(t->state[i]);
+  free(t->state);
+  kiln_compiled_destroy(t->step_c);
+  kiln_compiled_destroy(t->eval_c);
+  kiln_graph_destroy(t->step_g);
+  kiln_graph_destroy(t->eval_g);
+  free(t->step_roles);
+  free(t->eval_roles);
+  free(t);
+}
+
+size_t kiln_trainer_num_inputs(const kiln_trainer *t) { return t->nin; }
+const char *kiln_trainer_input_name(const kiln_trainer *t, size_t i) {
+  return i < t->nin ? t->in_names[i] : NULL;
+}
+const kiln_params *kiln_trainer_params(const kiln_trainer *t) { return t->params; }
+int64_t kiln_trainer_steps(const kiln_trainer *t) { return t->steps; }
+
+static kiln_tensor *scalar_tensor(kiln_ctx *ctx, kiln_dtype dt, double v) {
+  kiln_tensor *s = NULL;
+  if (kiln_tensor_create(ctx, dt, 0, NULL, &s)) return NULL;
+  kiln_tensor_set(s, 0, v);
+  return s;
+}
+
+kiln_status kiln_trainer_step(kiln_trainer *t, size_t n, kiln_tensor *const *inputs, double lr,
+                              uint64_t seed, double *loss) {
+  if (n != t->nin)
+    return kir_fail(t->ctx, KILN_ERR_INVALID, "trainer step: %zu inputs given, it takes %u", n,
+                    t->nin);
+  uint32_t np = t->np, nst = t->nstate, nout = 1 + np + np * nst;
+  kiln_tensor **in = calloc(t->step_nparams + 1, sizeof *in);
+  kiln_tensor **out = calloc(nout, sizeof *out);
+  kiln_tensor *step = scalar_tensor(t->ctx, t->dt, (double)(t->steps + 1));
+  kiln_tensor *lrt = scalar_tensor(t->ctx, t->dt, lr);
+  kiln_tensor *seedt = NULL;
+  kiln_status s = KILN_OK;
+  if (!in || !out || !step || !lrt || kiln_tensor_create(t->ctx, KILN_I64, 0, NULL, &seedt)) {
+    s = kir_fail(t->ctx, KILN_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  kiln_tensor_set(seedt, 0, (double)(int64_t)(seed ^ (uint64_t)t->steps * 0x9E3779B97F4A7C15ull) );
+  for (uint32_t i = 0; i < t->step_nparams; i++) {
+    role r = t->step_roles[i];
+    switch (r.kind) {
+    case R_PARAM: in[i] = kiln_params_tensor(t->params, r.k); break;
+    case R_INPUT: in[i] = inputs[r.k]; break;
+    case R_STATE: in[i] = t->state[r.k]; break;
+    case R_STEP: in[i] = step; break;
+    case R_LR: in[i] = lrt; break;
+    case R_SEED: in[i] = seedt; break;
+    default: break;
+    }
+  }
+  if ((s = run_graph(t, t->step_g, t->step_c, t->step_nparams, in, nout, out))) goto done;
+  *loss = kiln_tensor_get(out[0], 0);
+  /* The new values replace the old ones. */
+  for (uint32_t i = 0; i < np; i++) {
+    kiln_tensor *p = kiln_params_tensor(t->params, i);
+    memcpy(kiln_tensor_data(p), kiln_tensor_cdata(out[1 + i]), kiln_tensor_nbytes(p));
+  }
+  for (uint32_t i = 0; i < np * nst; i++) {
+    kiln_tensor_destroy(t->state[i]);
+    t->state[i] = out[1 + np + i];
+    out[1 + np + i] = NULL;
+  }
+  t->steps++;
+done:
+  for (uint32_t i = 0; out && i < nout; i++) kiln_tensor_destroy(out[i]);
+  free(out);
+  free(in);
+  kiln_tensor_destroy(step);
+  kiln_tensor_destroy(lrt);
+  kiln_tensor_destroy(seedt);
+  return s;
+}
+
+kiln_status kiln_trainer_eval(kiln_trainer *t, size_t n, kiln_tensor *const *inputs, double *loss) {
+  if (n != t->nin)
+    return kir_fail(t->ctx, KILN_ERR_INVALID, "trainer eval: %zu inputs given, it takes %u", n,
+                    t->nin);
+  kiln_tensor **in = calloc(t->eval_nparams + 1, sizeof *in);
+  kiln_tensor *out = NULL;
+  if (!in) return kir_fail(t->ctx, KILN_ERR_NOMEM, "out of memory");
+  for (uint32_t i = 0; i < t->eval_nparams; i++) {
+    role r = t->eval_roles[i];
+    in[i] = r.kind == R_PARAM ? kiln_params_tensor(t->params, r.k) : inputs[r.k];
+  }
+  kiln_status s = run_graph(t, t->eval_g, t->eval_c, t->eval_nparams, in, 1, &out);
+  if (!s) *loss = kiln_tensor_get(out, 0);
+  kiln_tensor_destroy(out);
+  free(in);
+  return s;
+}
+
+/* ------------------------------------------------------------------ fit */
+
+/* Rows idx[0..n) of axis 0 of `src` as a new tensor. */
+static kiln_status take_rows(kiln_ctx *ctx, const kiln_tensor *src, const int64_t *idx, size_t n,
+                             kiln_tensor **out) {
+  size_t r = kiln_tensor_rank(src);
+  int64_t dims[KILN_MAX_RANK];
+  for (size_t a = 0; a < r; a++) dims[a] = kiln_tensor_dim(src, a);
+  dims[0] = (int64_t)n;
+  kiln_status s = kiln_tensor_create(ctx, kiln_tensor_dtype(src), r, dims, out);
+  if (s) return s;
+  size_t row = kiln_tensor_dim(src, 0) ? kiln_tensor_nbytes(src) / (size_t)kiln_tensor_dim(src, 0) : 0;
+  const char *from = kiln_tensor_cdata(src);
+  char *to = kiln_tensor_data(*out);
+  for (size_t i = 0; i < n; i++) memcpy(to + i * row, from + (size_t)idx[i] * row, row);
+  return KILN_OK;
+}
+
+/* A reproducible shuffle of 0..n-1 for (seed, epoch): Fisher-Yates on Philox words. */
+static void shuffle(int64_t *idx, int64_t n, uint64_t seed, int64_t epoch) {
+  const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+  for (int64_t i = 0; i < n; i++) idx[i] = i;
+  for (int64_t i = n - 1; i > 0; i--) {
+    const uint32_t ctr[4] = {(uint32_t)i, (uint32_t)((uint64_t)i >> 32), (uint32_t)epoch,
+                             0x5348u /* "SH" */};
+    uint32_t w[4];
+    kir_philox4x32(ctr, key, w);
+    uint64_t r = ((uint64_t)w[0] << 32) | w[1];
+    int64_t j = (int64_t)(r % (uint64_t)(i + 1));
+    int64_t tmp = idx[i];
+    idx[i] = idx[j];
+    idx[j] = tmp;
+  }
+}
+
+/* Is data input i batched (a tensor whose axis 0 is the sample axis)? */
+static bool batched(const kiln_trainer *t, size_t i, int64_t nsamples) {
+  const char *name = t->in_names[i];
+  size_t len = strlen(name);
+  /* Graph pieces are passed whole. */
+  if (len > 4 && (!strcmp(name + len - 4, ".src") || !strcmp(name + len - 4, ".dst"))) return false;
+  if (len > 6 && !strcmp(name + len - 6, ".batch")) return false;
+  return nsamples > 0;
+}
+
+static double schedule_lr(const kiln_schedule *sc, double base, int64_t step, int64_t total) {
+  switch (sc->kind) {
+  case KILN_SCHEDULE_COSINE:
+    return kiln_cosine_lr(step, sc->total > 0 ? sc->total : total, base, sc->warmup);
+  case KILN_SCHEDULE_STEP: return kiln_step_lr(step, base, sc->step_size, sc->gamma);
+  default: return base;
+  }
+}
+
+kiln_status kiln_fit(kiln_ctx *ctx, const kiln_train_spec *spec, const kiln_params *init,
+                     size_t n_data, kiln_tensor *const *data, const kiln_fit_options *opts,
+                     kiln_fit_result *out) {
+  memset(out, 0, sizeof *out);
+  kiln_fit_options o = opts ? *opts : (kiln_fit_options){0};
+  if (o.epochs <= 0) o.epochs = 10;
+  kiln_trainer *t = NULL;
+  kiln_status s = kiln_trainer_create(ctx, spec, init, &t);
+  if (s) return s;
+  if (n_data != t->nin || n_data > 64) {
+    kiln_trainer_destroy(t);
+    return kir_fail(ctx, KILN_ERR_INVALID, "fit(): %zu data tensors given, the model needs %u (%s...)",
+                    n_data, t->nin, t->nin ? t->in_names[0] : "");
+  }
+  /* The sample count: axis 0 of the first batched input. */
+  int64_t nsamples = 0;
+  for (size_t i = 0; i < n_data && !nsamples; i++)
+    if (batched(t, i, 1) && kiln_tensor_rank(data[i]) > 0) nsamples = kiln_tensor_dim(data[i], 0);
+  /* A graph task trains on the whole graph every step, in node order: the edge lists
+   * refer to the nodes by position. */
+  bool graph = false;
+  for (size_t i = 0; i < n_data; i++) graph = graph || !batched(t, i, 1);
+  int64_t bs = !graph && o.batch_size > 0 && o.batch_size < nsamples ? o.batch_size : nsamples;
+  int64_t nbatches = bs ? (nsamples + bs - 1) / bs : 1;
+  int64_t total_steps = nbatches * o.epochs;
+  int64_t *idx = calloc((size_t)nsamples + 1, sizeof *idx);
+  kiln_tensor **batch = calloc(n_data + 1, sizeof *batch);
+  out->history = calloc((size_t)o.epochs, sizeof *out->history);
+  if (o.n_val) out->val_history = calloc((size_t)o.epochs, sizeof *out->val_history);
+  if (!idx || !batch || !out->history || (o.n_val && !out->val_history)) {
+    s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  if (o.n_val && o.n_val != n_data) {
+    s = kir_fail(ctx, KILN_ERR_INVALID, "fit(): val has %zu tensors, the data %zu", o.n_val, n_data);
+    goto done;
+  }
+  int64_t every = total_steps >= 10 ? total_steps / 10 : 1;
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int64_t seen = 0;
+  for (int64_t e = 0; e < o.epochs && !s; e++) {
+    if (graph) for (int64_t i = 0; i < nsamples; i++) idx[i] = i;
+    else shuffle(idx, nsamples, o.seed, e);
+    double sum = 0;
+    int64_t count = 0;
+    for (int64_t bi = 0; bi < nbatches && !s; bi++) {
+      int64_t lo = bi * bs, n = bs ? (nsamples - lo < bs ? nsamples - lo : bs) : 0;
+      for (size_t i = 0; i < n_data && !s; i++) {
+        if (batched(t, i, nsamples) && kiln_tensor_rank(data[i]) > 0 &&
+            kiln_tensor_dim(data[i], 0) == nsamples)
+          s = take_rows(ctx, data[i], idx + lo, (size_t)n, &batch[i]);
+        else
+          batch[i] = NULL;
+      }
+      kiln_tensor *use[64];
+      for (size_t i = 0; i < n_data; i++) use[i] = batch[i] ? batch[i] : data[i];
+      double lr = schedule_lr(&o.schedule, t->spec.opt.lr, t->steps, total_steps);
+      double loss = 0;
+      if (!s) s = kiln_trainer_step(t, n_data, use, lr, o.seed, &loss);
+      for (size_t i = 0; i < n_data; i++) kiln_tensor_destroy(batch[i]), batch[i] = NULL;
+      if (s) break;
+      sum += loss * (double)(n ? n : 1);
+      count += n ? n : 1;
+      seen += n;
+      if (o.verbose && (t->steps % every == 0 || t->steps == total_steps)) {
+        struct timespec t1;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        fprintf(stderr, "epoch %lld/%lld  step %lld/%lld  loss %.6g  %.0f samples/s\n",
+                (long long)e + 1, (long long)o.epochs, (long long)t->steps,
+                (long long)total_steps, loss, secs > 0 ? (double)seen / secs : 0.0);
+      }
+    }
+    if (s) break;
+    out->history[e] = sum / (double)(count ? count : 1);
+    if (o.n_val) {
+      s = kiln_trainer_eval(t, o.n_val, o.val, &out->val_history[e]);
+      if (!s && o.verbose)
+        fprintf(stderr, "epoch %lld/%lld  loss %.6g  val loss %.6g\n", (long long)e + 1,
+                (long long)o.epochs, out->history[e], out->val_history[e]);
+    }
+    out->epochs = e + 1;
+  }
+  if (!s) {
+    /* The trained parameters, in the order kiln_layer_init gives them. */
+    s = kiln_params_create(ctx, &out->params);
+    for (size_t i = 0; !s && i < kiln_params_count(t->params); i++) {
+      const kiln_tensor *p = kiln_params_tensor(t->params, i);
+      size_t r = kiln_tensor_rank(p);
+      int64_t dims[KILN_MAX_RANK];
+      for (size_t a = 0; a < r; a++) dims[a] = kiln_tensor_dim(p, a);
+      kiln_tensor *c = NULL;
+      if (!(s = kiln_tensor_create(ctx, kiln_tensor_dtype(p), r, dims, &c))) {
+        memcpy(kiln_tensor_data(c), kiln_tensor_cdata(p), kiln_tensor_nbytes(p));
+        s = kiln_params_add(out->params, kiln_params_name(t->params, i), c);
+      }
+    }
+  }
+done:
+  free(idx);
+  free(batch);
+  kiln_trainer_destroy(t);
+  if (s) kiln_fit_result_free(out);
+  return s;
+}
+
+void kiln_fit_result_free(kiln_fit_result *r) {
+  if (!r) return;
+  kiln_params_destroy(r->params);
+  free(r->history);
+  free(r->val_history);
+  memset(r, 0, sizeof *r);
+}
+
+/* ------------------------------------------------------- value_and_grad */
+
+struct kiln_grad_fn {
+  kiln_ctx *ctx;
+  kiln_train_spec spec;
+  uint32_t np, nin;
+  char **names;
+  kiln_graph *g;
+  kiln_compiled *c;
+  role *roles;
+  uint32_t nparams;
+  int64_t calls;
+};
+
+kiln_status kiln_graph_grad(kiln_graph *g, const int *wrt, size_t loss_result, kiln_graph **out) {
+  *out = NULL;
+  size_t n = kiln_graph_num_params(g);
+  bool *w = calloc(n + 1, sizeof *w);
+  if (!w) return kir_fail(kiln_graph_ctx(g), KILN_ERR_NOMEM, "out of memory");
+  for (size_t i = 0; i < n; i++) w[i] = wrt[i] != 0;
+  *out = kp_grad(g, w, (uint32_t)loss_result);
+  free(w);
+  if (*out) return KILN_OK;
+  return kiln_graph_status(g) ? kiln_graph_status(g) : KILN_ERR_INVALID;
+}
+
+kiln_status kiln_value_and_grad_create(kiln_ctx *ctx, const kiln_train_spec *spec, int train,
+                                       kiln_grad_fn **out) {
+  *out = NULL;
+  kiln_grad_fn *f = calloc(1, sizeof *f);
+  if (!f) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  f->ctx = ctx;
+  f->spec = *spec;
+  kiln_graph *lg = NULL;
+  kiln_status s = build_loss_graph(ctx, spec, train != 0, &lg, &f->np);
+  if (!s) {
+    size_t n = kiln_graph_num_params(lg);
+    int *wrt = calloc(n + 1, sizeof *wrt);
+    if (!wrt) s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+    for (uint32_t i = 0; wrt && i < f->np; i++) wrt[i] = 1;
+    if (!s) s = kiln_graph_grad(lg, wrt, 0, &f->g);
+    free(wrt);
+  }
+  if (!s && !(f->roles = roles_of(f->g, f->np, &f->nin))) s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  if (!s) {
+    f->nparams = (uint32_t)kiln_graph_num_params(f->g);
+    if (!(f->names = calloc(f->nin + 1, sizeof *f->names))) s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+    for (uint32_t i = 0; !s && i < f->nparams; i++)
+      if (f->roles[i].kind == R_INPUT)
+        f->names[f->roles[i].k] = strdup(kiln_value_name(f->g, kiln_graph_get_param(f->g, i)));
+  }
+  if (!s) s = compile_graph(ctx, spec, f->g, &f->c);
+  kiln_graph_destroy(lg);
+  if (s) kiln_grad_fn_destroy(f);
+  else *out = f;
+  return s;
+}
+
+void kiln_grad_fn_destroy(kiln_grad_fn *f) {
+  if (!f) return;
+  for (uint32_t i = 0; f->names && i < f->nin; i++) free(f->names[i]);
+  free(f->names);
+  free(f->roles);
+  kiln_compiled_destroy(f->c);
+  kiln_graph_destroy(f->g);
+  free(f);
+}
+
+size_t kiln_grad_fn_num_inputs(const kiln_grad_fn *f) { return f->nin; }
+const char *kiln_grad_fn_input_name(const kiln_grad_fn *f, size_t i) {
+  return i < f->nin ? f->names[i] : NULL;
+}
+
+kiln_status kiln_value_and_grad(kiln_grad_fn *f, const kiln_params *params, size_t n,
+                                kiln_tensor *const *inputs, uint64_t seed, double *loss,
+                                kiln_params **grads) {
+  *grads = NULL;
+  if (n != f->nin)
+    return kir_fail(f->ctx, KILN_ERR_INVALID, "value_and_grad: %zu inputs given, it takes %u", n,
+                    f->nin);
+  kiln_status s = kiln_layer_check_params(f->ctx, f->spec.model, params);
+  if (s) return s;
+  kiln_tensor **in = calloc(f->nparams + 1, sizeof *in), **out = calloc(f->np + 2, sizeof *out);
+  kiln_tensor *seedt = NULL;
+  if (!in || !out || kiln_tensor_create(f->ctx, KILN_I64, 0, NULL, &seedt)) {
+    s = kir_fail(f->ctx, KILN_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  kiln_tensor_set(seedt, 0, (double)(int64_t)(seed & 0x7fffffffffffffull));
+  for (uint32_t i = 0; i < f->nparams; i++) {
+    role r = f->roles[i];
+    const char *name = kiln_value_name(f->g, kiln_graph_get_param(f->g, i));
+    if (r.kind == R_PARAM) {
+      in[i] = kiln_params_find(params, name);
+      if (kiln_tensor_dtype(in[i]) != f->spec.dtype) {
+        s = kir_fail(f->ctx, KILN_ERR_INVALID, "value_and_grad: parameter '%s' is %s, the model %s",
+                     name, kiln_dtype_name(kiln_tensor_dtype(in[i])), kiln_dtype_name(f->spec.dtype));
+        goto done;
+      }
+    } else if (r.kind == R_SEED) {
+      in[i] = seedt;
+    } else {
+      in[i] = inputs[r.k];
+    }
+  }
+  kiln_trainer tt = {.ctx = f->ctx};
+  if ((s = run_graph(&tt, f->g, f->c, f->nparams, in, 1 + f->np, out))) goto done;
+  *loss = kiln_tensor_get(out[0], 0);
+  if ((s = kiln_params_create(f->ctx, grads))) goto done;
+  for (uint32_t i = 0; i < f->np && !s; i++) {
+    s = kiln_params_add(*grads, kiln_value_name(f->g, kiln_graph_get_param(f->g, i)), out[1 + i]);
+    out[1 + i] = NULL;
+  }
+  f->calls++;
+done:
+  for (uint32_t i = 0; out && i < f->np + 1; i++) kiln_tensor_destroy(out[i]);
+  free(in);
+  free(out);
+  kiln_tensor_destroy(seedt);
+  if (s) {
+    kiln_params_destroy(*grads);
+    *grads = NULL;
+  }
+  return s;
+}
+
+/* --------------------------------------------------------- optimizer state */
+
+struct kiln_opt_state {
+  kiln_ctx *ctx;
+  kiln_optimizer opt;
+  uint32_t np, nst;
+  kiln_dtype dt;
+  char **names;
+  kiln_tensor **state;
+  int64_t steps;
+  kiln_graph *g;
+  kiln_compiled *c;
+};
+
+void kiln_opt_state_destroy(kiln_opt_state *st) {
+  if (!st) return;
+  for (uint32_t i = 0; st->names && i < st->np; i++) free(st->names[i]);
+  free(st->names);
+  for (size_t i = 0; st->state && i < (size_t)st->np * st->nst; i++) kiln_tensor_destroy(st->state[i]);
+  free(st->state);
+  kiln_compiled_destroy(st->c);
+  kiln_graph_destroy(st->g);
+  free(st);
+}
+
+kiln_status kiln_opt_state_create(kiln_ctx *ctx, const kiln_optimizer *opt,
+                                  const kiln_params *params, double clip, kiln_opt_state **out) {
+  *out = NULL;
+  kiln_status s = kiln_optimizer_check(ctx, opt);
+  if (s) return s;
+  kiln_opt_state *st = calloc(1, sizeof *st);
+  if (!st) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  st->ctx = ctx;
+  st->opt = *opt;
+  st->np = (uint32_t)kiln_params_count(params);
+  st->nst = (uint32_t)kiln_optimizer_num_state(opt);
+  st->dt = st->np ? kiln_tensor_dtype(kiln_params_tensor(params, 0)) : KILN_F32;
+  size_t ns = (size_t)st->np * st->nst;
+  kiln_value *pv = calloc(st->np + 1, sizeof *pv), *gv = calloc(st->np + 1, sizeof *gv);
+  kiln_value *sv = calloc(ns + 1, sizeof *sv), *np_ = calloc(st->np + 1, sizeof *np_);
+  kiln_value *ns_ = calloc(ns + 1, sizeof *ns_), *res = calloc(st->np + ns + 1, sizeof *res);
+  st->names = calloc(st->np + 1, sizeof *st->names);
+  st->state = calloc(ns + 1, sizeof *st->state);
+  if (!pv || !gv || !sv || !np_ || !ns_ || !res || !st->names || !st->state) {
+    s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  if ((s = kiln_graph_create(ctx, "optimizer_step", &st->g))) goto done;
+  for (uint32_t i = 0; i < st->np; i++) {
+    const kiln_tensor *p = kiln_params_tensor(params, i);
+    size_t r = kiln_tensor_rank(p);
+    kiln_dim dims[KILN_MAX_RANK];
+    for (size_t a = 0; a < r; a++) dims[a] = kiln_tensor_dim(p, a);
+    st->names[i] = strdup(kiln_params_name(params, i));
+    if (kiln_tensor_dtype(p) != st->dt) {
+      s = kir_fail(ctx, KILN_ERR_INVALID, "optimizer: parameter '%s' is %s, the first one %s",
+                   st->names[i], kiln_dtype_name(kiln_tensor_dtype(p)), kiln_dtype_name(st->dt));
+      goto done;
+    }
+    pv[i] = kiln_graph_param(st->g, st->names[i], st->dt, r, dims);
+  }
+  for (uint32_t i = 0; i < st->np; i++) {
+    const kiln_tensor *p = kiln_params_tensor(params, i);
+    size_t r = kiln_tensor_rank(p);
+    kiln_dim dims[KILN_MAX_RANK];
+    for (size_t a = 0; a < r; a++) dims[a] = kiln_tensor_dim(p, a);
+    gv[i] = kiln_graph_param(st->g, NULL, st->dt, r, dims);
+    for (uint32_t k = 0; k < st->nst; k++) {
+      kiln_optimizer_state_info info;
+      if ((s = kiln_optimizer_state(opt, k, &info))) goto done;
+      size_t rr = info.scalar ? 0 : r;
+      sv[i * st->nst + k] = kiln_graph_param(st->g, NULL, st->dt, rr, dims);
+      int64_t d64[KILN_MAX_RANK];
+      for (size_t a = 0; a < rr; a++) d64[a] = dims[a];
+      if ((s = kiln_tensor_create(ctx, st->dt, rr, d64, &st->state[i * st->nst + k]))) goto done;
+      for (size_t e = 0; e < kiln_tensor_numel(st->state[i * st->nst + k]); e++)
+        kiln_tensor_set(st->state[i * st->nst + k], e, info.init);
+    }
+  }
+  kiln_value step = kiln_graph_param(st->g, "step", st->dt, 0, NULL);
+  kiln_value lr = kiln_graph_param(st->g, "lr", st->dt, 0, NULL);
+  if (clip > 0) {
+    kiln_value *cg = calloc(st->np + 1, sizeof *cg);
+    if (!cg) {
+      s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+      goto done;
+    }
+    kiln_clip_grad_norm(st->g, st->np, gv, clip, cg);
+    memcpy(gv, cg, st->np * sizeof *gv);
+    free(cg);
+  }
+  if ((s = kiln_graph_status(st->g))) goto done;
+  if ((s = kiln_optimizer_step(st->g, opt, st->np, pv, gv, sv, step, lr, np_, ns_))) goto done;
+  memcpy(res, np_, st->np * sizeof *res);
+  memcpy(res + st->np, ns_, ns * sizeof *res);
+  if ((s = kiln_graph_set_results(st->g, st->np + ns, res))) goto done;
+  s = kiln_compile(st->g, NULL, &st->c);
+  if (s == KILN_ERR_UNSUPPORTED) s = KILN_OK, st->c = NULL; /* the interpreter runs it */
+done:
+  free(pv), free(gv), free(sv), free(np_), free(ns_), free(res);
+  if (s) kiln_opt_state_destroy(st);
+  else *out = st;
+  return s;
+}
+
+kiln_status kiln_opt_state_step(kiln_opt_state *st, kiln_params *params, const kiln_params *grads,
+                                double lr) {
+  size_t ns = (size_t)st->np * st->nst, nin = 2 * st->np + ns + 2, nout = st->np + ns;
+  kiln_tensor **in = calloc(nin + 1, sizeof *in), **out = calloc(nout + 1, sizeof *out);
+  kiln_tensor *stept = scalar_tensor(st->ctx, st->dt, (double)(st->steps + 1));
+  kiln_tensor *lrt = scalar_tensor(st->ctx, st->dt, lr > 0 ? lr : st->opt.lr);
+  kiln_status s = KILN_OK;
+  if (!in || !out || !stept || !lrt) {
+    s = kir_fail(st->ctx, KILN_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  for (uint32_t i = 0; i < st->np; i++) {
+    in[i] = kiln_params_find(params, st->names[i]);
+    in[st->np + i * (1 + st->nst)] = kiln_params_find(grads, st->names[i]);
+    if (!in[i] || !in[st->np + i * (1 + st->nst)]) {
+      s = kir_fail(st->ctx, KILN_ERR_INVALID, "optimizer step: no %s named '%s'",
+                   in[i] ? "gradient" : "parameter", st->names[i]);
+      goto done;
+    }
+    for (uint32_t k = 0; k < st->nst; k++)
+      in[st->np + i * (1 + st->nst) + 1 + k] = st->state[i * st->nst + k];
+  }
+  in[nin - 2] = stept;
+  in[nin - 1] = lrt;
+  if (st->c) s = kiln_compiled_run(st->c, st->ctx, nin, in, nout, out, NULL);
+  else s = kiln_graph_run(st->g, KILN_BACKEND_EAGER, nin, in, nout, out, NULL);
+  if (s) goto done;
+  for (uint32_t i = 0; i < st->np; i++) {
+    kiln_tensor *p = kiln_params_find(params, st->names[i]);
+    memcpy(kiln_tensor_data(p), kiln_tensor_cdata(out[i]), kiln_tensor_nbytes(p));
+  }
+  for (size_t i = 0; i < ns; i++) {
+    kiln_tensor_destroy(st->state[i]);
+    st->state[i] = out[st->np + i];
+    out[st->np + i] = NULL;
+  }
+  st->steps++;
+done:
+  for (size_t i = 0; out && i < nout; i++) kiln_tensor_destroy(out[i]);
+  free(in), free(out);
+  kiln_tensor_destroy(stept);
+  kiln_tensor_destroy(lrt);
+  return s;
+}
