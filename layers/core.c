@@ -842,10 +842,31 @@ kiln_status kiln_layer_summary(kiln_ctx *ctx, const kiln_layer *model, char **ou
   return s;
 }
 
+/* The highest leading index of the names ("2.W" -> 2); -1 if a name has none. */
+static int64_t max_index(size_t n, const kiln_params *p, const kl_plist *pl) {
+  int64_t best = -1;
+  for (size_t i = 0; i < n; i++) {
+    const char *name = p ? kiln_params_name(p, i) : pl->p[i].path;
+    char *end;
+    long long v = strtoll(name, &end, 10);
+    if (end == name || *end != '.') return -1;
+    if (v > best) best = v;
+  }
+  return best;
+}
+
 kiln_status kiln_layer_check_params(kiln_ctx *ctx, const kiln_layer *model, const kiln_params *p) {
   kl_plist pl;
   kiln_status s = kl_params_of(ctx, model, &pl);
   if (s) return s;
+  /* Parameters of another sequential model: the reference's message, which counts the
+   * entries of the parameter list (here: the highest leading index + 1). */
+  if (!strcmp(model->impl->name, "sequential")) {
+    int64_t want = max_index(pl.n, NULL, &pl), got = max_index(kiln_params_count(p), p, NULL);
+    if (want != got && got >= 0)
+      s = kir_fail(ctx, KILN_ERR_INVALID, "sequential: %u layers but %lld parameter entries",
+                   model->nkids, (long long)got + 1);
+  }
   for (uint32_t i = 0; i < pl.n && !s; i++) {
     const kiln_tensor *t = kiln_params_find(p, pl.p[i].path);
     if (!t) {

@@ -1,5 +1,5 @@
 /*
- * cmd_compile.c — `kiln compile MODEL -o model.so [--header model.h]`:
+ * cmd_compile.c — `kiln compile MODEL.kir|MODEL.kiln -o model.so [--header model.h]`:
  * ahead-of-time compilation into a shared object that needs no LLVM.
  *
  * The work is kiln_compile_shared() (runtime/aot.c); this file reads the
@@ -73,12 +73,18 @@ int cmd_compile(int argc, char **argv) {
   if (params_path && kiln_safetensors_read(ctx, params_path, &params) != KILN_OK)
     status = cli_error("%s", kiln_ctx_error(ctx));
   opt.params = params;
-  if (!status &&
-      (kiln_graph_parse_file(ctx, model, &g) != KILN_OK || kiln_compile_shared(g, &opt) != KILN_OK))
-    status = cli_error("%s", kiln_ctx_error(ctx));
-  else
+  /* A .kiln model is built into its graph (parameters by path, then its inputs); its
+   * parameters, when given, are checked against the model before they are embedded. */
+  kiln_model_file *mf = NULL;
+  if (!status) status = cli_load_model(ctx, model, KILN_DTYPE_COUNT, false, &g, &mf);
+  if (!status && mf && params &&
+      kiln_layer_check_params(ctx, kiln_model_file_layer(mf), params) != KILN_OK)
+    status = cli_error("%s: %s", params_path, kiln_ctx_error(ctx));
+  if (!status && kiln_compile_shared(g, &opt) != KILN_OK) status = cli_error("%s", kiln_ctx_error(ctx));
+  if (!status)
     printf("wrote %s%s%s (entry points %s_create, %s_run, ...)\n", opt.output,
            opt.header ? " and " : "", opt.header ? opt.header : "", opt.name, opt.name);
+  kiln_model_file_destroy(mf);
   kiln_graph_destroy(g);
   kiln_params_destroy(params);
   kiln_ctx_destroy(ctx);

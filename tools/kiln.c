@@ -36,7 +36,7 @@ static const cli_command commands[] = {
      "`OK: largest difference D (LAYER)` (exit 0) or the worst layer (exit 1).\n"
      "  --tol T   the largest difference allowed (default 1e-12)"},
     {"compile", cmd_compile,
-     "MODEL.kir -o MODEL.so [--header MODEL.h] [--params P.safetensors] [--name NAME] "
+     "MODEL.kir|MODEL.kiln -o MODEL.so [--header MODEL.h] [--params P.safetensors] [--name NAME] "
      "[--target cpu] [--target-cpu CPU] [--keep-temps]",
      "compile a model ahead of time into a shared object and a C header",
      "The .so needs only libc, libm, pthreads and OpenBLAS (no LLVM). Its entry points are\n"

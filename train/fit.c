@@ -856,3 +856,31 @@ done:
   kiln_tensor_destroy(lrt);
   return s;
 }
+
+/* -------------------------------------------------------------- predict */
+
+kiln_status kiln_predict(kiln_ctx *ctx, const kiln_layer *model, size_t n_inputs,
+                         const kiln_model_input *inputs, const kiln_params *params, size_t n_data,
+                         kiln_tensor *const *data, size_t n_out, kiln_tensor **out) {
+  kiln_status s = kiln_layer_check_params(ctx, model, params);
+  if (s) return s;
+  kiln_build_opts bo = {kiln_params_count(params) ? kiln_tensor_dtype(kiln_params_tensor(params, 0))
+                                                  : KILN_F32, 0};
+  kiln_graph *g = NULL;
+  if ((s = kl_build_graph(ctx, model, n_inputs, inputs, &bo, &g))) return s;
+  size_t np = kiln_params_count(params), n = kiln_graph_num_params(g);
+  kiln_tensor **in = calloc(n + 1, sizeof *in);
+  if (!in) s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  else if (n != np + n_data)
+    s = kir_fail(ctx, KILN_ERR_INVALID, "predict(): %zu data tensors given, the model takes %zu",
+                 n_data, n - np);
+  for (size_t i = 0; !s && i < n; i++)
+    in[i] = i < np ? kiln_params_find(params, kiln_value_name(g, kiln_graph_get_param(g, i)))
+                   : data[i - np];
+  size_t nres = kiln_graph_num_results(g);
+  if (!s && n_out < nres) s = kir_fail(ctx, KILN_ERR_INVALID, "predict(): the model has %zu outputs, room for %zu", nres, n_out);
+  if (!s) s = kiln_graph_run(g, KILN_BACKEND_AUTO, n, in, nres, out, NULL);
+  free(in);
+  kiln_graph_destroy(g);
+  return s;
+}

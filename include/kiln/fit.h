@@ -103,6 +103,17 @@ KILN_API kiln_status kiln_fit(kiln_ctx *ctx, const kiln_train_spec *spec, const 
                               kiln_fit_result *out);
 KILN_API void kiln_fit_result_free(kiln_fit_result *r);
 
+/*
+ * predict(model, params, X): the model in inference mode (train off), compiled
+ * and run once. `data` are the graph's inputs after the parameters (tensor
+ * inputs in order, then graph pieces); the float type is the parameters'.
+ * Writes up to `n_out` outputs (new tensors).
+ */
+KILN_API kiln_status kiln_predict(kiln_ctx *ctx, const kiln_layer *model, size_t n_inputs,
+                                  const kiln_model_input *inputs, const kiln_params *params,
+                                  size_t n_data, kiln_tensor *const *data, size_t n_out,
+                                  kiln_tensor **out);
+
 /* ------------------------------------------------ for your own training loop */
 
 /* `params, inputs -> loss, d loss / d params`, compiled once (spec->opt and clip unused). */

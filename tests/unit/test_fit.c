@@ -98,7 +98,8 @@ static void test_spirals(kiln_ctx *ctx) {
   if (s) fprintf(stderr, "spirals: %s\n", kiln_ctx_error(ctx));
   CHECK(s == KILN_OK);
   if (!s) {
-    kiln_tensor *logits = predict(ctx, l, 1, &in, r.params, 1, data);
+    kiln_tensor *logits = NULL;
+    CHECK(kiln_predict(ctx, l, 1, &in, r.params, 1, data, 1, &logits) == KILN_OK);
     double acc = logits ? accuracy(logits, y, NULL) : 0;
     printf("spirals: loss %.4f -> %.4f, accuracy %.3f\n", r.history[0], r.history[r.epochs - 1], acc);
     CHECK(acc >= 0.95);

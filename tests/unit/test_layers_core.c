@@ -169,12 +169,32 @@ static void test_params(kiln_ctx *ctx) {
   kl_layer_release(l);
 }
 
+/* The reference's message for the parameters of another sequential model. */
+static void test_sequential_entries(kiln_ctx *ctx) {
+  kl_layer *two = kl_mk(ctx, "sequential", "Ls", (size_t)2,
+                        (kl_layer *[]){kl_mk(ctx, "linear", "i i", (int64_t)2, (int64_t)3),
+                                       kl_mk(ctx, "linear", "i i", (int64_t)3, (int64_t)3)});
+  kl_layer *three = kl_mk(ctx, "sequential", "Ls", (size_t)3,
+                          (kl_layer *[]){kl_mk(ctx, "linear", "i i", (int64_t)2, (int64_t)3),
+                                         kl_mk(ctx, "linear", "i i", (int64_t)3, (int64_t)3),
+                                         kl_mk(ctx, "linear", "i i", (int64_t)3, (int64_t)3)});
+  kiln_params *p = NULL;
+  CHECK(two && three && kiln_layer_init(ctx, two, 0, KILN_F32, &p) == KILN_OK);
+  CHECK(kiln_layer_check_params(ctx, two, p) == KILN_OK);
+  CHECK(kiln_layer_check_params(ctx, three, p) != KILN_OK);
+  CHECK(!strcmp(kiln_ctx_error(ctx), "sequential: 3 layers but 2 parameter entries"));
+  kiln_params_destroy(p);
+  kl_layer_release(two);
+  kl_layer_release(three);
+}
+
 int main(void) {
   kiln_ctx *ctx = kiln_ctx_create();
   test_call_errors(ctx);
   test_activations(ctx);
   test_init();
   test_params(ctx);
+  test_sequential_entries(ctx);
   kiln_ctx_destroy(ctx);
   if (failures) fprintf(stderr, "%d failures\n", failures);
   else printf("test_layers_core: OK\n");
