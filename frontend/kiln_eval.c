@@ -111,6 +111,10 @@ struct kiln_model_file {
   size_t nlayers, caplayers;
   kl_fn **fns; /* every kl_fn made while loading, owned */
   size_t nfns, capfns;
+  /* Functions bound by `let` (a loss for `kiln fit --loss NAME`, say), in the shared block. */
+  const char **fn_names;
+  kl_fn **named_fns;
+  size_t nnamed;
 };
 
 typedef struct ke_eval {
@@ -1388,6 +1392,24 @@ static kiln_status add_input(ke_eval *e, const kf_stmt *st, kiln_model_input *in
   return KILN_OK;
 }
 
+/* Remembers a let-bound function by name, for kiln_model_file_fn. */
+static kiln_status name_fn(ke_eval *e, const kf_stmt *st, ke_lambda *lam) {
+  kiln_model_file *mf = e->mf;
+  kl_fn *f = fn_of(e, st->value, lam);
+  const char **names = alloc(e, (mf->nnamed + 1) * sizeof *names);
+  kl_fn **fns = alloc(e, (mf->nnamed + 1) * sizeof *fns);
+  if (!f || !names || !fns) return kir_fail(e->ctx, KILN_ERR_NOMEM, "%s: out of memory", st->name);
+  if (mf->nnamed) {
+    memcpy(names, mf->fn_names, mf->nnamed * sizeof *names);
+    memcpy(fns, mf->named_fns, mf->nnamed * sizeof *fns);
+  }
+  names[mf->nnamed] = st->name;
+  fns[mf->nnamed++] = f;
+  mf->fn_names = names;
+  mf->named_fns = fns;
+  return KILN_OK;
+}
+
 static kiln_status run_module(ke_eval *e, const kf_module *m) {
   kiln_model_file *mf = e->mf;
   uint32_t ninputs = 0;
@@ -1407,6 +1429,7 @@ static kiln_status run_module(ke_eval *e, const kf_module *m) {
       v = st->type.is_graph ? (kv){.k = KV_GRAPH} : (kv){.k = KV_INPUT, .input = in};
     } else {
       s = eval(e, env, st->value, &v);
+      if (s == KILN_OK && v.k == KV_FN) s = name_fn(e, st, v.fn);
     }
     if (s != KILN_OK) return s;
     if (!(env = bind(e, env, st->name, v)))
@@ -1506,4 +1529,10 @@ KILN_API size_t kiln_model_file_num_inputs(const kiln_model_file *m) { return m 
 
 KILN_API const kiln_model_input *kiln_model_file_inputs(const kiln_model_file *m) {
   return m ? m->inputs : NULL;
+}
+
+KILN_API const kiln_fn *kiln_model_file_fn(const kiln_model_file *mf, const char *name) {
+  for (size_t i = mf->nnamed; i-- > 0;)
+    if (!strcmp(mf->fn_names[i], name)) return mf->named_fns[i];
+  return NULL;
 }

@@ -188,9 +188,11 @@ static int load(kiln_ctx *ctx, fit_opts *o, kiln_model_file **m, kiln_params **p
 static void fill_spec(const fit_opts *o, const kiln_model_file *m, kiln_train_spec *spec) {
   memset(spec, 0, sizeof *spec);
   spec->model = kiln_model_file_layer(m);
+  /* --loss NAME: a built-in loss, or a function the model file binds with `let NAME = fn...`. */
+  spec->loss_fn = o->loss ? kiln_model_file_fn(m, o->loss) : NULL;
   spec->n_inputs = kiln_model_file_num_inputs(m);
   spec->inputs = kiln_model_file_inputs(m);
-  spec->loss = o->loss;
+  spec->loss = spec->loss_fn ? NULL : o->loss;
   spec->clip = o->clip;
   spec->masked = o->data.mask != NULL;
   spec->dtype = o->dtype;

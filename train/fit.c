@@ -88,6 +88,24 @@ static kiln_status build_loss_graph(kiln_ctx *ctx, const kiln_train_spec *spec, 
     /* The target of a VAE is its input. */
     kiln_value x = kiln_graph_get_param(g, *np);
     loss = kiln_vae_loss(g, res[0], res[1], res[2], x, spec->vae_beta > 0 ? spec->vae_beta : 1.0);
+  } else if (spec->loss_fn) {
+    /* A loss written in the model file's language, emitted like a lambda_layer's body. */
+    size_t r = kiln_value_rank(g, res[0]);
+    kiln_dim dims[KILN_MAX_RANK];
+    for (size_t a = 0; a < r; a++) dims[a] = kiln_value_dim(g, res[0], a);
+    kiln_value target = kiln_graph_param(g, "target", kiln_value_dtype(g, res[0]), r, dims);
+    kl_build b = {.ctx = ctx, .g = g, .dt = kiln_value_dtype(g, res[0]), .seed = KILN_NO_VALUE,
+                  .mask = KILN_NO_VALUE};
+    kl_val args[2] = {kl_tensor(res[0]), kl_tensor(target)}, lv;
+    s = spec->loss_fn->call(&b, spec->loss_fn->closure, 2, args, &lv);
+    kir_arena_free(&b.arena);
+    if (!s && (lv.is_list || kiln_value_rank(g, lv.v) != 0))
+      s = kir_fail(ctx, KILN_ERR_INVALID, "fit(): the loss function must return a scalar");
+    if (s) {
+      kiln_graph_destroy(g);
+      return s;
+    }
+    loss = lv.v;
   } else {
     kiln_value target = add_target(g, spec, res[0]);
     kiln_loss_opts lo = kiln_loss_opts_default();

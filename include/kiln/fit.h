@@ -43,6 +43,8 @@ typedef struct kiln_train_spec {
   size_t n_inputs; /* the model's inputs (tensor, graph and mask inputs) */
   const kiln_model_input *inputs;
   const char *loss;      /* "mse" (NULL), "mae", "huber", "cross_entropy", "bce", "vae" */
+  const kiln_fn *loss_fn; /* or a function (prediction, target) -> scalar written in a model
+                             file (kiln_model_file_fn); the target has the prediction's type */
   double huber_delta;    /* 0: 1.0 */
   double vae_beta;       /* 0: 1.0 */
   kiln_optimizer opt;    /* kiln_optimizer_default(KILN_OPT_ADAM) when opt.kind is 0 and lr 0 */

@@ -118,6 +118,10 @@ KILN_API void kiln_model_file_destroy(kiln_model_file *m);
 KILN_API const kiln_layer *kiln_model_file_layer(const kiln_model_file *m);
 KILN_API size_t kiln_model_file_num_inputs(const kiln_model_file *m);
 KILN_API const kiln_model_input *kiln_model_file_inputs(const kiln_model_file *m);
+/* A function the file binds with `let NAME = fn(...) => ...` (e.g. a loss for kiln_fit:
+ * `let my_loss = fn(pred, y) => mean(abs(pred - y))`), or NULL. Owned by the file. */
+typedef struct kl_fn kiln_fn;
+KILN_API const kiln_fn *kiln_model_file_fn(const kiln_model_file *m, const char *name);
 
 #include "layers_catalogue.h"
 

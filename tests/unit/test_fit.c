@@ -315,10 +315,60 @@ static void test_own_loop(kiln_ctx *ctx) {
   kiln_tensor_destroy(x), kiln_tensor_destroy(y);
 }
 
+/* A loss written in the model file's language gives the built-in loss's value and gradients. */
+static void test_file_loss(kiln_ctx *ctx) {
+  const char *text = "input x: f64[N, 3]\n"
+                     "let my_loss = fn(p, y) => mean(abs(p - y))\n"
+                     "mlp([3, 4, 2], act=\"tanh\")\n";
+  kiln_model_file *m = NULL;
+  CHECK(kiln_model_file_parse(ctx, text, strlen(text), "loss.kiln", &m) == KILN_OK);
+  if (!m) {
+    fprintf(stderr, "file loss: %s\n", kiln_ctx_error(ctx));
+    return;
+  }
+  CHECK(kiln_model_file_fn(m, "my_loss") != NULL && kiln_model_file_fn(m, "nope") == NULL);
+  int64_t xd[2] = {5, 3}, yd[2] = {5, 2};
+  kiln_tensor *x = tensor(ctx, KILN_F64, 2, xd), *y = tensor(ctx, KILN_F64, 2, yd);
+  for (size_t i = 0; i < 15; i++) kiln_tensor_set(x, i, nrand());
+  for (size_t i = 0; i < 10; i++) kiln_tensor_set(y, i, nrand());
+  kiln_params *p = NULL;
+  CHECK(kiln_layer_init(ctx, kiln_model_file_layer(m), 1, KILN_F64, &p) == KILN_OK);
+  kiln_train_spec a = {.model = kiln_model_file_layer(m), .n_inputs = kiln_model_file_num_inputs(m),
+                       .inputs = kiln_model_file_inputs(m), .loss_fn = kiln_model_file_fn(m, "my_loss"),
+                       .dtype = KILN_F64, .backend = KILN_BACKEND_COMPILED};
+  kiln_train_spec b = a;
+  b.loss_fn = NULL, b.loss = "mae";
+  kiln_grad_fn *fa = NULL, *fb = NULL;
+  CHECK(kiln_value_and_grad_create(ctx, &a, 0, &fa) == KILN_OK);
+  CHECK(kiln_value_and_grad_create(ctx, &b, 0, &fb) == KILN_OK);
+  kiln_tensor *data[2] = {x, y};
+  double la = 0, lb = 1;
+  kiln_params *ga = NULL, *gb = NULL;
+  if (fa && fb) {
+    CHECK(kiln_value_and_grad(fa, p, 2, data, 0, &la, &ga) == KILN_OK);
+    CHECK(kiln_value_and_grad(fb, p, 2, data, 0, &lb, &gb) == KILN_OK);
+  } else {
+    fprintf(stderr, "file loss: %s\n", kiln_ctx_error(ctx));
+  }
+  CHECK(fabs(la - lb) <= 1e-15 && la > 0);
+  double worst = 0;
+  for (size_t i = 0; ga && gb && i < kiln_params_count(ga); i++)
+    for (size_t e = 0; e < kiln_tensor_numel(kiln_params_tensor(ga, i)); e++)
+      worst = fmax(worst, fabs(kiln_tensor_get(kiln_params_tensor(ga, i), e) -
+                               kiln_tensor_get(kiln_params_tensor(gb, i), e)));
+  printf("loss from the model file vs mae: loss %.6f / %.6f, gradients differ by %.1e\n", la, lb, worst);
+  CHECK(ga && gb && worst <= 1e-15);
+  kiln_params_destroy(ga), kiln_params_destroy(gb), kiln_params_destroy(p);
+  kiln_grad_fn_destroy(fa), kiln_grad_fn_destroy(fb);
+  kiln_tensor_destroy(x), kiln_tensor_destroy(y);
+  kiln_model_file_destroy(m);
+}
+
 int main(int argc, char **argv) {
   kiln_ctx *ctx = kiln_ctx_create();
   const char *only = argc > 1 ? argv[1] : NULL;
   if (!only || !strcmp(only, "own")) test_own_loop(ctx);
+  if (!only || !strcmp(only, "file_loss")) test_file_loss(ctx);
   if (!only || !strcmp(only, "spirals")) test_spirals(ctx);
   if (!only || !strcmp(only, "gcn")) test_gcn(ctx);
   if (!only || !strcmp(only, "vae")) test_vae(ctx);
