@@ -78,6 +78,8 @@ void cli_print_values(FILE *f, const kiln_tensor *t);
 
 /* Does `path` name a .kiln model file (by its extension)? */
 bool cli_is_kiln_file(const char *path);
+/* Does `path` name an ONNX model (by its extension)? */
+bool cli_is_onnx_file(const char *path);
 /* --dtype's value: f64, f32, f16 or bf16; else a usage error of `cmd` (returns 2). */
 int cli_parse_float_dtype(const char *cmd, const char *s, kiln_dtype *out);
 /* Reads MODEL.kiln; on failure prints the error and returns 1. */
@@ -91,7 +93,7 @@ int cli_read_kiln(kiln_ctx *ctx, const char *path, kiln_model_file **out);
 int cli_build_kiln(kiln_ctx *ctx, const kiln_model_file *m, kiln_dtype dtype, bool train,
                    kiln_graph **out);
 /*
- * The graph of `path`: .kir text parsed, or a .kiln model file built as
+ * The graph of `path`: .kir text parsed, an .onnx model imported, or a .kiln model file built as
  * above (then *m, when m is not NULL, is the model file, the caller's to
  * destroy; else NULL). Prints the error and returns 1 on failure.
  */

@@ -31,6 +31,11 @@ int cli_parse_float_dtype(const char *cmd, const char *s, kiln_dtype *out) {
   return cli_usage_error(cmd, "unknown --dtype '%s': expected one of f64, f32, f16, bf16", s);
 }
 
+bool cli_is_onnx_file(const char *path) {
+  size_t n = strlen(path);
+  return n > 5 && !strcmp(path + n - 5, ".onnx");
+}
+
 int cli_read_kiln(kiln_ctx *ctx, const char *path, kiln_model_file **out) {
   if (kiln_model_file_read(ctx, path, out) != KILN_OK) return cli_error("%s", kiln_ctx_error(ctx));
   return 0;
@@ -60,6 +65,10 @@ int cli_build_kiln(kiln_ctx *ctx, const kiln_model_file *m, kiln_dtype dtype, bo
 int cli_load_model(kiln_ctx *ctx, const char *path, kiln_dtype dtype, bool train, kiln_graph **out,
                    kiln_model_file **m) {
   if (m) *m = NULL;
+  if (cli_is_onnx_file(path)) {
+    if (kiln_onnx_import(ctx, path, out) != KILN_OK) return cli_error("%s", kiln_ctx_error(ctx));
+    return 0;
+  }
   if (!cli_is_kiln_file(path)) {
     if (kiln_graph_parse_file(ctx, path, out) != KILN_OK)
       return cli_error("%s", kiln_ctx_error(ctx));

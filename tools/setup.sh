@@ -16,6 +16,7 @@ required=(
   libopenblas-dev                                     # BLAS for large CPU matmuls
   spirv-tools spirv-headers libvulkan-dev mesa-vulkan-drivers  # the Vulkan target
   libprotobuf-c-dev protobuf-c-compiler               # ONNX import
+  python3-onnx libonnx-testdata                       # onnx.proto for protoc-c; ONNX conformance tests
   libcjson-dev                                        # safetensors headers (JSON)
   valgrind
 )

@@ -11,5 +11,6 @@
 #include "layers.h"
 #include "train.h"
 #include "fit.h"
+#include "onnx.h"
 
 #endif

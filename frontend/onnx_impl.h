@@ -1,0 +1,119 @@
+/*
+ * onnx_impl.h — what the ONNX importer's files share.
+ *
+ *   onnx.c       the entry points: decoding (protobuf-c), tensors, the value
+ *                table, graph inputs and initializers, the node loop and
+ *                constant folding
+ *   onnx_ops.c   the op table: one function per ONNX op type, each emitting
+ *                Kiln IR through the public builder API
+ *   onnx_wire.c  when protobuf-c rejects a file, a walk of the wire format
+ *                that says at which byte and in which field it broke
+ *
+ * A value the importer knows at import time (an initializer, a Constant, a
+ * Shape, or a node folded because all its inputs were known) is an ox_const
+ * and becomes an IR constant only when a node that runs at run time uses
+ * it. Shapes of inputs with symbolic dims are known too: their symbolic
+ * entries carry a flag, and the ops that only move shape entries around
+ * (Gather, Concat, Slice, Squeeze, Unsqueeze, Reshape, ...) keep them, so
+ * `Reshape(x, Concat(Gather(Shape(x), 0), [-1]))` imports at any batch size.
+ */
+#ifndef KILN_ONNX_IMPL_H
+#define KILN_ONNX_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/onnx.h"
+#include "onnx.pb-c.h"
+
+/* A tensor known at import time. */
+typedef struct ox_const {
+  kiln_dtype dtype;
+  int rank;
+  int64_t dims[KILN_MAX_RANK];
+  size_t n;
+  double *d;      /* n values */
+  int64_t *i;     /* n exact values for integer and bool dtypes, else NULL */
+  uint8_t *sym;   /* NULL, or n flags: i[k] is a symbolic dim (a kiln_dim) where set */
+} ox_const;
+
+/* An ONNX value name and what it is in the graph being built. */
+typedef struct ox_value {
+  const char *name;
+  kiln_value v;  /* KILN_NO_VALUE until a run-time node uses a known value */
+  ox_const *c;   /* the known value, or NULL */
+} ox_value;
+
+#define OX_MAX_IO 64
+
+typedef struct ox ox;
+
+/* One node being imported. Op functions write out[] (IR values) or cout[] (known values). */
+typedef struct ox_node {
+  ox *im;
+  const Onnx__NodeProto *p;
+  kiln_graph *g;  /* the graph to build in (a scratch graph while folding) */
+  int64_t opset;
+  size_t nin, nout;
+  ox_value *in[OX_MAX_IO];    /* NULL where an optional input is absent */
+  kiln_value inv[OX_MAX_IO];  /* inputs already in g, or KILN_NO_VALUE */
+  kiln_value out[OX_MAX_IO];
+  ox_const *cout[OX_MAX_IO];
+} ox_node;
+
+typedef bool (*ox_op_fn)(ox_node *n);
+
+typedef struct ox_op {
+  const char *name;
+  ox_op_fn fn;
+  int fold; /* 0: never folded; 1: folded when all inputs are known; 2: also with symbolic entries */
+} ox_op;
+
+/* The op table (onnx_ops.c); NULL if op_type is not mapped. */
+const ox_op *ox_find_op(const char *op_type);
+
+/* ---- for op functions (onnx.c) ---- */
+
+/* Sets an error naming the node: "FILE: node 'N' (OP, opset K): MESSAGE"; returns false. */
+bool ox_fail(ox_node *n, kiln_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* Input k in n->g (a known value becomes a constant); KILN_NO_VALUE on failure. */
+kiln_value ox_in(ox_node *n, size_t k);
+bool ox_has(const ox_node *n, size_t k);
+/* Input k's known value, or NULL. */
+const ox_const *ox_known(const ox_node *n, size_t k);
+/* Is output k wanted (present with a non-empty name)? */
+bool ox_wants(const ox_node *n, size_t k);
+
+const Onnx__AttributeProto *ox_attr(const ox_node *n, const char *name);
+int64_t ox_attr_i(const ox_node *n, const char *name, int64_t def);
+double ox_attr_f(const ox_node *n, const char *name, double def);
+/* The attribute's string, or `def`. */
+const char *ox_attr_s(const ox_node *n, const char *name, const char *def);
+/* INTS attribute: count in *cnt (0 and NULL if absent). */
+const int64_t *ox_attr_ints(const ox_node *n, const char *name, size_t *cnt);
+
+/* Decodes a TensorProto into *c (arrays malloc'ed); `what` names it in messages. */
+bool ox_tensor_decode(ox *im, const Onnx__TensorProto *t, const char *what, ox_const *c);
+ox_const *ox_const_new(ox *im, kiln_dtype dt, int rank, const int64_t *dims);
+void ox_const_free(ox_const *c);
+/* The Kiln dtype of ONNX data type `t`; false if Kiln has none. */
+bool ox_dtype(int32_t t, kiln_dtype *out);
+const char *ox_dtype_name(int32_t t);
+
+/* Type queries on values of n->g. */
+kiln_dtype ox_vdtype(const ox_node *n, kiln_value v);
+int ox_vrank(const ox_node *n, kiln_value v);
+kiln_dim ox_vdim(const ox_node *n, kiln_value v, int axis);
+
+/* ---- the wire-format walk (onnx_wire.c) ---- */
+
+/* Writes why `buf` is not a valid message of `desc` ("byte 17: ...") into msg. */
+void ox_wire_explain(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
+                     char *msg, size_t cap);
+
+#endif
