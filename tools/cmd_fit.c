@@ -100,7 +100,10 @@ static int parse_args(const char *cmd, int argc, char **argv, fit_opts *o) {
       break;
     case O_LOSS: o->loss = v; break;
     case O_OPT: o->opt = v; break;
-    case O_LR: r = parse_num(cmd, "--lr", v, &o->lr); break;
+    case O_LR:
+      r = parse_num(cmd, "--lr", v, &o->lr);
+      if (!r && !(o->lr > 0)) r = cli_usage_error(cmd, "--lr expects a positive number, got '%s'", v);
+      break;
     case O_EPOCHS: r = parse_int(cmd, "--epochs", v, &o->epochs); break;
     case O_BATCH: r = parse_int(cmd, "--batch-size", v, &o->batch_size); break;
     case O_SEED: {
@@ -223,7 +226,11 @@ static int run(const char *cmd, int argc, char **argv) {
   /* The trainer's input names tell which file goes where. */
   const char *names[64];
   if (!status && fit) {
-    if (kiln_trainer_create(ctx, &spec, p, &t)) status = cli_error("%s", kiln_ctx_error(ctx));
+    /* Only for the names (and the early errors): on the interpreter, so that the step is not
+     * compiled twice — kiln_fit compiles its own. */
+    kiln_train_spec names_spec = spec;
+    names_spec.backend = KILN_BACKEND_EAGER;
+    if (kiln_trainer_create(ctx, &names_spec, p, &t)) status = cli_error("%s", kiln_ctx_error(ctx));
     ndata = t ? kiln_trainer_num_inputs(t) : 0;
     for (size_t i = 0; i < ndata && i < 64; i++) names[i] = kiln_trainer_input_name(t, i);
   } else if (!status) {

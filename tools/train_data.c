@@ -35,8 +35,14 @@ int cli_bind_data(kiln_ctx *ctx, const kiln_model_file *m, kiln_dtype dt, const 
     const char *name = names[i], *file = NULL;
     kiln_dtype want = dt;
     if (!strcmp(name, "target")) {
+      bool labels = loss && !strcmp(loss, "cross_entropy");
       file = d->y;
-      if (loss && !strcmp(loss, "cross_entropy")) want = KILN_I64;
+      if (labels) want = KILN_I64;
+      /* Without --y the target is the first --x file (an autoencoder), as `kiln fit --help` says;
+       * cross_entropy's integer labels cannot be that. */
+      if (!file && labels)
+        return cli_error("no --y given: cross_entropy needs integer labels (--y LABELS.npy)");
+      if (!file && d->nx) file = d->x[0];
       if (!file) return cli_error("no --y given: the loss needs a target");
     } else if (!strcmp(name, "loss_mask")) {
       file = d->mask;

@@ -244,7 +244,10 @@ kiln_status kiln_trainer_create(kiln_ctx *ctx, const kiln_train_spec *spec,
   t->ctx = ctx;
   t->spec = *spec;
   t->dt = spec->dtype;
-  if (t->spec.opt.lr <= 0) t->spec.opt = kiln_optimizer_default(KILN_OPT_ADAM);
+  /* A zeroed optimizer means Adam (fit.h); any other, lr 0 included, is taken as given and
+   * checked below. */
+  if (t->spec.opt.kind == KILN_OPT_SGD && t->spec.opt.lr == 0)
+    t->spec.opt = kiln_optimizer_default(KILN_OPT_ADAM);
   if (!spec->model || (spec->dtype != KILN_F32 && spec->dtype != KILN_F64)) {
     kiln_trainer_destroy(t);
     return kir_fail(ctx, KILN_ERR_INVALID, "fit(): the model's dtype must be f32 or f64");
