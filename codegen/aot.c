@@ -176,6 +176,10 @@ static uint32_t write_program(writer *w, const kcg_program *prog) {
             (int)st->kind, st->kernel, p, id, s, st->nargs, st->n_const, st->n_carry, st->length,
             st->reverse);
     if (st->kind == KCG_STEP_SCAN) fprintf(f, ", .body = &%sp%u", p, body_ids[s]);
+    if (st->kind == KCG_STEP_ATTENTION)
+      fprintf(f, ",\n   .attn = {.dtype = %d, .backward = %d, .causal = %d, .has_mask = %d, .scale = %a}",
+              (int)st->attn.dtype, st->attn.backward, st->attn.causal, st->attn.has_mask,
+              st->attn.scale);
     fprintf(f, ",\n   .gemm = {.dtype = %d, .trans_a = %d, .trans_b = %d, .m = %" PRId64
                ", .n = %" PRId64 ", .k = %" PRId64 ", .nbatch = %u, .a_rank = %u, .b_rank = %u",
             (int)g->dtype, g->trans_a, g->trans_b, g->m, g->n, g->k, g->nbatch, g->a_rank,

@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "program.h"
+#include "runtime/rt_attention.h"
 
 typedef struct kv {
   double f;  /* float dtypes */
@@ -578,10 +579,24 @@ static bool run_scan(prun *r, frame *f, const kcg_step *s) {
   return ok;
 }
 
+/* An ATTENTION step has no kernel: the runtime's own (runtime/rt_attention.c), on this thread. */
+static bool run_attention(prun *r, frame *f, const kcg_step *s) {
+  void **addr = calloc(s->nargs + 1u, sizeof *addr);
+  if (!addr) return prun_fail(r, KILN_ERR_NOMEM, "out of memory");
+  for (uint32_t a = 0; a < s->nargs; a++)
+    addr[a] = f->ptr[s->args[a]];
+  kiln_status st = krt_attention_run(r->ctx, f->p, s, addr, r->sizes, NULL);
+  free(addr);
+  if (st != KILN_OK && r->status == KILN_OK) r->status = st;
+  return st == KILN_OK;
+}
+
 static bool run_steps(prun *r, frame *f) {
   for (uint32_t i = 0; i < f->p->nsteps; i++) {
     const kcg_step *s = &f->p->steps[i];
-    bool ok = s->kind == KCG_STEP_SCAN ? run_scan(r, f, s) : run_kernel(r, f, s);
+    bool ok = s->kind == KCG_STEP_SCAN        ? run_scan(r, f, s)
+              : s->kind == KCG_STEP_ATTENTION ? run_attention(r, f, s)
+                                              : run_kernel(r, f, s);
     if (ok && s->kind == KCG_STEP_GEMM) ok = check_gemm(r, f, s);
     if (!ok) return false;
   }

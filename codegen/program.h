@@ -33,7 +33,8 @@ typedef struct kcg_pbuf {
 typedef enum kcg_step_kind {
   KCG_STEP_KERNEL, /* run kernel `kernel` with `args` bound to its buffers in order */
   KCG_STEP_GEMM,   /* a matmul the runtime may hand to BLAS; `kernel` is the generated fallback */
-  KCG_STEP_SCAN    /* run `body` `length` times over slices of axis 0 */
+  KCG_STEP_SCAN,   /* run `body` `length` times over slices of axis 0 */
+  KCG_STEP_ATTENTION /* flash_attention(_grad): the runtime's tiled kernel (runtime/rt_attention.c) */
 } kcg_step_kind;
 
 typedef struct kcg_program kcg_program;
@@ -48,6 +49,18 @@ typedef struct kcg_gemm {
   kir_dim a_batch[KIR_MAX_RANK], b_batch[KIR_MAX_RANK];
 } kcg_gemm;
 
+/*
+ * An ATTENTION step: args are the op's operands then its results (forward
+ * q, k, v[, mask], out, lse; backward q, k, v, out, lse, dout[, mask], dq,
+ * dk, dv); the dims come from their buffers' types. No kernel: `kernel` is
+ * unused.
+ */
+typedef struct kcg_attn {
+  kir_dtype dtype; /* f32 or f64 */
+  bool backward, causal, has_mask;
+  double scale;    /* 0: 1/sqrt(D) */
+} kcg_attn;
+
 typedef struct kcg_step {
   kcg_step_kind kind;
   uint32_t kernel;      /* KERNEL, GEMM: index into the program's kernels */
@@ -55,6 +68,7 @@ typedef struct kcg_step {
                            (GEMM: a, b, c); SCAN: the scan's operands then results */
   uint32_t nargs;
   kcg_gemm gemm;        /* GEMM */
+  kcg_attn attn;        /* ATTENTION */
   kcg_program *body;    /* SCAN: its params are consts, carries, slices; results carries, ys */
   uint32_t n_const, n_carry;
   kir_dim length;       /* SCAN: axis 0 of the scanned operands */

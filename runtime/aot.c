@@ -213,7 +213,9 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
                     name);
   kiln_status s = kir_verify(g);
   if (s != KILN_OK) return s;
-  kir_graph *legal = kp_legalize(g);
+  kir_graph *tiled = kp_attention_tiling_enabled() ? kp_attention_tiling(g) : g;
+  kir_graph *legal = tiled ? kp_legalize(tiled) : NULL;
+  if (tiled != g) kiln_graph_destroy(tiled);
   if (!legal) return KILN_ERR_UNSUPPORTED;
   kir_arena arena = {0};
   kcg_program *prog = NULL;

@@ -2,8 +2,10 @@
  * compile.c — the JIT path of the public API: graph in, native code out.
  *
  * kiln_compile() chains the stages of the data flow that a compiled model
- * needs: kp_legalize() (compound ops without a kernel become primitives, in
- * a copy of the graph), kcg_lower() (the copy becomes a kcg_program of
+ * needs: kp_attention_tiling() (attention becomes the tiled flash_attention,
+ * unless KILN_ATTENTION_TILING=0), kp_legalize() (compound ops without a
+ * kernel become primitives, in a copy of the graph), kcg_lower() (the copy
+ * becomes a kcg_program of
  * kernel-IR kernels and steps, in the compiled model's own arena, with no
  * pointer back into any graph), kcg_cpu_jit() (LLVM compiles every kernel
  * for this CPU in one module), and krt_model_create() (the executor of
@@ -59,7 +61,9 @@ static kiln_status graph_error(kir_graph *g) {
 
 /* Legalize and lower `g` into c's arena. */
 static kiln_status lower(kiln_compiled *c, kir_graph *g) {
-  kir_graph *lg = kp_legalize(g);
+  kir_graph *tg = kp_attention_tiling_enabled() ? kp_attention_tiling(g) : g;
+  kir_graph *lg = tg ? kp_legalize(tg) : NULL;
+  if (tg != g) kiln_graph_destroy(tg);
   if (!lg) {
     bool oom = !strcmp(kiln_ctx_error(c->ctx), "out of memory");
     return oom ? KILN_ERR_NOMEM : KILN_ERR_INVALID; /* the message is on the context */

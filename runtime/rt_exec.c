@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "rt.h"
+#include "rt_attention.h"
 
 #define ALIGN 64
 #define NOWHERE SIZE_MAX
@@ -144,6 +145,17 @@ static kiln_status check_step(kiln_ctx *ctx, const kcg_program *top, const kcg_p
       ok = valid_dim(p, g->batch[i]) && (i >= g->a_rank || valid_dim(p, g->a_batch[i])) &&
            (i >= g->b_rank || valid_dim(p, g->b_batch[i]));
     return ok ? KILN_OK : fail(ctx, KILN_ERR_INVALID, "program: step %u: malformed gemm", s);
+  }
+  if (st->kind == KCG_STEP_ATTENTION) {
+    const kcg_attn *a = &st->attn;
+    uint32_t nin = (a->backward ? 6u : 3u) + a->has_mask, nout = a->backward ? 3u : 2u;
+    bool ok = st->nargs == nin + nout && (a->dtype == KILN_F32 || a->dtype == KILN_F64);
+    for (uint32_t i = 0; ok && i < st->nargs; i++) {
+      const kir_type *t = &p->bufs[st->args[i]].type;
+      bool is_mask = a->has_mask && i == nin - 1, is_lse = i == (a->backward ? 4u : nin + 1);
+      ok = t->dtype == a->dtype && (is_mask ? t->rank <= 4 : t->rank == (is_lse ? 3 : 4));
+    }
+    return ok ? KILN_OK : fail(ctx, KILN_ERR_INVALID, "program: step %u: malformed attention", s);
   }
   if (st->kind != KCG_STEP_SCAN)
     return fail(ctx, KILN_ERR_INVALID, "program: step %u has unknown kind %d", s, (int)st->kind);
@@ -385,6 +397,7 @@ static bool step_writes(const kcg_program *top, const kcg_step *st, uint32_t i) 
   case KCG_STEP_KERNEL: return top->kernels[st->kernel]->bufs[i].written;
   case KCG_STEP_GEMM: return i == 2;
   case KCG_STEP_SCAN: return i >= st->body->nparams;
+  case KCG_STEP_ATTENTION: return i >= st->nargs - (st->attn.backward ? 3u : 2u);
   }
   return false;
 }
@@ -665,6 +678,11 @@ static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   return KILN_OK;
 }
 
+static kiln_status run_attention(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
+  for (uint32_t i = 0; i < st->nargs; i++) pl->args[i] = pl->addr[st->args[i]];
+  return krt_attention_run(w->ctx, pl->prog, st, pl->args, w->sizes, w->m->pool);
+}
+
 static void copy_bytes(void *dst, const void *src, size_t n) {
   if (n && dst != src) memmove(dst, src, n);
 }
@@ -724,6 +742,7 @@ static kiln_status exec_program(krt_workspace *w, rt_plan *pl, char *base,
     const kcg_step *st = &p->steps[s];
     if (st->kind == KCG_STEP_KERNEL) r = run_kernel(w, pl, st);
     else if (st->kind == KCG_STEP_GEMM) r = run_gemm(w, pl, st);
+    else if (st->kind == KCG_STEP_ATTENTION) r = run_attention(w, pl, st);
     else r = run_scan(w, pl, s, base);
   }
   for (uint32_t i = 0; i < p->nresults && !r; i++) {

@@ -271,7 +271,13 @@ kiln_status kiln_trainer_create(kiln_ctx *ctx, const kiln_train_spec *spec,
       goto fail;
     }
     for (uint32_t i = 0; i < t->np; i++) wrt[i] = true;
-    t->step_g = kp_grad(lg, wrt, 0);
+    /*
+     * Attention tiled before differentiating, so that the step's backward is
+     * flash_attention_grad and its memory linear in T (docs/flash-attention.md).
+     */
+    kiln_graph *tg = kp_attention_tiling_enabled() ? kp_attention_tiling(lg) : lg;
+    t->step_g = tg ? kp_grad(tg, wrt, 0) : NULL;
+    if (tg != lg) kiln_graph_destroy(tg);
     free(wrt);
     if (!t->step_g) {
       s = kiln_graph_status(lg) ? kiln_graph_status(lg) : KILN_ERR_INVALID;

@@ -38,7 +38,7 @@ static const char *const no_gradient[] = {
     "constant", "iota", "random",      "logical_not", "is_finite",   "eq",     "ne",     "lt", "le",
     "gt",       "ge",   "logical_and", "logical_or",  "logical_xor", "argmax", "argmin", NULL};
 /* Differentiable ops whose VJP is not implemented (docs/autodiff.md). */
-static const char *const unsupported[] = {"max_pool2d_grad", NULL};
+static const char *const unsupported[] = {"max_pool2d_grad", "flash_attention_grad", NULL};
 /* Ops checked to second order. */
 static const char *const hessian_ops[] = {
     "exp", "log", "sqrt", "tanh",   "sigmoid", "sin",        "erf",      "rsqrt",

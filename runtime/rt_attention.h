@@ -1,0 +1,23 @@
+/*
+ * rt_attention.h — the CPU kernels of ATTENTION steps (flash_attention and
+ * flash_attention_grad), called by the executor (rt_exec.c) and by the
+ * kernel-IR interpreter (codegen/kernel_interp.c).
+ *
+ * The step's args are the op's operands then its results, as program
+ * buffers: forward q, k, v[, mask], out, lse; backward q, k, v, out, lse,
+ * dout[, mask], dq, dk, dv. `addr` holds each arg's address, `sizes` the
+ * symbol values. The dims come from the buffers' types.
+ */
+#ifndef KRT_ATTENTION_H
+#define KRT_ATTENTION_H
+
+#include "rt.h"
+
+/* The tile sizes (rows of q, rows of k/v) for head dims d and dv in `dtype` (docs/flash-attention.md). */
+void krt_attention_tiles(kir_dtype dtype, int64_t d, int64_t dv, int64_t *br, int64_t *bc);
+
+/* Runs one ATTENTION step; a NULL pool runs it on the calling thread. */
+kiln_status krt_attention_run(kiln_ctx *ctx, const kcg_program *prog, const kcg_step *st,
+                              void *const *addr, const int64_t *sizes, krt_pool *pool);
+
+#endif
