@@ -19,11 +19,13 @@
 #include <string.h>
 
 #include "ir/kir.h"
+#include "runtime/vulkan.h"
 
 static const char *const backend_names[] = {
     [KILN_BACKEND_AUTO] = "auto",
     [KILN_BACKEND_COMPILED] = "compiled",
     [KILN_BACKEND_EAGER] = "eager",
+    [KILN_BACKEND_VULKAN] = "vulkan",
 };
 enum { N_BACKENDS = sizeof backend_names / sizeof backend_names[0] };
 
@@ -34,7 +36,7 @@ KILN_API kiln_status kiln_backend_parse(kiln_ctx *ctx, const char *s, kiln_backe
       return KILN_OK;
     }
   return kir_fail(ctx, KILN_ERR_INVALID, "unknown backend '%s': expected one of auto, compiled, "
-                  "eager", s ? s : "(null)");
+                  "eager, vulkan", s ? s : "(null)");
 }
 
 KILN_API const char *kiln_backend_name(kiln_backend b) {
@@ -147,9 +149,14 @@ KILN_API kiln_status kiln_graph_run(kiln_graph *g, kiln_backend backend, size_t 
   }
   if ((unsigned)backend >= N_BACKENDS)
     return kir_fail(ctx, KILN_ERR_INVALID, "unknown backend %d: expected one of auto, compiled, "
-                    "eager", (int)backend);
+                    "eager, vulkan", (int)backend);
   kiln_status s = check_inputs(g, n_in, inputs, n_out);
   if (s) return s;
+  if (backend == KILN_BACKEND_VULKAN) { /* strict, like compiled: no fallback */
+    s = kvk_graph_run(g, n_in, inputs, n_out, outputs);
+    if (!s && info) info->backend = KILN_BACKEND_VULKAN, info->reason[0] = 0;
+    return s;
+  }
   char reason[sizeof info->reason] = "";
   if (backend != KILN_BACKEND_EAGER) {
     s = run_compiled(g, n_in, inputs, n_out, outputs, info);

@@ -8,8 +8,8 @@
  * generator uses (from LLVM's view of this host, the one the JIT compiles
  * for), the threads the runtime's pool starts (KILN_NUM_THREADS or the
  * CPUs this process may use), and the OpenBLAS build that serves large
- * matrix products with the core it picked. GPUs are found at run time by a
- * later issue; absent ones are not listed.
+ * matrix products with the core it picked. Vulkan devices (runtime/vulkan.h)
+ * follow, one line each, lavapipe included; absent ones are not listed.
  */
 #include <cblas.h>
 #include <stdio.h>
@@ -18,6 +18,7 @@
 #include "cli.h"
 #include "codegen/llvm_cpu.h"
 #include "runtime/rt.h"
+#include "runtime/vulkan.h"
 
 /* The "model name" of the first processor in /proc/cpuinfo, or "" if there is none. */
 static void cpu_model_name(char *buf, size_t n) {
@@ -67,6 +68,21 @@ static void blas_version(char *buf, size_t n) {
   snprintf(buf, n, "%.*s (%s)", (int)words, cfg, core ? core : "?");
 }
 
+/* "vulkan:0 vulkan llvmpipe (LLVM 15.0.6, 256 bits), f64 yes" per Vulkan device; none if absent. */
+static void vulkan_devices(void) {
+  kiln_ctx *ctx = kiln_ctx_create();
+  for (int i = 0; ctx && i < 16; i++) {
+    kvk_device *d = NULL;
+    if (kvk_device_open(ctx, i, &d) != KILN_OK) break;
+    char name[32];
+    snprintf(name, sizeof name, "vulkan:%d", i);
+    printf("%-7s %-6s %s, f64 %s\n", name, "vulkan", kvk_device_name(d),
+           kvk_device_has_f64(d) ? "yes" : "no");
+    kvk_device_close(d);
+  }
+  kiln_ctx_destroy(ctx);
+}
+
 int cmd_devices(int argc, char **argv) {
   cli_parser p = {.cmd = "devices", .argc = argc, .argv = argv, .i = 1};
   static const cli_option opts[] = {{0}};
@@ -85,5 +101,6 @@ int cmd_devices(int argc, char **argv) {
   int threads = krt_default_threads();
   printf("%-7s %-6s %s, %s, %d thread%s, %s\n", "cpu", "cpu", model, features, threads,
          threads == 1 ? "" : "s", blas);
+  vulkan_devices();
   return 0;
 }

@@ -93,8 +93,9 @@ static const cli_command commands[] = {
      "built into its graph: the model's parameters by path, then its inputs.\n"
      "  --dtype T   (.kiln) parameters and activations in T; default: the float inputs' dtype\n"
      "  --train     (.kiln) dropout and sampling on: the graph gets an i64 input \"seed\""},
-    {"run", cmd_run, "MODEL.kir --input NAME=FILE.npy ... -o DIR [--backend auto|compiled|eager] "
-                     "[--print] [--params P.safetensors] [--dtype T] [--train] [--seed S]",
+    {"run", cmd_run, "MODEL.kir --input NAME=FILE.npy ... -o DIR "
+                     "[--backend auto|compiled|eager|vulkan] [--print] [--params P.safetensors] "
+                     "[--dtype T] [--train] [--seed S]",
      "run a model on .npy inputs and write DIR/output_0.npy ...",
      "MODEL is .kir text or a .kiln model file (built with its parameters named by path).\n"
      "  --input NAME=FILE.npy  binds the parameter %NAME (once per parameter); for a .kiln\n"
@@ -105,7 +106,8 @@ static const cli_command commands[] = {
      "  --params P             binds every parameter named in the safetensors file P; for\n"
      "                         a .kiln model (`kiln init` writes one) all of its parameters\n"
      "  -o, --output DIR       where output_0.npy, output_1.npy, ... are written (created)\n"
-     "  --backend B            auto (default), compiled or eager\n"
+     "  --backend B            auto (default), compiled, eager or vulkan (SPIR-V on Vulkan\n"
+     "                         device 0; Mesa's lavapipe where there is no GPU)\n"
      "  --print                also print every output's values as a nested list\n"
      "  --dtype T              (.kiln) the model's float type; default: its float inputs'\n"
      "  --train, --seed S      (.kiln) dropout and sampling on, seeded by S (default 0)"},

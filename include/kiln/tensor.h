@@ -39,10 +39,11 @@ KILN_API kiln_status kiln_npy_write(kiln_ctx *ctx, const char *path, const kiln_
 typedef enum kiln_backend {
   KILN_BACKEND_AUTO = 0,
   KILN_BACKEND_COMPILED,
-  KILN_BACKEND_EAGER
+  KILN_BACKEND_EAGER,
+  KILN_BACKEND_VULKAN /* SPIR-V on Vulkan device 0 (lavapipe without a GPU); never chosen by auto */
 } kiln_backend;
 
-/* "auto", "compiled" or "eager", matched exactly; anything else is an error listing them. */
+/* "auto", "compiled", "eager" or "vulkan", matched exactly; anything else is an error. */
 KILN_API kiln_status kiln_backend_parse(kiln_ctx *ctx, const char *s, kiln_backend *out);
 KILN_API const char *kiln_backend_name(kiln_backend b);
 

@@ -38,19 +38,21 @@ static void test_backend_parse(void) {
   CHECK(kiln_backend_parse(ctx, "auto", &b) == KILN_OK && b == KILN_BACKEND_AUTO);
   CHECK(kiln_backend_parse(ctx, "compiled", &b) == KILN_OK && b == KILN_BACKEND_COMPILED);
   CHECK(kiln_backend_parse(ctx, "eager", &b) == KILN_OK && b == KILN_BACKEND_EAGER);
+  CHECK(kiln_backend_parse(ctx, "vulkan", &b) == KILN_OK && b == KILN_BACKEND_VULKAN);
   static const char *const bad[] = {"Eager", "EAGER", "", "eager ", "gpu", "jit", "autos"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     b = KILN_BACKEND_COMPILED;
     CHECK(kiln_backend_parse(ctx, bad[i], &b) == KILN_ERR_INVALID && b == KILN_BACKEND_COMPILED);
     char want[128];
-    snprintf(want, sizeof want, "unknown backend '%s': expected one of auto, compiled, eager",
-             bad[i]);
+    snprintf(want, sizeof want,
+             "unknown backend '%s': expected one of auto, compiled, eager, vulkan", bad[i]);
     CHECK_MSG(ctx, want);
   }
   CHECK(kiln_backend_parse(ctx, NULL, &b) == KILN_ERR_INVALID);
   CHECK(!strcmp(kiln_backend_name(KILN_BACKEND_AUTO), "auto"));
   CHECK(!strcmp(kiln_backend_name(KILN_BACKEND_COMPILED), "compiled"));
   CHECK(!strcmp(kiln_backend_name(KILN_BACKEND_EAGER), "eager"));
+  CHECK(!strcmp(kiln_backend_name(KILN_BACKEND_VULKAN), "vulkan"));
   CHECK(!strcmp(kiln_backend_name((kiln_backend)7), "?"));
 }
 

@@ -1,0 +1,70 @@
+/*
+ * vulkan.h — the Vulkan device: runs lowered programs (codegen/program.h)
+ * as SPIR-V compute shaders (codegen/spirv.h).
+ *
+ * The Vulkan loader is opened with dlopen (libvulkan.so.1, or the library
+ * $KILN_VULKAN names), never linked, so Kiln starts where Vulkan is absent;
+ * then opening a device fails cleanly with KILN_ERR_UNSUPPORTED and a
+ * message that starts "no Vulkan device (". On a machine without a GPU,
+ * Mesa's lavapipe ("llvmpipe") is a Vulkan device that runs on the CPU.
+ *
+ * A kvk_program holds one compute pipeline per kernel of the program
+ * (rendered, validated and compiled once, when it is created). Each run
+ * allocates the device buffers for the sizes of that run, uploads the
+ * inputs and constants, records the whole schedule into one command buffer
+ * (a dispatch per step, a barrier between steps), submits it, waits, and
+ * reads the results and the error words back. Buffers cross the host
+ * boundary in the CPU layout of program.h and are converted to the device
+ * layout of spirv.h (8-bit and bool elements are 32-bit words there).
+ *
+ * Not yet supported: scan steps (KILN_ERR_UNSUPPORTED); GEMM steps run their
+ * generated kernel.
+ */
+#ifndef KILN_RT_VULKAN_H
+#define KILN_RT_VULKAN_H
+
+#include "codegen/program.h"
+
+typedef struct kvk_device kvk_device;
+typedef struct kvk_program kvk_program;
+
+/*
+ * Opens Vulkan device `index` (in the order the loader lists the devices
+ * that have a compute queue). No loader, no device, or no such index is
+ * KILN_ERR_UNSUPPORTED with "no Vulkan device (<why>)".
+ */
+kiln_status kvk_device_open(kiln_ctx *ctx, int index, kvk_device **out);
+void kvk_device_close(kvk_device *d);
+
+/* The device's name ("llvmpipe (LLVM 15.0.7, 256 bits)") and whether it has shaderFloat64. */
+const char *kvk_device_name(const kvk_device *d);
+bool kvk_device_has_f64(const kvk_device *d);
+
+/*
+ * Compiles every kernel of `p` into a pipeline on `d`. `p` must outlive the
+ * result. An op or dtype the SPIR-V renderer or the device cannot do is
+ * KILN_ERR_UNSUPPORTED naming it.
+ */
+kiln_status kvk_program_create(kiln_ctx *ctx, kvk_device *d, const kcg_program *p,
+                               kvk_program **out);
+void kvk_program_destroy(kvk_program *vp);
+
+/*
+ * Runs the program: inputs[i] is entry parameter i's data, outputs[r] room
+ * for result r (both in the CPU layout), sizes the value of every symbol. A
+ * failed check is KILN_ERR_RUNTIME with the kernel's message.
+ */
+kiln_status kvk_program_run(kiln_ctx *ctx, kvk_program *vp, void *const *inputs,
+                            void *const *outputs, const int64_t *sizes);
+
+/*
+ * kiln_graph_run's `vulkan` backend (KILN_BACKEND_VULKAN): legalizes and
+ * lowers `g`, opens device 0, runs the program once and returns the results
+ * as new host tensors. The caller (runtime/run.c) has checked the counts,
+ * dtypes and ranks of the inputs. Strict: an op or dtype the device cannot
+ * run is KILN_ERR_UNSUPPORTED, never a silent fallback to the CPU.
+ */
+kiln_status kvk_graph_run(kir_graph *g, size_t n_in, kiln_tensor *const *inputs, size_t n_out,
+                          kiln_tensor **outputs);
+
+#endif

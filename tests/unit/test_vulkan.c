@@ -1,0 +1,777 @@
+/*
+ * test_vulkan.c — every op case run as SPIR-V on a Vulkan device (lavapipe
+ * where there is no GPU) against the reference interpreter.
+ *
+ * For every op of the table, each case of tests/ops/<op>.kir, as written and
+ * as its f32/f64 twin (every "f64" of the text made "f32" or the other way
+ * round), is parsed, legalized, lowered, and its kernels rendered as SPIR-V,
+ * validated by SPIRV-Tools and compiled into Vulkan pipelines
+ * (kvk_program_create). It then runs on random inputs drawn from the range of
+ * the case's own inputs (the case's inputs where random ones are refused by
+ * the interpreter, and always for EXPECT-ERROR cases) and at sizes grown by
+ * two when the case has symbols; each result is compared with kir_interp_run
+ * on the same values: f32 within 1e-5 relative (times the longest reduction
+ * over 8 for ops that reduce), f64 within 1e-12, integers and bools exactly.
+ * Where the interpreter fails, the device run must fail with
+ * KILN_ERR_RUNTIME.
+ *
+ * A variant the SPIR-V renderer or the runtime refuses must be
+ * KILN_ERR_UNSUPPORTED; each op's line says how many variants were refused
+ * and the first reason, and the ops that ran nowhere are listed at the end.
+ *
+ * Every model file of examples/models/ is built in f32 (as test_models.c
+ * builds them in f64) and run on the device through kiln_graph_run with
+ * KILN_BACKEND_VULKAN against the interpreter, within 1e-5 relative.
+ *
+ * Also checked: the validator rejects a broken module with its message, a
+ * failed check in a kernel is KILN_ERR_RUNTIME with the kernel's message,
+ * nested serial loops count right (unrolled innermost loop and remainder),
+ * a kernel over lavapipe's loop limit is refused, a reduction of 3e6 terms
+ * shared by a workgroup sums exactly, and a missing loader is
+ * "no Vulkan device (...)". `test_vulkan OP` runs one op (`models`: the
+ * models); KILN_VK_DUMP=1 prints the kernels, KILN_VK_DEBUG=1 a model's
+ * mismatching elements.
+ *
+ * Without a Vulkan device the test prints why and passes.
+ */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/spirv.h"
+#include "kiln/kiln.h"
+#include "passes/passes.h"
+#include "runtime/vulkan.h"
+
+static int failures;
+static kvk_device *dev;
+
+#define MAXIN 16
+
+typedef struct {
+  double *v;
+  size_t n, cap;
+} dvec;
+
+typedef struct {
+  dvec inputs[MAXIN];
+  int64_t shapes[MAXIN][KIR_MAX_RANK];
+  int shape_rank[MAXIN];
+  int ninputs;
+  char expect_error[256];
+} case_spec;
+
+typedef struct {
+  const char *op;
+  double worst[2]; /* f64, f32 */
+  bool compared[2];
+  int runs, unsupported, variants;
+  char why[300]; /* the first reason a variant was unsupported */
+} op_stats;
+
+static void fail(const op_stats *st, int k, const char *fmt, ...) KIR_PRINTF(3, 4);
+static void fail(const op_stats *st, int k, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  printf("FAIL %s case %d: ", st->op, k);
+  vprintf(fmt, ap);
+  printf("\n");
+  va_end(ap);
+  failures++;
+}
+
+/* ---- the case's directives (as test_compiled.c reads them) ---- */
+
+static bool push(dvec *d, double v) {
+  if (d->n == d->cap) {
+    size_t nc = d->cap ? d->cap * 2 : 16;
+    double *nv = realloc(d->v, nc * sizeof *nv);
+    if (!nv) return false;
+    d->v = nv, d->cap = nc;
+  }
+  d->v[d->n++] = v;
+  return true;
+}
+
+static bool parse_values(const char *s, dvec *out) {
+  while (*s == ' ') s++;
+  if (*s++ != '[') return false;
+  for (;;) {
+    while (*s == ' ' || *s == ',') s++;
+    if (*s == ']') return true;
+    if (!*s || *s == '\n') return false;
+    char *end;
+    double v;
+    if (!strncmp(s, "true", 4)) v = 1, end = (char *)s + 4;
+    else if (!strncmp(s, "false", 5)) v = 0, end = (char *)s + 5;
+    else v = strtod(s, &end);
+    if (end == s || !push(out, v)) return false;
+    s = end;
+  }
+}
+
+static bool parse_shape(const char *s, case_spec *c) {
+  int k = c->ninputs - 1, r = 0;
+  if (k < 0) return false;
+  while (*s && *s != '\n') {
+    while (*s == ' ' || *s == ',') s++;
+    if (!*s || *s == '\n') break;
+    char *end;
+    long long d = strtoll(s, &end, 10);
+    if (end == s || r == KIR_MAX_RANK) return false;
+    c->shapes[k][r++] = d;
+    s = end;
+  }
+  c->shape_rank[k] = r;
+  return true;
+}
+
+static bool parse_case(const char *text, case_spec *c) {
+  memset(c, 0, sizeof *c);
+  for (int i = 0; i < MAXIN; i++) c->shape_rank[i] = -1;
+  for (const char *line = text; line && *line;
+       line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+    const char *p = line + strspn(line, " ");
+    if (strncmp(p, "//", 2)) continue;
+    p += 2 + strspn(p + 2, " ");
+    if (!strncmp(p, "INPUT:", 6)) {
+      if (c->ninputs == MAXIN || !parse_values(p + 6, &c->inputs[c->ninputs])) return false;
+      c->ninputs++;
+    } else if (!strncmp(p, "SHAPE:", 6)) {
+      if (!parse_shape(p + 6, c)) return false;
+    } else if (!strncmp(p, "EXPECT-ERROR:", 13)) {
+      const char *s = p + 13 + strspn(p + 13, " ");
+      snprintf(c->expect_error, sizeof c->expect_error, "%.*s", (int)strcspn(s, "\n"), s);
+    }
+  }
+  return true;
+}
+
+static void free_case(case_spec *c) {
+  for (int i = 0; i < MAXIN; i++) free(c->inputs[i].v);
+}
+
+/* ---- inputs ---- */
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static double uniform(void) { /* xorshift64*, in [0, 1) */
+  rng ^= rng >> 12, rng ^= rng << 25, rng ^= rng >> 27;
+  return (double)((rng * 2685821657736338717ull) >> 11) * 0x1p-53;
+}
+
+typedef struct {
+  kir_tensor *t[MAXIN];
+  int n;
+  int64_t sizes[64]; /* symbol values */
+} input_set;
+
+static void free_set(input_set *s) {
+  for (int i = 0; i < s->n; i++) kir_tensor_free(s->t[i]);
+  s->n = 0;
+}
+
+/* Concrete dims of every parameter and the symbols: the case's shapes, symbols grown by `grow`. */
+static bool param_dims(kir_graph *g, const case_spec *c, int64_t grow,
+                       int64_t dims[][KIR_MAX_RANK], int64_t *sym) {
+  for (int s = 0; s < 64; s++) sym[s] = 1;
+  for (uint32_t p = 0; p < g->nparams; p++) {
+    const kir_type *t = &g->values[g->params[p]].type;
+    for (int d = 0; d < t->rank; d++) {
+      if (!KIR_DIM_IS_SYM(t->dims[d])) continue;
+      if (c->shape_rank[p] != t->rank || KIR_DIM_SYM(t->dims[d]) >= 64) return false;
+      sym[KIR_DIM_SYM(t->dims[d])] = c->shapes[p][d] + grow;
+    }
+  }
+  for (uint32_t p = 0; p < g->nparams; p++) {
+    const kir_type *t = &g->values[g->params[p]].type;
+    for (int d = 0; d < t->rank; d++)
+      dims[p][d] = KIR_DIM_IS_SYM(t->dims[d]) ? sym[KIR_DIM_SYM(t->dims[d])] : t->dims[d];
+  }
+  return true;
+}
+
+static void fill_random(kir_tensor *x, const dvec *like, bool keep_specials) {
+  double lo = INFINITY, hi = -INFINITY;
+  for (size_t i = 0; i < like->n; i++)
+    if (isfinite(like->v[i])) lo = fmin(lo, like->v[i]), hi = fmax(hi, like->v[i]);
+  if (lo > hi) lo = -2, hi = 2;
+  bool isf = kir_dtype_is_float(x->dtype);
+  if (isf && lo == hi) lo -= 1, hi += 1;
+  for (int64_t i = 0; i < x->numel; i++) {
+    double v = lo + uniform() * (hi - lo);
+    if (keep_specials && (size_t)i < like->n && !isfinite(like->v[i])) v = like->v[i];
+    if (isf) {
+      if (v == 0) v = (hi - lo) / 7 + 1e-3;
+      x->f[i] = kir_round_to(x->dtype, v);
+    } else {
+      x->i[i] = kir_wrap_int(x->dtype, (int64_t)floor(lo + uniform() * (hi - lo + 1)));
+    }
+  }
+}
+
+static bool make_set(kir_graph *g, const case_spec *c, int64_t grow, bool original,
+                     input_set *s) {
+  int64_t dims[MAXIN][KIR_MAX_RANK];
+  if ((int)g->nparams > MAXIN || !param_dims(g, c, grow, dims, s->sizes)) return false;
+  s->n = 0;
+  for (uint32_t p = 0; p < g->nparams; p++) {
+    const kir_type *t = &g->values[g->params[p]].type;
+    kir_tensor *x = kir_tensor_new(t->dtype, t->rank, dims[p]);
+    if (!x) return free_set(s), false;
+    s->t[s->n++] = x;
+    if (original) {
+      if ((size_t)x->numel != c->inputs[p].n) return free_set(s), false;
+      for (int64_t i = 0; i < x->numel; i++)
+        if (kir_dtype_is_float(t->dtype)) x->f[i] = kir_round_to(t->dtype, c->inputs[p].v[i]);
+        else x->i[i] = kir_wrap_int(t->dtype, (int64_t)c->inputs[p].v[i]);
+    } else {
+      fill_random(x, &c->inputs[p], grow == 0);
+    }
+  }
+  return true;
+}
+
+/* ---- host buffers in the CPU layout ---- */
+
+static void *to_raw(const kir_tensor *t) {
+  size_t es = kiln_dtype_size(t->dtype);
+  char *p = malloc((size_t)t->numel * es + 8);
+  for (int64_t i = 0; p && i < t->numel; i++) {
+    char *e = p + (size_t)i * es;
+    switch (t->dtype) {
+    case KILN_F64: memcpy(e, &t->f[i], 8); break;
+    case KILN_F32: { float f = (float)t->f[i]; memcpy(e, &f, 4); break; }
+    case KILN_I64: memcpy(e, &t->i[i], 8); break;
+    case KILN_I32: { int32_t v = (int32_t)t->i[i]; memcpy(e, &v, 4); break; }
+    case KILN_I8: *(int8_t *)e = (int8_t)t->i[i]; break;
+    default: *(uint8_t *)e = (uint8_t)t->i[i]; break; /* u8, bool */
+    }
+  }
+  return p;
+}
+
+static double raw_elem(const void *p, kir_dtype t, int64_t i) {
+  switch (t) {
+  case KILN_F64: return ((const double *)p)[i];
+  case KILN_F32: return ((const float *)p)[i];
+  case KILN_I64: return (double)((const int64_t *)p)[i];
+  case KILN_I32: return ((const int32_t *)p)[i];
+  case KILN_I8: return ((const int8_t *)p)[i];
+  default: return ((const uint8_t *)p)[i];
+  }
+}
+
+/* ---- running and comparing ---- */
+
+static int64_t reduction_length(uint16_t op, const input_set *s) {
+  kir_family f = kir_op(op)->family;
+  if (f != KIR_FAM_REDUCE && f != KIR_FAM_COMPOUND && f != KIR_FAM_INDEX && f != KIR_FAM_CONTROL)
+    return 1;
+  int64_t n = 1;
+  for (int i = 0; i < s->n; i++)
+    if (s->t[i]->numel > n) n = s->t[i]->numel;
+  return n;
+}
+
+static bool compare(op_stats *st, int k, const char *what, const kir_tensor *want,
+                    const void *got, int64_t red) {
+  kir_dtype t = want->dtype;
+  bool isf = kir_dtype_is_float(t), f32 = t == KILN_F32;
+  double tol = f32 ? 1e-5 * fmax(1.0, (double)red / 8) : 1e-12;
+  for (int64_t i = 0; i < want->numel; i++) {
+    double g = raw_elem(got, t, i);
+    if (!isf) {
+      if ((int64_t)g != want->i[i] &&
+          !(t == KILN_I64 && ((const int64_t *)got)[i] == want->i[i])) {
+        fail(st, k, "%s: element %lld is %.17g, the interpreter says %lld", what, (long long)i, g,
+             (long long)want->i[i]);
+        return false;
+      }
+      continue;
+    }
+    double w = kir_round_to(t, want->f[i]), e;
+    if (isnan(w) || isnan(g)) e = isnan(w) && isnan(g) ? 0 : INFINITY;
+    else if (isinf(w) || isinf(g)) e = g == w ? 0 : INFINITY;
+    else e = fabs(g - w) / (1 + fabs(w));
+    if (e > st->worst[f32]) st->worst[f32] = e;
+    st->compared[f32] = true;
+    if (e > tol) {
+      fail(st, k, "%s: element %lld is %.9g, the interpreter says %.9g (%g > tol %g)", what,
+           (long long)i, g, w, e, tol);
+      return false;
+    }
+  }
+  return true;
+}
+
+/* One input set through the interpreter and the device; false if the interpreter refused it. */
+static bool run_set(op_stats *st, int k, const char *what, kir_graph *g, kvk_program *vp,
+                    const kcg_program *prog, uint16_t op, input_set *s, bool expect_error) {
+  kiln_ctx *ctx = g->mod->ctx;
+  kir_tensor *want[64] = {0};
+  void *in[MAXIN] = {0}, *out[64] = {0};
+  if (g->nresults > 64 || prog->nresults != g->nresults) return false;
+  kiln_status ref = kir_interp_run(ctx, g, s->t, want);
+  if (ref != KILN_OK && !expect_error) return false;
+  char ref_msg[512];
+  snprintf(ref_msg, sizeof ref_msg, "%s", kiln_ctx_error(ctx));
+  bool ok = true;
+  for (int i = 0; i < s->n && ok; i++) ok = (in[i] = to_raw(s->t[i])) != NULL;
+  for (uint32_t r = 0; r < prog->nresults && ok; r++) {
+    const kir_type *t = &prog->bufs[prog->results[r]].type;
+    int64_t n = 1;
+    for (int d = 0; d < t->rank; d++) n *= kcg_dim_value(t->dims[d], s->sizes);
+    ok = (out[r] = calloc((size_t)n * kiln_dtype_size(t->dtype) + 8, 1)) != NULL;
+  }
+  kiln_status got = ok ? kvk_program_run(ctx, vp, in, out, s->sizes) : KILN_ERR_NOMEM;
+  st->runs++;
+  if (ref != KILN_OK) {
+    if (got == KILN_OK)
+      fail(st, k, "%s: the interpreter failed (%s) but the device ran", what, ref_msg);
+    else if (got != KILN_ERR_RUNTIME)
+      fail(st, k, "%s: the device failed with %s: %s", what, kiln_status_name(got),
+           kiln_ctx_error(ctx));
+  } else if (got != KILN_OK) {
+    fail(st, k, "%s: the device run failed: %s", what, kiln_ctx_error(ctx));
+  } else {
+    int64_t red = reduction_length(op, s);
+    for (uint32_t r = 0; r < g->nresults; r++) {
+      char w[160];
+      snprintf(w, sizeof w, "%s result %u", what, r);
+      if (want[r]->numel >= 0 && !compare(st, k, w, want[r], out[r], red)) break;
+    }
+  }
+  for (int i = 0; i < s->n; i++) free(in[i]);
+  for (uint32_t r = 0; r < g->nresults; r++) {
+    free(out[r]);
+    if (ref == KILN_OK) kir_tensor_free(want[r]);
+  }
+  return true;
+}
+
+static void run_variant(op_stats *st, int k, const char *dtname, const char *text, size_t len,
+                        const char *path, uint16_t op, const case_spec *c) {
+  kiln_ctx *ctx = kiln_ctx_create();
+  kiln_graph *g = NULL;
+  kir_graph *lg = NULL;
+  kir_arena arena = {0};
+  kcg_program *prog = NULL;
+  kvk_program *vp = NULL;
+  if (kiln_graph_parse(ctx, text, len, path, &g) != KILN_OK) goto done; /* a parse-error case */
+  if ((int)g->nparams != c->ninputs) goto done;
+  st->variants++;
+  kiln_status s = (lg = kp_legalize(g)) ? kcg_lower(ctx, lg, &arena, &prog) : KILN_ERR_NOMEM;
+  if (s == KILN_OK) s = kvk_program_create(ctx, dev, prog, &vp);
+  if (s == KILN_OK && getenv("KILN_VK_DUMP")) /* the kernels, for debugging */
+    for (uint32_t i = 0; i < prog->nkernels; i++)
+      kcg_kernel_print(prog->kernels[i], lg->mod, stdout);
+  if (s == KILN_ERR_UNSUPPORTED) {
+    if (!st->unsupported++) snprintf(st->why, sizeof st->why, "%s", kiln_ctx_error(ctx));
+    goto done;
+  }
+  if (s != KILN_OK) {
+    fail(st, k, "%s: %s", dtname, kiln_ctx_error(ctx));
+    goto done;
+  }
+  bool symbolic = false;
+  for (uint32_t p = 0; p < g->nparams; p++)
+    for (int d = 0; d < g->values[g->params[p]].type.rank; d++)
+      symbolic |= KIR_DIM_IS_SYM(g->values[g->params[p]].type.dims[d]);
+  char what[80];
+  input_set set = {0};
+  if (c->expect_error[0]) {
+    snprintf(what, sizeof what, "%s, the case's inputs", dtname);
+    if (make_set(g, c, 0, true, &set)) run_set(st, k, what, g, vp, prog, op, &set, true);
+    free_set(&set);
+    goto done;
+  }
+  snprintf(what, sizeof what, "%s, random inputs", dtname);
+  bool ran = make_set(g, c, 0, false, &set) && run_set(st, k, what, g, vp, prog, op, &set, false);
+  free_set(&set);
+  if (!ran) {
+    snprintf(what, sizeof what, "%s, the case's inputs", dtname);
+    if (make_set(g, c, 0, true, &set)) run_set(st, k, what, g, vp, prog, op, &set, false);
+    free_set(&set);
+  }
+  if (symbolic) {
+    snprintf(what, sizeof what, "%s, random inputs, symbols + 2", dtname);
+    if (make_set(g, c, 2, false, &set)) run_set(st, k, what, g, vp, prog, op, &set, false);
+    free_set(&set);
+  }
+done:
+  kvk_program_destroy(vp);
+  kir_arena_free(&arena);
+  if (lg) kiln_graph_destroy(lg);
+  kiln_graph_destroy(g);
+  kiln_ctx_destroy(ctx);
+}
+
+static char *swap_dtype(const char *text, size_t len, const char *from, const char *to) {
+  if (!strstr(text, from)) return NULL;
+  char *s = malloc(len + 1);
+  if (!s) return NULL;
+  memcpy(s, text, len + 1);
+  for (char *p = strstr(s, from); p; p = strstr(p + 3, from)) memcpy(p, to, 3);
+  return s;
+}
+
+static void run_case(op_stats *st, uint16_t op, int k, const char *text, size_t len,
+                     const char *path) {
+  case_spec c;
+  if (!parse_case(text, &c)) {
+    fail(st, k, "malformed directives");
+    free_case(&c);
+    return;
+  }
+  run_variant(st, k, "as written", text, len, path, op, &c);
+  bool f64 = strstr(text, "f64") != NULL, f32 = strstr(text, "f32") != NULL;
+  char *twin = f64 && !f32 ? swap_dtype(text, len, "f64", "f32")
+               : f32 && !f64 ? swap_dtype(text, len, "f32", "f64") : NULL;
+  if (twin) run_variant(st, k, f64 ? "as f32" : "as f64", twin, len, path, op, &c);
+  free(twin);
+  free_case(&c);
+}
+
+static char *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    free(buf);
+    buf = NULL;
+  }
+  fclose(f);
+  if (buf) buf[n] = 0, *len = (size_t)n;
+  return buf;
+}
+
+static char none_ran[4096]; /* ops with no variant run */
+
+static void run_op(uint16_t op) {
+  op_stats st = {.op = kir_op(op)->name};
+  char path[512];
+  snprintf(path, sizeof path, "%s/tests/ops/%s.kir", KILN_SOURCE_DIR, st.op);
+  size_t len = 0;
+  char *text = read_file(path, &len);
+  if (!text) {
+    fail(&st, 0, "no test file tests/ops/%s.kir", st.op);
+    return;
+  }
+  int before = failures, k = 0;
+  for (size_t start = 0; start <= len;) {
+    char *sep = strstr(text + start, "\n// -----");
+    size_t end = sep ? (size_t)(sep - text) + 1 : len;
+    char *chunk = malloc(len + 1);
+    if (!chunk) break;
+    for (size_t i = 0; i < len; i++)
+      chunk[i] = (i >= start && i < end) || text[i] == '\n' ? text[i] : ' ';
+    chunk[len] = 0;
+    if (strstr(chunk + start, "func")) run_case(&st, op, k++, chunk, len, path);
+    free(chunk);
+    if (!sep) break;
+    start = end + strcspn(text + end, "\n") + 1;
+  }
+  printf("%s %-20s %3d runs", failures == before ? "ok  " : "FAIL", st.op, st.runs);
+  if (st.compared[0]) printf(", largest difference f64 %.2g", st.worst[0]);
+  if (st.compared[1])
+    printf("%s f32 %.2g", st.compared[0] ? "," : ", largest difference", st.worst[1]);
+  if (st.runs && !st.compared[0] && !st.compared[1]) printf(", integer results exact");
+  if (st.unsupported)
+    printf(", %d of %d variants unsupported (%s)", st.unsupported, st.variants, st.why);
+  printf("\n");
+  if (!st.runs && strlen(none_ran) + strlen(st.op) + 2 < sizeof none_ran)
+    strcat(strcat(none_ran, " "), st.op);
+  free(text);
+}
+
+/* ---- by hand ---- */
+
+static void expect_msg(kiln_status got, kiln_status want, kiln_ctx *ctx, const char *text,
+                       const char *what) {
+  if (got != want || !strstr(kiln_ctx_error(ctx), text)) {
+    printf("FAIL %s: status %d, message '%s' (wanted %d and '%s')\n", what, got,
+           kiln_ctx_error(ctx), want, text);
+    failures++;
+  }
+}
+
+/*
+ * out[0] = in[0] + ... + in[N - 1] in one serial kernel: a reduction the
+ * workgroup shares, so 3e6 terms fit lavapipe's loop limit; i64 sums exactly.
+ */
+static void test_shared_sum(kiln_ctx *ctx) {
+  kir_arena a = {0};
+  kcg_kernel *k = kcg_kernel_new(&a, "sum", 1);
+  uint32_t in = kcg_buf_add(k, KILN_I64, false, "in"), out = kcg_buf_add(k, KILN_I64, true, "o");
+  uint32_t l = kcg_local_add(k, KILN_I64), vi;
+  kcg_assign(k, KCG_NONE, l, kcg_const_i(k, KILN_I64, 7));
+  uint32_t li = kcg_for(k, KCG_NONE, kcg_size(k, 0), false, &vi);
+  kcg_ref x = kcg_load(k, in, kcg_index(k, vi), KCG_NONE);
+  kcg_assign(k, li, l, kcg_binary(k, KIR_OP_add, kcg_local(k, l), x));
+  kcg_store(k, KCG_NONE, out, kcg_const_i(k, KILN_I64, 0), kcg_local(k, l));
+  kcg_program prog = {.arena = &a, .nsyms = 1, .kernels = &k, .nkernels = 1};
+  kcg_pbuf bufs[2] = {{.type = {.dtype = KILN_I64, .rank = 1, .dims = {-1} /* symbol 0 */},
+                       .kind = KCG_PBUF_INPUT},
+                      {.type = {.dtype = KILN_I64, .rank = 1, .dims = {1}}, .kind = KCG_PBUF_TEMP}};
+  uint32_t args[2] = {0, 1}, params[1] = {0}, results[1] = {1};
+  kcg_step step = {.kind = KCG_STEP_KERNEL, .kernel = 0, .args = args, .nargs = 2};
+  prog.bufs = bufs, prog.nbufs = 2, prog.steps = &step, prog.nsteps = 1;
+  prog.params = params, prog.nparams = 1, prog.results = results, prog.nresults = 1;
+  enum { N = 3000000 };
+  int64_t *data = malloc(N * sizeof *data), got = 0, sizes[1] = {N};
+  for (int64_t i = 0; data && i < N; i++) data[i] = i + 1;
+  void *ins[1] = {data}, *outs[1] = {&got};
+  kvk_program *vp = NULL;
+  int64_t want = 7 + (int64_t)N * (N + 1) / 2;
+  if (!data || kvk_program_create(ctx, dev, &prog, &vp) != KILN_OK ||
+      kvk_program_run(ctx, vp, ins, outs, sizes) != KILN_OK || got != want) {
+    printf("FAIL shared sum: %s, %lld, wanted %lld\n", kiln_ctx_error(ctx), (long long)got,
+           (long long)want);
+    failures++;
+  } else {
+    printf("shared sum: %d terms, %lld\n", N, (long long)got);
+  }
+  kvk_program_destroy(vp);
+  free(data);
+  kir_arena_free(&a);
+}
+
+/*
+ * out[0] = S0 * S1 counted by nested serial loops: the unrolled innermost
+ * loop and its remainder count right, and where the device stops long loops
+ * (lavapipe: 65535 iterations per invocation) a kernel over the limit is
+ * refused instead of returning a short count.
+ */
+static void test_loop_limit(kiln_ctx *ctx) {
+  kir_arena a = {0};
+  kcg_kernel *k = kcg_kernel_new(&a, "count", 2);
+  uint32_t out = kcg_buf_add(k, KILN_I64, true, "o"), l = kcg_local_add(k, KILN_I64), vi, vj;
+  uint32_t li = kcg_for(k, KCG_NONE, kcg_size(k, 0), false, &vi);
+  uint32_t lj = kcg_for(k, li, kcg_size(k, 1), false, &vj);
+  kcg_assign(k, lj, l, kcg_binary(k, KIR_OP_add, kcg_local(k, l), kcg_const_i(k, KILN_I64, 1)));
+  kcg_store(k, KCG_NONE, out, kcg_const_i(k, KILN_I64, 0), kcg_local(k, l));
+  kcg_program prog = {.arena = &a, .nsyms = 2, .kernels = &k, .nkernels = 1};
+  kcg_pbuf buf = {.type = {.dtype = KILN_I64, .rank = 1, .dims = {1}}, .kind = KCG_PBUF_TEMP};
+  uint32_t args[1] = {0}, results[1] = {0};
+  kcg_step step = {.kind = KCG_STEP_KERNEL, .kernel = 0, .args = args, .nargs = 1};
+  prog.bufs = &buf, prog.nbufs = 1, prog.steps = &step, prog.nsteps = 1;
+  prog.results = results, prog.nresults = 1;
+  kvk_program *vp = NULL;
+  int64_t got = 0, small[2] = {60, 16007}, big[2] = {1000, 100000};
+  void *outs[1] = {&got};
+  if (kvk_program_create(ctx, dev, &prog, &vp) != KILN_OK) {
+    printf("FAIL loop kernel: %s\n", kiln_ctx_error(ctx));
+    failures++;
+  } else if (kvk_program_run(ctx, vp, NULL, outs, small) != KILN_OK || got != 60 * 16007) {
+    printf("FAIL loop kernel: %s, counted %lld, wanted %d\n", kiln_ctx_error(ctx),
+           (long long)got, 60 * 16007);
+    failures++;
+  } else if (!strncmp(kvk_device_name(dev), "llvmpipe", 8)) {
+    expect_msg(kvk_program_run(ctx, vp, NULL, outs, big), KILN_ERR_UNSUPPORTED, ctx,
+               "stops an invocation after 65535", "loop limit");
+  }
+  printf("loop kernel: %lld iterations counted in one invocation\n", (long long)got);
+  kvk_program_destroy(vp);
+  kir_arena_free(&a);
+  test_shared_sum(ctx);
+}
+
+/* A broken module, a failing check, and a missing loader. */
+static void test_messages(void) {
+  kiln_ctx *ctx = kiln_ctx_create();
+  static const uint32_t junk[] = {0x07230203u, 0x00010500u, 0, 10, 0, 0x00020011u, 1,
+                                  0x0002000eu /* OpMemoryModel with too few operands */, 0};
+  expect_msg(kcg_spirv_validate(ctx, junk, sizeof junk / 4), KILN_ERR_INVALID, ctx,
+             "SPIR-V validation failed: ", "validator");
+
+  /* out[i] = in[i] for i < N, with a check that in[i] >= 0 */
+  kir_arena a = {0};
+  kcg_kernel *k = kcg_kernel_new(&a, "checked", 1);
+  uint32_t in = kcg_buf_add(k, KILN_I32, false, "in"), out = kcg_buf_add(k, KILN_I32, true, "o");
+  uint32_t var, loop = kcg_for(k, KCG_NONE, kcg_size(k, 0), true, &var);
+  kcg_ref i = kcg_index(k, var), x = kcg_load(k, in, i, KCG_NONE);
+  kcg_check(k, loop, kcg_binary(k, KIR_OP_ge, x, kcg_const_i(k, KILN_I32, 0)), "negative input");
+  kcg_store(k, loop, out, i, x);
+  kcg_program prog = {.arena = &a, .nsyms = 1, .kernels = &k, .nkernels = 1};
+  kcg_pbuf bufs[2] = {{.type = {.dtype = KILN_I32, .rank = 1, .dims = {-1} /* symbol 0 */},
+                       .kind = KCG_PBUF_INPUT},
+                      {.type = {.dtype = KILN_I32, .rank = 1, .dims = {-1} /* symbol 0 */},
+                       .kind = KCG_PBUF_TEMP}};
+  uint32_t args[2] = {0, 1}, params[1] = {0}, results[1] = {1};
+  kcg_step step = {.kind = KCG_STEP_KERNEL, .kernel = 0, .args = args, .nargs = 2};
+  prog.bufs = bufs, prog.nbufs = 2, prog.steps = &step, prog.nsteps = 1;
+  prog.params = params, prog.nparams = 1, prog.results = results, prog.nresults = 1;
+  kvk_program *vp = NULL;
+  if (kvk_program_create(ctx, dev, &prog, &vp) != KILN_OK) {
+    printf("FAIL checked kernel: %s\n", kiln_ctx_error(ctx));
+    failures++;
+  } else {
+    enum { N = 1000 };
+    int32_t data[N], res[N];
+    for (int j = 0; j < N; j++) data[j] = j * 7 - 3;
+    int64_t sizes[1] = {N};
+    void *ins[1] = {data}, *outs[1] = {res};
+    data[0] = 5;
+    if (kvk_program_run(ctx, vp, ins, outs, sizes) != KILN_OK || res[N - 1] != data[N - 1] ||
+        res[1] != 4) {
+      printf("FAIL checked kernel: %s, %d %d\n", kiln_ctx_error(ctx), res[1], res[N - 1]);
+      failures++;
+    }
+    data[700] = -1;
+    expect_msg(kvk_program_run(ctx, vp, ins, outs, sizes), KILN_ERR_RUNTIME, ctx,
+               "negative input", "failed check");
+  }
+  kvk_program_destroy(vp);
+  kir_arena_free(&a);
+
+  test_loop_limit(ctx);
+  setenv("KILN_VULKAN", "/nonexistent/libvulkan.so.1", 1);
+  kvk_device *none = NULL;
+  expect_msg(kvk_device_open(ctx, 0, &none), KILN_ERR_UNSUPPORTED, ctx,
+             "no Vulkan device (/nonexistent/libvulkan.so.1 not found)", "missing loader");
+  unsetenv("KILN_VULKAN");
+  kiln_ctx_destroy(ctx);
+}
+
+/* ---- the example models ---- */
+
+static kiln_tensor *ints(kiln_ctx *ctx, const int64_t *v, int64_t n) {
+  kiln_tensor *t = NULL;
+  kiln_tensor_create(ctx, KILN_I64, 1, &n, &t);
+  for (int64_t i = 0; t && i < n; i++) kiln_tensor_set(t, (size_t)i, (double)v[i]);
+  return t;
+}
+
+/* The size a symbol takes here (as test_models.c). */
+static int64_t sym_size(const char *s) {
+  return !strcmp(s, "T") ? 5 : !strcmp(s, "N") ? 6 : !strcmp(s, "G") ? 2 : 3;
+}
+
+/* Inputs of a model graph: its parameters, a ring graph for GNN inputs, random data. */
+static bool model_inputs(kiln_ctx *ctx, kiln_graph *g, kiln_params *p, kiln_tensor **in,
+                         size_t n) {
+  static const int64_t src[] = {0, 1, 2, 3, 4, 5, 1, 2, 0, 4, 5, 3, 0, 1, 2, 3, 4, 5};
+  static const int64_t dst[] = {1, 2, 0, 4, 5, 3, 0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5};
+  static const int64_t batch[] = {0, 0, 0, 1, 1, 1}, graphs[] = {0, 1};
+  size_t np = kiln_params_count(p);
+  for (size_t i = 0; i < n; i++) {
+    kiln_value v = kiln_graph_get_param(g, i);
+    const char *name = kiln_value_name(g, v);
+    size_t len = strlen(name);
+    if (i < np) in[i] = kiln_params_tensor(p, i);
+    else if (len > 4 && !strcmp(name + len - 4, ".src")) in[i] = ints(ctx, src, 18);
+    else if (len > 4 && !strcmp(name + len - 4, ".dst")) in[i] = ints(ctx, dst, 18);
+    else if (len > 6 && !strcmp(name + len - 6, ".batch")) in[i] = ints(ctx, batch, 6);
+    else if (len > 7 && !strcmp(name + len - 7, ".graphs")) in[i] = ints(ctx, graphs, 2);
+    else {
+      int64_t dims[8];
+      size_t r = kiln_value_rank(g, v);
+      for (size_t k = 0; k < r && k < 8; k++) {
+        kiln_dim d = kiln_value_dim(g, v, k);
+        dims[k] = d >= 0 ? d : sym_size(kiln_dim_symbol_name(g, d));
+      }
+      kiln_dtype t = kiln_value_dtype(g, v);
+      if (r > 8 || kiln_tensor_create(ctx, t, r, dims, &in[i])) return false;
+      for (size_t e = 0; e < kiln_tensor_numel(in[i]); e++)
+        kiln_tensor_set(in[i], e, t == KILN_I64 ? floor(5 * uniform()) : 2 * uniform() - 1);
+    }
+    if (!in[i]) return false;
+  }
+  return true;
+}
+
+/* One model file built in f32: the device against the reference interpreter. */
+static void check_model(const char *dir, const char *file) {
+  kiln_ctx *ctx = kiln_ctx_create();
+  char path[1024];
+  kiln_model_file *m = NULL;
+  kiln_graph *g = NULL;
+  kiln_params *p = NULL;
+  kiln_tensor *in[128] = {0}, *a[8] = {0}, *b[8] = {0};
+  size_t n = 0, nout = 0;
+  double worst = 0;
+  if (snprintf(path, sizeof path, "%s/%s", dir, file) >= (int)sizeof path ||
+      kiln_model_file_read(ctx, path, &m))
+    goto fail;
+  size_t nin = kiln_model_file_num_inputs(m);
+  kiln_build_opts bo = {KILN_F32, 0};
+  if (nin > 8 || kiln_layer_build(ctx, kiln_model_file_layer(m), nin, kiln_model_file_inputs(m),
+                                  &bo, &g) ||
+      kiln_layer_init(ctx, kiln_model_file_layer(m), 3, KILN_F32, &p))
+    goto fail;
+  n = kiln_graph_num_params(g), nout = kiln_graph_num_results(g);
+  if (n > 128 || nout > 8 || !model_inputs(ctx, g, p, in, n)) goto fail;
+  if (kiln_graph_run(g, KILN_BACKEND_EAGER, n, in, nout, a, NULL)) goto fail;
+  kiln_status s = kiln_graph_run(g, KILN_BACKEND_VULKAN, n, in, nout, b, NULL);
+  if (s == KILN_ERR_UNSUPPORTED) {
+    printf("unsupported model %-28s %s\n", file, kiln_ctx_error(ctx));
+    goto done;
+  }
+  if (s) goto fail;
+  for (size_t k = 0; k < nout; k++)
+    for (size_t e = 0; e < kiln_tensor_numel(a[k]); e++) {
+      double x = kiln_tensor_get(a[k], e), y = kiln_tensor_get(b[k], e);
+      double rel = fabs(x - y) / (1 + fabs(x));
+      if (getenv("KILN_VK_DEBUG") && rel > 1e-5 && e < 2000)
+        printf("  out %zu [%zu] eager %g vulkan %g\n", k, e, x, y);
+      if (!(rel <= worst))
+        worst = isnan(rel) && isnan(x) && isnan(y) ? worst : isnan(rel) ? INFINITY : rel;
+    }
+  printf("%s model %-28s %zu output%s, largest difference f32 %.2g\n",
+         worst <= 1e-5 ? "ok  " : "FAIL", file, nout, nout == 1 ? "" : "s", worst);
+  failures += !(worst <= 1e-5);
+  goto done;
+fail:
+  printf("FAIL model %s: %s\n", file, kiln_ctx_error(ctx));
+  failures++;
+done:
+  for (size_t i = p ? kiln_params_count(p) : 0; i < n; i++) kiln_tensor_destroy(in[i]);
+  for (size_t k = 0; k < 8; k++) kiln_tensor_destroy(a[k]), kiln_tensor_destroy(b[k]);
+  kiln_graph_destroy(g);
+  kiln_params_destroy(p);
+  kiln_model_file_destroy(m);
+  kiln_ctx_destroy(ctx);
+}
+
+static void check_models(void) {
+  const char *dir = KILN_SOURCE_DIR "/examples/models";
+  DIR *d = opendir(dir);
+  struct dirent *de;
+  char names[64][256];
+  int n = 0;
+  while (d && (de = readdir(d)) && n < 64) {
+    size_t len = strlen(de->d_name);
+    if (len > 5 && !strcmp(de->d_name + len - 5, ".kiln"))
+      snprintf(names[n++], sizeof names[0], "%s", de->d_name);
+  }
+  if (d) closedir(d);
+  qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
+  for (int i = 0; i < n; i++) check_model(dir, names[i]);
+  if (!n) printf("FAIL no model in %s\n", dir), failures++;
+}
+
+int main(int argc, char **argv) {
+  kiln_ctx *ctx = kiln_ctx_create();
+  kiln_status s = kvk_device_open(ctx, 0, &dev);
+  if (s != KILN_OK) {
+    printf("skip: %s\n", kiln_ctx_error(ctx));
+    kiln_ctx_destroy(ctx);
+    return s == KILN_ERR_UNSUPPORTED ? 0 : 1;
+  }
+  printf("device: %s, shaderFloat64 %s\n", kvk_device_name(dev),
+         kvk_device_has_f64(dev) ? "yes" : "no");
+  test_messages();
+  for (uint16_t op = 0; op < KIR_OP_COUNT; op++)
+    if (argc < 2 || !strcmp(argv[1], kir_op(op)->name)) run_op(op);
+  if (argc < 2 || !strcmp(argv[1], "models")) check_models();
+  if (none_ran[0]) printf("ops with no case run on the device:%s\n", none_ran);
+  printf("%d failures\n", failures);
+  kvk_device_close(dev);
+  kiln_ctx_destroy(ctx);
+  return failures ? 1 : 0;
+}
