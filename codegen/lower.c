@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuse.h"
 #include "lower.h"
 
 struct kcg_lower_state {
@@ -33,6 +34,7 @@ struct kcg_lower_state {
   const kir_module *mod;
   kcg_program *top;
   kiln_status status;
+  bool fuse; /* lower fusion groups (passes/fusion.c) as one kernel each */
   /* Lowered scan bodies, so a body used by several scans is lowered once. */
   const kir_graph **body_graphs;
   kcg_program **body_progs;
@@ -190,8 +192,9 @@ static bool check_inst(kcg_lower_state *st, const kir_graph *g, const kir_inst *
   return unsupported(st, d, g->values[v].type.dtype);
 }
 
+/* Lowers one instruction, or (fusion != NULL) the fusion group whose root it is. */
 static bool lower_inst(kcg_lower_state *st, kcg_program *p, const kir_graph *g,
-                       const kir_inst *inst, uint32_t *map) {
+                       const kir_inst *inst, uint32_t *map, const kp_fusion *fusion) {
   if (!check_inst(st, g, inst)) return false;
   uint32_t *in = kir_arena_alloc(st->arena, (inst->nin + 1u) * sizeof *in);
   uint32_t *out = kir_arena_alloc(st->arena, (inst->nout + 1u) * sizeof *out);
@@ -205,7 +208,7 @@ static bool lower_inst(kcg_lower_state *st, kcg_program *p, const kir_graph *g,
   }
   kcg_lower_ctx lc = {
       .st = st, .prog = p, .g = g, .inst = inst, .op = kir_op(inst->op), .in = in, .out = out};
-  bool ok = lc.op->lower(&lc, inst);
+  bool ok = fusion ? kcg_lower_fused(&lc, fusion, map) : lc.op->lower(&lc, inst);
   if (ok && lc.k)
     ok = lc.k->oom
              ? nomem(st)
@@ -227,8 +230,18 @@ static bool lower_graph(kcg_lower_state *st, kcg_program *p, const kir_graph *g)
     map[g->params[i]] = p->params[i];
     ok = p->params[i] != UINT32_MAX;
   }
-  for (uint32_t i = 0; ok && i < g->ninsts; i++)
-    ok = lower_inst(st, p, g, &g->insts[i], map);
+  kp_fusion fusion = {0};
+  if (ok && st->fuse && !kp_fusion_plan(g, &fusion)) ok = nomem(st);
+  for (uint32_t i = 0; ok && i < g->ninsts; i++) {
+    uint32_t root = fusion.group ? fusion.group[i] : KP_NO_GROUP;
+    if (root != KP_NO_GROUP && root != i) {
+      /* A member of a group lowered at its root: no kernel, no buffer. */
+      ok = check_inst(st, g, &g->insts[i]);
+      continue;
+    }
+    ok = lower_inst(st, p, g, &g->insts[i], map, root == i ? &fusion : NULL);
+  }
+  kp_fusion_free(&fusion);
   if (ok) {
     p->nresults = g->nresults;
     p->results = kir_arena_alloc(st->arena, (g->nresults + 1u) * sizeof *p->results);
@@ -265,10 +278,15 @@ static bool copy_symbols(kcg_lower_state *st, kcg_program *p) {
 }
 
 kiln_status kcg_lower(kiln_ctx *ctx, kir_graph *g, kir_arena *arena, kcg_program **out) {
+  return kcg_lower_ex(ctx, g, arena, kp_fusion_enabled(), out);
+}
+
+kiln_status kcg_lower_ex(kiln_ctx *ctx, kir_graph *g, kir_arena *arena, bool fuse,
+                         kcg_program **out) {
   *out = NULL;
   if (g->mod->status != KILN_OK)
     return kir_fail(ctx, g->mod->status, "graph @%s has an error", g->name);
-  kcg_lower_state st = {.ctx = ctx, .arena = arena, .mod = g->mod};
+  kcg_lower_state st = {.ctx = ctx, .arena = arena, .mod = g->mod, .fuse = fuse};
   st.top = program_new(&st);
   if (!st.top) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   if (!copy_symbols(&st, st.top) || !lower_graph(&st, st.top, g)) return st.status;

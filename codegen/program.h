@@ -97,6 +97,12 @@ struct kcg_program {
  * lowering is KILN_ERR_UNSUPPORTED naming both.
  */
 kiln_status kcg_lower(kiln_ctx *ctx, kir_graph *g, kir_arena *arena, kcg_program **out);
+/*
+ * The same with fusion chosen: `fuse` lowers each group of passes/fusion.c
+ * as one kernel. kcg_lower fuses unless the environment sets KILN_FUSION=0.
+ */
+kiln_status kcg_lower_ex(kiln_ctx *ctx, kir_graph *g, kir_arena *arena, bool fuse,
+                         kcg_program **out);
 
 /* The i64 value of dim `d` under the symbol values `sizes`. */
 static inline int64_t kcg_dim_value(kir_dim d, const int64_t *sizes) {

@@ -5,21 +5,26 @@
  * to see what Kiln made of a file: inferred result types, defaults dropped,
  * values in order. A .kiln model file is built into its graph first
  * (parameters by path, then the inputs), in the dtype of its float inputs
- * or --dtype, with dropout and sampling when --train is given. Later issues
- * add `--pipeline NAME` and `--print-after-all` here, and .onnx models.
+ * or --dtype, with dropout and sampling when --train is given.
+ * `--print-after-all` prints the graph after each pass of the compiled
+ * pipeline (legalize) and the fusion groups (passes/fusion.c). Later issues
+ * add `--pipeline NAME` here, and .onnx models.
  */
 #include <stdio.h>
 
 #include "cli.h"
+#include "passes/fusion.h"
 
 int cmd_ir(int argc, char **argv) {
   cli_parser p = {.cmd = "ir", .argc = argc, .argv = argv, .i = 1};
-  enum { O_DTYPE, O_TRAIN };
-  static const cli_option opts[] = {
-      [O_DTYPE] = {"--dtype", NULL, true}, [O_TRAIN] = {"--train", NULL, false}, {0}};
+  enum { O_DTYPE, O_TRAIN, O_AFTER_ALL };
+  static const cli_option opts[] = {[O_DTYPE] = {"--dtype", NULL, true},
+                                    [O_TRAIN] = {"--train", NULL, false},
+                                    [O_AFTER_ALL] = {"--print-after-all", NULL, false},
+                                    {0}};
   const char *model = NULL, *v;
   kiln_dtype dtype = KILN_DTYPE_COUNT;
-  bool train = false, kiln_only = false;
+  bool train = false, kiln_only = false, after_all = false;
   int k;
   while ((k = cli_next(&p, opts, &v)) != CLI_END) {
     switch (k) {
@@ -30,6 +35,7 @@ int cmd_ir(int argc, char **argv) {
       kiln_only = true;
       break;
     case O_TRAIN: train = kiln_only = true; break;
+    case O_AFTER_ALL: after_all = true; break;
     case CLI_ARG:
       if (model) return cli_usage_error("ir", "unexpected argument '%s'", v);
       model = v;
@@ -44,8 +50,10 @@ int cmd_ir(int argc, char **argv) {
   if (!ctx) return cli_error("out of memory");
   kiln_graph *g = NULL;
   int status = cli_load_model(ctx, model, dtype, train, &g, NULL);
-  if (!status && kiln_graph_print(g, stdout) != KILN_OK)
-    status = cli_error("%s", kiln_ctx_error(ctx));
+  if (!status) {
+    kiln_status s = after_all ? kp_print_after_all(g, stdout) : kiln_graph_print(g, stdout);
+    if (s != KILN_OK) status = cli_error("%s", kiln_ctx_error(ctx));
+  }
   kiln_graph_destroy(g);
   kiln_ctx_destroy(ctx);
   return status;

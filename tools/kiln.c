@@ -87,12 +87,14 @@ static const cli_command commands[] = {
      "  --seed S    a non-negative integer (default 0)\n"
      "  --dtype T   the parameters' float type (default f32)\n"
      "  -o P        the safetensors file to write"},
-    {"ir", cmd_ir, "MODEL.kir|MODEL.kiln [--dtype f32|f64|f16|bf16] [--train]",
+    {"ir", cmd_ir, "MODEL.kir|MODEL.kiln [--dtype f32|f64|f16|bf16] [--train] [--print-after-all]",
      "print the canonical IR of a model",
      "Parses MODEL.kir and prints it in canonical form on stdout. A .kiln model file is\n"
      "built into its graph: the model's parameters by path, then its inputs.\n"
      "  --dtype T   (.kiln) parameters and activations in T; default: the float inputs' dtype\n"
-     "  --train     (.kiln) dropout and sampling on: the graph gets an i64 input \"seed\""},
+     "  --train     (.kiln) dropout and sampling on: the graph gets an i64 input \"seed\"\n"
+     "  --print-after-all  the graph after each pass: as parsed, legalized, and the fusion\n"
+     "              groups (each becomes one kernel)"},
     {"run", cmd_run, "MODEL.kir --input NAME=FILE.npy ... -o DIR "
                      "[--backend auto|compiled|eager|vulkan] [--print] [--params P.safetensors] "
                      "[--dtype T] [--train] [--seed S]",
