@@ -531,12 +531,45 @@ static LLVMValueRef float_to_int(kcg_llvm *L, kir_dtype to, LLVMValueRef v) {
   return to == KILN_I64 ? i : LLVMBuildTrunc(L->b, i, kcg_llvm_type(L, to), "");
 }
 
+/*
+ * An i64 as the double nearest it rounded to odd. sitofp would round to
+ * nearest and drop the sticky bits a later rounding to bf16 needs (2^60 +
+ * 2^52 + 1 must not look like a tie), so the value is split into two exact
+ * halves whose sum is rounded once, and TwoSum gives that sum's exact error.
+ */
+static LLVMValueRef i64_to_f64_odd(kcg_llvm *L, LLVMValueRef v) {
+  LLVMValueRef hi =
+      LLVMBuildSIToFP(L->b, LLVMBuildAShr(L->b, v, iconst(L->i64, 32), ""), L->f64, "");
+  LLVMValueRef lo =
+      LLVMBuildUIToFP(L->b, LLVMBuildAnd(L->b, v, iconst(L->i64, 0xffffffff), ""), L->f64, "");
+  LLVMValueRef a = LLVMBuildFMul(L->b, hi, LLVMConstReal(L->f64, 4294967296.0), "");
+  LLVMValueRef s = LLVMBuildFAdd(L->b, a, lo, "");
+  LLVMValueRef bb = LLVMBuildFSub(L->b, s, a, "");
+  LLVMValueRef e = LLVMBuildFAdd(L->b, LLVMBuildFSub(L->b, a, LLVMBuildFSub(L->b, s, bb, ""), ""),
+                                 LLVMBuildFSub(L->b, lo, bb, ""), "");
+  LLVMValueRef zero = LLVMConstReal(L->f64, 0);
+  LLVMValueRef inexact = LLVMBuildFCmp(L->b, LLVMRealONE, e, zero, "");
+  /* s rounded away from zero when the error's sign is the opposite of s's */
+  LLVMValueRef up = LLVMBuildXor(L->b, LLVMBuildFCmp(L->b, LLVMRealOLT, e, zero, ""),
+                                 LLVMBuildFCmp(L->b, LLVMRealOLT, s, zero, ""), "");
+  LLVMValueRef bits = LLVMBuildBitCast(L->b, s, L->i64, "");
+  LLVMValueRef trunc = LLVMBuildSub(L->b, bits, LLVMBuildZExt(L->b, up, L->i64, ""), "");
+  LLVMValueRef odd = LLVMBuildOr(L->b, trunc, iconst(L->i64, 1), "");
+  return LLVMBuildBitCast(L->b, LLVMBuildSelect(L->b, inexact, odd, bits, ""), L->f64, "");
+}
+
 /* Exact integer, rounded once: directly for f64/f32; for f16 and bf16 through a float that
-   is exact (f16 overflows long before float rounds) or rounded to odd (bf16). */
+   is exact (f16 overflows long before float rounds) or rounded to odd (bf16; an i64 through
+   a double rounded to odd too). */
 static LLVMValueRef int_to_float(kcg_llvm *L, kir_dtype from, kir_dtype to, LLVMValueRef v) {
-  bool u = is_unsigned(from);
   LLVMTypeRef ty = to == KILN_F64 || to == KILN_BF16 ? L->f64 : L->f32;
-  LLVMValueRef f = u ? LLVMBuildUIToFP(L->b, v, ty, "") : LLVMBuildSIToFP(L->b, v, ty, "");
+  LLVMValueRef f;
+  if (to == KILN_BF16 && from == KILN_I64)
+    f = i64_to_f64_odd(L, v);
+  else if (is_unsigned(from))
+    f = LLVMBuildUIToFP(L->b, v, ty, "");
+  else
+    f = LLVMBuildSIToFP(L->b, v, ty, "");
   if (to == KILN_F64 || to == KILN_F32) return f;
   if (to == KILN_BF16) f = f64_to_f32_odd(L, f);
   return round_narrow(L, to, f);

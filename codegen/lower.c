@@ -8,8 +8,8 @@
  * the symbols); then the op's `.lower` function from the op table appends
  * the kernels and steps that fill them. There is no switch over ops here:
  * an op without a lowering — one that kp_legalize() could not decompose —
- * or an instruction touching a dtype the kernels do not support yet (f16,
- * bf16) is KILN_ERR_UNSUPPORTED, with the wording the runtime and the CLI
+ * or an accumulating op on f16/bf16 (kp_widen_half() computes those in
+ * f32 before lowering) is KILN_ERR_UNSUPPORTED, with the wording the runtime and the CLI
  * show: "backend 'compiled': no compiled kernel for op 'OP' (DTYPE)".
  *
  * A scan's body becomes a nested kcg_program in the same arena whose steps
@@ -169,7 +169,14 @@ void kcg_lower_message(const kcg_lower_ctx *lc, char *buf, size_t n, const char 
 
 /* ---- the walk ---- */
 
-static bool dtype_supported(kir_dtype t) { return t != KILN_F16 && t != KILN_BF16; }
+/* f16 and bf16 are loaded, stored and computed (in float registers, rounded after every op)
+   by elementwise, data-movement and source kernels. An op that accumulates would round every
+   partial sum: kp_widen_half() (passes/mixed_precision.c) gives those f32 operands first. */
+static bool dtype_supported(const kir_op_desc *d, uint16_t op, kir_dtype t) {
+  if (t != KILN_F16 && t != KILN_BF16) return true;
+  if (d->family == KIR_FAM_REDUCE || d->family == KIR_FAM_COMPOUND) return false;
+  return d->family != KIR_FAM_INDEX || op == KIR_OP_gather;
+}
 
 static bool unsupported(kcg_lower_state *st, const kir_op_desc *d, kir_dtype t) {
   return state_fail(st, KILN_ERR_UNSUPPORTED,
@@ -181,10 +188,10 @@ static bool unsupported(kcg_lower_state *st, const kir_op_desc *d, kir_dtype t) 
 static bool check_inst(kcg_lower_state *st, const kir_graph *g, const kir_inst *inst) {
   const kir_op_desc *d = kir_op(inst->op);
   for (uint32_t i = 0; i < inst->nin; i++)
-    if (!dtype_supported(g->values[inst->in[i]].type.dtype))
+    if (!dtype_supported(d, inst->op, g->values[inst->in[i]].type.dtype))
       return unsupported(st, d, g->values[inst->in[i]].type.dtype);
   for (uint32_t i = 0; i < inst->nout; i++)
-    if (!dtype_supported(g->values[inst->out[i]].type.dtype))
+    if (!dtype_supported(d, inst->op, g->values[inst->out[i]].type.dtype))
       return unsupported(st, d, g->values[inst->out[i]].type.dtype);
   if (d->lower) return true;
   /* The operand dtype says more than the result's (a compare gives bool). */

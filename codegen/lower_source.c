@@ -165,6 +165,8 @@ bool kcg_lower_random(kcg_lower_ctx *lc, const kir_inst *inst) {
     v = kcg_cast(
         k, t->dtype,
         kcg_binary(k, KIR_OP_mul, kcg_unary(k, KIR_OP_sqrt, rad), kcg_unary(k, KIR_OP_cos, ang)));
+  } else if (t->dtype == KILN_F16 || t->dtype == KILN_BF16) {
+    v = kcg_cast(k, t->dtype, unit24(k, KILN_F32, c[0])); /* 2^24 overflows f16 */
   } else {
     v = unit24(k, t->dtype, c[0]);
   }

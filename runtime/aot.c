@@ -28,7 +28,7 @@
 #include "codegen/llvm_cpu.h"
 #include "kiln/aot.h"
 #include "kiln/params.h"
-#include "passes/passes.h"
+#include "passes/mixed_precision.h"
 
 extern char **environ;
 
@@ -213,9 +213,11 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
                     name);
   kiln_status s = kir_verify(g);
   if (s != KILN_OK) return s;
-  kir_graph *tiled = kp_attention_tiling_enabled() ? kp_attention_tiling(g) : g;
+  kir_graph *wide = kp_widen_half(g); /* f16/bf16 accumulate in f32 */
+  kir_graph *tiled = !wide ? NULL : kp_attention_tiling_enabled() ? kp_attention_tiling(wide) : wide;
   kir_graph *legal = tiled ? kp_legalize(tiled) : NULL;
-  if (tiled != g) kiln_graph_destroy(tiled);
+  if (tiled != wide) kiln_graph_destroy(tiled);
+  kiln_graph_destroy(wide);
   if (!legal) return KILN_ERR_UNSUPPORTED;
   kir_arena arena = {0};
   kcg_program *prog = NULL;

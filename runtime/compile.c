@@ -23,7 +23,7 @@
 
 #include "codegen/llvm_cpu.h"
 #include "ir/kir.h"
-#include "passes/passes.h"
+#include "passes/mixed_precision.h"
 #include "runtime/rt.h"
 
 struct kiln_compiled {
@@ -61,9 +61,11 @@ static kiln_status graph_error(kir_graph *g) {
 
 /* Legalize and lower `g` into c's arena. */
 static kiln_status lower(kiln_compiled *c, kir_graph *g) {
-  kir_graph *tg = kp_attention_tiling_enabled() ? kp_attention_tiling(g) : g;
+  kir_graph *wg = kp_widen_half(g); /* f16/bf16 accumulate in f32 */
+  kir_graph *tg = !wg ? NULL : kp_attention_tiling_enabled() ? kp_attention_tiling(wg) : wg;
   kir_graph *lg = tg ? kp_legalize(tg) : NULL;
-  if (tg != g) kiln_graph_destroy(tg);
+  if (tg != wg) kiln_graph_destroy(tg);
+  kiln_graph_destroy(wg);
   if (!lg) {
     bool oom = !strcmp(kiln_ctx_error(c->ctx), "out of memory");
     return oom ? KILN_ERR_NOMEM : KILN_ERR_INVALID; /* the message is on the context */

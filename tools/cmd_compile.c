@@ -14,6 +14,7 @@
 
 #include "cli.h"
 #include "kiln/aot.h"
+#include "passes/mixed_precision.h"
 
 /* "dir/my-model.so" -> "my_model"; a leading digit gets a '_' first. */
 static void name_from_path(const char *path, char *out, size_t n) {
@@ -29,12 +30,14 @@ static void name_from_path(const char *path, char *out, size_t n) {
 
 int cmd_compile(int argc, char **argv) {
   cli_parser p = {.cmd = "compile", .argc = argc, .argv = argv, .i = 1};
-  enum { O_OUT, O_HEADER, O_NAME, O_TARGET, O_TARGET_CPU, O_KEEP, O_PARAMS };
+  enum { O_OUT, O_HEADER, O_NAME, O_TARGET, O_TARGET_CPU, O_KEEP, O_PARAMS, O_PRECISION };
   static const cli_option opts[] = {
       [O_OUT] = {"--output", "-o", true},     [O_HEADER] = {"--header", NULL, true},
       [O_NAME] = {"--name", NULL, true},      [O_TARGET] = {"--target", NULL, true},
       [O_TARGET_CPU] = {"--target-cpu", NULL, true}, [O_KEEP] = {"--keep-temps", NULL, false},
-      [O_PARAMS] = {"--params", NULL, true},  {0}};
+      [O_PARAMS] = {"--params", NULL, true},  [O_PRECISION] = {"--precision", NULL, true},
+      {0}};
+  kp_precision precision = KP_PREC_FP32;
   const char *model = NULL, *params_path = NULL, *v;
   kiln_aot_options opt = {0};
   char name[80];
@@ -57,6 +60,11 @@ int cmd_compile(int argc, char **argv) {
         return cli_error("--target %s: this build compiles for the CPU only (--target cpu)", v);
       break;
     case O_PARAMS: params_path = v; break;
+    case O_PRECISION:
+      if (!kp_precision_parse(v, &precision))
+        return cli_usage_error("compile",
+                               "--precision expects fp64, fp32, tf32, bf16 or fp16, got '%s'", v);
+      break;
     }
   }
   if (!model) return cli_usage_error("compile", "no model file given");
@@ -80,6 +88,12 @@ int cmd_compile(int argc, char **argv) {
   if (!status && mf && params &&
       kiln_layer_check_params(ctx, kiln_model_file_layer(mf), params) != KILN_OK)
     status = cli_error("%s: %s", params_path, kiln_ctx_error(ctx));
+  if (!status && precision != KP_PREC_FP32) { /* the policy pass: the graph's casts */
+    kiln_graph *pg = kp_mixed_precision(g, precision);
+    if (!pg) status = cli_error("--precision %s: %s", kp_precision_name(precision),
+                                kiln_ctx_error(ctx));
+    else kiln_graph_destroy(g), g = pg;
+  }
   if (!status && kiln_compile_shared(g, &opt) != KILN_OK) status = cli_error("%s", kiln_ctx_error(ctx));
   if (!status)
     printf("wrote %s%s%s (entry points %s_create, %s_run, ...)\n", opt.output,

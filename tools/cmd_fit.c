@@ -16,9 +16,10 @@
 #include <string.h>
 
 #include "cli.h"
+#include "passes/mixed_precision.h"
 
 typedef struct fit_opts {
-  const char *model, *params, *out, *loss, *opt, *schedule, *history;
+  const char *model, *params, *out, *loss, *opt, *schedule, *history, *precision;
   cli_data data, val;
   bool has_val;
   double lr, clip, gamma;
@@ -56,7 +57,7 @@ static int add_file(const char *cmd, const char **list, size_t *n, const char *v
 enum {
   O_PARAMS, O_X, O_Y, O_MASK, O_INPUT, O_LOSS, O_OPT, O_LR, O_EPOCHS, O_BATCH, O_SEED, O_CLIP,
   O_SCHEDULE, O_WARMUP, O_TOTAL, O_STEP_SIZE, O_GAMMA, O_VAL_X, O_VAL_Y, O_VAL_MASK, O_DTYPE,
-  O_BACKEND, O_QUIET, O_OUT, O_HISTORY
+  O_BACKEND, O_QUIET, O_OUT, O_HISTORY, O_PRECISION
 };
 static const cli_option fit_options[] = {
     [O_PARAMS] = {"--params", NULL, true},     [O_X] = {"--x", NULL, true},
@@ -71,7 +72,8 @@ static const cli_option fit_options[] = {
     [O_VAL_Y] = {"--val-y", NULL, true},       [O_VAL_MASK] = {"--val-mask", NULL, true},
     [O_DTYPE] = {"--dtype", NULL, true},       [O_BACKEND] = {"--backend", NULL, true},
     [O_QUIET] = {"--quiet", "-q", false},      [O_OUT] = {"--output", "-o", true},
-    [O_HISTORY] = {"--history", NULL, true},   {0}};
+    [O_HISTORY] = {"--history", NULL, true},   [O_PRECISION] = {"--precision", NULL, true},
+    {0}};
 
 /* 0 to go on, > 0 an exit status, < 0 for --help. */
 static int parse_args(const char *cmd, int argc, char **argv, fit_opts *o) {
@@ -135,6 +137,13 @@ static int parse_args(const char *cmd, int argc, char **argv, fit_opts *o) {
     case O_QUIET: o->quiet = true; break;
     case O_OUT: o->out = v; break;
     case O_HISTORY: o->history = v; break;
+    case O_PRECISION: {
+      kp_precision p;
+      if (!kp_precision_parse(v, &p))
+        r = cli_usage_error(cmd, "--precision expects fp64, fp32, tf32, bf16 or fp16, got '%s'", v);
+      o->precision = v;
+      break;
+    }
     }
   }
   if (r) return r;
@@ -200,6 +209,7 @@ static void fill_spec(const fit_opts *o, const kiln_model_file *m, kiln_train_sp
   spec->masked = o->data.mask != NULL;
   spec->dtype = o->dtype;
   spec->backend = o->backend;
+  spec->precision = o->precision;
 }
 
 static int run(const char *cmd, int argc, char **argv) {

@@ -14,14 +14,17 @@
 
 #include "cli.h"
 #include "passes/fusion.h"
+#include "passes/mixed_precision.h"
 
 int cmd_ir(int argc, char **argv) {
   cli_parser p = {.cmd = "ir", .argc = argc, .argv = argv, .i = 1};
-  enum { O_DTYPE, O_TRAIN, O_AFTER_ALL };
+  enum { O_DTYPE, O_TRAIN, O_AFTER_ALL, O_PRECISION };
   static const cli_option opts[] = {[O_DTYPE] = {"--dtype", NULL, true},
                                     [O_TRAIN] = {"--train", NULL, false},
                                     [O_AFTER_ALL] = {"--print-after-all", NULL, false},
+                                    [O_PRECISION] = {"--precision", NULL, true},
                                     {0}};
+  kp_precision precision = KP_PREC_FP32;
   const char *model = NULL, *v;
   kiln_dtype dtype = KILN_DTYPE_COUNT;
   bool train = false, kiln_only = false, after_all = false;
@@ -36,6 +39,11 @@ int cmd_ir(int argc, char **argv) {
       break;
     case O_TRAIN: train = kiln_only = true; break;
     case O_AFTER_ALL: after_all = true; break;
+    case O_PRECISION:
+      if (!kp_precision_parse(v, &precision))
+        return cli_usage_error("ir", "--precision expects fp64, fp32, tf32, bf16 or fp16, got '%s'",
+                               v);
+      break;
     case CLI_ARG:
       if (model) return cli_usage_error("ir", "unexpected argument '%s'", v);
       model = v;
@@ -50,6 +58,12 @@ int cmd_ir(int argc, char **argv) {
   if (!ctx) return cli_error("out of memory");
   kiln_graph *g = NULL;
   int status = cli_load_model(ctx, model, dtype, train, &g, NULL);
+  if (!status && precision != KP_PREC_FP32) { /* where the policy pass puts its casts */
+    kiln_graph *pg = kp_mixed_precision(g, precision);
+    if (!pg) status = cli_error("--precision %s: %s", kp_precision_name(precision),
+                                kiln_ctx_error(ctx));
+    else kiln_graph_destroy(g), g = pg;
+  }
   if (!status) {
     kiln_status s = after_all ? kp_print_after_all(g, stdout) : kiln_graph_print(g, stdout);
     if (s != KILN_OK) status = cli_error("%s", kiln_ctx_error(ctx));

@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "passes/mixed_precision.h"
 
 enum { MAX_INPUTS = 256 };
 
@@ -33,6 +34,7 @@ typedef struct run_opts {
   bool print, train, kiln_only;
   kiln_dtype dtype; /* KILN_DTYPE_COUNT: the model file's own */
   uint64_t seed;
+  kp_precision precision; /* docs/precision.md */
 } run_opts;
 
 /* Where a graph parameter's value comes from besides an --input (slot values). */
@@ -40,14 +42,15 @@ enum { FROM_PARAMS = SIZE_MAX - 2, FROM_SEED = SIZE_MAX - 1, UNBOUND = SIZE_MAX 
 
 static int parse_args(int argc, char **argv, run_opts *o) {
   enum {
-    OPT_INPUT, OPT_OUTPUT, OPT_BACKEND, OPT_PRINT, OPT_PARAMS, OPT_DTYPE, OPT_TRAIN, OPT_SEED
+    OPT_INPUT, OPT_OUTPUT, OPT_BACKEND, OPT_PRINT, OPT_PARAMS, OPT_DTYPE, OPT_TRAIN, OPT_SEED,
+    OPT_PRECISION
   };
   static const cli_option opts[] = {
       [OPT_INPUT] = {"--input", NULL, true},     [OPT_OUTPUT] = {"--output", "-o", true},
       [OPT_BACKEND] = {"--backend", NULL, true}, [OPT_PRINT] = {"--print", NULL, false},
       [OPT_PARAMS] = {"--params", NULL, true},   [OPT_DTYPE] = {"--dtype", NULL, true},
       [OPT_TRAIN] = {"--train", NULL, false},    [OPT_SEED] = {"--seed", NULL, true},
-      {0},
+      [OPT_PRECISION] = {"--precision", NULL, true}, {0},
   };
   cli_parser p = {.cmd = "run", .argc = argc, .argv = argv, .i = 1};
   const char *v;
@@ -80,6 +83,11 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     }
     case OPT_PRINT: o->print = true; break;
     case OPT_PARAMS: o->params = v; break;
+    case OPT_PRECISION:
+      if (!kp_precision_parse(v, &o->precision))
+        return cli_usage_error("run", "--precision expects fp64, fp32, tf32, bf16 or fp16, got '%s'",
+                               v);
+      break;
     case OPT_DTYPE:
       if (cli_parse_float_dtype("run", v, &o->dtype)) return 2;
       o->kiln_only = true;
@@ -337,6 +345,12 @@ int cmd_run(int argc, char **argv) {
   if (!status && m && params &&
       kiln_layer_check_params(ctx, kiln_model_file_layer(m), params) != KILN_OK)
     status = cli_error("%s: %s", o.params, kiln_ctx_error(ctx));
+  if (!status && o.precision != KP_PREC_FP32) { /* the policy pass: the graph's casts */
+    kiln_graph *pg = kp_mixed_precision(g, o.precision);
+    if (!pg) status = cli_error("--precision %s: %s", kp_precision_name(o.precision),
+                                kiln_ctx_error(ctx));
+    else kiln_graph_destroy(g), g = pg;
+  }
   if (!status) status = run_model(ctx, g, m, params, &o);
   kiln_params_destroy(params);
   kiln_model_file_destroy(m);

@@ -37,7 +37,7 @@ static const cli_command commands[] = {
      "  --tol T   the largest difference allowed (default 1e-12)"},
     {"compile", cmd_compile,
      "MODEL.kir|MODEL.kiln -o MODEL.so [--header MODEL.h] [--params P.safetensors] [--name NAME] "
-     "[--target cpu] [--target-cpu CPU] [--keep-temps]",
+     "[--target cpu] [--target-cpu CPU] [--keep-temps] [--precision P]",
      "compile a model ahead of time into a shared object and a C header",
      "The .so needs only libc, libm, pthreads and OpenBLAS (no LLVM). Its entry points are\n"
      "NAME_create, NAME_output_dims, NAME_run, NAME_error and NAME_destroy, NAME taken from\n"
@@ -45,7 +45,8 @@ static const cli_command commands[] = {
      "  --params P         weights to embed, matched to the model's parameters by name; those\n"
      "                     parameters are then no longer inputs of the .so\n"
      "  --target-cpu CPU   an LLVM CPU name such as x86-64-v3 (portable AVX2); default: this CPU\n"
-     "  --keep-temps       keep the generated object, C tables and constant blob"},
+     "  --keep-temps       keep the generated object, C tables and constant blob\n"
+     "  --precision P      fp32 (default), fp64, tf32, bf16 or fp16 (docs/precision.md)"},
     {"devices", cmd_devices, "",
      "list the devices this machine can run models on",
      "One line per device: name (what --device takes), kind, detail. For the CPU the\n"
@@ -54,7 +55,7 @@ static const cli_command commands[] = {
     {"fit", cmd_fit,
      "MODEL.kiln [--params P] --x X.npy [--y Y.npy] [--loss L] [--opt NAME] [--lr R] "
      "[--epochs E] [--batch-size B] [--seed S] [--clip C] [--schedule cosine|step|constant] "
-     "[--val-x X --val-y Y] [--input NAME=FILE] [--mask M] -o TRAINED.safetensors",
+     "[--val-x X --val-y Y] [--input NAME=FILE] [--mask M] [--precision P] -o TRAINED.safetensors",
      "train a .kiln model; the whole training step is compiled once",
      "The step (forward, loss, backward, clipping, optimizer) is one compiled graph, run\n"
      "on every mini-batch (reshuffled every epoch from --seed); the last, smaller batch\n"
@@ -74,7 +75,9 @@ static const cli_command commands[] = {
      "  --schedule S    cosine (--total, --warmup), step (--step-size, --gamma) or constant\n"
      "  --val-x, --val-y, --val-mask  validation data: its loss is printed every epoch\n"
      "  --history F     write epoch,loss,val_loss lines to F\n"
-     "  -q, --quiet     no progress lines"},
+     "  -q, --quiet     no progress lines\n"
+     "  --precision P   fp32 (default), fp64, tf32, bf16 or fp16: the cast pass on the training\n"
+     "                  step; fp16 adds dynamic loss scaling (docs/precision.md)"},
     {"grad", cmd_grad,
      "MODEL.kiln --params P --x X.npy [--y Y.npy] [--loss L] -o GRADS.safetensors",
      "the gradient of a loss with respect to every parameter",
@@ -87,17 +90,20 @@ static const cli_command commands[] = {
      "  --seed S    a non-negative integer (default 0)\n"
      "  --dtype T   the parameters' float type (default f32)\n"
      "  -o P        the safetensors file to write"},
-    {"ir", cmd_ir, "MODEL.kir|MODEL.kiln [--dtype f32|f64|f16|bf16] [--train] [--print-after-all]",
+    {"ir", cmd_ir, "MODEL.kir|MODEL.kiln [--dtype f32|f64|f16|bf16] [--train] [--print-after-all] "
+                   "[--precision P]",
      "print the canonical IR of a model",
      "Parses MODEL.kir and prints it in canonical form on stdout. A .kiln model file is\n"
      "built into its graph: the model's parameters by path, then its inputs.\n"
      "  --dtype T   (.kiln) parameters and activations in T; default: the float inputs' dtype\n"
      "  --train     (.kiln) dropout and sampling on: the graph gets an i64 input \"seed\"\n"
      "  --print-after-all  the graph after each pass: as parsed, legalized, and the fusion\n"
-     "              groups (each becomes one kernel)"},
+     "              groups (each becomes one kernel)\n"
+     "  --precision P  fp32 (default), fp64, tf32, bf16 or fp16: the graph after the cast\n"
+     "              pass (docs/precision.md)"},
     {"run", cmd_run, "MODEL.kir --input NAME=FILE.npy ... -o DIR "
                      "[--backend auto|compiled|eager|vulkan] [--print] [--params P.safetensors] "
-                     "[--dtype T] [--train] [--seed S]",
+                     "[--dtype T] [--train] [--seed S] [--precision P]",
      "run a model on .npy inputs and write DIR/output_0.npy ...",
      "MODEL is .kir text or a .kiln model file (built with its parameters named by path).\n"
      "  --input NAME=FILE.npy  binds the parameter %NAME (once per parameter); for a .kiln\n"
@@ -112,7 +118,9 @@ static const cli_command commands[] = {
      "                         device 0; Mesa's lavapipe where there is no GPU)\n"
      "  --print                also print every output's values as a nested list\n"
      "  --dtype T              (.kiln) the model's float type; default: its float inputs'\n"
-     "  --train, --seed S      (.kiln) dropout and sampling on, seeded by S (default 0)"},
+     "  --train, --seed S      (.kiln) dropout and sampling on, seeded by S (default 0)\n"
+     "  --precision P          fp32 (default), fp64, tf32, bf16 or fp16: the cast pass's\n"
+     "                         policy (docs/precision.md)"},
     {"summary", cmd_summary, "MODEL.kiln",
      "print a .kiln model's inputs, layers and parameter counts",
      "One row per layer: its parameter path, constructor call and number of parameters,\n"

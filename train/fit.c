@@ -21,10 +21,13 @@
 
 #include "kiln/fit.h"
 #include "layers/layers.h"
-#include "passes/passes.h"
+#include "passes/mixed_precision.h"
+#include "train/loss_scale.h"
 
 /* What each parameter of the step graph is fed with. */
-typedef enum role_kind { R_PARAM, R_INPUT, R_TARGET, R_MASK, R_STATE, R_STEP, R_LR, R_SEED } role_kind;
+typedef enum role_kind {
+  R_PARAM, R_INPUT, R_TARGET, R_MASK, R_STATE, R_STEP, R_LR, R_SEED, R_SCALE, R_TRACKER
+} role_kind;
 typedef struct role {
   role_kind kind;
   uint32_t k;
@@ -45,6 +48,11 @@ struct kiln_trainer {
   role *step_roles, *eval_roles;
   uint32_t step_nparams, eval_nparams;
   kiln_dtype dt;
+  kp_precision prec;   /* the cast pass on both graphs */
+  bool scaled;         /* fp16: dynamic loss scaling (train/loss_scale.c) */
+  kt_loss_scale_opts ls;
+  double scale, tracker;
+  int64_t skipped;
 };
 
 static const char *loss_name(const kiln_train_spec *s) { return s->loss ? s->loss : "mse"; }
@@ -139,6 +147,7 @@ static role *roles_of(kiln_graph *g, uint32_t np, uint32_t *ndata) {
     const char *name = kiln_value_name(g, kiln_graph_get_param(g, i));
     if (i < np) r[i] = (role){R_PARAM, (uint32_t)i};
     else if (name && !strcmp(name, "seed")) r[i] = (role){R_SEED, 0};
+    else if (name && !strcmp(name, "loss_scale")) r[i] = (role){R_SCALE, 0};
     else r[i] = (role){R_INPUT, d++};
   }
   if (ndata) *ndata = d;
@@ -175,7 +184,7 @@ static kiln_status add_update(kiln_trainer *t, kiln_graph *ng, uint32_t ndata) {
   kiln_value *pv = calloc(np + 1, sizeof *pv), *gv = calloc(np + 1, sizeof *gv);
   kiln_value *sv = calloc((size_t)np * nst + 1, sizeof *sv);
   kiln_value *newp = calloc(np + 1, sizeof *newp), *news = calloc((size_t)np * nst + 1, sizeof *news);
-  kiln_value *res = calloc(1 + np + (size_t)np * nst, sizeof *res);
+  kiln_value *res = calloc(1 + np + (size_t)np * nst + 3, sizeof *res);
   kiln_status s = KILN_OK;
   if (!pv || !gv || !sv || !newp || !news || !res) {
     s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
@@ -198,6 +207,16 @@ static kiln_status add_update(kiln_trainer *t, kiln_graph *ng, uint32_t ndata) {
     }
   kiln_value step = kiln_graph_param(ng, "step", t->dt, 0, NULL);
   kiln_value lr = kiln_graph_param(ng, "lr", t->dt, 0, NULL);
+  /* fp16: the gradients are of the scaled loss; unscale them and look for inf/NaN */
+  kiln_value scale = KILN_NO_VALUE, tracker = KILN_NO_VALUE, found = KILN_NO_VALUE;
+  if (t->scaled) {
+    for (size_t i = 0; i < nparams0 && scale == KILN_NO_VALUE; i++) {
+      const char *pn = kiln_value_name(ng, kiln_graph_get_param(ng, i));
+      if (pn && !strcmp(pn, "loss_scale")) scale = kiln_graph_get_param(ng, i);
+    }
+    tracker = kiln_graph_param(ng, "loss_scale_tracker", t->dt, 0, NULL);
+    found = kt_unscale_grads(ng, np, gv, scale, gv);
+  }
   if (t->spec.clip > 0) {
     kiln_value *cg = calloc(np + 1, sizeof *cg);
     if (!cg) {
@@ -212,9 +231,18 @@ static kiln_status add_update(kiln_trainer *t, kiln_graph *ng, uint32_t ndata) {
   if ((s = kiln_optimizer_step(ng, &t->spec.opt, np, pv, gv, sv, step, lr, newp, news)))
     goto done;
   res[0] = kiln_graph_get_result(ng, 0);
+  size_t nres = 1 + np + (size_t)np * nst;
+  if (t->scaled) { /* a skipped step keeps everything; the loss is reported unscaled */
+    for (uint32_t i = 0; i < np; i++) newp[i] = kt_skip_if(ng, found, pv[i], newp[i]);
+    for (size_t i = 0; i < (size_t)np * nst; i++) news[i] = kt_skip_if(ng, found, sv[i], news[i]);
+    res[0] = kiln_binary(ng, "div", res[0], scale);
+    if ((s = kt_update_scale(ng, &t->ls, scale, tracker, found, &res[nres], &res[nres + 1])))
+      goto done;
+    res[nres + 2] = kiln_cast(ng, found, t->dt);
+  }
   memcpy(res + 1, newp, np * sizeof *res);
   memcpy(res + 1 + np, news, (size_t)np * nst * sizeof *res);
-  if ((s = kiln_graph_set_results(ng, 1 + np + (size_t)np * nst, res))) goto done;
+  if ((s = kiln_graph_set_results(ng, nres + (t->scaled ? 3 : 0), res))) goto done;
   /* Roles: the loss graph's, then state, step and lr. */
   size_t n = kiln_graph_num_params(ng);
   role *r = roles_of(ng, np, NULL);
@@ -229,6 +257,7 @@ static kiln_status add_update(kiln_trainer *t, kiln_graph *ng, uint32_t ndata) {
     kiln_value v = kiln_graph_get_param(ng, i);
     if (v == step) r[i] = (role){R_STEP, 0};
     else if (v == lr) r[i] = (role){R_LR, 0};
+    else if (v == tracker) r[i] = (role){R_TRACKER, 0};
     else r[i] = (role){R_STATE, (uint32_t)(i - nparams0)};
   }
   (void)ndata;
@@ -261,11 +290,26 @@ kiln_status kiln_trainer_create(kiln_ctx *ctx, const kiln_train_spec *spec,
     return s0;
   }
   t->nstate = (uint32_t)kiln_optimizer_num_state(&t->spec.opt);
+  if (spec->precision && !kp_precision_parse(spec->precision, &t->prec)) {
+    kiln_trainer_destroy(t);
+    return kir_fail(ctx, KILN_ERR_INVALID, "fit(): unknown precision '%s': expected fp64, fp32, "
+                    "tf32, bf16 or fp16", spec->precision);
+  }
+  t->scaled = t->prec == KP_PREC_FP16;
+  t->ls = kt_loss_scale_default();
+  if (spec->loss_scale > 0) t->ls.init_scale = spec->loss_scale;
+  if (spec->loss_scale_interval > 0) t->ls.growth_interval = spec->loss_scale_interval;
+  t->scale = t->scaled ? t->ls.init_scale : 1.0;
   kiln_graph *lg = NULL;
   kiln_status s;
   if ((s = kiln_layer_check_params(ctx, spec->model, init))) goto fail;
   /* The training step: loss graph -> gradients -> update. */
   if ((s = build_loss_graph(ctx, spec, true, &lg, &t->np))) goto fail;
+  if (t->scaled) { /* fp16: autodiff differentiates loss * scale */
+    kiln_value sc = kiln_graph_param(lg, "loss_scale", t->dt, 0, NULL);
+    kiln_value scaled = kt_scale_loss(lg, kiln_graph_get_result(lg, 0), sc);
+    if ((s = kiln_graph_status(lg)) || (s = kiln_graph_set_results(lg, 1, &scaled))) goto fail;
+  }
   {
     size_t n = kiln_graph_num_params(lg);
     bool *wrt = calloc(n + 1, sizeof *wrt);
@@ -292,6 +336,17 @@ kiln_status kiln_trainer_create(kiln_ctx *ctx, const kiln_train_spec *spec,
   /* The evaluation graph: inference mode. */
   uint32_t np2;
   if ((s = build_loss_graph(ctx, spec, false, &t->eval_g, &np2))) goto fail;
+  /* The precision policy on both, after autodiff: backward matmuls take low operands too. */
+  for (int k = 0; k < 2 && t->prec != KP_PREC_FP32; k++) {
+    kiln_graph **gp = k ? &t->eval_g : &t->step_g;
+    kiln_graph *pg = kp_mixed_precision(*gp, t->prec);
+    if (!pg) {
+      s = kiln_graph_status(*gp) ? kiln_graph_status(*gp) : KILN_ERR_INVALID;
+      goto fail;
+    }
+    kiln_graph_destroy(*gp);
+    *gp = pg;
+  }
   if (!(t->eval_roles = roles_of(t->eval_g, t->np, &t->nin))) {
     s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
     goto fail;
@@ -364,6 +419,8 @@ const char *kiln_trainer_input_name(const kiln_trainer *t, size_t i) {
 }
 const kiln_params *kiln_trainer_params(const kiln_trainer *t) { return t->params; }
 int64_t kiln_trainer_steps(const kiln_trainer *t) { return t->steps; }
+double kiln_trainer_loss_scale(const kiln_trainer *t) { return t->scale; }
+int64_t kiln_trainer_skipped_steps(const kiln_trainer *t) { return t->skipped; }
 
 static kiln_tensor *scalar_tensor(kiln_ctx *ctx, kiln_dtype dt, double v) {
   kiln_tensor *s = NULL;
@@ -377,14 +434,17 @@ kiln_status kiln_trainer_step(kiln_trainer *t, size_t n, kiln_tensor *const *inp
   if (n != t->nin)
     return kir_fail(t->ctx, KILN_ERR_INVALID, "trainer step: %zu inputs given, it takes %u", n,
                     t->nin);
-  uint32_t np = t->np, nst = t->nstate, nout = 1 + np + np * nst;
+  uint32_t np = t->np, nst = t->nstate, nout = 1 + np + np * nst + (t->scaled ? 3 : 0);
   kiln_tensor **in = calloc(t->step_nparams + 1, sizeof *in);
   kiln_tensor **out = calloc(nout, sizeof *out);
   kiln_tensor *step = scalar_tensor(t->ctx, t->dt, (double)(t->steps + 1));
   kiln_tensor *lrt = scalar_tensor(t->ctx, t->dt, lr);
+  kiln_tensor *scalet = scalar_tensor(t->ctx, t->dt, t->scale);
+  kiln_tensor *trackt = scalar_tensor(t->ctx, t->dt, t->tracker);
   kiln_tensor *seedt = NULL;
   kiln_status s = KILN_OK;
-  if (!in || !out || !step || !lrt || kiln_tensor_create(t->ctx, KILN_I64, 0, NULL, &seedt)) {
+  if (!in || !out || !step || !lrt || !scalet || !trackt ||
+      kiln_tensor_create(t->ctx, KILN_I64, 0, NULL, &seedt)) {
     s = kir_fail(t->ctx, KILN_ERR_NOMEM, "out of memory");
     goto done;
   }
@@ -398,11 +458,21 @@ kiln_status kiln_trainer_step(kiln_trainer *t, size_t n, kiln_tensor *const *inp
     case R_STEP: in[i] = step; break;
     case R_LR: in[i] = lrt; break;
     case R_SEED: in[i] = seedt; break;
+    case R_SCALE: in[i] = scalet; break;
+    case R_TRACKER: in[i] = trackt; break;
     default: break;
     }
   }
   if ((s = run_graph(t, t->step_g, t->step_c, t->step_nparams, in, nout, out))) goto done;
   *loss = kiln_tensor_get(out[0], 0);
+  bool skipped = false;
+  if (t->scaled) { /* the graph kept params and state as they were on a skipped step */
+    uint32_t k = 1 + np + np * nst;
+    t->scale = kiln_tensor_get(out[k], 0);
+    t->tracker = kiln_tensor_get(out[k + 1], 0);
+    skipped = kiln_tensor_get(out[k + 2], 0) != 0;
+    t->skipped += skipped;
+  }
   /* The new values replace the old ones. */
   for (uint32_t i = 0; i < np; i++) {
     kiln_tensor *p = kiln_params_tensor(t->params, i);
@@ -413,13 +483,15 @@ kiln_status kiln_trainer_step(kiln_trainer *t, size_t n, kiln_tensor *const *inp
     t->state[i] = out[1 + np + i];
     out[1 + np + i] = NULL;
   }
-  t->steps++;
+  if (!skipped) t->steps++; /* as GradScaler, a skipped step is no optimizer step */
 done:
   for (uint32_t i = 0; out && i < nout; i++) kiln_tensor_destroy(out[i]);
   free(out);
   free(in);
   kiln_tensor_destroy(step);
   kiln_tensor_destroy(lrt);
+  kiln_tensor_destroy(scalet);
+  kiln_tensor_destroy(trackt);
   kiln_tensor_destroy(seedt);
   return s;
 }
@@ -525,7 +597,9 @@ kiln_status kiln_fit(kiln_ctx *ctx, const kiln_train_spec *spec, const kiln_para
   kiln_tensor **batch = calloc(n_data + 1, sizeof *batch);
   out->history = calloc((size_t)o.epochs, sizeof *out->history);
   if (o.n_val) out->val_history = calloc((size_t)o.epochs, sizeof *out->val_history);
-  if (!idx || !batch || !out->history || (o.n_val && !out->val_history)) {
+  if (t->scaled) out->scale_history = calloc((size_t)o.epochs, sizeof *out->scale_history);
+  if (!idx || !batch || !out->history || (o.n_val && !out->val_history) ||
+      (t->scaled && !out->scale_history)) {
     s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
     goto done;
   }
@@ -572,6 +646,8 @@ kiln_status kiln_fit(kiln_ctx *ctx, const kiln_train_spec *spec, const kiln_para
     }
     if (s) break;
     out->history[e] = sum / (double)(count ? count : 1);
+    if (out->scale_history) out->scale_history[e] = t->scale;
+    out->skipped_steps = t->skipped;
     if (o.n_val) {
       s = kiln_trainer_eval(t, o.n_val, o.val, &out->val_history[e]);
       if (!s && o.verbose)
@@ -608,6 +684,7 @@ void kiln_fit_result_free(kiln_fit_result *r) {
   kiln_params_destroy(r->params);
   free(r->history);
   free(r->val_history);
+  free(r->scale_history);
   memset(r, 0, sizeof *r);
 }
 

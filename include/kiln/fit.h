@@ -52,6 +52,11 @@ typedef struct kiln_train_spec {
   int masked;            /* the loss takes an f32 mask [N] input "loss_mask" (node tasks) */
   kiln_dtype dtype;      /* parameters' float type (KILN_F32 or KILN_F64) */
   kiln_backend backend;  /* KILN_BACKEND_COMPILED (default AUTO) or KILN_BACKEND_EAGER */
+  /* "fp32" (NULL), "fp64", "tf32", "bf16" or "fp16": the cast pass on the training step
+     (docs/precision.md). fp16 adds dynamic loss scaling (PyTorch GradScaler semantics). */
+  const char *precision;
+  double loss_scale;            /* fp16: the initial scale (0: 65536) */
+  int64_t loss_scale_interval;  /* fp16: good steps in a row that double it (0: 2000) */
 } kiln_train_spec;
 
 typedef struct kiln_trainer kiln_trainer;
@@ -76,6 +81,10 @@ KILN_API const char *kiln_trainer_input_name(const kiln_trainer *t, size_t i);
 /* The current parameters (borrowed, updated by every step). */
 KILN_API const kiln_params *kiln_trainer_params(const kiln_trainer *t);
 KILN_API int64_t kiln_trainer_steps(const kiln_trainer *t);
+/* fp16 loss scaling: the current scale (1 without scaling) and the steps skipped so far
+   because a gradient had an inf or a NaN (those steps do not count in kiln_trainer_steps). */
+KILN_API double kiln_trainer_loss_scale(const kiln_trainer *t);
+KILN_API int64_t kiln_trainer_skipped_steps(const kiln_trainer *t);
 
 typedef struct kiln_fit_options {
   int64_t epochs;     /* 0: 10 */
@@ -92,6 +101,8 @@ typedef struct kiln_fit_result {
   kiln_params *params; /* owned by the result */
   double *history;     /* the mean training loss of every epoch */
   double *val_history; /* the validation loss of every epoch, or NULL */
+  double *scale_history; /* fp16: the loss scale at the end of every epoch, else NULL */
+  int64_t skipped_steps; /* fp16: steps skipped for an inf/NaN gradient */
   int64_t epochs;
 } kiln_fit_result;
 
