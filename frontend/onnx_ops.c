@@ -869,16 +869,29 @@ static bool op_reduce_log_sum(ox_node *n) { return reduce(n, R_LOGSUM); }
 static bool op_reduce_log_sum_exp(ox_node *n) { return reduce(n, R_LOGSUMEXP); }
 static bool op_reduce_sum_square(ox_node *n) { return reduce(n, R_SUMSQ); }
 
+static kiln_value take(ox_node *n, kiln_value x, int axis, size_t cnt, const int64_t *idx);
+
 static bool arg_reduce(ox_node *n, const char *op) {
   kiln_value x = in0(n);
   if (x == KILN_NO_VALUE) return false;
   int axis;
   if (!norm_axis(n, ox_attr_i(n, "axis", 0), ox_vrank(n, x), &axis)) return false;
-  if (ox_attr_i(n, "select_last_index", 0))
-    return ox_fail(n, KILN_ERR_UNSUPPORTED, "select_last_index = 1");
   kiln_attr a[2] = {kiln_attr_int("axis", axis),
                     kiln_attr_bool("keepdims", ox_attr_i(n, "keepdims", 1) != 0)};
-  n->out[0] = kiln_op(G, op, 1, &x, 2, a);
+  if (!ox_attr_i(n, "select_last_index", 0)) {
+    n->out[0] = kiln_op(G, op, 1, &x, 2, a);
+    return true;
+  }
+  /* The last extremum is the first one of the reversed axis: L - 1 - that index. */
+  kiln_dim len = ox_vdim(n, x, axis);
+  if (len <= 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "select_last_index over a symbolic or empty axis");
+  int64_t *idx = malloc((size_t)len * sizeof *idx);
+  if (!idx) return ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+  for (int64_t j = 0; j < len; j++) idx[j] = len - 1 - j;
+  kiln_value rx = take(n, x, axis, (size_t)len, idx);
+  free(idx);
+  kiln_value i = kiln_op(G, op, 1, &rx, 2, a);
+  n->out[0] = kiln_binary(G, "sub", kiln_scalar(G, ox_vdtype(n, i), (double)(len - 1)), i);
   return true;
 }
 static bool op_argmax(ox_node *n) { return arg_reduce(n, "argmax"); }
@@ -1568,32 +1581,878 @@ static bool op_range(ox_node *n) {
   return true;
 }
 
+/* ---------------------------------------------------------- masks, losses, scans */
+
+/* An i64 iota over `shape` counting along `axis`. */
+static kiln_value iota_i64(ox_node *n, int r, const kiln_dim *d, int axis) {
+  kiln_attr a[3] = {kiln_attr_dtype("dtype", KILN_I64), kiln_attr_dims("shape", (size_t)r, d),
+                    kiln_attr_int("axis", axis)};
+  return kiln_op(G, "iota", 0, NULL, 3, a);
+}
+
+/* Trilu: keep x where col - row >= k (upper) or <= k (lower), as one select
+ * against a mask built from two iotas over the last two axes. */
+static bool op_trilu(ox_node *n) {
+  kiln_value x = in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  int r = dims_of(n, x, d);
+  if (r < 2) return ox_fail(n, KILN_ERR_PARSE, "needs rank >= 2");
+  if (d[r - 2] < 0 || d[r - 1] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic matrix dims");
+  /* k: a scalar or one-element tensor, known at import or not. */
+  kiln_value k = kiln_scalar(G, KILN_I64, 0);
+  if (ox_has(n, 1)) {
+    kiln_value kv = ox_in(n, 1);
+    if (kv == KILN_NO_VALUE) return false;
+    kiln_dim kd[KILN_MAX_RANK];
+    int kr = dims_of(n, kv, kd);
+    for (int j = 0; j < kr; j++)
+      if (kd[j] != 1) return ox_fail(n, KILN_ERR_PARSE, "k must hold one value");
+    k = reshape(n, kiln_cast(G, kv, KILN_I64), 0, kd);
+  }
+  bool upper = ox_attr_i(n, "upper", 1) != 0;
+  kiln_value row = iota_i64(n, 2, d + r - 2, 0), col = iota_i64(n, 2, d + r - 2, 1);
+  kiln_value diff = kiln_binary(G, "sub", col, row);
+  kiln_value keep = kiln_binary(G, upper ? "ge" : "le", diff, k);
+  n->out[0] = select3(n, broadcast_to(n, keep, r, d), x, scalar_like(n, x, 0));
+  return true;
+}
+
+/* Mod in f64 (exact for the integer types up to 2^53): fmod truncates,
+ * the integer form floors, so the result takes the divisor's sign. */
+static bool op_mod(ox_node *n) {
+  kiln_value x = ox_in(n, 0), y = ox_in(n, 1);
+  if (x == KILN_NO_VALUE || y == KILN_NO_VALUE) return false;
+  kiln_dtype t = ox_vdtype(n, x);
+  bool fmod = ox_attr_i(n, "fmod", 0) != 0;
+  if (!fmod && is_float(t))
+    return ox_fail(n, KILN_ERR_PARSE, "fmod = 0 with a floating-point input");
+  kiln_value a = kiln_cast(G, x, KILN_F64), b = kiln_cast(G, y, KILN_F64);
+  kiln_value q = kiln_binary(G, "div", a, b);
+  if (fmod) /* trunc(q) */
+    q = kiln_mul(G, kiln_unary(G, "sign", q), kiln_unary(G, "floor", kiln_unary(G, "abs", q)));
+  else
+    q = kiln_unary(G, "floor", q);
+  kiln_value m = kiln_binary(G, "sub", a, kiln_mul(G, q, b));
+  if (is_float(t)) /* fmod's exact form keeps -0 and stays within |b| */
+    m = select3(n, kiln_binary(G, "eq", m, kiln_scalar(G, KILN_F64, 0)),
+                kiln_mul(G, a, kiln_scalar(G, KILN_F64, 0)), m);
+  n->out[0] = kiln_cast(G, m, t);
+  return true;
+}
+
+/* CumSum along a known axis as a masked sum: x gets a second copy of the
+ * axis (j at `axis`, i at axis + 1), the mask keeps j <= i (< when
+ * exclusive, >= / > when reversed), and the sum over j leaves i. */
+static bool op_cumsum(ox_node *n) {
+  kiln_value x = in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  int r = dims_of(n, x, d), axis;
+  const ox_const *c = ox_known(n, 1);
+  if (r == 1) { /* the only axis, whatever the (maybe run-time) axis input says */
+    axis = 0;
+  } else {
+    if (!c || !c->i || c->n != 1)
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "axis must be an integer scalar known at import");
+    if (!norm_axis(n, c->i[0], r, &axis)) return false;
+  }
+  if (r + 1 > KILN_MAX_RANK) return ox_fail(n, KILN_ERR_UNSUPPORTED, "rank %d", r);
+  kiln_dim L = d[axis];
+  if (L < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "a symbolic scan axis");
+  bool excl = ox_attr_i(n, "exclusive", 0) != 0, rev = ox_attr_i(n, "reverse", 0) != 0;
+  kiln_dim e[KILN_MAX_RANK], xe[KILN_MAX_RANK];
+  for (int k = 0; k <= r; k++) {
+    e[k] = k <= axis ? d[k] : d[k - 1];
+    xe[k] = k == axis + 1 ? 1 : e[k];
+  }
+  kiln_dim sq[2] = {L, L};
+  kiln_value jv = iota_i64(n, 2, sq, 0), iv = iota_i64(n, 2, sq, 1);
+  const char *cmp = rev ? (excl ? "gt" : "ge") : (excl ? "lt" : "le");
+  kiln_value mask = kiln_binary(G, cmp, jv, iv);
+  kiln_dim md[KILN_MAX_RANK];
+  for (int k = 0; k <= r; k++) md[k] = (k == axis || k == axis + 1) ? L : 1;
+  mask = broadcast_to(n, reshape(n, mask, r + 1, md), r + 1, e);
+  kiln_value xb = broadcast_to(n, reshape(n, x, r + 1, xe), r + 1, e);
+  kiln_value t = select3(n, mask, xb, scalar_like(n, x, 0));
+  int64_t ax = axis;
+  n->out[0] = kiln_reduce(G, "reduce_sum", t, 1, &ax, 0);
+  return true;
+}
+
+/* Hardmax: one-hot of the first maximum along the axis (2-D view before opset 13). */
+static bool op_hardmax(ox_node *n) {
+  kiln_value x = in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  int r = dims_of(n, x, d), axis;
+  if (!norm_axis(n, ox_attr_i(n, "axis", n->opset < 13 ? 1 : -1), r, &axis)) return false;
+  kiln_value v = x;
+  kiln_dim vd[KILN_MAX_RANK];
+  int vr = r, va = axis;
+  for (int k = 0; k < r; k++) vd[k] = d[k];
+  if (n->opset < 13) {
+    if (!dims_product(n, d, 0, axis, &vd[0]) || !dims_product(n, d, axis, r, &vd[1])) return false;
+    vr = 2, va = 1;
+    v = reshape(n, x, 2, vd);
+  }
+  kiln_attr a[2] = {kiln_attr_int("axis", va), kiln_attr_bool("keepdims", true)};
+  kiln_value am = kiln_cast(G, kiln_op(G, "argmax", 1, &v, 2, a), KILN_I64);
+  kiln_value hit = kiln_binary(G, "eq", iota_i64(n, vr, vd, va), am);
+  kiln_value y = kiln_cast(G, hit, ox_vdtype(n, x));
+  n->out[0] = vr == r ? y : reshape(n, y, r, d);
+  return true;
+}
+
+/* NegativeLogLikelihoodLoss over log-probabilities lp (N, C, d1...) and
+ * targets (N, d1...): the picked entry and its class weight come from a
+ * one-hot of the targets (an iota over C compared with them), so targets
+ * equal to ignore_index, in range or not, weigh 0. `mean` divides by the
+ * summed weights, as ONNX does. */
+static bool nll(ox_node *n, kiln_value lp, kiln_value target, size_t wk, kiln_value *out) {
+  kiln_dim d[KILN_MAX_RANK], td[KILN_MAX_RANK];
+  int r = dims_of(n, lp, d);
+  if (r < 2 || dims_of(n, target, td) != r - 1)
+    return ox_fail(n, KILN_ERR_PARSE, "input of rank %d and target of another shape", r);
+  for (int k = 0; k < r; k++)
+    if (d[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
+  const char *red = ox_attr_s(n, "reduction", "mean");
+  if (strcmp(red, "none") && strcmp(red, "sum") && strcmp(red, "mean"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "reduction '%s'", red);
+  kiln_dtype ft = ox_vdtype(n, lp);
+  kiln_value t64 = kiln_cast(G, target, KILN_I64);
+  kiln_dim t1[KILN_MAX_RANK];
+  for (int k = 0; k < r; k++) t1[k] = k == 1 ? 1 : d[k];
+  kiln_value onehot = kiln_binary(G, "eq", iota_i64(n, r, d, 1), reshape(n, t64, r, t1));
+  const Onnx__AttributeProto *iia = ox_attr(n, "ignore_index");
+  if (iia) {
+    kiln_value keep = kiln_binary(G, "ne", t64, kiln_scalar(G, KILN_I64, (double)iia->i));
+    onehot = kiln_binary(G, "logical_and", onehot, broadcast_to(n, reshape(n, keep, r, t1), r, d));
+  }
+  int64_t ax1 = 1;
+  kiln_value zero = kiln_scalar(G, ft, 0);
+  kiln_value picked = kiln_reduce(G, "reduce_sum", select3(n, onehot, lp, zero), 1, &ax1, 0);
+  kiln_value w = KILN_NO_VALUE;
+  if (ox_has(n, wk)) {
+    kiln_value wv = ox_in(n, wk);
+    if (wv == KILN_NO_VALUE) return false;
+    if (ox_vrank(n, wv) != 1) return ox_fail(n, KILN_ERR_PARSE, "weights must be 1-D");
+    kiln_dim wd[KILN_MAX_RANK];
+    for (int k = 0; k < r; k++) wd[k] = k == 1 ? d[1] : 1;
+    wv = reshape(n, kiln_cast(G, wv, ft), r, wd);
+    w = kiln_reduce(G, "reduce_sum", select3(n, onehot, wv, zero), 1, &ax1, 0);
+  } else if (iia) {
+    w = kiln_reduce(G, "reduce_sum", kiln_cast(G, onehot, ft), 1, &ax1, 0);
+  }
+  kiln_value loss = kiln_unary(G, "neg", w == KILN_NO_VALUE ? picked : kiln_mul(G, picked, w));
+  if (!strcmp(red, "none")) {
+    *out = loss;
+    return true;
+  }
+  int64_t all[KILN_MAX_RANK];
+  for (int k = 0; k < r - 1; k++) all[k] = k;
+  size_t tr = (size_t)(r - 1);
+  if (!strcmp(red, "sum")) {
+    *out = kiln_reduce(G, "reduce_sum", loss, tr, all, 0);
+  } else if (w == KILN_NO_VALUE) {
+    *out = kiln_reduce(G, "reduce_mean", loss, tr, all, 0);
+  } else {
+    *out = kiln_binary(G, "div", kiln_reduce(G, "reduce_sum", loss, tr, all, 0),
+                       kiln_reduce(G, "reduce_sum", w, tr, all, 0));
+  }
+  return true;
+}
+
+static bool op_nll_loss(ox_node *n) {
+  kiln_value x = in0(n), t = ox_in(n, 1);
+  if (x == KILN_NO_VALUE || t == KILN_NO_VALUE) return false;
+  return nll(n, x, t, 2, &n->out[0]);
+}
+
+/* SoftmaxCrossEntropyLoss: NLL of the log-softmax over axis 1, which is
+ * also the optional second output. */
+static bool op_sce_loss(ox_node *n) {
+  kiln_value x = in0(n), t = ox_in(n, 1);
+  if (x == KILN_NO_VALUE || t == KILN_NO_VALUE) return false;
+  if (ox_vrank(n, x) < 2) return ox_fail(n, KILN_ERR_PARSE, "scores need rank >= 2");
+  kiln_attr a = kiln_attr_int("axis", 1);
+  kiln_value lp = kiln_op(G, "log_softmax", 1, &x, 1, &a);
+  if (!nll(n, lp, t, 2, &n->out[0])) return false;
+  if (ox_wants(n, 1)) n->out[1] = lp;
+  return true;
+}
+
+/* ---------------------------------------------------------- Resize */
+
+/* Where output position x of an axis samples the input, as ONNX's reference
+ * computes it (`width` is scale * in, not the rounded output size). */
+static double resize_coord(const char *mode, double x, double scale, double in, double width) {
+  if (!strcmp(mode, "align_corners")) return width == 1 ? 0 : x * (in - 1) / (width - 1);
+  if (!strcmp(mode, "asymmetric")) return x / scale;
+  if (!strcmp(mode, "pytorch_half_pixel")) return width == 1 ? -0.5 : (x + 0.5) / scale - 0.5;
+  if (!strcmp(mode, "tf_half_pixel_for_nn")) return (x + 0.5) / scale;
+  return (x + 0.5) / scale - 0.5; /* half_pixel */
+}
+
+/* The taps of one output position: *cnt indices (before edge clamping,
+ * from base - cnt/2 + 1) and their weights. An integral coordinate counts
+ * as ratio 1 from the index below it, which is how the reference picks its
+ * neighbours. */
+static void resize_taps(const char *mode, const char *nearest, double cubic_a, double xo,
+                        int64_t *base, int *cnt, double *w) {
+  double fl = floor(xo), ratio = xo - fl;
+  if (ratio == 0) ratio = 1, fl -= 1;
+  *base = (int64_t)fl;
+  if (!strcmp(mode, "cubic")) {
+    double A = cubic_a, r = ratio, s = 1 - ratio;
+    *cnt = 4;
+    w[0] = ((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A;
+    w[1] = ((A + 2) * r - (A + 3)) * r * r + 1;
+    w[2] = ((A + 2) * s - (A + 3)) * s * s + 1;
+    w[3] = ((A * (s + 1) - 5 * A) * (s + 1) + 8 * A) * (s + 1) - 4 * A;
+    return;
+  }
+  *cnt = 2;
+  if (!strcmp(mode, "linear")) {
+    w[0] = 1 - ratio, w[1] = ratio;
+    return;
+  }
+  bool right;
+  if (ratio == 1) right = true;
+  else if (!strcmp(nearest, "round_prefer_ceil")) right = ratio >= 0.5;
+  else if (!strcmp(nearest, "floor")) right = false;
+  else if (!strcmp(nearest, "ceil")) right = true;
+  else right = ratio > 0.5; /* round_prefer_floor */
+  w[0] = !right, w[1] = right;
+}
+
+/* A constant of x's dtype holding v along `axis` of a rank-r shape of 1s. */
+static kiln_value axis_const(ox_node *n, kiln_value x, int r, int axis, int64_t len, const double *v) {
+  kiln_dim d[KILN_MAX_RANK];
+  for (int k = 0; k < r; k++) d[k] = k == axis ? len : 1;
+  kiln_attr a[3] = {kiln_attr_dtype("dtype", ox_vdtype(n, x)), kiln_attr_dims("shape", (size_t)r, d),
+                    kiln_attr_floats("value", (size_t)len, v)};
+  return kiln_op(G, "constant", 0, NULL, 3, a);
+}
+
+/* Resize one axis from `in` to `out` entries: each tap is a gather of x
+ * along the axis times a per-position weight (nearest is one gather). */
+static bool resize_axis(ox_node *n, kiln_value *x, int r, int axis, int64_t in, int64_t out,
+                        double scale, const char *mode, const char *coord, const char *nearest,
+                        double cubic_a, bool exclude) {
+  int64_t *idx = malloc((size_t)(4 * out + 1) * sizeof *idx);
+  double *w = malloc((size_t)(4 * out + 1) * sizeof *w);
+  if (!idx || !w) {
+    free(idx), free(w);
+    return ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+  }
+  int taps = 2;
+  bool identity = in == out;
+  for (int64_t i = 0; i < out; i++) {
+    double xo = resize_coord(coord, (double)i, scale, (double)in, scale * (double)in), tw[4];
+    int64_t base;
+    resize_taps(mode, nearest, cubic_a, xo, &base, &taps, tw);
+    double sum = 0;
+    for (int t = 0; t < taps; t++) {
+      int64_t j = base - taps / 2 + 1 + t;
+      if (exclude && (j < 0 || j >= in)) tw[t] = 0;
+      sum += tw[t];
+      idx[t * out + i] = clamp64(j, 0, in - 1);
+    }
+    for (int t = 0; t < taps; t++) {
+      w[t * out + i] = exclude && sum != 0 ? tw[t] / sum : tw[t];
+      if (w[t * out + i] != 0 && (w[t * out + i] != 1 || idx[t * out + i] != i)) identity = false;
+    }
+  }
+  if (identity) {
+    free(idx), free(w);
+    return true;
+  }
+  kiln_value acc = KILN_NO_VALUE;
+  bool one_hot = !strcmp(mode, "nearest");
+  if (one_hot) { /* fold the two taps into the one chosen index */
+    for (int64_t i = 0; i < out; i++)
+      if (w[out + i] != 0) idx[i] = idx[out + i];
+    acc = take(n, *x, axis, (size_t)out, idx);
+  } else {
+    for (int t = 0; t < taps; t++) {
+      bool any = false;
+      for (int64_t i = 0; i < out && !any; i++) any = w[t * out + i] != 0;
+      if (!any) continue;
+      kiln_value p = kiln_mul(G, take(n, *x, axis, (size_t)out, idx + t * out),
+                              axis_const(n, *x, r, axis, out, w + t * out));
+      acc = acc == KILN_NO_VALUE ? p : kiln_add(G, acc, p);
+    }
+  }
+  free(idx), free(w);
+  if (acc == KILN_NO_VALUE) return ox_fail(n, KILN_ERR_PARSE, "all resize weights are 0");
+  *x = acc;
+  return true;
+}
+
+static bool op_resize(ox_node *n) {
+  kiln_value x = in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  if (n->opset < 11) return ox_fail(n, KILN_ERR_UNSUPPORTED, "Resize before opset 11");
+  kiln_dim d[KILN_MAX_RANK];
+  int r = dims_of(n, x, d);
+  /* ox_attr_s returns one shared buffer: copy each string. */
+  char mode[64], coord[64], nearest[64];
+  snprintf(mode, sizeof mode, "%s", ox_attr_s(n, "mode", "nearest"));
+  snprintf(coord, sizeof coord, "%s", ox_attr_s(n, "coordinate_transformation_mode", "half_pixel"));
+  snprintf(nearest, sizeof nearest, "%s", ox_attr_s(n, "nearest_mode", "round_prefer_floor"));
+  if (strcmp(mode, "nearest") && strcmp(mode, "linear") && strcmp(mode, "cubic"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "mode '%s'", mode);
+  static const char *const coords[] = {"half_pixel", "pytorch_half_pixel", "align_corners",
+                                       "asymmetric", "tf_half_pixel_for_nn"};
+  bool known_coord = false;
+  for (size_t k = 0; k < sizeof coords / sizeof *coords; k++) known_coord |= !strcmp(coord, coords[k]);
+  if (!known_coord) return ox_fail(n, KILN_ERR_UNSUPPORTED, "coordinate_transformation_mode '%s'", coord);
+  static const char *const nmodes[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+  bool known_nearest = false;
+  for (size_t k = 0; k < 4; k++) known_nearest |= !strcmp(nearest, nmodes[k]);
+  if (!known_nearest) return ox_fail(n, KILN_ERR_UNSUPPORTED, "nearest_mode '%s'", nearest);
+  if (ox_attr(n, "axes") || ox_attr_i(n, "antialias", 0) ||
+      strcmp(ox_attr_s(n, "keep_aspect_ratio_policy", "stretch"), "stretch"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "axes, antialias or keep_aspect_ratio_policy");
+  if (strcmp(mode, "nearest") && !is_float(ox_vdtype(n, x)))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "%s resizing of an integer tensor", mode);
+  const ox_const *sc = ox_has(n, 2) ? ox_known(n, 2) : NULL, *sz = ox_has(n, 3) ? ox_known(n, 3) : NULL;
+  if (ox_has(n, 2) && !sc) return ox_fail(n, KILN_ERR_UNSUPPORTED, "scales not known at import");
+  if (ox_has(n, 3) && !sz) return ox_fail(n, KILN_ERR_UNSUPPORTED, "sizes not known at import");
+  if (sc && sc->n == 0) sc = NULL;
+  if (sz && sz->n == 0) sz = NULL;
+  if (!sc == !sz) return ox_fail(n, KILN_ERR_PARSE, "needs exactly one of scales and sizes");
+  const ox_const *c = sc ? sc : sz;
+  if ((int)c->n != r || c->sym) return ox_fail(n, KILN_ERR_PARSE, "%zu scales or sizes for rank %d", c->n, r);
+  if (sz && !sz->i) return ox_fail(n, KILN_ERR_PARSE, "sizes must be integers");
+  double cubic_a = ox_attr_f(n, "cubic_coeff_a", -0.75);
+  bool exclude = ox_attr_i(n, "exclude_outside", 0) != 0;
+  for (int k = 0; k < r; k++) {
+    int64_t out;
+    double scale;
+    if (sz) {
+      out = sz->i[k];
+      if (d[k] < 0 && out == d[k]) continue;
+      scale = d[k] > 0 ? (double)out / (double)d[k] : 0;
+    } else {
+      scale = sc->d[k];
+      if (d[k] < 0 && scale == 1) continue;
+      out = (int64_t)(scale * (double)d[k]);
+    }
+    if (d[k] <= 0 || !(scale > 0) || out < 1 || out > ((int64_t)1 << 24))
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "resizing axis %d of %lld to %lld", k, (long long)d[k],
+                     (long long)out);
+    if (!resize_axis(n, &x, r, k, d[k], out, scale, mode, coord, nearest, cubic_a, exclude))
+      return false;
+  }
+  n->out[0] = x;
+  return true;
+}
+
+/* ---------------------------------------------------------- inverse trig, LRN, EyeLike, Shrink */
+
+/* The inverse trigonometric and hyperbolic functions from Kiln's primitives,
+ * computed in f64 and cast back. atan halves its argument twice
+ * (atan t = 2 atan(t / (1 + sqrt(1 + t^2)))) after folding |t| > 1 onto
+ * 1/t, leaving |t| <= tan(pi/16) ~ 0.199, where the odd Taylor series to
+ * t^15 is exact to ~1e-12 relative. */
+static kiln_value f64c(ox_node *n, double v) { return kiln_scalar(G, KILN_F64, v); }
+
+static kiln_value atan64(ox_node *n, kiln_value x) {
+  kiln_value ax = kiln_unary(G, "abs", x);
+  kiln_value big = kiln_binary(G, "gt", ax, f64c(n, 1));
+  kiln_value t = select3(n, big, kiln_unary(G, "reciprocal", ax), ax);
+  for (int k = 0; k < 2; k++) {
+    kiln_value h = kiln_unary(G, "sqrt", kiln_add(G, kiln_mul(G, t, t), f64c(n, 1)));
+    t = kiln_binary(G, "div", t, kiln_add(G, h, f64c(n, 1)));
+  }
+  kiln_value t2 = kiln_mul(G, t, t), p = f64c(n, -1.0 / 15);
+  for (int k = 13; k >= 1; k -= 2)
+    p = kiln_add(G, kiln_mul(G, p, t2), f64c(n, ((k / 2) % 2 ? -1.0 : 1.0) / k));
+  kiln_value a = kiln_mul(G, kiln_mul(G, p, t), f64c(n, 4));
+  a = select3(n, big, kiln_binary(G, "sub", f64c(n, M_PI / 2), a), a);
+  return kiln_mul(G, a, kiln_unary(G, "sign", x));
+}
+
+typedef enum { T_ASIN, T_ACOS, T_ATAN, T_ASINH, T_ACOSH, T_ATANH } trig_kind;
+
+static bool inverse_trig(ox_node *n, trig_kind kind) {
+  kiln_value x0 = in0(n);
+  if (x0 == KILN_NO_VALUE) return false;
+  kiln_dtype t = ox_vdtype(n, x0);
+  if (!is_float(t)) return ox_fail(n, KILN_ERR_UNSUPPORTED, "a non-float input");
+  kiln_value x = kiln_cast(G, x0, KILN_F64), y;
+  kiln_value sq = kiln_mul(G, x, x);
+  switch (kind) {
+  case T_ATAN: y = atan64(n, x); break;
+  case T_ASIN: /* atan(x / sqrt(1 - x^2)); at |x| = 1 the quotient is inf and atan gives pi/2 */
+  case T_ACOS:
+    y = atan64(n, kiln_binary(G, "div", x, kiln_unary(G, "sqrt", kiln_binary(G, "sub", f64c(n, 1), sq))));
+    if (kind == T_ACOS) y = kiln_binary(G, "sub", f64c(n, M_PI / 2), y);
+    break;
+  case T_ASINH: { /* odd: sign(x) log(|x| + sqrt(x^2 + 1)) keeps precision for x < 0 */
+    kiln_value ax = kiln_unary(G, "abs", x);
+    y = kiln_unary(G, "log", kiln_add(G, ax, kiln_unary(G, "sqrt", kiln_add(G, sq, f64c(n, 1)))));
+    y = kiln_mul(G, y, kiln_unary(G, "sign", x));
+    break;
+  }
+  case T_ACOSH:
+    y = kiln_unary(G, "log", kiln_add(G, x, kiln_unary(G, "sqrt", kiln_binary(G, "sub", sq, f64c(n, 1)))));
+    break;
+  default: /* atanh = (log1p(x) - log1p(-x)) / 2 */
+    y = kiln_binary(G, "sub", kiln_unary(G, "log1p", x), kiln_unary(G, "log1p", kiln_unary(G, "neg", x)));
+    y = kiln_mul(G, y, f64c(n, 0.5));
+    break;
+  }
+  n->out[0] = kiln_cast(G, y, t);
+  return true;
+}
+static bool op_asin(ox_node *n) { return inverse_trig(n, T_ASIN); }
+static bool op_acos(ox_node *n) { return inverse_trig(n, T_ACOS); }
+static bool op_atan(ox_node *n) { return inverse_trig(n, T_ATAN); }
+static bool op_asinh(ox_node *n) { return inverse_trig(n, T_ASINH); }
+static bool op_acosh(ox_node *n) { return inverse_trig(n, T_ACOSH); }
+static bool op_atanh(ox_node *n) { return inverse_trig(n, T_ATANH); }
+
+/* LRN across channels: the window sum of squares is `size` shifted slices
+ * of the zero-padded squares. */
+static bool op_lrn(ox_node *n) {
+  kiln_value x = in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  int r = dims_of(n, x, d);
+  int64_t size = ox_attr_i(n, "size", 0);
+  if (r < 3 || d[1] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "needs rank >= 3 and a static channel axis");
+  if (size < 1 || size > OX_MAX_IO) return ox_fail(n, KILN_ERR_UNSUPPORTED, "size %lld", (long long)size);
+  double alpha = ox_attr_f(n, "alpha", 1e-4), beta = ox_attr_f(n, "beta", 0.75), bias = ox_attr_f(n, "bias", 1);
+  int64_t lo[KILN_MAX_RANK] = {0}, hi[KILN_MAX_RANK] = {0};
+  lo[1] = (size - 1) / 2;
+  hi[1] = size - 1 - lo[1];
+  kiln_attr a[3] = {kiln_attr_ints("low", (size_t)r, lo), kiln_attr_ints("high", (size_t)r, hi),
+                    kiln_attr_float("value", 0)};
+  kiln_value sq = kiln_mul(G, x, x);
+  sq = kiln_op(G, "pad", 1, &sq, 3, a);
+  kiln_value sum = KILN_NO_VALUE;
+  for (int64_t j = 0; j < size; j++) {
+    kiln_value s = slice_axis(n, sq, 1, j, j + d[1]);
+    sum = sum == KILN_NO_VALUE ? s : kiln_add(G, sum, s);
+  }
+  kiln_value den = kiln_add(G, kiln_mul(G, sum, scalar_like(n, x, alpha / (double)size)), scalar_like(n, x, bias));
+  n->out[0] = kiln_binary(G, "div", x, kiln_binary(G, "pow", den, scalar_like(n, x, beta)));
+  return true;
+}
+
+/* EyeLike: ones where col - row == k, in `dtype` or the input's type. */
+static bool op_eye_like(ox_node *n) {
+  kiln_value x = in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  if (dims_of(n, x, d) != 2 || d[0] < 0 || d[1] < 0)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "needs a static 2-D input");
+  kiln_dtype t = ox_vdtype(n, x);
+  if (ox_attr(n, "dtype") && !ox_dtype((int32_t)ox_attr_i(n, "dtype", 0), &t))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "dtype %s", ox_dtype_name((int32_t)ox_attr_i(n, "dtype", 0)));
+  kiln_value diff = kiln_binary(G, "sub", iota_i64(n, 2, d, 1), iota_i64(n, 2, d, 0));
+  kiln_value on = kiln_binary(G, "eq", diff, kiln_scalar(G, KILN_I64, (double)ox_attr_i(n, "k", 0)));
+  n->out[0] = kiln_cast(G, on, t);
+  return true;
+}
+
+/* Shrink: x + bias below -lambd, x - bias above lambd, else 0. */
+static bool op_shrink(ox_node *n) {
+  kiln_value x = in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  double lambd = ox_attr_f(n, "lambd", 0.5), bias = ox_attr_f(n, "bias", 0);
+  kiln_value zero = scalar_like(n, x, 0);
+  kiln_value hi = select3(n, kiln_binary(G, "gt", x, scalar_like(n, x, lambd)),
+                          kiln_binary(G, "sub", x, scalar_like(n, x, bias)), zero);
+  n->out[0] = select3(n, kiln_binary(G, "lt", x, scalar_like(n, x, -lambd)),
+                      kiln_add(G, x, scalar_like(n, x, bias)), hi);
+  return true;
+}
+
+/* ---------------------------------------------------------- ScatterElements */
+
+/* ScatterElements (and the older Scatter) on the flattened data: each index
+ * becomes a linear position (its own coordinates elsewhere, the index along
+ * `axis`), and scatter_add puts the updates there. Without a reduction a
+ * second scatter_add of ones marks the positions the updates replace. */
+static bool op_scatter_elements(ox_node *n) {
+  kiln_value x = in0(n), idx = ox_in(n, 1), upd = ox_in(n, 2);
+  if (x == KILN_NO_VALUE || idx == KILN_NO_VALUE || upd == KILN_NO_VALUE) return false;
+  kiln_dim xd[KILN_MAX_RANK], id[KILN_MAX_RANK], ud[KILN_MAX_RANK];
+  int r = dims_of(n, x, xd), axis;
+  if (dims_of(n, idx, id) != r || dims_of(n, upd, ud) != r)
+    return ox_fail(n, KILN_ERR_PARSE, "indices or updates of another rank");
+  for (int k = 0; k < r; k++)
+    if (id[k] != ud[k]) return ox_fail(n, KILN_ERR_PARSE, "indices and updates differ in shape");
+  if (!norm_axis(n, ox_attr_i(n, "axis", 0), r, &axis)) return false;
+  const char *red = ox_attr_s(n, "reduction", "none");
+  bool add = !strcmp(red, "add");
+  if (!add && strcmp(red, "none")) return ox_fail(n, KILN_ERR_UNSUPPORTED, "reduction '%s'", red);
+  int64_t stride[KILN_MAX_RANK], total = 1;
+  for (int k = r - 1; k >= 0; k--) {
+    if (xd[k] < 0 || id[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
+    stride[k] = total;
+    total *= xd[k];
+  }
+  kiln_value i64 = kiln_cast(G, idx, KILN_I64);
+  i64 = select3(n, kiln_binary(G, "lt", i64, kiln_scalar(G, KILN_I64, 0)),
+                kiln_add(G, i64, kiln_scalar(G, KILN_I64, (double)xd[axis])), i64);
+  kiln_value lin = kiln_mul(G, i64, kiln_scalar(G, KILN_I64, (double)stride[axis]));
+  for (int k = 0; k < r; k++) {
+    if (k == axis || id[k] == 1) continue;
+    lin = kiln_add(G, lin, kiln_mul(G, iota_i64(n, r, id, k), kiln_scalar(G, KILN_I64, (double)stride[k])));
+  }
+  kiln_dim flat = total;
+  kiln_value fx = reshape(n, x, 1, &flat);
+  kiln_attr a = kiln_attr_int("axis", 0);
+  if (add) {
+    kiln_value in[3] = {fx, lin, upd};
+    n->out[0] = reshape(n, kiln_op(G, "scatter_add", 3, in, 1, &a), r, xd);
+    return true;
+  }
+  kiln_value zeros = broadcast_to(n, scalar_like(n, x, 0), 1, &flat);
+  kiln_value ones = broadcast_to(n, scalar_like(n, x, 1), r, id);
+  kiln_value in_u[3] = {zeros, lin, upd}, in_c[3] = {zeros, lin, ones};
+  kiln_value put = kiln_op(G, "scatter_add", 3, in_u, 1, &a);
+  kiln_value hit = kiln_binary(G, "gt", kiln_op(G, "scatter_add", 3, in_c, 1, &a), scalar_like(n, x, 0));
+  n->out[0] = reshape(n, select3(n, hit, put, fx), r, xd);
+  return true;
+}
+
+/* ---------------------------------------------------------- GatherND, ScatterND */
+
+/* The linear position, in data seen as (prod(d[:b + m]), d[b + m:]...), of
+ * each index tuple (the last axis of idx, m long) after b batch axes:
+ * batch coordinates from iotas, tuple entries wrapped when negative. */
+static bool nd_index(ox_node *n, kiln_value idx, const kiln_dim *d, int r, int b, kiln_value *lin,
+                     kiln_dim *outer, int *m_out) {
+  kiln_dim id[KILN_MAX_RANK];
+  int q = dims_of(n, idx, id);
+  if (q < 1 || id[q - 1] < 1 || b < 0 || b >= q || b + id[q - 1] > r)
+    return ox_fail(n, KILN_ERR_PARSE, "indices of shape rank %d for data of rank %d", q, r);
+  int m = (int)id[q - 1];
+  int64_t stride[KILN_MAX_RANK], total = 1;
+  for (int k = b + m - 1; k >= 0; k--) {
+    if (d[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
+    stride[k] = total;
+    total *= d[k];
+  }
+  for (int k = 0; k < q; k++)
+    if (id[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
+  kiln_value i64 = kiln_cast(G, idx, KILN_I64), acc = kiln_scalar(G, KILN_I64, 0);
+  for (int k = 0; k < b; k++)
+    acc = kiln_add(G, acc, kiln_mul(G, iota_i64(n, q - 1, id, k), kiln_scalar(G, KILN_I64, (double)stride[k])));
+  for (int k = 0; k < m; k++) {
+    kiln_value c = reshape(n, slice_axis(n, i64, q - 1, k, k + 1), q - 1, id);
+    kiln_value dim = kiln_scalar(G, KILN_I64, (double)d[b + k]);
+    c = select3(n, kiln_binary(G, "lt", c, kiln_scalar(G, KILN_I64, 0)), kiln_add(G, c, dim), c);
+    acc = kiln_add(G, acc, kiln_mul(G, c, kiln_scalar(G, KILN_I64, (double)stride[b + k])));
+  }
+  *lin = broadcast_to(n, acc, q - 1, id);
+  *outer = total;
+  *m_out = m;
+  return true;
+}
+
+static bool op_gather_nd(ox_node *n) {
+  kiln_value x = in0(n), idx = ox_in(n, 1);
+  if (x == KILN_NO_VALUE || idx == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK], fd[KILN_MAX_RANK];
+  int r = dims_of(n, x, d), m, b = (int)ox_attr_i(n, "batch_dims", 0);
+  kiln_value lin;
+  if (!nd_index(n, idx, d, r, b, &lin, &fd[0], &m)) return false;
+  int fr = 1;
+  for (int k = b + m; k < r; k++) fd[fr++] = d[k];
+  kiln_value in[2] = {reshape(n, x, fr, fd), lin};
+  kiln_attr a = kiln_attr_int("axis", 0);
+  n->out[0] = kiln_op(G, "gather", 2, in, 1, &a);
+  return true;
+}
+
+static bool op_scatter_nd(ox_node *n) {
+  kiln_value x = in0(n), idx = ox_in(n, 1), upd = ox_in(n, 2);
+  if (x == KILN_NO_VALUE || idx == KILN_NO_VALUE || upd == KILN_NO_VALUE) return false;
+  const char *red = ox_attr_s(n, "reduction", "none");
+  bool add = !strcmp(red, "add");
+  if (!add && strcmp(red, "none")) return ox_fail(n, KILN_ERR_UNSUPPORTED, "reduction '%s'", red);
+  kiln_dim d[KILN_MAX_RANK], fd[KILN_MAX_RANK], ud[KILN_MAX_RANK];
+  int r = dims_of(n, x, d), m;
+  kiln_value lin;
+  if (!nd_index(n, idx, d, r, 0, &lin, &fd[0], &m)) return false;
+  int fr = 1;
+  for (int k = m; k < r; k++) fd[fr++] = d[k];
+  int ur = dims_of(n, upd, ud);
+  kiln_value fx = reshape(n, x, fr, fd);
+  kiln_attr a = kiln_attr_int("axis", 0);
+  if (add) {
+    kiln_value in[3] = {fx, lin, upd};
+    n->out[0] = reshape(n, kiln_op(G, "scatter_add", 3, in, 1, &a), r, d);
+    return true;
+  }
+  kiln_value zeros = broadcast_to(n, scalar_like(n, x, 0), fr, fd);
+  kiln_value ones = broadcast_to(n, scalar_like(n, x, 1), ur, ud);
+  kiln_value in_u[3] = {zeros, lin, upd}, in_c[3] = {zeros, lin, ones};
+  kiln_value put = kiln_op(G, "scatter_add", 3, in_u, 1, &a);
+  kiln_value hit = kiln_binary(G, "gt", kiln_op(G, "scatter_add", 3, in_c, 1, &a), scalar_like(n, x, 0));
+  n->out[0] = reshape(n, select3(n, hit, put, fx), r, d);
+  return true;
+}
+
+/* ---------------------------------------------------------- Einsum */
+
+#define EIN_MAX (KILN_MAX_RANK * 2)
+
+/* One Einsum term: its labels (0-51 letters, 52+ ellipsis axes) per axis. */
+typedef struct {
+  int n, lab[EIN_MAX];
+} ein_term;
+
+static int ein_label(char ch) {
+  if (ch >= 'a' && ch <= 'z') return ch - 'a';
+  if (ch >= 'A' && ch <= 'Z') return 26 + ch - 'A';
+  return -1;
+}
+
+/* Parses one term of `len` characters for an operand of `rank` axes (rank
+ * < 0 for the output, whose ellipsis has `ell` axes). */
+static bool ein_term_parse(ox_node *n, const char *s, size_t len, int rank, int ell, ein_term *t) {
+  int letters = 0;
+  bool dots = false;
+  for (size_t k = 0; k < len; k++) letters += ein_label(s[k]) >= 0;
+  if (rank >= 0 && memchr(s, '.', len)) ell = rank - letters;
+  t->n = 0;
+  for (size_t k = 0; k < len; k++) {
+    int l = ein_label(s[k]);
+    if (l >= 0) {
+      if (t->n >= EIN_MAX) return ox_fail(n, KILN_ERR_UNSUPPORTED, "too many axes in an Einsum term");
+      t->lab[t->n++] = l;
+    } else if (s[k] == '.' && !dots && k + 2 < len && s[k + 1] == '.' && s[k + 2] == '.') {
+      if (ell < 0 || t->n + ell > EIN_MAX) return ox_fail(n, KILN_ERR_PARSE, "a bad ellipsis in the equation");
+      for (int j = 0; j < ell; j++) t->lab[t->n++] = 52 + (KILN_MAX_RANK - ell) + j;
+      dots = true;
+      k += 2;
+    } else {
+      return ox_fail(n, KILN_ERR_PARSE, "character '%c' in the equation", s[k]);
+    }
+  }
+  if (rank >= 0 && t->n != rank)
+    return ox_fail(n, KILN_ERR_PARSE, "an equation term of %d axes for an input of rank %d", t->n, rank);
+  return true;
+}
+
+/* Repeated labels in one operand: keep the diagonal (mask, then sum one axis away). */
+static kiln_value ein_diagonal(ox_node *n, kiln_value x, ein_term *t) {
+  for (int p = 0; p < t->n; p++)
+    for (int q = p + 1; q < t->n; q++) {
+      if (t->lab[p] != t->lab[q]) continue;
+      kiln_dim d[KILN_MAX_RANK];
+      int r = dims_of(n, x, d);
+      kiln_value eq = kiln_binary(G, "eq", iota_i64(n, r, d, p), iota_i64(n, r, d, q));
+      int64_t ax = q;
+      x = kiln_reduce(G, "reduce_sum", select3(n, eq, x, scalar_like(n, x, 0)), 1, &ax, 0);
+      for (int j = q; j + 1 < t->n; j++) t->lab[j] = t->lab[j + 1];
+      t->n--;
+      q--;
+    }
+  return x;
+}
+
+/* Einsum as broadcasting: every operand is transposed and reshaped onto
+ * one axis per label (output labels first), the product is summed over the
+ * labels the output lacks. Simple and exact, but the product spans every
+ * label: contractions of big operands want MatMul instead. */
+static bool op_einsum(ox_node *n) {
+  const Onnx__AttributeProto *ea = ox_attr(n, "equation");
+  if (ea && ea->has_s && ea->s.len >= 63) /* ox_attr_s keeps 63 bytes */
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "an equation of %zu characters", ea->s.len);
+  const char *eq = ox_attr_s(n, "equation", "");
+  char buf[64];
+  snprintf(buf, sizeof buf, "%s", eq);
+  char sp[64];
+  size_t m = 0;
+  for (size_t k = 0; buf[k]; k++)
+    if (buf[k] != ' ') sp[m++] = buf[k];
+  sp[m] = 0;
+  if (!n->nin || n->nin > KILN_MAX_RANK) return ox_fail(n, KILN_ERR_UNSUPPORTED, "%zu inputs", n->nin);
+  const char *arrow = strstr(sp, "->");
+  size_t lhs_len = arrow ? (size_t)(arrow - sp) : m;
+  ein_term in[KILN_MAX_RANK], out;
+  kiln_value x[KILN_MAX_RANK];
+  int ell = 0;
+  size_t at = 0;
+  for (size_t k = 0; k < n->nin; k++) {
+    const char *c = memchr(sp + at, ',', lhs_len - at);
+    size_t end = c ? (size_t)(c - sp) : lhs_len;
+    if ((k + 1 < n->nin) != (c != NULL)) return ox_fail(n, KILN_ERR_PARSE, "the equation has another number of inputs");
+    if ((x[k] = ox_in(n, k)) == KILN_NO_VALUE) return false;
+    if (!ein_term_parse(n, sp + at, end - at, ox_vrank(n, x[k]), -1, &in[k])) return false;
+    int letters = 0;
+    for (size_t j = at; j < end; j++) letters += ein_label(sp[j]) >= 0;
+    if (in[k].n - letters > ell) ell = in[k].n - letters;
+    x[k] = ein_diagonal(n, x[k], &in[k]);
+    at = end + 1;
+  }
+  /* The output term: given, or the ellipsis then the letters seen once, in order. */
+  if (arrow) {
+    if (!ein_term_parse(n, arrow + 2, strlen(arrow + 2), -1, ell, &out)) return false;
+  } else {
+    int cnt[52] = {0};
+    for (size_t k = 0; k < n->nin; k++)
+      for (int j = 0; j < in[k].n; j++)
+        if (in[k].lab[j] < 52) cnt[in[k].lab[j]]++;
+    out.n = 0;
+    for (int j = 0; j < ell; j++) out.lab[out.n++] = 52 + (KILN_MAX_RANK - ell) + j;
+    for (int l = 0; l < 52; l++)
+      if (cnt[l] == 1) out.lab[out.n++] = l;
+  }
+  /* All labels: the output's, then the summed ones. */
+  int all[EIN_MAX], na = 0;
+  for (int j = 0; j < out.n; j++) all[na++] = out.lab[j];
+  for (size_t k = 0; k < n->nin; k++)
+    for (int j = 0; j < in[k].n; j++) {
+      bool seen = false;
+      for (int i = 0; i < na && !seen; i++) seen = all[i] == in[k].lab[j];
+      if (!seen) {
+        if (na >= KILN_MAX_RANK) return ox_fail(n, KILN_ERR_UNSUPPORTED, "more than %d labels", KILN_MAX_RANK);
+        all[na++] = in[k].lab[j];
+      }
+    }
+  if (na > KILN_MAX_RANK) return ox_fail(n, KILN_ERR_UNSUPPORTED, "more than %d labels", KILN_MAX_RANK);
+  kiln_value prod = KILN_NO_VALUE;
+  for (size_t k = 0; k < n->nin; k++) {
+    kiln_dim d[KILN_MAX_RANK], nd[KILN_MAX_RANK];
+    int r = dims_of(n, x[k], d);
+    int64_t perm[KILN_MAX_RANK];
+    int np = 0;
+    for (int i = 0; i < na; i++) {
+      nd[i] = 1;
+      for (int j = 0; j < r; j++)
+        if (in[k].lab[j] == all[i]) perm[np++] = j, nd[i] = d[j];
+    }
+    if (np != r) return ox_fail(n, KILN_ERR_PARSE, "an output label missing from the inputs");
+    kiln_value v = r > 1 ? kiln_transpose(G, x[k], (size_t)r, perm) : x[k];
+    v = reshape(n, v, na, nd);
+    prod = prod == KILN_NO_VALUE ? v : kiln_mul(G, prod, v);
+  }
+  for (int j = 0; j < out.n; j++) {
+    bool found = false;
+    for (size_t k = 0; k < n->nin && !found; k++)
+      for (int i = 0; i < in[k].n && !found; i++) found = in[k].lab[i] == out.lab[j];
+    if (!found) return ox_fail(n, KILN_ERR_PARSE, "output label not in any input");
+  }
+  if (na > out.n) {
+    int64_t ax[KILN_MAX_RANK];
+    for (int i = out.n; i < na; i++) ax[i - out.n] = i;
+    prod = kiln_reduce(G, "reduce_sum", prod, (size_t)(na - out.n), ax, 0);
+  }
+  n->out[0] = prod;
+  return true;
+}
+
+/* ---------------------------------------------------------- ReverseSequence */
+
+/* ReverseSequence: along the time axis, position i of batch entry b reads
+ * len[b] - 1 - i while i < len[b]; one gather from the flattened input. */
+static bool op_reverse_sequence(ox_node *n) {
+  kiln_value x = in0(n), lens = ox_in(n, 1);
+  if (x == KILN_NO_VALUE || lens == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  int r = dims_of(n, x, d), ba, ta;
+  if (r < 2) return ox_fail(n, KILN_ERR_PARSE, "needs rank >= 2");
+  if (!norm_axis(n, ox_attr_i(n, "batch_axis", 1), r, &ba) || !norm_axis(n, ox_attr_i(n, "time_axis", 0), r, &ta))
+    return false;
+  if (ba == ta || ba > 1 || ta > 1) return ox_fail(n, KILN_ERR_PARSE, "batch_axis and time_axis must be 0 and 1");
+  int64_t stride[KILN_MAX_RANK], total = 1;
+  for (int k = r - 1; k >= 0; k--) {
+    if (d[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
+    stride[k] = total;
+    total *= d[k];
+  }
+  if (ox_vrank(n, lens) != 1) return ox_fail(n, KILN_ERR_PARSE, "sequence_lens must be 1-D");
+  kiln_dim ld[KILN_MAX_RANK];
+  for (int k = 0; k < r; k++) ld[k] = k == ba ? d[ba] : 1;
+  kiln_value len = reshape(n, kiln_cast(G, lens, KILN_I64), r, ld);
+  kiln_value t = iota_i64(n, r, d, ta);
+  kiln_value rev = kiln_binary(G, "sub", kiln_binary(G, "sub", len, kiln_scalar(G, KILN_I64, 1)), t);
+  kiln_value src = select3(n, kiln_binary(G, "lt", t, len), rev, t);
+  kiln_value lin = kiln_mul(G, src, kiln_scalar(G, KILN_I64, (double)stride[ta]));
+  for (int k = 0; k < r; k++)
+    if (k != ta && d[k] != 1)
+      lin = kiln_add(G, lin, kiln_mul(G, iota_i64(n, r, d, k), kiln_scalar(G, KILN_I64, (double)stride[k])));
+  kiln_dim flat = total;
+  kiln_value in[2] = {reshape(n, x, 1, &flat), lin};
+  kiln_attr a = kiln_attr_int("axis", 0);
+  n->out[0] = kiln_op(G, "gather", 2, in, 1, &a);
+  return true;
+}
+
+/* ---------------------------------------------------------- Det */
+
+/* Det of matrices up to 3 x 3 by cofactor expansion (no pivoting needed). */
+static kiln_value det_entry(ox_node *n, kiln_value x, int r, const kiln_dim *d, int i, int j) {
+  kiln_value e = slice_axis(n, slice_axis(n, x, r - 2, i, i + 1), r - 1, j, j + 1);
+  return reshape(n, e, r - 2, d);
+}
+
+static bool op_det(ox_node *n) {
+  kiln_value x = in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  int r = dims_of(n, x, d);
+  if (r < 2 || d[r - 1] != d[r - 2] || d[r - 1] < 1 || d[r - 1] > 3)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "Det of other than 1x1 to 3x3 matrices");
+  int m = (int)d[r - 1];
+  kiln_value e[3][3];
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < m; j++) e[i][j] = det_entry(n, x, r, d, i, j);
+  kiln_value y;
+  if (m == 1) {
+    y = e[0][0];
+  } else if (m == 2) {
+    y = kiln_binary(G, "sub", kiln_mul(G, e[0][0], e[1][1]), kiln_mul(G, e[0][1], e[1][0]));
+  } else {
+    y = KILN_NO_VALUE;
+    for (int j = 0; j < 3; j++) {
+      int a = (j + 1) % 3, b = (j + 2) % 3; /* cyclic cofactors carry their sign */
+      kiln_value minor = kiln_binary(G, "sub", kiln_mul(G, e[1][a], e[2][b]), kiln_mul(G, e[1][b], e[2][a]));
+      kiln_value t = kiln_mul(G, e[0][j], minor);
+      y = y == KILN_NO_VALUE ? t : kiln_add(G, y, t);
+    }
+  }
+  n->out[0] = y;
+  return true;
+}
+
 /* ---------------------------------------------------------- the table */
 
 static const ox_op ops[] = {
-    {"Abs", op_abs, 1}, {"Acosh", NULL, 0}, {"Add", op_add, 1}, {"And", op_and, 1},
-    {"ArgMax", op_argmax, 1}, {"ArgMin", op_argmin, 1},
+    {"Abs", op_abs, 1}, {"Acos", op_acos, 1}, {"Acosh", op_acosh, 1}, {"Add", op_add, 1}, {"And", op_and, 1},
+    {"ArgMax", op_argmax, 1}, {"Asin", op_asin, 1}, {"Asinh", op_asinh, 1},
+    {"Atan", op_atan, 1}, {"Atanh", op_atanh, 1}, {"ArgMin", op_argmin, 1},
     {"AveragePool", op_average_pool, 0}, {"BatchNormalization", op_batch_norm, 0},
     {"Cast", op_cast, 1}, {"CastLike", op_cast_like, 1}, {"Ceil", op_ceil, 1},
     {"Celu", op_celu, 1}, {"Clip", op_clip, 1}, {"Concat", op_concat, 2},
     {"Constant", op_constant, 0}, {"ConstantOfShape", op_constant_of_shape, 0},
     {"Conv", op_conv, 0}, {"ConvTranspose", op_conv_transpose, 0}, {"Cos", op_cos, 1},
-    {"Cosh", op_cosh, 1}, {"DepthToSpace", op_depth_to_space, 1}, {"Div", op_div, 1},
+    {"Cosh", op_cosh, 1}, {"CumSum", op_cumsum, 1}, {"DepthToSpace", op_depth_to_space, 1}, {"Det", op_det, 1}, {"Div", op_div, 1},
     {"Dropout", op_dropout, 0}, {"Elu", op_elu, 1}, {"Equal", op_equal, 1},
-    {"Erf", op_erf, 1}, {"Exp", op_exp, 1}, {"Expand", op_expand, 1},
+    {"Einsum", op_einsum, 1}, {"Erf", op_erf, 1}, {"Exp", op_exp, 1}, {"EyeLike", op_eye_like, 1}, {"Expand", op_expand, 1},
     {"Flatten", op_flatten, 2}, {"Floor", op_floor, 1}, {"Gather", op_gather, 2},
-    {"GatherElements", op_gather_elements, 1}, {"Gelu", op_gelu, 1}, {"Gemm", op_gemm, 0},
+    {"GatherElements", op_gather_elements, 1}, {"GatherND", op_gather_nd, 1}, {"Hardmax", op_hardmax, 1}, {"Gelu", op_gelu, 1}, {"Gemm", op_gemm, 0},
     {"GlobalAveragePool", op_global_average_pool, 0},
     {"GlobalMaxPool", op_global_max_pool, 0}, {"Greater", op_greater, 1},
     {"GreaterOrEqual", op_greater_equal, 1}, {"HardSigmoid", op_hard_sigmoid, 1},
     {"HardSwish", op_hard_swish, 1}, {"Identity", op_identity, 2},
     {"InstanceNormalization", op_instance_norm, 0}, {"IsInf", op_isinf, 1},
     {"IsNaN", op_isnan, 1}, {"LayerNormalization", op_layer_norm, 0},
-    {"LeakyRelu", op_leaky_relu, 1}, {"Less", op_less, 1}, {"LessOrEqual", op_less_equal, 1},
+    {"LeakyRelu", op_leaky_relu, 1}, {"LRN", op_lrn, 0}, {"Less", op_less, 1}, {"LessOrEqual", op_less_equal, 1},
     {"Log", op_log, 1}, {"LogSoftmax", op_log_softmax, 1}, {"LpNormalization", op_lp_norm, 1},
-    {"MatMul", op_matmul, 0}, {"Max", op_max, 1}, {"MaxPool", op_max_pool, 0},
+    {"MatMul", op_matmul, 0}, {"Mod", op_mod, 1}, {"Max", op_max, 1}, {"MaxPool", op_max_pool, 0},
     {"Mean", op_mean, 1}, {"Min", op_min, 1}, {"Mish", op_mish, 1}, {"Mul", op_mul, 1},
-    {"Neg", op_neg, 1}, {"Not", op_not, 1}, {"Or", op_or, 1}, {"PRelu", op_prelu, 1},
+    {"NegativeLogLikelihoodLoss", op_nll_loss, 0}, {"Neg", op_neg, 1}, {"Not", op_not, 1}, {"Or", op_or, 1}, {"PRelu", op_prelu, 1},
     {"Pad", op_pad, 1}, {"Pow", op_pow, 1}, {"Range", op_range, 0},
     {"Reciprocal", op_reciprocal, 1}, {"ReduceL1", op_reduce_l1, 1},
     {"ReduceL2", op_reduce_l2, 1}, {"ReduceLogSum", op_reduce_log_sum, 1},
@@ -1601,14 +2460,16 @@ static const ox_op ops[] = {
     {"ReduceMean", op_reduce_mean, 1}, {"ReduceMin", op_reduce_min, 1},
     {"ReduceProd", op_reduce_prod, 1}, {"ReduceSum", op_reduce_sum, 1},
     {"ReduceSumSquare", op_reduce_sum_square, 1}, {"Relu", op_relu, 1},
-    {"Reshape", op_reshape, 2}, {"Round", op_round, 1}, {"Selu", op_selu, 1},
+    {"Reshape", op_reshape, 2}, {"Resize", op_resize, 0}, {"ReverseSequence", op_reverse_sequence, 1}, {"Round", op_round, 1}, {"Scatter", op_scatter_elements, 1},
+    {"ScatterElements", op_scatter_elements, 1}, {"ScatterND", op_scatter_nd, 1}, {"Selu", op_selu, 1}, {"Shrink", op_shrink, 1},
     {"Shape", op_shape, 0}, {"Sigmoid", op_sigmoid, 1}, {"Sign", op_sign, 1},
     {"Sin", op_sin, 1}, {"Sinh", op_sinh, 1}, {"Size", op_size, 0},
-    {"Slice", op_slice, 2}, {"Softmax", op_softmax, 1}, {"Softplus", op_softplus, 1},
+    {"Slice", op_slice, 2}, {"Softmax", op_softmax, 1},
+    {"SoftmaxCrossEntropyLoss", op_sce_loss, 0}, {"Softplus", op_softplus, 1},
     {"Softsign", op_softsign, 1}, {"SpaceToDepth", op_space_to_depth, 1},
     {"Split", op_split, 2}, {"Sqrt", op_sqrt, 1}, {"Squeeze", op_squeeze, 2},
     {"Sub", op_sub, 1}, {"Sum", op_sum, 1}, {"Tan", op_tan, 1}, {"Tanh", op_tanh, 1},
-    {"ThresholdedRelu", op_thresholded_relu, 1}, {"Tile", op_tile, 1},
+    {"ThresholdedRelu", op_thresholded_relu, 1}, {"Tile", op_tile, 1}, {"Trilu", op_trilu, 1},
     {"Transpose", op_transpose, 2}, {"Unsqueeze", op_unsqueeze, 2}, {"Where", op_where, 1},
     {"Xor", op_xor, 1},
 };
