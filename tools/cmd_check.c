@@ -32,14 +32,16 @@ int cmd_check(int argc, char **argv) {
     }
     }
   }
-  if (strcmp(device, "cpu"))
-    return cli_error("device '%s' is not available for `kiln check` (available: cpu); "
+  kiln_backend backend = KILN_BACKEND_COMPILED;
+  if (!strcmp(device, "vulkan")) backend = KILN_BACKEND_VULKAN;
+  else if (strcmp(device, "cpu"))
+    return cli_error("device '%s' is not available for `kiln check` (available: cpu, vulkan); "
                      "`kiln devices` lists this machine's devices", device);
   kiln_ctx *ctx = kiln_ctx_create();
   if (!ctx) return cli_error("out of memory");
-  printf("kiln check: every layer type, compiled (cpu) against the float64 reference\n");
+  printf("kiln check: every layer type, compiled (%s) against the float64 reference\n", device);
   double worst = 0;
-  kiln_status s = kiln_check_layers(ctx, KILN_BACKEND_COMPILED, stdout, tol, &worst);
+  kiln_status s = kiln_check_layers(ctx, backend, stdout, tol, &worst);
   kiln_ctx_destroy(ctx);
   return s == KILN_OK ? 0 : 1;
 }

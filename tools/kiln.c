@@ -27,7 +27,7 @@ static int cmd_help(int argc, char **argv);
 static int cmd_version(int argc, char **argv);
 
 static const cli_command commands[] = {
-    {"check", cmd_check, "[--device cpu] [--tol T]",
+    {"check", cmd_check, "[--device cpu|vulkan] [--tol T]",
      "check every layer type, compiled, against the float64 reference (outputs and gradients)",
      "Builds a small model of every layer type (mlp, conv, pooling, norms, lstm, gru,\n"
      "attention, transformers, compositions, siamese, gcn, sage, gat, gin, vae), runs it\n"
