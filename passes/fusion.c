@@ -39,12 +39,14 @@
  * store and a load of the whole tensor). Elementwise groups recompute
  * nothing: a value used twice is one expression of the kernel.
  */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fusion.h"
 #include "ir/ops_impl.h"
 #include "passes.h"
+#include "mixed_precision.h"
 
 enum { MAX_MEMBERS = 64, MAX_EXTERNALS = 16 };
 
@@ -383,11 +385,40 @@ bool kp_fusion_enabled(void) {
   return !(e && !strcmp(e, "0"));
 }
 
+/* Prints `after` under `title` when it differs from `before`, else one line saying so. */
+static kiln_status print_if_changed(kir_graph *before, kir_graph *after, const char *title,
+                                    FILE *out) {
+  char *a = NULL, *b = NULL;
+  kiln_status s = kiln_graph_to_string(before, &a);
+  if (!s) s = kiln_graph_to_string(after, &b);
+  if (!s) {
+    bool same = !strcmp(a, b);
+    fprintf(out, "// ---- after %s%s\n", title, same ? ": unchanged" : "");
+    if (!same) fputs(b, out);
+  }
+  free(a);
+  free(b);
+  return s;
+}
+
 kiln_status kp_print_after_all(kir_graph *g, FILE *out) {
   fprintf(out, "// ---- after parse\n");
   kiln_status s = kiln_graph_print(g, out);
   if (s) return s;
-  kir_graph *lg = kp_legalize(g);
+  /* The compile pipeline's passes, in its order (runtime/compile.c). */
+  kir_graph *wg = kp_widen_half(g);
+  if (!wg) return g->mod->status ? g->mod->status : KILN_ERR_INVALID;
+  s = print_if_changed(g, wg, "widen-half (f16/bf16 ops that accumulate run in f32)", out);
+  kir_graph *tg = wg;
+  if (!s && kp_attention_tiling_enabled()) {
+    tg = kp_attention_tiling(wg);
+    if (!tg) s = wg->mod->status ? wg->mod->status : KILN_ERR_INVALID;
+    else s = print_if_changed(wg, tg, "attention tiling (KILN_ATTENTION_TILING=0 turns it off)", out);
+  }
+  kir_graph *lg = s ? NULL : kp_legalize(tg);
+  if (tg != wg) kiln_graph_destroy(tg);
+  kiln_graph_destroy(wg);
+  if (s) return s;
   if (!lg) return g->mod->status ? g->mod->status : KILN_ERR_INVALID;
   fprintf(out, "// ---- after legalize\n");
   s = kiln_graph_print(lg, out);
