@@ -326,7 +326,8 @@ static kiln_status coerce(kiln_ctx *ctx, const char *fn, const sig_item *it, kl_
   for (uint32_t i = 0; i < a->n; i++) {
     kl_arg *e = &items[i];
     if (!strcmp(t, "ints")) {
-      if (e->kind == KL_A_FLOAT && e->f == floor(e->f)) *e = kl_int((int64_t)e->f);
+      if (e->kind == KL_A_FLOAT && e->f == floor(e->f) && fabs(e->f) < 9e15)
+        *e = kl_int((int64_t)e->f); /* only floats that are exact ints in range */
       if (e->kind != KL_A_INT)
         return kir_fail(ctx, KILN_ERR_INVALID, "%s(): argument '%s' must be a list of ints, item %u is %s",
                         fn, it->name, i, akind_name(e->kind));

@@ -43,6 +43,12 @@ static void test_call_errors(kiln_ctx *ctx) {
   expect_error(ctx, kl_mk(ctx, "activation", "s fn=s", "relu", "relu"),
                "activation(): argument 'fn' is given twice");
   expect_error(ctx, kl_mk(ctx, "activation", "n"), "activation(): argument 'fn' may not be none");
+  /* A float too large for an int, in a list of ints (found by fuzz_kiln): an error, no UB. */
+  kl_arg huge[2] = {kl_int(2), kl_float(2.442e29)};
+  kl_arg sizes = {.kind = KL_A_LIST, .items = huge, .n = 2};
+  kl_layer *l = NULL;
+  CHECK(kl_call(ctx, "mlp", 1, &sizes, 0, NULL, NULL, &l) != KILN_OK && !l);
+  CHECK(strstr(kiln_ctx_error(ctx), "mlp(): argument 'sizes' must be a list of ints, item 1 is float"));
 }
 
 /* The activations on fresh random inputs, eager (f64) and compiled (f64), against formulas. */
