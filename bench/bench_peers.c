@@ -12,6 +12,11 @@
  *   sgemm        [1024, 1024] x [1024, 1024]
  *   mlp_fwd      mlp 784-512-512-10 (ReLU), batch 256
  *   mlp_adam     its training step: cross-entropy, backward, Adam (kiln_trainer_step)
+ *   block_fwd    transformer_block(256, heads=8) on [8, 256, 256] (a .kiln model file)
+ *   block_train  its AdamW training step (mse), with its JIT compile time and peak memory;
+ *                block_train_bf16 the same under the bf16 cast policy (named only)
+ *   cnn_fwd      conv 3->32, relu, pool, conv 32->64, relu, pool, linear; [64, 3, 32, 32]
+ *   lstm_fwd     two lstm_layer(256, 256) over [32, 64, 256]
  *
  * Each Kiln workload is compiled twice, with fusion off and on (KILN_FUSION is
  * read when a graph is lowered), and timed as the median of `reps` runs
@@ -328,6 +333,143 @@ out:
   kiln_layer_release(l);
 }
 
+
+/* ---- models written as .kiln files: forward (compiled) and a training step (trainer) ---- */
+
+typedef struct {
+  const char *name;    /* forward workload; the train step is name + "_train" */
+  const char *kiln;    /* the model file */
+  int rank;
+  int64_t x[4], y[4];  /* input and target dims (y[0] == 0: target has the output's dims) */
+  int y_rank;
+  const char *loss;
+  kiln_optimizer_kind opt;
+  double flops;        /* forward */
+} model_workload;
+
+/* The transformer block of the issue: d 256, 8 heads, T 256, batch 8 (pre-norm, GELU, ff 4d). */
+static const char block_kiln[] = "use layers\ninput x: f32[B, 256, 256]\n"
+                                 "transformer_block(256, heads=8)\n";
+static const char cnn_kiln[] =
+    "use layers\ninput x: f32[B, 3, 32, 32]\n"
+    "sequential([conv2d_layer(3, 32), activation(\"relu\"), max_pool(2),\n"
+    "            conv2d_layer(32, 64), activation(\"relu\"), max_pool(2),\n"
+    "            flatten_layer(), linear(4096, 10)])\n";
+static const char lstm_kiln[] = "use layers\ninput x: f32[B, 64, 256]\n"
+                                "sequential([lstm_layer(256, 256), lstm_layer(256, 256)])\n";
+
+static const model_workload model_workloads[] = {
+    {"block", block_kiln, 3, {8, 256, 256}, {0}, 0, "mse", KILN_OPT_ADAMW,
+     /* QKV, output, 2 ff matmuls (12 d^2 per token), QK^T and PV (4 T d per token) */
+     2.0 * 8 * 256 * 12 * 256 * 256 + 4.0 * 8 * 256 * 256 * 256},
+    {"cnn", cnn_kiln, 4, {64, 3, 32, 32}, {64}, 1, "cross_entropy", KILN_OPT_ADAM,
+     2.0 * 64 * (32 * 27 * 32 * 32 + 64 * 32 * 9 * 16 * 16 + 4096 * 10)},
+    {"lstm", lstm_kiln, 3, {32, 64, 256}, {0}, 0, "mse", KILN_OPT_ADAM,
+     2.0 * 2 * 64 * 32 * 1024 * 512},
+};
+
+/* Peak resident memory added since `base` (VmHWM after clear_refs), bytes; 0 if unreadable. */
+static long long rss_kb(const char *field) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long long v = 0;
+  size_t n = strlen(field);
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, field, n)) v = atoll(line + n + 1);
+  if (f) fclose(f);
+  return v;
+}
+
+static void reset_peak(void) {
+  FILE *f = fopen("/proc/self/clear_refs", "w");
+  if (f) fputs("5", f), fclose(f);
+}
+
+static void bench_model(kiln_ctx *ctx, const model_workload *w, bool fwd, bool train,
+                        const char *precision) {
+  kiln_model_file *m = NULL;
+  kiln_params *p = NULL;
+  kiln_graph *g = NULL;
+  kiln_tensor *x = NULL, *y = NULL, *in[64] = {0};
+  if (kiln_model_file_parse(ctx, w->kiln, strlen(w->kiln), w->name, &m) ||
+      kiln_layer_init(ctx, kiln_model_file_layer(m), 1, KILN_F32, &p) ||
+      kiln_tensor_create(ctx, KILN_F32, (size_t)w->rank, w->x, &x)) {
+    fprintf(stderr, "%s: %s\n", w->name, kiln_ctx_error(ctx));
+    goto out;
+  }
+  fill(x, 3);
+  const kiln_layer *l = kiln_model_file_layer(m);
+  const kiln_model_input *mi = kiln_model_file_inputs(m);
+  char name[64];
+  if (fwd) {
+    kiln_build_opts bo = {KILN_F32, 0};
+    if (kiln_layer_build(ctx, l, 1, mi, &bo, &g)) {
+      fprintf(stderr, "%s: %s\n", w->name, kiln_ctx_error(ctx));
+      goto out;
+    }
+    size_t np = kiln_params_count(p), n = kiln_graph_num_params(g);
+    for (size_t i = 0; i < n && i < 64; i++) in[i] = i < np ? kiln_params_tensor(p, i) : x;
+    for (int fuse = 0; fuse < 2; fuse++) {
+      double ms = time_compiled(g, in, n, fuse);
+      snprintf(name, sizeof name, "%s_fwd", w->name);
+      if (ms > 0)
+        report(name, fuse ? "kiln" : "kiln_unfused", ms, "GFLOP/s", w->flops / (ms * 1e-3) / 1e9);
+    }
+  }
+  if (!train) goto out;
+  if (w->y_rank) {
+    if (kiln_tensor_create(ctx, KILN_I64, (size_t)w->y_rank, w->y, &y)) goto out;
+    for (size_t i = 0; i < kiln_tensor_numel(y); i++) kiln_tensor_set(y, i, (double)(i * 7 % 10));
+  } else {
+    int64_t yd[4];
+    memcpy(yd, w->x, sizeof yd);
+    if (kiln_tensor_create(ctx, KILN_F32, (size_t)w->rank, yd, &y)) goto out;
+    fill(y, 11);
+  }
+  kiln_train_spec spec = {.model = l, .n_inputs = 1, .inputs = mi, .loss = w->loss,
+                          .opt = kiln_optimizer_default(w->opt), .dtype = KILN_F32,
+                          .backend = KILN_BACKEND_COMPILED, .precision = precision};
+  spec.opt.lr = 1e-3;
+  snprintf(name, sizeof name, "%s_train%s%s", w->name, precision ? "_" : "",
+           precision ? precision : "");
+  long long base = rss_kb("VmRSS:");
+  reset_peak();
+  kiln_trainer *t = NULL;
+  double t0 = now();
+  if (kiln_trainer_create(ctx, &spec, p, &t)) {
+    fprintf(stderr, "%s: %s\n", name, kiln_ctx_error(ctx));
+    goto out;
+  }
+  double compile_ms = (now() - t0) * 1e3;
+  kiln_tensor *data[2] = {x, y};
+  double tm[MAX_REPS], loss;
+  bool ok = true;
+  for (int r = 0; ok && r <= reps; r++) {
+    double s = now();
+    ok = kiln_trainer_step(t, 2, data, 1e-3, 0, &loss) == KILN_OK;
+    if (r) tm[r - 1] = now() - s;
+  }
+  if (ok) {
+    double ms = median(tm, reps) * 1e3;
+    report(name, "kiln", ms, "GFLOP/s", 3 * w->flops / (ms * 1e-3) / 1e9);
+    char what[80];
+    snprintf(what, sizeof what, "%s_compile", name);
+    report(what, "kiln", compile_ms, "ms", compile_ms);
+    snprintf(what, sizeof what, "%s_peak", name);
+    double mib = (double)(rss_kb("VmHWM:") - base) / 1024.0;
+    report(what, "kiln", mib, "MiB", mib);
+  } else {
+    fprintf(stderr, "%s: %s\n", name, kiln_ctx_error(ctx));
+  }
+  kiln_trainer_destroy(t);
+out:
+  kiln_tensor_destroy(x);
+  kiln_tensor_destroy(y);
+  kiln_graph_destroy(g);
+  kiln_params_destroy(p);
+  kiln_model_file_destroy(m);
+}
+
 int main(int argc, char **argv) {
   const char *only = argc > 1 ? argv[1] : NULL; /* one workload name, or all */
   const char *e = getenv("KILN_NUM_THREADS");
@@ -343,6 +485,17 @@ int main(int argc, char **argv) {
     if (!only || !strcmp(only, kir_workloads[i].name)) bench_kir(ctx, &kir_workloads[i]);
   if (!only || !strcmp(only, "mlp_fwd")) bench_mlp_forward(ctx);
   if (!only || !strcmp(only, "mlp_adam")) bench_mlp_adam(ctx);
+  for (size_t i = 0; i < sizeof model_workloads / sizeof model_workloads[0]; i++) {
+    const model_workload *w = &model_workloads[i];
+    char fwd[64], train[64];
+    snprintf(fwd, sizeof fwd, "%s_fwd", w->name);
+    snprintf(train, sizeof train, "%s_train", w->name);
+    bool f = !only || !strcmp(only, fwd);
+    bool t = (!only || !strcmp(only, train)) && !strcmp(w->name, "block"); /* the issue trains the block only */
+    if (f || t) bench_model(ctx, w, f, t, NULL);
+    snprintf(train, sizeof train, "%s_train_bf16", w->name);
+    if (only && !strcmp(only, train)) bench_model(ctx, w, false, true, "bf16");
+  }
   kiln_ctx_destroy(ctx);
   return 0;
 }

@@ -18,7 +18,10 @@ REPS = int(os.environ.get("BENCH_REPS", "15"))
 CLOCK = time.process_time if os.environ.get("BENCH_CLOCK") == "cpu" else time.perf_counter
 AMOUNT = {"gelu_chain": ("GB/s", 2.0 * 4 * 4096 * 4096), "softmax": ("GB/s", 2.0 * 4 * 4096 * 1024),
           "layer_norm": ("GB/s", 2.0 * 4 * 4096 * 1024), "sgemm": ("GFLOP/s", 2.0 * 1024 ** 3),
-          "mlp_fwd": ("GFLOP/s", 2.0 * 256 * (784 * 512 + 512 * 512 + 512 * 10))}
+          "mlp_fwd": ("GFLOP/s", 2.0 * 256 * (784 * 512 + 512 * 512 + 512 * 10)),
+          "block_fwd": ("GFLOP/s", 2.0 * 8 * 256 * 12 * 256 * 256 + 4.0 * 8 * 256 * 256 * 256),
+          "cnn_fwd": ("GFLOP/s", 2.0 * 64 * (32 * 27 * 32 * 32 + 64 * 32 * 9 * 16 * 16 + 4096 * 10)),
+          "lstm_fwd": ("GFLOP/s", 2.0 * 2 * 64 * 32 * 1024 * 512)}
 
 
 def main():

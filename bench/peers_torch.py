@@ -32,8 +32,30 @@ def bench(fn):
     return statistics.median(ts) * 1e3
 
 
+# BENCH_TORCH_IMPL names the column (torch: Debian's 1.13 eager; torch2: pip's 2.x eager;
+# torch2c: pip's 2.x with torch.compile, which BENCH_TORCH_COMPILE=1 turns on)
+IMPL = os.environ.get("BENCH_TORCH_IMPL", "torch")
+COMPILE = os.environ.get("BENCH_TORCH_COMPILE") == "1"
+
+
 def report(name, ms, unit, amount):
-    print(f"RESULT {name} torch {ms:.4f} {unit} {amount / (ms * 1e-3) / 1e9:.3f}", flush=True)
+    print(f"RESULT {name} {IMPL} {ms:.4f} {unit} {amount / (ms * 1e-3) / 1e9:.3f}", flush=True)
+
+
+def rss_kb(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field):
+                return int(line.split()[1])
+    return 0
+
+
+def reset_peak():
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
 
 
 class Gelu(torch.nn.Module):
@@ -54,6 +76,42 @@ class Softmax(torch.nn.Module):
 class Matmul(torch.nn.Module):
     def forward(self, a, b):
         return a @ b
+
+
+class Block(torch.nn.Module):
+    """Pre-norm transformer block as Kiln's transformer_block(256, heads=8): ff 4d, GELU."""
+    def __init__(self, d=256, h=8):
+        super().__init__()
+        self.n1, self.n2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.att = torch.nn.MultiheadAttention(d, h, batch_first=True)
+        self.ff = torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.GELU(),
+                                      torch.nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        a = self.n1(x)
+        x = x + self.att(a, a, a, need_weights=False)[0]
+        return x + self.ff(self.n2(x))
+
+
+def cnn():
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(),
+                               torch.nn.MaxPool2d(2), torch.nn.Conv2d(32, 64, 3, padding=1),
+                               torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
+                               torch.nn.Linear(4096, 10))
+
+
+class Lstm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(256, 256, num_layers=2, batch_first=True)
+
+    def forward(self, x):
+        return self.lstm(x)[0]
+
+
+BLOCK_FLOPS = 2.0 * 8 * 256 * 12 * 256 * 256 + 4.0 * 8 * 256 * 256 * 256
+CNN_FLOPS = 2.0 * 64 * (32 * 27 * 32 * 32 + 64 * 32 * 9 * 16 * 16 + 4096 * 10)
+LSTM_FLOPS = 2.0 * 2 * 64 * 32 * 1024 * 512
 
 
 def mlp():
@@ -79,15 +137,30 @@ def main():
             ("softmax", soft, (xs,), "GB/s", 2.0 * 4 * 4096 * 1024),
             ("layer_norm", ln, (xs,), "GB/s", 2.0 * 4 * 4096 * 1024),
             ("sgemm", mm, (A, B), "GFLOP/s", 2.0 * 1024 ** 3),
-            ("mlp_fwd", net, (xm,), "GFLOP/s", 2.0 * 256 * (784 * 512 + 512 * 512 + 512 * 10))]
+            ("mlp_fwd", net, (xm,), "GFLOP/s", 2.0 * 256 * (784 * 512 + 512 * 512 + 512 * 10)),
+            ("block_fwd", Block(), (torch.rand(8, 256, 256) * 2 - 1,), "GFLOP/s", BLOCK_FLOPS),
+            ("cnn_fwd", cnn(), (torch.rand(64, 3, 32, 32) * 2 - 1,), "GFLOP/s", CNN_FLOPS),
+            ("lstm_fwd", Lstm(), (torch.rand(32, 64, 256) * 2 - 1,), "GFLOP/s", LSTM_FLOPS)]
     with torch.no_grad():
         for name, mod, xs, unit, amount in work:
+            if only not in (None, name) and not export:
+                continue
+            # eval() uses MultiheadAttention's fused fast path, which has no ONNX export; with
+            # dropout 0 training mode computes the same function through exportable ops
+            mod.train(bool(export))
+            if COMPILE and not export:
+                mod = torch.compile(mod)
             if export:
                 torch.onnx.export(mod, xs, os.path.join(export, name + ".onnx"), opset_version=17,
+                                  training=torch.onnx.TrainingMode.PRESERVE,
                                   input_names=[f"in{i}" for i in range(len(xs))])
             elif only in (None, name):
                 report(name, bench(lambda: mod(*xs)), unit, amount)
-    if export or only not in (None, "mlp_adam"):
+    if export:
+        return
+    if only in (None, "block_train"):
+        block_train()
+    if only not in (None, "mlp_adam"):
         return
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
 
@@ -98,6 +171,25 @@ def main():
         opt.step()
     flops = 3 * 2.0 * 256 * (784 * 512 + 512 * 512 + 512 * 10)
     report("mlp_adam", bench(step), "GFLOP/s", flops)
+
+
+def block_train():
+    """The block's AdamW train step (mse to a random target), its time and peak memory."""
+    base = rss_kb("VmRSS:")
+    reset_peak()
+    blk = Block()
+    step_blk = torch.compile(blk) if COMPILE else blk
+    x, y = torch.rand(8, 256, 256) * 2 - 1, torch.rand(8, 256, 256) * 2 - 1
+    opt = torch.optim.AdamW(blk.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad()
+        loss = F.mse_loss(step_blk(x), y)
+        loss.backward()
+        opt.step()
+    report("block_train", bench(step), "GFLOP/s", 3 * BLOCK_FLOPS)
+    mib = (rss_kb("VmHWM:") - base) / 1024.0
+    print(f"RESULT block_train_peak {IMPL} {mib:.4f} MiB {mib:.3f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -11,13 +11,22 @@ import platform
 import subprocess
 import sys
 
-ORDER = ["gelu_chain", "softmax", "layer_norm", "sgemm", "mlp_fwd", "mlp_adam"]
+ORDER = ["gelu_chain", "softmax", "layer_norm", "sgemm", "mlp_fwd", "mlp_adam", "block_fwd",
+         "block_train", "block_train_bf16", "cnn_fwd", "lstm_fwd"]
 WHAT = {"gelu_chain": "gelu(x·a + b), x [4096, 4096] f32 (erf form)",
         "softmax": "softmax over rows of [4096, 1024]",
         "layer_norm": "layer norm over rows of [4096, 1024]",
         "sgemm": "sgemm 1024³",
         "mlp_fwd": "MLP 784-512-512-10 forward, batch 256",
-        "mlp_adam": "MLP 784-512-512-10 Adam train step, batch 256"}
+        "mlp_adam": "MLP 784-512-512-10 Adam train step, batch 256",
+        "block_fwd": "transformer block d 256 h 8 T 256 B 8, forward",
+        "block_train": "transformer block, AdamW train step (mse)",
+        "block_train_bf16": "transformer block, AdamW train step, bf16 cast policy",
+        "cnn_fwd": "CNN conv 3→32, pool, conv 32→64, pool, linear; B 64, 32×32, forward",
+        "lstm_fwd": "LSTM 2 × 256, T 64, B 32, forward"}
+# The peers, in column order: (impl tag in the RESULT lines, column title)
+PEERS = [("torch", "PyTorch 1.13 eager"), ("torch2", "torch 2.x eager"),
+         ("torch2c", "torch.compile"), ("ort", "ONNX Runtime")]
 
 
 def cpu_name():
@@ -61,27 +70,43 @@ def main():
           + ".\n")
     print("Times in ms (throughput in brackets). *Kiln/X* is Kiln's speed over X's "
           "(X's time / Kiln's): above 1, Kiln is faster. *fusion* is Kiln unfused / Kiln fused.\n")
-    print("| workload | Kiln unfused | Kiln | fusion | PyTorch eager | ONNX Runtime | Kiln/PyTorch | Kiln/ORT | Kiln vs ceiling |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    peers = [(k, t) for k, t in PEERS if any(i == k for (_, i) in res)]
+    print("| workload | Kiln unfused | Kiln | fusion | " + " | ".join(t for _, t in peers)
+          + " | " + " | ".join(f"Kiln/{t}" for _, t in peers) + " | Kiln vs ceiling |")
+    print("|---" * (4 + 2 * len(peers) + 1) + "|")
 
     def cell(r):
         return f"{r[0]:.2f} ({r[2]:.1f} {r[1]})" if r else "—"
     for w in ORDER:
-        k, ku, t, o = (res.get((w, i)) for i in ("kiln", "kiln_unfused", "torch", "ort"))
+        k, ku = res.get((w, "kiln")), res.get((w, "kiln_unfused"))
+        ps = [res.get((w, i)) for i, _ in peers]
+        if not k and not any(ps):
+            continue
         fusion = f"{ku[0] / k[0]:.2f}×" if k and ku else "—"
-        rt = f"{t[0] / k[0]:.2f}" if k and t else "—"
-        ro = f"{o[0] / k[0]:.2f}" if k and o else "—"
+        ratios = [f"{p[0] / k[0]:.2f}" if k and p else "—" for p in ps]
         ceil = "—"
         if k and k[1] == "GB/s" and triad:
             ceil = f"{100 * k[2] / triad[2]:.0f}% of triad"
         elif k and w == "sgemm" and blas:
             ceil = f"{100 * k[2] / blas[2]:.0f}% of OpenBLAS"
-        print(f"| {WHAT[w]} | {cell(ku)} | {cell(k)} | {fusion} | {cell(t)} | {cell(o)} | {rt} | {ro} | {ceil} |")
-    c = res.get(("mlp_adam_compile", "kiln"))
-    if c:
-        print(f"\nJIT compile time of the MLP Adam train step (kiln_trainer_create): {c[0]:.0f} ms.")
-    print("\nThe train step has no ONNX Runtime column (ORT's training build is not on pip's default "
-          "wheel). Memory-bound workloads count 8 bytes per element (one f32 read, one write).")
+        print(f"| {WHAT[w]} | {cell(ku)} | {cell(k)} | {fusion} | "
+              + " | ".join(cell(p) for p in ps) + " | " + " | ".join(ratios) + f" | {ceil} |")
+    print("\nJIT compile time and peak memory (resident set added by the step, MiB):\n")
+    print("| measure | Kiln | " + " | ".join(t for _, t in peers) + " |")
+    print("|---" * (2 + len(peers)) + "|")
+    for key, what in (("mlp_adam_compile", "compile: MLP Adam train step (ms)"),
+                      ("block_train_compile", "compile: transformer block train step (ms)"),
+                      ("block_train_peak", "peak memory: transformer block train step (MiB)")):
+        k = res.get((key, "kiln"))
+        print(f"| {what} | {k[0]:.0f} | " if k else f"| {what} | — | ", end="")
+        print(" | ".join(f"{res[(key, i)][0]:.0f}" if (key, i) in res else "—" for i, _ in peers)
+              + " |")
+    print("\nThe train steps have no ONNX Runtime column (ORT's training build is not on pip's "
+          "default wheel). Memory-bound workloads count 8 bytes per element (one f32 read, one "
+          "write). Peak memory is VmHWM minus the resident set before the step was built (Kiln: "
+          "before kiln_trainer_create, so it includes what the JIT left allocated; PyTorch: before "
+          "the module was created).")
+    return res
 
 
 if __name__ == "__main__":
