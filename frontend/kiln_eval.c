@@ -30,77 +30,11 @@
  * most MAX_CALLS deep, and every evaluation has a fuel of node visits, so no
  * file (fuzzed or not) can recurse without bound or run exponentially long.
  */
-#include <errno.h>
-#include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "frontend/kiln_ast.h"
-#include "layers/layers.h"
+#include "frontend/kiln_eval.h"
 
 #define MAX_CALLS 32
 #define LOAD_FUEL (1u << 20)
 #define BUILD_FUEL (1u << 18)
-
-/* ------------------------------------------------------------------ values */
-
-typedef enum kv_kind {
-  KV_NONE,
-  KV_INT,
-  KV_FLOAT,
-  KV_BOOL,
-  KV_STR,
-  KV_LIST,
-  KV_LAYER,  /* borrowed: owned by the model file's pool or by another layer */
-  KV_FN,     /* a lambda and the environment it captured */
-  KV_TENSOR, /* build time only: a value of the kl_build's graph */
-  KV_DIM,    /* build time only: a symbolic size (a graph's node count) */
-  KV_INPUT,  /* a tensor input of the model */
-  KV_GRAPH   /* the graph input of the model */
-} kv_kind;
-
-typedef struct kv kv;
-typedef struct ke_bind ke_bind;
-
-typedef struct ke_lambda {
-  const kf_node *node; /* the KF_LAMBDA */
-  const ke_bind *env;  /* what it captured */
-  kl_fn *fn;           /* made once, when first passed to a constructor */
-} ke_lambda;
-
-struct kv {
-  kv_kind k;
-  union {
-    int64_t i;
-    double f;
-    bool b;
-    const char *s;
-    struct {
-      kv *items;
-      uint32_t n;
-    } list;
-    kl_layer *layer;
-    ke_lambda *fn;
-    kiln_value t;
-    kiln_dim dim;
-    const kiln_model_input *input;
-  };
-};
-
-struct ke_bind {
-  const char *name;
-  kv v;
-  const ke_bind *next;
-};
-
-/* The syntax tree and the load-time values, shared by the model file and its lambdas. */
-typedef struct ke_shared {
-  uint32_t refs;
-  kir_arena ast;
-  kir_arena vals;
-} ke_shared;
 
 struct kiln_model_file {
   ke_shared *sh;
@@ -117,16 +51,6 @@ struct kiln_model_file {
   size_t nnamed;
 };
 
-typedef struct ke_eval {
-  kiln_ctx *ctx;
-  ke_shared *sh;
-  kir_arena *arena;    /* where new values go: the shared block, or the build's arena */
-  kiln_model_file *mf; /* load time: owns what is made; NULL at build time */
-  kl_build *b;         /* build time: the graph bodies emit into; NULL at load time */
-  uint32_t fuel;
-  unsigned calls;
-} ke_eval;
-
 static void shared_release(ke_shared *sh) {
   if (!sh || --sh->refs) return;
   kir_arena_free(&sh->ast);
@@ -134,7 +58,7 @@ static void shared_release(ke_shared *sh) {
   free(sh);
 }
 
-static const char *kind_name(const kv *v) {
+const char *ke_kind_name(const kv *v) {
   switch (v->k) {
   case KV_NONE:
     return "none";
@@ -163,13 +87,6 @@ static const char *kind_name(const kv *v) {
   return "a value";
 }
 
-static bool is_num(const kv *v) { return v->k == KV_INT || v->k == KV_FLOAT; }
-static double num(const kv *v) { return v->k == KV_INT ? (double)v->i : v->f; }
-static kv mk_int(int64_t i) { return (kv){.k = KV_INT, .i = i}; }
-static kv mk_float(double f) { return (kv){.k = KV_FLOAT, .f = f}; }
-static kv mk_bool(bool b) { return (kv){.k = KV_BOOL, .b = b}; }
-static kv mk_tensor(kiln_value t) { return (kv){.k = KV_TENSOR, .t = t}; }
-
 /* ------------------------------------------------------------------ errors */
 
 static kiln_status vfail_pos(ke_eval *e, kiln_status s, const char *file, uint32_t line,
@@ -180,8 +97,7 @@ static kiln_status vfail_pos(ke_eval *e, kiln_status s, const char *file, uint32
 }
 
 /* An error of the file at node `n`: a bad file at load time, a type error at build time. */
-static kiln_status fail_at(ke_eval *e, const kf_node *n, const char *fmt, ...) KIR_PRINTF(3, 4);
-static kiln_status fail_at(ke_eval *e, const kf_node *n, const char *fmt, ...) {
+kiln_status ke_fail_at(ke_eval *e, const kf_node *n, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   kiln_status s =
@@ -191,25 +107,25 @@ static kiln_status fail_at(ke_eval *e, const kf_node *n, const char *fmt, ...) {
 }
 
 /* Puts node n's position in front of the message already on the context (from kl_call, kiln_op). */
-static kiln_status locate(ke_eval *e, const kf_node *n, kiln_status s) {
+kiln_status ke_locate(ke_eval *e, const kf_node *n, kiln_status s) {
   char msg[sizeof e->ctx->msg];
   snprintf(msg, sizeof msg, "%s", kiln_ctx_error(e->ctx));
   return kir_fail(e->ctx, s, "%s:%u:%u: error: %s", n->file, n->line, n->col, msg);
 }
 
-static kiln_status nomem(ke_eval *e, const kf_node *n) {
+kiln_status ke_nomem(ke_eval *e, const kf_node *n) {
   return kir_fail(e->ctx, KILN_ERR_NOMEM, "%s: out of memory", n->file);
 }
 
 /* After emitting ops: the graph's sticky error, located at n. */
-static kiln_status graph_check(ke_eval *e, const kf_node *n, kiln_value v) {
+kiln_status ke_graph_check(ke_eval *e, const kf_node *n, kiln_value v) {
   kiln_status s = kiln_graph_status(e->b->g);
-  if (s != KILN_OK) return locate(e, n, s);
-  if (v == KILN_NO_VALUE) return fail_at(e, n, "internal error: no value");
+  if (s != KILN_OK) return ke_locate(e, n, s);
+  if (v == KILN_NO_VALUE) return ke_fail_at(e, n, "internal error: no value");
   return KILN_OK;
 }
 
-static void *alloc(ke_eval *e, size_t n) { return kir_arena_alloc(e->arena, n ? n : 1); }
+void *ke_alloc(ke_eval *e, size_t n) { return kir_arena_alloc(e->arena, n ? n : 1); }
 
 /* ------------------------------------------------------------ environment */
 
@@ -220,7 +136,7 @@ static const ke_bind *lookup(const ke_bind *env, const char *name) {
 }
 
 static const ke_bind *bind(ke_eval *e, const ke_bind *env, const char *name, kv v) {
-  ke_bind *b = alloc(e, sizeof *b);
+  ke_bind *b = ke_alloc(e, sizeof *b);
   if (!b) return NULL;
   b->name = name;
   b->v = v;
@@ -229,13 +145,6 @@ static const ke_bind *bind(ke_eval *e, const ke_bind *env, const char *name, kv 
 }
 
 /* ------------------------------------------------------------- evaluation */
-
-typedef struct ke_args {
-  uint32_t npos, nkw;
-  kv *pos, *kw;
-  const kf_node **pos_node, **kw_node;
-  const char **kwnames;
-} ke_args;
 
 static kiln_status eval(ke_eval *e, const ke_bind *env, const kf_node *n, kv *out);
 
@@ -271,382 +180,17 @@ static bool listed(const char *const *list, const char *name) {
   return false;
 }
 
-/* ----------------------------------------------------- tensor functions */
-
-/* The tensor a number becomes next to tensor `like`: a scalar of its dtype. */
-static kiln_value scalar_like(ke_eval *e, kiln_value like, const kv *v) {
-  kiln_dtype t = like == KILN_NO_VALUE ? e->b->dt : kiln_value_dtype(e->b->g, like);
-  return kiln_scalar(e->b->g, t, v->k == KV_BOOL ? (double)v->b : num(v));
-}
-
-static kiln_status want_tensor(ke_eval *e, const kf_node *n, const kv *v, const char *what) {
-  if (v->k == KV_TENSOR) return KILN_OK;
-  if (!e->b)
-    return fail_at(e, n, "%s works on tensors, which exist only inside a function given to a layer",
-                   what);
-  return fail_at(e, n, "%s needs a tensor, got %s", what, kind_name(v));
-}
-
-static double gelu_tanh(double x) {
-  return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
-}
-static double softplus(double x) { return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)); }
-static double sigmoid(double x) { return 1 / (1 + exp(-x)); }
-
-/* The elementwise functions of one argument, on numbers and (through the op table or
- * the activations) on tensors. */
-typedef struct unary_fn {
-  const char *name;
-  double (*f)(double);
-  bool activation; /* on tensors through kl_activation (so it matches activation(name)) */
-} unary_fn;
-
-static double relu(double x) { return x > 0 ? x : 0; }
-static double silu(double x) { return x * sigmoid(x); }
-static double mish(double x) { return x * tanh(softplus(x)); }
-static double elu(double x) { return x > 0 ? x : expm1(x); }
-static double leaky(double x) { return x > 0 ? x : 0.01 * x; }
-
-static const unary_fn unary_fns[] = {
-    {"exp", exp, false},     {"log", log, false},         {"sqrt", sqrt, false},
-    {"tanh", tanh, false},   {"sigmoid", sigmoid, false}, {"abs", fabs, false},
-    {"sin", sin, false},     {"cos", cos, false},         {"erf", erf, false},
-    {"expm1", expm1, false}, {"log1p", log1p, false},     {"floor", floor, false},
-    {"ceil", ceil, false},   {"relu", relu, true},        {"gelu", gelu_tanh, true},
-    {"silu", silu, true},    {"swish", silu, true},       {"softplus", softplus, true},
-    {"mish", mish, true},    {"elu", elu, true},          {"leaky_relu", leaky, true},
-};
-
-static const unary_fn *find_unary(const char *name) {
-  for (size_t i = 0; i < sizeof unary_fns / sizeof *unary_fns; i++)
-    if (!strcmp(unary_fns[i].name, name)) return &unary_fns[i];
-  return NULL;
-}
-
-static kiln_status no_keywords(ke_eval *e, const kf_node *call, const char *name,
-                               const ke_args *a) {
-  if (a->nkw) return fail_at(e, a->kw_node[0], "%s() has no argument '%s'", name, a->kwnames[0]);
-  (void)call;
-  return KILN_OK;
-}
-
-static kiln_status arg_count(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
-                             uint32_t lo, uint32_t hi) {
-  if (a->npos >= lo && a->npos <= hi) return KILN_OK;
-  if (lo == hi)
-    return fail_at(e, call, "%s() takes %u argument%s, got %u", name, lo, lo == 1 ? "" : "s",
-                   a->npos);
-  return fail_at(e, call, "%s() takes %u to %u arguments, got %u", name, lo, hi, a->npos);
-}
-
-/* A keyword argument by name, or NULL. Unknown keywords are errors. */
-static kiln_status keywords(ke_eval *e, const char *fname, const ke_args *a,
-                            const char *const *names, const kv **found) {
-  for (size_t k = 0; names[k]; k++)
-    found[k] = NULL;
-  for (uint32_t i = 0; i < a->nkw; i++) {
-    size_t k = 0;
-    while (names[k] && strcmp(names[k], a->kwnames[i]))
-      k++;
-    if (!names[k])
-      return fail_at(e, a->kw_node[i], "%s() has no argument '%s'", fname, a->kwnames[i]);
-    found[k] = &a->kw[i];
-  }
-  return KILN_OK;
-}
-
-static kiln_status call_unary(ke_eval *e, const kf_node *call, const unary_fn *u, const ke_args *a,
-                              kv *out) {
-  kiln_status s = no_keywords(e, call, u->name, a);
-  if (s == KILN_OK) s = arg_count(e, call, u->name, a, 1, 1);
-  if (s != KILN_OK) return s;
-  const kv *x = &a->pos[0];
-  if (is_num(x)) {
-    if (x->k == KV_INT && !strcmp(u->name, "abs") && x->i != INT64_MIN)
-      *out = mk_int(x->i < 0 ? -x->i : x->i);
-    else
-      *out = mk_float(u->f(num(x)));
-    return KILN_OK;
-  }
-  if ((s = want_tensor(e, a->pos_node[0], x, u->name)) != KILN_OK) return s;
-  kiln_value y;
-  if (u->activation) {
-    s = kl_activation(e->b, u->name, x->t, &y);
-    if (s != KILN_OK) return locate(e, call, s);
-  } else {
-    y = kiln_unary(e->b->g, u->name, x->t);
-  }
-  *out = mk_tensor(y);
-  return graph_check(e, call, y);
-}
-
-/* Python's negative axes count from the end; the ops take them counted from the start. */
-static int64_t norm_axis(int64_t axis, uint32_t rank) {
-  return axis < 0 && axis >= -(int64_t)rank ? axis + rank : axis;
-}
-
-/* An axis argument: none (every axis), an int, or a list of ints. */
-static kiln_status axes_of(ke_eval *e, const kf_node *at, const kv *v, uint32_t rank, int64_t *axes,
-                           uint32_t *n) {
-  if (!v || v->k == KV_NONE) {
-    for (uint32_t i = 0; i < rank; i++)
-      axes[i] = i;
-    *n = rank;
-    return KILN_OK;
-  }
-  if (v->k == KV_INT) {
-    axes[0] = v->i;
-    *n = 1;
-    return KILN_OK;
-  }
-  if (v->k == KV_LIST && v->list.n <= KIR_MAX_RANK) {
-    for (uint32_t i = 0; i < v->list.n; i++) {
-      if (v->list.items[i].k != KV_INT) break;
-      axes[i] = v->list.items[i].i;
-      if (i + 1 == v->list.n) {
-        *n = v->list.n;
-        return KILN_OK;
-      }
-    }
-    if (v->list.n == 0) {
-      *n = 0;
-      return KILN_OK;
-    }
-  }
-  return fail_at(e, at, "axis must be none, an int or a list of ints, got %s", kind_name(v));
-}
-
-/* sum, mean, max, min, prod(x, axis=none, keepdims=false); max/min(a, b) are elementwise. */
-static kiln_status call_reduce(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
-                               kv *out) {
-  bool minmax = !strcmp(name, "max") || !strcmp(name, "min");
-  if (minmax && a->npos == 2 && !a->nkw) {
-    const kv *x = &a->pos[0], *y = &a->pos[1];
-    if (is_num(x) && is_num(y)) {
-      bool first = !strcmp(name, "max") ? num(x) >= num(y) : num(x) <= num(y);
-      *out = first ? *x : *y;
-      return KILN_OK;
-    }
-    const kv *t = x->k == KV_TENSOR ? x : y;
-    kiln_status s = want_tensor(e, call, t, name);
-    if (s != KILN_OK) return s;
-    kiln_value xv = x->k == KV_TENSOR ? x->t : is_num(x) ? scalar_like(e, t->t, x) : KILN_NO_VALUE;
-    kiln_value yv = y->k == KV_TENSOR ? y->t : is_num(y) ? scalar_like(e, t->t, y) : KILN_NO_VALUE;
-    if (xv == KILN_NO_VALUE || yv == KILN_NO_VALUE)
-      return fail_at(e, call, "%s() of a tensor and %s", name,
-                     kind_name(x->k == KV_TENSOR ? y : x));
-    kiln_value r = kiln_binary(e->b->g, name, xv, yv);
-    *out = mk_tensor(r);
-    return graph_check(e, call, r);
-  }
-  static const char *const names[] = {"axis", "keepdims", NULL};
-  const kv *kw[2];
-  kiln_status s = keywords(e, name, a, names, kw);
-  if (s == KILN_OK) s = arg_count(e, call, name, a, 1, 2);
-  if (s == KILN_OK) s = want_tensor(e, a->pos_node[0], &a->pos[0], name);
-  if (s != KILN_OK) return s;
-  const kv *axis = a->npos == 2 ? &a->pos[1] : kw[0];
-  bool keep = false;
-  if (kw[1]) {
-    if (kw[1]->k != KV_BOOL) return fail_at(e, call, "keepdims must be a bool");
-    keep = kw[1]->b;
-  }
-  int64_t axes[KIR_MAX_RANK];
-  uint32_t n = 0;
-  kiln_value x = a->pos[0].t;
-  uint32_t rank = kl_rank(e->b, x);
-  if ((s = axes_of(e, call, axis, rank, axes, &n)) != KILN_OK) return s;
-  for (uint32_t i = 0; i < n; i++)
-    axes[i] = norm_axis(axes[i], rank);
-  char op[16];
-  snprintf(op, sizeof op, "reduce_%s", name);
-  kiln_value r = kiln_reduce(e->b->g, op, x, n, axes, keep);
-  *out = mk_tensor(r);
-  return graph_check(e, call, r);
-}
-
-/* softmax(x, axis=-1), log_softmax(x, axis=-1). */
-static kiln_status call_softmax(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
-                                kv *out) {
-  static const char *const names[] = {"axis", NULL};
-  const kv *kw[1];
-  kiln_status s = keywords(e, name, a, names, kw);
-  if (s == KILN_OK) s = arg_count(e, call, name, a, 1, 2);
-  if (s == KILN_OK) s = want_tensor(e, a->pos_node[0], &a->pos[0], name);
-  if (s != KILN_OK) return s;
-  const kv *axis = a->npos == 2 ? &a->pos[1] : kw[0];
-  if (axis && axis->k != KV_INT) return fail_at(e, call, "%s(): axis must be an int", name);
-  kiln_attr at = kiln_attr_int("axis", norm_axis(axis ? axis->i : -1, kl_rank(e->b, a->pos[0].t)));
-  kiln_value r = kiln_op(e->b->g, name, 1, &a->pos[0].t, 1, &at);
-  *out = mk_tensor(r);
-  return graph_check(e, call, r);
-}
-
-/* A size argument of the segment ops: an int or a graph's symbolic node count. */
-static kiln_status size_of(ke_eval *e, const kf_node *at, const kv *v, kiln_dim *d) {
-  if (v->k == KV_INT && v->i >= 0)
-    *d = v->i;
-  else if (v->k == KV_DIM)
-    *d = v->dim;
-  else
-    return fail_at(e, at, "a segment count must be a size (an int >= 0 or g.n), got %s",
-                   kind_name(v));
-  return KILN_OK;
-}
-
-/* gather(x, ids), segment_sum/mean/max/softmax(data, ids, n), segment_count(ids, n). */
-static kiln_status call_index(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
-                              kv *out) {
-  bool count = !strcmp(name, "segment_count"), gather = !strcmp(name, "gather");
-  uint32_t want = gather || count ? 2 : 3;
-  kiln_status s = no_keywords(e, call, name, a);
-  if (s == KILN_OK) s = arg_count(e, call, name, a, want, want);
-  for (uint32_t i = 0; s == KILN_OK && i < (gather ? 2u : want - 1); i++)
-    s = want_tensor(e, a->pos_node[i], &a->pos[i], name);
-  if (s != KILN_OK) return s;
-  kiln_graph *g = e->b->g;
-  kiln_value r;
-  if (gather) {
-    kiln_value in[2] = {a->pos[0].t, a->pos[1].t};
-    r = kiln_op(g, "gather", 2, in, 0, NULL);
-  } else {
-    kiln_dim n = 0;
-    if ((s = size_of(e, a->pos_node[want - 1], &a->pos[want - 1], &n)) != KILN_OK) return s;
-    kiln_attr at = kiln_attr_dim("n", n);
-    kiln_value in[2] = {a->pos[0].t, count ? KILN_NO_VALUE : a->pos[1].t};
-    if (count) { /* the number of ids in each segment: segment_sum of ones */
-      in[1] = in[0];
-      kiln_value ids = kiln_cast(g, in[0], e->b->dt);
-      in[0] = kiln_add(g, kiln_mul(g, ids, kl_scalar(e->b, 0)), kl_scalar(e->b, 1));
-    }
-    r = kiln_op(g, count ? "segment_sum" : name, 2, in, 1, &at);
-  }
-  *out = mk_tensor(r);
-  return graph_check(e, call, r);
-}
-
-/* concat(list, axis=-1). */
-static kiln_status call_concat(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
-                               kv *out) {
-  (void)name;
-  static const char *const names[] = {"axis", NULL};
-  const kv *kw[1];
-  kiln_status s = keywords(e, "concat", a, names, kw);
-  if (s == KILN_OK) s = arg_count(e, call, "concat", a, 1, 1);
-  if (s != KILN_OK) return s;
-  const kv *l = &a->pos[0];
-  if (l->k != KV_LIST || l->list.n == 0)
-    return fail_at(e, call, "concat() needs a non-empty list of tensors, got %s", kind_name(l));
-  kiln_value *in = alloc(e, l->list.n * sizeof *in);
-  if (!in) return nomem(e, call);
-  for (uint32_t i = 0; i < l->list.n; i++) {
-    if ((s = want_tensor(e, call, &l->list.items[i], "concat")) != KILN_OK) return s;
-    in[i] = l->list.items[i].t;
-  }
-  if (kw[0] && kw[0]->k != KV_INT) return fail_at(e, call, "concat(): axis must be an int");
-  kiln_attr at = kiln_attr_int("axis", norm_axis(kw[0] ? kw[0]->i : -1, kl_rank(e->b, in[0])));
-  kiln_value r = kiln_op(e->b->g, "concat", l->list.n, in, 1, &at);
-  *out = mk_tensor(r);
-  return graph_check(e, call, r);
-}
-
-/* where(cond, a, b): select. */
-static kiln_status call_where(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
-                              kv *out) {
-  (void)name;
-  kiln_status s = no_keywords(e, call, "where", a);
-  if (s == KILN_OK) s = arg_count(e, call, "where", a, 3, 3);
-  if (s == KILN_OK) s = want_tensor(e, a->pos_node[0], &a->pos[0], "where");
-  if (s != KILN_OK) return s;
-  const kv *x = &a->pos[1], *y = &a->pos[2];
-  kiln_value like = x->k == KV_TENSOR ? x->t : y->k == KV_TENSOR ? y->t : KILN_NO_VALUE;
-  kiln_value in[3] = {a->pos[0].t, KILN_NO_VALUE, KILN_NO_VALUE};
-  for (int i = 0; i < 2; i++) {
-    const kv *v = i ? y : x;
-    if (v->k == KV_TENSOR)
-      in[i + 1] = v->t;
-    else if (is_num(v))
-      in[i + 1] = scalar_like(e, like, v);
-    else
-      return fail_at(e, a->pos_node[i + 1], "where() needs tensors or numbers, got %s",
-                     kind_name(v));
-  }
-  kiln_value r = kiln_op(e->b->g, "select", 3, in, 0, NULL);
-  *out = mk_tensor(r);
-  return graph_check(e, call, r);
-}
-
-/* reshape(x, [d1, d2, ...]) with sizes (ints or sizes read from .shape), transpose(x, perm). */
-static kiln_status call_shape(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
-                              kv *out) {
-  kiln_status s = no_keywords(e, call, name, a);
-  if (s == KILN_OK) s = arg_count(e, call, name, a, 2, 2);
-  if (s == KILN_OK) s = want_tensor(e, a->pos_node[0], &a->pos[0], name);
-  if (s != KILN_OK) return s;
-  const kv *l = &a->pos[1];
-  bool ok = l->k == KV_LIST && l->list.n <= KIR_MAX_RANK;
-  int64_t v[KIR_MAX_RANK];
-  for (uint32_t i = 0; ok && i < l->list.n; i++) {
-    const kv *d = &l->list.items[i];
-    ok = (d->k == KV_INT && d->i >= 0) || (d->k == KV_DIM && !strcmp(name, "reshape"));
-    v[i] = d->k == KV_INT ? d->i : d->dim;
-  }
-  if (!ok)
-    return fail_at(e, a->pos_node[1], "%s() needs a list of at most %d %s", name, KIR_MAX_RANK,
-                   strcmp(name, "reshape") ? "axes" : "sizes");
-  kiln_graph *g = e->b->g;
-  kiln_value r = strcmp(name, "reshape") ? kiln_transpose(g, a->pos[0].t, l->list.n, v)
-                                         : kiln_reshape(g, a->pos[0].t, l->list.n, v);
-  *out = mk_tensor(r);
-  return graph_check(e, call, r);
-}
-
-/* The tensor functions of more than one argument; the elementwise ones are unary_fns. */
-typedef kiln_status (*builtin_fn)(ke_eval *e, const kf_node *call, const char *name,
-                                  const ke_args *a, kv *out);
-static const struct builtin {
-  const char *name;
-  builtin_fn call;
-} builtins[] = {
-    {"sum", call_reduce},          {"mean", call_reduce},       {"max", call_reduce},
-    {"min", call_reduce},          {"prod", call_reduce},       {"softmax", call_softmax},
-    {"log_softmax", call_softmax}, {"gather", call_index},      {"segment_sum", call_index},
-    {"segment_mean", call_index},  {"segment_max", call_index}, {"segment_softmax", call_index},
-    {"segment_count", call_index}, {"concat", call_concat},     {"where", call_where},
-    {"reshape", call_shape},       {"transpose", call_shape},
-};
-
-static const struct builtin *find_builtin(const char *name) {
-  for (size_t i = 0; i < sizeof builtins / sizeof *builtins; i++)
-    if (!strcmp(builtins[i].name, name)) return &builtins[i];
-  return NULL;
-}
-
-/* A tensor function (or its number version); false if `name` is none of them. */
-static bool call_builtin(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
-                         kv *out, kiln_status *s) {
-  const unary_fn *u = find_unary(name);
-  const struct builtin *b = u ? NULL : find_builtin(name);
-  if (u)
-    *s = call_unary(e, call, u, a, out);
-  else if (b)
-    *s = b->call(e, call, name, a, out);
-  else
-    return false;
-  return true;
-}
-
 /* --------------------------------------------------------------- lambdas */
 
 static kiln_status call_lambda(ke_eval *e, const kf_node *call, ke_lambda *f, const ke_args *a,
                                kv *out) {
   const kf_node *lam = f->node;
   uint32_t np = lam->lambda.nparams;
-  kv *vals = alloc(e, np * sizeof *vals);
-  bool *set = alloc(e, np * sizeof *set);
-  if (!vals || !set) return nomem(e, call);
+  kv *vals = ke_alloc(e, np * sizeof *vals);
+  bool *set = ke_alloc(e, np * sizeof *set);
+  if (!vals || !set) return ke_nomem(e, call);
   if (a->npos > np)
-    return fail_at(e, call, "the function takes %u argument%s, got %u", np, np == 1 ? "" : "s",
+    return ke_fail_at(e, call, "the function takes %u argument%s, got %u", np, np == 1 ? "" : "s",
                    a->npos);
   for (uint32_t i = 0; i < a->npos; i++)
     vals[i] = a->pos[i], set[i] = true;
@@ -655,18 +199,18 @@ static kiln_status call_lambda(ke_eval *e, const kf_node *call, ke_lambda *f, co
     while (i < np && strcmp(lam->lambda.params[i], a->kwnames[k]))
       i++;
     if (i == np)
-      return fail_at(e, a->kw_node[k], "the function has no parameter '%s'", a->kwnames[k]);
-    if (set[i]) return fail_at(e, a->kw_node[k], "parameter '%s' is given twice", a->kwnames[k]);
+      return ke_fail_at(e, a->kw_node[k], "the function has no parameter '%s'", a->kwnames[k]);
+    if (set[i]) return ke_fail_at(e, a->kw_node[k], "parameter '%s' is given twice", a->kwnames[k]);
     vals[i] = a->kw[k], set[i] = true;
   }
   const ke_bind *env = f->env;
   for (uint32_t i = 0; i < np; i++) {
     if (!set[i])
-      return fail_at(e, call, "missing argument '%s' of the function", lam->lambda.params[i]);
-    if (!(env = bind(e, env, lam->lambda.params[i], vals[i]))) return nomem(e, call);
+      return ke_fail_at(e, call, "missing argument '%s' of the function", lam->lambda.params[i]);
+    if (!(env = bind(e, env, lam->lambda.params[i], vals[i]))) return ke_nomem(e, call);
   }
   if (e->calls >= MAX_CALLS)
-    return fail_at(e, call, "functions call each other too deeply (more than %d levels)",
+    return ke_fail_at(e, call, "functions call each other too deeply (more than %d levels)",
                    MAX_CALLS);
   e->calls++;
   kiln_status s = eval(e, env, lam->lambda.body, out);
@@ -691,8 +235,8 @@ static kiln_status to_kv(ke_eval *e, const kf_node *at, const kl_val *v, kv *out
     *out = mk_tensor(v->v);
     return KILN_OK;
   }
-  kv *items = alloc(e, v->n * sizeof *items);
-  if (!items) return nomem(e, at);
+  kv *items = ke_alloc(e, v->n * sizeof *items);
+  if (!items) return ke_nomem(e, at);
   for (uint32_t i = 0; i < v->n; i++) {
     kiln_status s = to_kv(e, at, &v->items[i], &items[i]);
     if (s != KILN_OK) return s;
@@ -707,10 +251,10 @@ static kiln_status from_kv(ke_eval *e, const kf_node *at, const kv *v, kl_val *o
     return KILN_OK;
   }
   if (v->k != KV_LIST)
-    return fail_at(e, at, "the function must return a tensor or a list of tensors, got %s",
-                   kind_name(v));
+    return ke_fail_at(e, at, "the function must return a tensor or a list of tensors, got %s",
+                   ke_kind_name(v));
   *out = kl_list(e->b, v->list.n);
-  if (v->list.n && !out->items) return nomem(e, at);
+  if (v->list.n && !out->items) return ke_nomem(e, at);
   for (uint32_t i = 0; i < v->list.n; i++) {
     kiln_status s = from_kv(e, at, &v->list.items[i], &out->items[i]);
     if (s != KILN_OK) return s;
@@ -724,9 +268,9 @@ static kiln_status closure_call(kl_build *b, void *p, uint32_t nargs, const kl_v
   ke_closure *c = p;
   ke_eval e = {.ctx = b->ctx, .sh = c->sh, .arena = &b->arena, .b = b, .fuel = BUILD_FUEL};
   const kf_node *lam = c->lam->node;
-  kv *vals = alloc(&e, nargs * sizeof *vals);
-  const kf_node **nodes = alloc(&e, nargs * sizeof *nodes);
-  if (!vals || !nodes) return nomem(&e, lam);
+  kv *vals = ke_alloc(&e, nargs * sizeof *vals);
+  const kf_node **nodes = ke_alloc(&e, nargs * sizeof *nodes);
+  if (!vals || !nodes) return ke_nomem(&e, lam);
   for (uint32_t i = 0; i < nargs; i++) {
     nodes[i] = lam;
     kiln_status s = to_kv(&e, lam, &args[i], &vals[i]);
@@ -802,13 +346,13 @@ static kiln_status to_arg(ke_eval *e, const kf_node *at, const kv *v, kl_arg *ou
     return KILN_OK;
   case KV_FN: {
     kl_fn *f = fn_of(e, at, v->fn);
-    if (!f) return nomem(e, at);
+    if (!f) return ke_nomem(e, at);
     *out = (kl_arg){.kind = KL_A_FN, .fn = f};
     return KILN_OK;
   }
   case KV_LIST: {
-    kl_arg *items = alloc(e, v->list.n * sizeof *items);
-    if (!items) return nomem(e, at);
+    kl_arg *items = ke_alloc(e, v->list.n * sizeof *items);
+    if (!items) return ke_nomem(e, at);
     for (uint32_t i = 0; i < v->list.n; i++) {
       kiln_status s = to_arg(e, at, &v->list.items[i], &items[i]);
       if (s != KILN_OK) return s;
@@ -819,7 +363,7 @@ static kiln_status to_arg(ke_eval *e, const kf_node *at, const kv *v, kl_arg *ou
   default:
     break;
   }
-  return fail_at(e, at, "%s cannot be an argument of a layer constructor", kind_name(v));
+  return ke_fail_at(e, at, "%s cannot be an argument of a layer constructor", ke_kind_name(v));
 }
 
 static bool pool_layer(kiln_model_file *mf, kl_layer *l) {
@@ -836,12 +380,12 @@ static bool pool_layer(kiln_model_file *mf, kl_layer *l) {
 static kiln_status call_ctor(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
                              kv *out) {
   if (e->b)
-    return fail_at(
+    return ke_fail_at(
         e, call,
         "'%s' makes a layer: layers cannot be made inside a function, which works on tensors",
         name);
-  kl_arg *pos = alloc(e, a->npos * sizeof *pos), *kw = alloc(e, a->nkw * sizeof *kw);
-  if (!pos || !kw) return nomem(e, call);
+  kl_arg *pos = ke_alloc(e, a->npos * sizeof *pos), *kw = ke_alloc(e, a->nkw * sizeof *kw);
+  if (!pos || !kw) return ke_nomem(e, call);
   kiln_status s = KILN_OK;
   for (uint32_t i = 0; s == KILN_OK && i < a->npos; i++)
     s = to_arg(e, a->pos_node[i], &a->pos[i], &pos[i]);
@@ -850,11 +394,11 @@ static kiln_status call_ctor(ke_eval *e, const kf_node *call, const char *name, 
   if (s != KILN_OK) return s;
   kl_layer *l = NULL;
   s = kl_call(e->ctx, name, a->npos, pos, a->nkw, a->kwnames, kw, &l);
-  if (s != KILN_OK) return locate(e, call, s);
-  if (!l) return fail_at(e, call, "%s() made no layer", name);
+  if (s != KILN_OK) return ke_locate(e, call, s);
+  if (!l) return ke_fail_at(e, call, "%s() made no layer", name);
   if (!pool_layer(e->mf, l)) {
     kl_layer_release(l);
-    return nomem(e, call);
+    return ke_nomem(e, call);
   }
   *out = (kv){.k = KV_LAYER, .layer = l};
   return KILN_OK;
@@ -868,12 +412,12 @@ static kiln_status eval_args(ke_eval *e, const ke_bind *env, const kf_node *n, k
   for (uint32_t i = 0; i < nargs; i++)
     a->nkw += n->call.args[i].name != NULL;
   a->npos = nargs - a->nkw;
-  a->pos = alloc(e, a->npos * sizeof *a->pos);
-  a->kw = alloc(e, a->nkw * sizeof *a->kw);
-  a->pos_node = alloc(e, a->npos * sizeof *a->pos_node);
-  a->kw_node = alloc(e, a->nkw * sizeof *a->kw_node);
-  a->kwnames = alloc(e, a->nkw * sizeof *a->kwnames);
-  if (!a->pos || !a->kw || !a->pos_node || !a->kw_node || !a->kwnames) return nomem(e, n);
+  a->pos = ke_alloc(e, a->npos * sizeof *a->pos);
+  a->kw = ke_alloc(e, a->nkw * sizeof *a->kw);
+  a->pos_node = ke_alloc(e, a->npos * sizeof *a->pos_node);
+  a->kw_node = ke_alloc(e, a->nkw * sizeof *a->kw_node);
+  a->kwnames = ke_alloc(e, a->nkw * sizeof *a->kwnames);
+  if (!a->pos || !a->kw || !a->pos_node || !a->kw_node || !a->kwnames) return ke_nomem(e, n);
   uint32_t p = 0, k = 0;
   for (uint32_t i = 0; i < nargs; i++) {
     const kf_arg *arg = &n->call.args[i];
@@ -891,8 +435,8 @@ static kiln_status apply_value(ke_eval *e, const kf_node *call, const kv *f, con
                                kv *out) {
   if (f->k == KV_FN) return call_lambda(e, call, f->fn, a, out);
   if (f->k == KV_LAYER)
-    return fail_at(e, call, "applying a layer to data is not available in model files yet");
-  return fail_at(e, call, "%s is not a function", kind_name(f));
+    return ke_fail_at(e, call, "applying a layer to data is not available in model files yet");
+  return ke_fail_at(e, call, "%s is not a function", ke_kind_name(f));
 }
 
 static kiln_status eval_call(ke_eval *e, const ke_bind *env, const kf_node *n, kv *out) {
@@ -901,12 +445,12 @@ static kiln_status eval_call(ke_eval *e, const ke_bind *env, const kf_node *n, k
   if (name && !lookup(env, name)) {
     /* the reference's functions that need a running program, before their arguments */
     if (listed(unavailable, name))
-      return fail_at(e, n, "%s is not available in model files yet", name);
-    if (!kl_ctor_find(name) && !find_unary(name) && !find_builtin(name))
-      return fail_at(e, n, "unknown function '%s'", name);
+      return ke_fail_at(e, n, "%s is not available in model files yet", name);
+    if (!kl_ctor_find(name) && !ke_find_unary(name) && !ke_find_builtin(name))
+      return ke_fail_at(e, n, "unknown function '%s'", name);
   }
   if (callee->kind == KF_MEMBER)
-    return fail_at(e, callee, "calling '.%s' is not available in model files yet",
+    return ke_fail_at(e, callee, "calling '.%s' is not available in model files yet",
                    callee->member.name);
   kv f = {0};
   if (!name || lookup(env, name)) {
@@ -917,14 +461,14 @@ static kiln_status eval_call(ke_eval *e, const ke_bind *env, const kf_node *n, k
   kiln_status s = eval_args(e, env, n, &a);
   if (s != KILN_OK) return s;
   if (!name || lookup(env, name)) return apply_value(e, n, &f, &a, out);
-  if (call_builtin(e, n, name, &a, out, &s)) return s;
+  if (ke_call_builtin(e, n, name, &a, out, &s)) return s;
   return call_ctor(e, n, name, &a, out);
 }
 
 /* --------------------------------------------------------------- numbers */
 
 static kiln_status overflow(ke_eval *e, const kf_node *n) {
-  return fail_at(e, n, "integer overflow in '%s'", kf_op_text(n->binary.op));
+  return ke_fail_at(e, n, "integer overflow in '%s'", kf_op_text(n->binary.op));
 }
 
 static kiln_status int_pow(ke_eval *e, const kf_node *n, int64_t a, int64_t b, kv *out) {
@@ -952,7 +496,7 @@ static kiln_status int_arith(ke_eval *e, const kf_node *n, int64_t a, int64_t b,
     break;
   case KF_OP_FLOORDIV:
   case KF_OP_MOD:
-    if (b == 0) return fail_at(e, n, "division by zero");
+    if (b == 0) return ke_fail_at(e, n, "division by zero");
     if (a == INT64_MIN && b == -1) {
       if (n->binary.op == KF_OP_MOD) break;
       return overflow(e, n);
@@ -962,11 +506,11 @@ static kiln_status int_arith(ke_eval *e, const kf_node *n, int64_t a, int64_t b,
     break;
   case KF_OP_POW:
     if (b >= 0) return int_pow(e, n, a, b, out);
-    if (a == 0) return fail_at(e, n, "division by zero");
+    if (a == 0) return ke_fail_at(e, n, "division by zero");
     *out = mk_float(pow((double)a, (double)b));
     return KILN_OK;
   default:
-    return fail_at(e, n, "internal error: integer '%s'", kf_op_text(n->binary.op));
+    return ke_fail_at(e, n, "internal error: integer '%s'", kf_op_text(n->binary.op));
   }
   *out = mk_int(r);
   return KILN_OK;
@@ -974,7 +518,7 @@ static kiln_status int_arith(ke_eval *e, const kf_node *n, int64_t a, int64_t b,
 
 static kiln_status num_arith(ke_eval *e, const kf_node *n, const kv *x, const kv *y, kv *out) {
   kf_op op = n->binary.op;
-  if (op == KF_OP_MATMUL) return fail_at(e, n, "'@' needs tensors, got two numbers");
+  if (op == KF_OP_MATMUL) return ke_fail_at(e, n, "'@' needs tensors, got two numbers");
   if (x->k == KV_INT && y->k == KV_INT && op != KF_OP_DIV) return int_arith(e, n, x->i, y->i, out);
   double a = num(x), b = num(y), r = 0;
   switch (op) {
@@ -990,15 +534,15 @@ static kiln_status num_arith(ke_eval *e, const kf_node *n, const kv *x, const kv
   case KF_OP_DIV:
   case KF_OP_FLOORDIV:
   case KF_OP_MOD:
-    if (b == 0) return fail_at(e, n, "division by zero");
+    if (b == 0) return ke_fail_at(e, n, "division by zero");
     r = op == KF_OP_DIV ? a / b : op == KF_OP_FLOORDIV ? floor(a / b) : a - floor(a / b) * b;
     break;
   case KF_OP_POW:
-    if (a == 0 && b < 0) return fail_at(e, n, "division by zero");
+    if (a == 0 && b < 0) return ke_fail_at(e, n, "division by zero");
     r = pow(a, b);
     break;
   default:
-    return fail_at(e, n, "internal error: '%s'", kf_op_text(op));
+    return ke_fail_at(e, n, "internal error: '%s'", kf_op_text(op));
   }
   *out = mk_float(r);
   return KILN_OK;
@@ -1049,7 +593,7 @@ static kiln_status compare(ke_eval *e, const kf_node *n, const kv *x, const kv *
   } else if (x->k == KV_STR && y->k == KV_STR) {
     c = strcmp(x->s, y->s);
   } else {
-    return fail_at(e, n, "cannot compare %s and %s with '%s'", kind_name(x), kind_name(y),
+    return ke_fail_at(e, n, "cannot compare %s and %s with '%s'", ke_kind_name(x), ke_kind_name(y),
                    kf_op_text(op));
   }
   bool r = op == KF_OP_LT ? c < 0 : op == KF_OP_LE ? c <= 0 : op == KF_OP_GT ? c > 0 : c >= 0;
@@ -1097,8 +641,8 @@ static const char *tensor_op(kf_op op) {
 static kiln_status tensor_binary(ke_eval *e, const kf_node *n, const kv *x, const kv *y, kv *out) {
   kiln_graph *g = e->b->g;
   kiln_value like = x->k == KV_TENSOR ? x->t : y->t;
-  kiln_value a = x->k == KV_TENSOR ? x->t : scalar_like(e, like, x);
-  kiln_value b = y->k == KV_TENSOR ? y->t : scalar_like(e, like, y);
+  kiln_value a = x->k == KV_TENSOR ? x->t : ke_scalar_like(e, like, x);
+  kiln_value b = y->k == KV_TENSOR ? y->t : ke_scalar_like(e, like, y);
   kf_op op = n->binary.op;
   kiln_value r;
   if (op == KF_OP_FLOORDIV || op == KF_OP_MOD) {
@@ -1108,11 +652,11 @@ static kiln_status tensor_binary(ke_eval *e, const kf_node *n, const kv *x, cons
     r = kiln_matmul(g, a, b);
   } else {
     const char *name = tensor_op(op);
-    if (!name) return fail_at(e, n, "internal error: tensor '%s'", kf_op_text(op));
+    if (!name) return ke_fail_at(e, n, "internal error: tensor '%s'", kf_op_text(op));
     r = kiln_binary(g, name, a, b);
   }
   *out = mk_tensor(r);
-  return graph_check(e, n, r);
+  return ke_graph_check(e, n, r);
 }
 
 /* ------------------------------------------------------------- operators */
@@ -1129,7 +673,7 @@ static kiln_status eval_binary(ke_eval *e, const ke_bind *env, const kf_node *n,
     }
     if ((s = eval(e, env, n->binary.b, &y)) != KILN_OK) return s;
     if (y.k != KV_BOOL)
-      return fail_at(e, n, "'%s' needs bools, got %s", kf_op_text(op), kind_name(&y));
+      return ke_fail_at(e, n, "'%s' needs bools, got %s", kf_op_text(op), ke_kind_name(&y));
     *out = y;
     return KILN_OK;
   }
@@ -1139,15 +683,15 @@ static kiln_status eval_binary(ke_eval *e, const ke_bind *env, const kf_node *n,
     return tensor_binary(e, n, &x, &y, out);
   if (op >= KF_OP_EQ && op <= KF_OP_GE) return compare(e, n, &x, &y, out);
   if (op == KF_OP_AND || op == KF_OP_OR)
-    return fail_at(e, n, "'%s' needs bools, got %s", kf_op_text(op), kind_name(&x));
+    return ke_fail_at(e, n, "'%s' needs bools, got %s", kf_op_text(op), ke_kind_name(&x));
   if (is_num(&x) && is_num(&y)) return num_arith(e, n, &x, &y, out);
   if (!e->b && (x.k == KV_INPUT || y.k == KV_INPUT))
-    return fail_at(e, n,
+    return ke_fail_at(e, n,
                    "a model input is data: '%s' on it belongs inside a function given to a layer "
                    "(lambda_layer(fn(x) => ...))",
                    kf_op_text(op));
-  return fail_at(e, n, "unsupported operands of '%s': %s and %s", kf_op_text(op), kind_name(&x),
-                 kind_name(&y));
+  return ke_fail_at(e, n, "unsupported operands of '%s': %s and %s", kf_op_text(op),
+                    ke_kind_name(&x), ke_kind_name(&y));
 }
 
 static kiln_status eval_unary(ke_eval *e, const ke_bind *env, const kf_node *n, kv *out) {
@@ -1159,21 +703,21 @@ static kiln_status eval_unary(ke_eval *e, const ke_bind *env, const kf_node *n, 
       *out = mk_bool(!x.b);
     else if (x.k == KV_TENSOR) {
       *out = mk_tensor(kiln_unary(e->b->g, "logical_not", x.t));
-      return graph_check(e, n, out->t);
+      return ke_graph_check(e, n, out->t);
     } else
-      return fail_at(e, n, "'not' needs a bool, got %s", kind_name(&x));
+      return ke_fail_at(e, n, "'not' needs a bool, got %s", ke_kind_name(&x));
     return KILN_OK;
   }
   if (x.k == KV_INT) {
-    if (x.i == INT64_MIN) return fail_at(e, n, "integer overflow in '-'");
+    if (x.i == INT64_MIN) return ke_fail_at(e, n, "integer overflow in '-'");
     *out = mk_int(-x.i);
   } else if (x.k == KV_FLOAT) {
     *out = mk_float(-x.f);
   } else if (x.k == KV_TENSOR) {
     *out = mk_tensor(kiln_unary(e->b->g, "neg", x.t));
-    return graph_check(e, n, out->t);
+    return ke_graph_check(e, n, out->t);
   } else {
-    return fail_at(e, n, "'-' needs a number, got %s", kind_name(&x));
+    return ke_fail_at(e, n, "'-' needs a number, got %s", ke_kind_name(&x));
   }
   return KILN_OK;
 }
@@ -1185,28 +729,28 @@ static kiln_status eval_name(ke_eval *e, const ke_bind *env, const kf_node *n, k
   if (b) {
     *out = b->v;
     if (e->b && out->k == KV_LAYER)
-      return fail_at(e, n, "'%s' is a layer: a function works on tensors and cannot use layers",
+      return ke_fail_at(e, n, "'%s' is a layer: a function works on tensors and cannot use layers",
                      n->name);
     if (e->b && out->k == KV_INPUT)
-      return fail_at(e, n,
+      return ke_fail_at(e, n,
                      "'%s' is a model input: a function sees its own parameters (fn(%s) => ...)",
                      n->name, n->name);
     return KILN_OK;
   }
   if (kl_ctor_find(n->name))
-    return fail_at(e, n, "'%s' is a layer constructor: call it, e.g. %s(...)", n->name, n->name);
-  const unary_fn *u = find_unary(n->name);
+    return ke_fail_at(e, n, "'%s' is a layer constructor: call it, e.g. %s(...)", n->name, n->name);
+  const unary_fn *u = ke_find_unary(n->name);
   if (u && u->activation)
-    return fail_at(e, n, "'%s' is a function: call it, or pass its name as a string (\"%s\")",
+    return ke_fail_at(e, n, "'%s' is a function: call it, or pass its name as a string (\"%s\")",
                    n->name, n->name);
-  if (u || find_builtin(n->name))
-    return fail_at(e, n, "'%s' is a function: call it, e.g. %s(x)", n->name, n->name);
-  return fail_at(e, n, "'%s' is not defined", n->name);
+  if (u || ke_find_builtin(n->name))
+    return ke_fail_at(e, n, "'%s' is a function: call it, e.g. %s(x)", n->name, n->name);
+  return ke_fail_at(e, n, "'%s' is not defined", n->name);
 }
 
 static kiln_status eval_list(ke_eval *e, const ke_bind *env, const kf_node *n, kv *out) {
-  kv *items = alloc(e, n->list.n * sizeof *items);
-  if (!items) return nomem(e, n);
+  kv *items = ke_alloc(e, n->list.n * sizeof *items);
+  if (!items) return ke_nomem(e, n);
   for (uint32_t i = 0; i < n->list.n; i++) {
     kiln_status s = eval(e, env, n->list.items[i], &items[i]);
     if (s != KILN_OK) return s;
@@ -1222,9 +766,10 @@ static kiln_status eval_member(ke_eval *e, const ke_bind *env, const kf_node *n,
   const char *m = n->member.name;
   if (x.k == KV_GRAPH) {
     if (!e->b)
-      return fail_at(e, n, "the graph's '%s' exists only inside a function given to a layer", m);
+      return ke_fail_at(e, n, "the graph's '%s' exists only inside a function given to a layer", m);
     const kl_graph_in *g = &e->b->graph;
-    if (!g->present) return fail_at(e, n, "graph layers need the graph: model(params, X, graph=g)");
+    if (!g->present)
+      return ke_fail_at(e, n, "graph layers need the graph: model(params, X, graph=g)");
     if (!strcmp(m, "src"))
       *out = mk_tensor(g->src);
     else if (!strcmp(m, "dst"))
@@ -1234,13 +779,13 @@ static kiln_status eval_member(ke_eval *e, const ke_bind *env, const kf_node *n,
     else if (!strcmp(m, "n"))
       *out = g->nodes >= 0 ? mk_int(g->nodes) : (kv){.k = KV_DIM, .dim = g->nodes};
     else
-      return fail_at(e, n, "a graph has no member '%s' here (src, dst, batch, n)", m);
+      return ke_fail_at(e, n, "a graph has no member '%s' here (src, dst, batch, n)", m);
     return KILN_OK;
   }
   if (x.k == KV_TENSOR && !strcmp(m, "shape")) {
     uint32_t r = kl_rank(e->b, x.t);
-    kv *items = alloc(e, (r ? r : 1) * sizeof *items);
-    if (!items) return nomem(e, n);
+    kv *items = ke_alloc(e, (r ? r : 1) * sizeof *items);
+    if (!items) return ke_nomem(e, n);
     for (uint32_t i = 0; i < r; i++) {
       kiln_dim d = kl_dim(e->b, x.t, (int)i);
       items[i] = d >= 0 ? mk_int(d) : (kv){.k = KV_DIM, .dim = d};
@@ -1249,8 +794,8 @@ static kiln_status eval_member(ke_eval *e, const ke_bind *env, const kf_node *n,
     return KILN_OK;
   }
   if (x.k == KV_LAYER)
-    return fail_at(e, n, "'.%s' of a layer is not available in model files yet", m);
-  return fail_at(e, n, "%s has no member '%s'", kind_name(&x), m);
+    return ke_fail_at(e, n, "'.%s' of a layer is not available in model files yet", m);
+  return ke_fail_at(e, n, "%s has no member '%s'", ke_kind_name(&x), m);
 }
 
 static kiln_status slice_bound(ke_eval *e, const kf_node *b, const ke_bind *env, int64_t *out,
@@ -1261,7 +806,8 @@ static kiln_status slice_bound(ke_eval *e, const kf_node *b, const ke_bind *env,
   kiln_status s = eval(e, env, b, &v);
   if (s != KILN_OK) return s;
   if (v.k == KV_NONE) return KILN_OK;
-  if (v.k != KV_INT) return fail_at(e, b, "a slice bound must be an int, got %s", kind_name(&v));
+  if (v.k != KV_INT)
+    return ke_fail_at(e, b, "a slice bound must be an int, got %s", ke_kind_name(&v));
   *out = v.i;
   *given = true;
   return KILN_OK;
@@ -1273,17 +819,18 @@ static kiln_status eval_index(ke_eval *e, const ke_bind *env, const kf_node *n, 
   kiln_status s = eval(e, env, n->index.obj, &x);
   if (s != KILN_OK) return s;
   if (x.k != KV_LIST)
-    return fail_at(e, n, "indexing %s is not available in model files yet", kind_name(&x));
-  if (n->index.n != 1) return fail_at(e, n, "a list takes one index, got %u", n->index.n);
+    return ke_fail_at(e, n, "indexing %s is not available in model files yet", ke_kind_name(&x));
+  if (n->index.n != 1) return ke_fail_at(e, n, "a list takes one index, got %u", n->index.n);
   const kf_node *it = n->index.items[0];
   int64_t len = x.list.n;
   if (it->kind != KF_SLICE) {
     kv i;
     if ((s = eval(e, env, it, &i)) != KILN_OK) return s;
-    if (i.k != KV_INT) return fail_at(e, it, "a list index must be an int, got %s", kind_name(&i));
+    if (i.k != KV_INT)
+      return ke_fail_at(e, it, "a list index must be an int, got %s", ke_kind_name(&i));
     int64_t k = i.i < 0 ? i.i + len : i.i;
     if (k < 0 || k >= len)
-      return fail_at(e, it, "index %lld is out of range for a list of %lld", (long long)i.i,
+      return ke_fail_at(e, it, "index %lld is out of range for a list of %lld", (long long)i.i,
                      (long long)len);
     *out = x.list.items[k];
     return KILN_OK;
@@ -1294,7 +841,7 @@ static kiln_status eval_index(ke_eval *e, const ke_bind *env, const kf_node *n, 
       (s = slice_bound(e, it->slice.lo, env, &lo, &glo)) != KILN_OK ||
       (s = slice_bound(e, it->slice.hi, env, &hi, &ghi)) != KILN_OK)
     return s;
-  if (step == 0) return fail_at(e, it, "a slice step cannot be zero");
+  if (step == 0) return ke_fail_at(e, it, "a slice step cannot be zero");
   /* Python's slice.indices */
   int64_t lower = step < 0 ? -1 : 0, upper = step < 0 ? len - 1 : len;
   if (!glo)
@@ -1308,8 +855,8 @@ static kiln_status eval_index(ke_eval *e, const ke_bind *env, const kf_node *n, 
   uint32_t cnt = 0;
   for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step)
     cnt++;
-  kv *items = alloc(e, cnt * sizeof *items);
-  if (!items) return nomem(e, n);
+  kv *items = ke_alloc(e, cnt * sizeof *items);
+  if (!items) return ke_nomem(e, n);
   cnt = 0;
   for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step)
     items[cnt++] = x.list.items[i];
@@ -1319,7 +866,7 @@ static kiln_status eval_index(ke_eval *e, const ke_bind *env, const kf_node *n, 
 
 static kiln_status eval(ke_eval *e, const ke_bind *env, const kf_node *n, kv *out) {
   if (!e->fuel)
-    return fail_at(e, n, "the model file takes too long to evaluate (more than %u steps)",
+    return ke_fail_at(e, n, "the model file takes too long to evaluate (more than %u steps)",
                    e->b ? BUILD_FUEL : LOAD_FUEL);
   e->fuel--;
   switch (n->kind) {
@@ -1349,21 +896,21 @@ static kiln_status eval(ke_eval *e, const ke_bind *env, const kf_node *n, kv *ou
   case KF_INDEX:
     return eval_index(e, env, n, out);
   case KF_SLICE:
-    return fail_at(e, n, "a slice exists only inside [...]");
+    return ke_fail_at(e, n, "a slice exists only inside [...]");
   case KF_UNARY:
     return eval_unary(e, env, n, out);
   case KF_BINARY:
     return eval_binary(e, env, n, out);
   case KF_LAMBDA: {
-    ke_lambda *f = alloc(e, sizeof *f);
-    if (!f) return nomem(e, n);
+    ke_lambda *f = ke_alloc(e, sizeof *f);
+    if (!f) return ke_nomem(e, n);
     f->node = n;
     f->env = env;
     *out = (kv){.k = KV_FN, .fn = f};
     return KILN_OK;
   }
   }
-  return fail_at(e, n, "internal error: node kind %d", (int)n->kind);
+  return ke_fail_at(e, n, "internal error: node kind %d", (int)n->kind);
 }
 
 /* ------------------------------------------------------------ statements */
@@ -1378,8 +925,8 @@ static kiln_status add_input(ke_eval *e, const kf_stmt *st, kiln_model_input *in
   in->kind = strcmp(st->name, "mask") ? KILN_INPUT_TENSOR : KILN_INPUT_MASK;
   in->dtype = t->dtype;
   in->rank = t->rank;
-  int64_t *dims = alloc(e, (t->rank ? t->rank : 1) * sizeof *dims);
-  const char **syms = alloc(e, (t->rank ? t->rank : 1) * sizeof *syms);
+  int64_t *dims = ke_alloc(e, (t->rank ? t->rank : 1) * sizeof *dims);
+  const char **syms = ke_alloc(e, (t->rank ? t->rank : 1) * sizeof *syms);
   if (!dims || !syms) return kir_fail(e->ctx, KILN_ERR_NOMEM, "%s: out of memory", st->name);
   bool any = false;
   for (uint32_t i = 0; i < t->rank; i++) {
@@ -1396,8 +943,8 @@ static kiln_status add_input(ke_eval *e, const kf_stmt *st, kiln_model_input *in
 static kiln_status name_fn(ke_eval *e, const kf_stmt *st, ke_lambda *lam) {
   kiln_model_file *mf = e->mf;
   kl_fn *f = fn_of(e, st->value, lam);
-  const char **names = alloc(e, (mf->nnamed + 1) * sizeof *names);
-  kl_fn **fns = alloc(e, (mf->nnamed + 1) * sizeof *fns);
+  const char **names = ke_alloc(e, (mf->nnamed + 1) * sizeof *names);
+  kl_fn **fns = ke_alloc(e, (mf->nnamed + 1) * sizeof *fns);
   if (!f || !names || !fns) return kir_fail(e->ctx, KILN_ERR_NOMEM, "%s: out of memory", st->name);
   if (mf->nnamed) {
     memcpy(names, mf->fn_names, mf->nnamed * sizeof *names);
@@ -1415,7 +962,7 @@ static kiln_status run_module(ke_eval *e, const kf_module *m) {
   uint32_t ninputs = 0;
   for (uint32_t i = 0; i < m->nstmts; i++)
     ninputs += m->stmts[i].kind == KF_STMT_INPUT;
-  mf->inputs = alloc(e, (ninputs ? ninputs : 1) * sizeof *mf->inputs);
+  mf->inputs = ke_alloc(e, (ninputs ? ninputs : 1) * sizeof *mf->inputs);
   if (!mf->inputs) return kir_fail(e->ctx, KILN_ERR_NOMEM, "%s: out of memory", m->file);
   const ke_bind *env = NULL;
   for (uint32_t i = 0; i < m->nstmts; i++) {
@@ -1439,7 +986,7 @@ static kiln_status run_module(ke_eval *e, const kf_module *m) {
   kiln_status s = eval(e, env, m->model, &model);
   if (s != KILN_OK) return s;
   if (model.k != KV_LAYER)
-    return fail_at(e, m->model, "the model must be a layer, got %s", kind_name(&model));
+    return ke_fail_at(e, m->model, "the model must be a layer, got %s", ke_kind_name(&model));
   mf->model = model.layer;
   return KILN_OK;
 }

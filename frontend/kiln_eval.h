@@ -1,0 +1,134 @@
+/*
+ * kiln_eval.h — what the two halves of the .kiln evaluator share: the values
+ * of a model file, the evaluator's state, its error helpers, and the tensor
+ * functions (kiln_builtins.c) that the evaluator (kiln_eval.c) calls.
+ * Internal to frontend/.
+ */
+#ifndef KILN_FRONTEND_EVAL_H
+#define KILN_FRONTEND_EVAL_H
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/kiln_ast.h"
+#include "layers/layers.h"
+
+/* ------------------------------------------------------------------ values */
+
+typedef enum kv_kind {
+  KV_NONE,
+  KV_INT,
+  KV_FLOAT,
+  KV_BOOL,
+  KV_STR,
+  KV_LIST,
+  KV_LAYER,  /* borrowed: owned by the model file's pool or by another layer */
+  KV_FN,     /* a lambda and the environment it captured */
+  KV_TENSOR, /* build time only: a value of the kl_build's graph */
+  KV_DIM,    /* build time only: a symbolic size (a graph's node count) */
+  KV_INPUT,  /* a tensor input of the model */
+  KV_GRAPH   /* the graph input of the model */
+} kv_kind;
+
+typedef struct kv kv;
+typedef struct ke_bind ke_bind;
+
+typedef struct ke_lambda {
+  const kf_node *node; /* the KF_LAMBDA */
+  const ke_bind *env;  /* what it captured */
+  kl_fn *fn;           /* made once, when first passed to a constructor */
+} ke_lambda;
+
+struct kv {
+  kv_kind k;
+  union {
+    int64_t i;
+    double f;
+    bool b;
+    const char *s;
+    struct {
+      kv *items;
+      uint32_t n;
+    } list;
+    kl_layer *layer;
+    ke_lambda *fn;
+    kiln_value t;
+    kiln_dim dim;
+    const kiln_model_input *input;
+  };
+};
+
+struct ke_bind {
+  const char *name;
+  kv v;
+  const ke_bind *next;
+};
+
+/* The syntax tree and the load-time values, shared by the model file and its lambdas. */
+typedef struct ke_shared {
+  uint32_t refs;
+  kir_arena ast;
+  kir_arena vals;
+} ke_shared;
+
+typedef struct ke_eval {
+  kiln_ctx *ctx;
+  ke_shared *sh;
+  kir_arena *arena;    /* where new values go: the shared block, or the build's arena */
+  kiln_model_file *mf; /* load time: owns what is made; NULL at build time */
+  kl_build *b;         /* build time: the graph bodies emit into; NULL at load time */
+  uint32_t fuel;
+  unsigned calls;
+} ke_eval;
+
+typedef struct ke_args {
+  uint32_t npos, nkw;
+  kv *pos, *kw;
+  const kf_node **pos_node, **kw_node;
+  const char **kwnames;
+} ke_args;
+
+/* The elementwise functions of one argument, on numbers and (through the op table or
+ * the activations) on tensors. */
+typedef struct unary_fn {
+  const char *name;
+  double (*f)(double);
+  bool activation; /* on tensors through kl_activation (so it matches activation(name)) */
+} unary_fn;
+
+static inline bool is_num(const kv *v) { return v->k == KV_INT || v->k == KV_FLOAT; }
+static inline double num(const kv *v) { return v->k == KV_INT ? (double)v->i : v->f; }
+static inline kv mk_int(int64_t i) { return (kv){.k = KV_INT, .i = i}; }
+static inline kv mk_float(double f) { return (kv){.k = KV_FLOAT, .f = f}; }
+static inline kv mk_bool(bool b) { return (kv){.k = KV_BOOL, .b = b}; }
+static inline kv mk_tensor(kiln_value t) { return (kv){.k = KV_TENSOR, .t = t}; }
+
+/* ---- errors and memory (kiln_eval.c) ---- */
+
+const char *ke_kind_name(const kv *v);
+/* An error of the file at node `n`: a bad file at load time, a type error at build time. */
+kiln_status ke_fail_at(ke_eval *e, const kf_node *n, const char *fmt, ...) KIR_PRINTF(3, 4);
+/* Puts node n's position in front of the message already on the context. */
+kiln_status ke_locate(ke_eval *e, const kf_node *n, kiln_status s);
+kiln_status ke_nomem(ke_eval *e, const kf_node *n);
+/* After emitting ops: the graph's sticky error, located at n. */
+kiln_status ke_graph_check(ke_eval *e, const kf_node *n, kiln_value v);
+void *ke_alloc(ke_eval *e, size_t n);
+
+/* ---- the tensor functions (kiln_builtins.c) ---- */
+
+/* The tensor a number becomes next to tensor `like`: a scalar of its dtype. */
+kiln_value ke_scalar_like(ke_eval *e, kiln_value like, const kv *v);
+/* An elementwise function of one argument (exp, relu, ...) by name, or NULL. */
+const unary_fn *ke_find_unary(const char *name);
+/* Whether `name` is a tensor function of more than one argument (sum, softmax, ...). */
+const struct builtin *ke_find_builtin(const char *name);
+/* A tensor function (or its number version); false if `name` is none of them. */
+bool ke_call_builtin(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
+                     kv *out, kiln_status *s);
+
+#endif
