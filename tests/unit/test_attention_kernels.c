@@ -22,6 +22,7 @@
  *     checks every access against its buffer's bounds (no device needed).
  *   - NVRTC (sm_90 cubin) and HIPRTC (gfx90a) compile the forward and
  *     backward kernels of a few cases; skipped with the reason where absent.
+ *   - Symbolic B, T and S on Vulkan, forward and backward.
  *   - On lavapipe, a backward pass over its loop limit (65535 iterations per
  *     invocation) is refused with KILN_ERR_UNSUPPORTED, not run wrong.
  * Without a Vulkan device those parts print why and pass.
@@ -136,15 +137,15 @@ static void graphs_free(graphs *gs) {
   kiln_ctx_destroy(gs->ctx);
 }
 
-static bool graphs_make(const acase *c, bool grad, const char *what, graphs *gs) {
+static bool graphs_parse(const char *text, const char *name, bool grad, const char *what,
+                         graphs *gs) {
   *gs = (graphs){.ctx = kiln_ctx_create()};
-  char *text = graph_text(c, grad);
-  if (!gs->ctx || !text) return free(text), fail(what, "out of memory"), false;
-  kiln_status s = kiln_graph_parse(gs->ctx, text, strlen(text), c->name, &gs->g);
-  free(text);
+  if (!gs->ctx || !text) return fail(what, "out of memory"), false;
+  kiln_status s = kiln_graph_parse(gs->ctx, text, strlen(text), name, &gs->g);
   if (s != KILN_OK) return fail(what, "parse: %s", kiln_ctx_error(gs->ctx)), false;
   if (!(gs->tg = kp_attention_tiling(gs->g)))
     return fail(what, "the pass failed: %s", kiln_ctx_error(gs->ctx)), false;
+  if (!prints(gs->tg, "flash_attention(")) return fail(what, "the pass left attention"), false;
   if (!grad) {
     gs->ref = gs->g, gs->dev = gs->tg;
     return true;
@@ -156,6 +157,13 @@ static bool graphs_make(const acase *c, bool grad, const char *what, graphs *gs)
   if (!prints(gs->dev, "flash_attention_grad("))
     return fail(what, "the gradient graph has no flash_attention_grad"), false;
   return true;
+}
+
+static bool graphs_make(const acase *c, bool grad, const char *what, graphs *gs) {
+  char *text = graph_text(c, grad);
+  bool ok = graphs_parse(text, c->name, grad, what, gs);
+  free(text);
+  return ok;
 }
 
 /* ---- tensors ---- */
@@ -181,15 +189,19 @@ static void run_data_free(run_data *r) {
   }
 }
 
-/* Fresh random inputs (the mask in [-2, 0]) and the interpreter's results on `ref`. */
-static bool reference(const graphs *gs, const char *what, run_data *r) {
+/*
+ * Fresh random inputs (the mask in [-2, 0]) and the interpreter's results on
+ * `ref`; dims[p], where given, are parameter p's sizes (for symbolic graphs).
+ */
+static bool reference(const graphs *gs, const char *what, const int64_t (*dims)[4], run_data *r) {
   kiln_graph *g = gs->dev;
   *r = (run_data){.nin = g->nparams, .nout = g->nresults};
   if (r->nin > MAXP || r->nout > MAXP) return fail(what, "too many values"), false;
   for (uint32_t p = 0; p < r->nin; p++) {
     const kir_type *t = &g->values[g->params[p]].type;
     const char *name = g->values[g->params[p]].name;
-    if (kiln_tensor_create(gs->ctx, t->dtype, t->rank, t->dims, &r->host[p]) != KILN_OK)
+    const int64_t *shape = dims && t->rank <= 4 ? dims[p] : t->dims;
+    if (kiln_tensor_create(gs->ctx, t->dtype, t->rank, shape, &r->host[p]) != KILN_OK)
       return fail(what, "out of memory"), false;
     for (size_t e = 0; e < r->host[p]->numel; e++) {
       double v = name && !strcmp(name, "m") ? uniform() - 1 : uniform();
@@ -241,7 +253,7 @@ static void run_vulkan(const acase *c, bool grad) {
   }
   graphs gs;
   run_data r = {0};
-  if (graphs_make(c, grad, what, &gs) && reference(&gs, what, &r)) {
+  if (graphs_make(c, grad, what, &gs) && reference(&gs, what, NULL, &r)) {
     double t0 = now();
     kiln_status s = kiln_graph_run(gs.dev, KILN_BACKEND_VULKAN, r.nin, r.host, r.nout, r.out, NULL);
     double secs = now() - t0;
@@ -253,6 +265,41 @@ static void run_vulkan(const acase *c, bool grad) {
       int before = failures;
       double d = check_results(c, what, gs.dev, res, &r);
       if (failures == before) printf("ok   %-44s max rel diff %.2g, %.2f s\n", what, d, secs);
+    }
+  }
+  run_data_free(&r);
+  graphs_free(&gs);
+}
+
+/* Symbolic batch and lengths, bound from the inputs: B = 2, T = 9, S = 11, causal, a [T, S] mask. */
+static void test_symbolic(bool grad) {
+  static const char fwd[] =
+      "func @main(%q: f32[B, 4, T, 16], %k: f32[B, 2, S, 16], %v: f32[B, 2, S, 8], %m: f32[T, S])"
+      " -> (f32[B, 4, T, 8]) {\n"
+      "  %a = attention(%q, %k, %v, %m) {causal = true} : f32[B, 4, T, 8]\n  return %a\n}\n";
+  static const char bwd[] =
+      "func @main(%q: f32[B, 4, T, 16], %k: f32[B, 2, S, 16], %v: f32[B, 2, S, 8], %m: f32[T, S],"
+      " %r: f32[B, 4, T, 8]) -> (f32[]) {\n"
+      "  %a = attention(%q, %k, %v, %m) {causal = true} : f32[B, 4, T, 8]\n"
+      "  %p = mul(%a, %r) : f32[B, 4, T, 8]\n"
+      "  %l = reduce_sum(%p) {axes = [0, 1, 2, 3]} : f32[]\n  return %l\n}\n";
+  static const int64_t dims[][4] = {{2, 4, 9, 16}, {2, 2, 11, 16}, {2, 2, 11, 8}, {9, 11}, {2, 4, 9, 8}};
+  char what[96];
+  snprintf(what, sizeof what, "vulkan symbolic B T S %s", grad ? "backward" : "forward");
+  acase c = {"symbolic", "f32", 0, 0, 0, 0, 0, 0, 0, true, 1, !grad, grad, false, false};
+  graphs gs;
+  run_data r = {0};
+  if (graphs_parse(grad ? bwd : fwd, "symbolic", grad, what, &gs) &&
+      reference(&gs, what, dims, &r)) {
+    kiln_status s = kiln_graph_run(gs.dev, KILN_BACKEND_VULKAN, r.nin, r.host, r.nout, r.out, NULL);
+    if (s != KILN_OK) {
+      fail(what, "%s", kiln_ctx_error(gs.ctx));
+    } else {
+      void *res[MAXP];
+      for (uint32_t i = 0; i < r.nout; i++) res[i] = r.out[i]->data;
+      int before = failures;
+      double d = check_results(&c, what, gs.dev, res, &r);
+      if (failures == before) printf("ok   %-44s max rel diff %.2g\n", what, d);
     }
   }
   run_data_free(&r);
@@ -314,7 +361,7 @@ static void run_interp(const acase *c, bool grad) {
   kir_arena arena = {0};
   void *res[MAXP] = {0};
   kcg_program *p = NULL;
-  if (graphs_make(c, grad, what, &gs) && reference(&gs, what, &r) &&
+  if (graphs_make(c, grad, what, &gs) && reference(&gs, what, NULL, &r) &&
       (p = lower_kernels(&gs, gs.dev, &arena, what))) {
     void *in[MAXP];
     int64_t sizes[1] = {0};
@@ -430,7 +477,11 @@ int main(void) {
     if (cases[i].fwd) run_vulkan(&cases[i], false);
     if (cases[i].grad) run_vulkan(&cases[i], true);
   }
-  if (have_vk) test_loop_limit();
+  if (have_vk) {
+    test_symbolic(false);
+    test_symbolic(true);
+    test_loop_limit();
+  }
   for (size_t i = 0; i < n; i++)
     if (cases[i].gpu) compile_gpu(&cases[i]);
   printf("%d failures\n", failures);
