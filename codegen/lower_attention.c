@@ -25,9 +25,10 @@
  *     p = exp(s - lse) recomputed in both. Each result element has one
  *     writer: no atomics, and the sums run in the reference's order.
  *
- * Every score is a D-long dot product computed once per (row, key) pair;
- * out, dq, dk and dv rows are read and written once per key: O(T S (D + Dv))
- * work with memory linear in T and S. f16 and bf16 are refused by the
+ * Every score is a D-long dot product computed once per (row, key) pair in
+ * each kernel that needs it (the forward one, dq and dkdv); out, dq, dk and
+ * dv rows are read and written once per key: O(T S (D + Dv)) work with
+ * memory linear in T and S (docs/flash-attention.md). f16 and bf16 are refused by the
  * driver before this runs, as for every op.
  */
 #include <math.h>
