@@ -20,16 +20,20 @@
  *     with lse -inf, as the reference's.
  *   - backward (Dao, FlashAttention-2): delta_i = dout_i . out_i (a [B,H,T]
  *     temporary), then dq per query row (b, h, i) over the keys it sees,
- *     and dk, dv per key row (b, kv head, j) over the query heads of its
- *     group and the queries that see it (i >= j when causal), with
- *     p = exp(s - lse) recomputed in both. Each result element has one
- *     writer: no atomics, and the sums run in the reference's order.
+ *     and dk, dv per key row (b, h, j) over the queries that see it
+ *     (i >= j when causal), with p = exp(s - lse) recomputed in both. Each
+ *     result element has one writer: no atomics, and the sums over the
+ *     queries run in the reference's order.
+ *
+ * With grouped heads (Hk < H) dk and dv are summed per query head into
+ * [B, H, S, D] and [B, H, S, Dv] temporaries, then over each kv head's group
+ * (dk_sum, dv_sum): every invocation loops over T queries, not (H/Hk) T.
  *
  * Every score is a D-long dot product computed once per (row, key) pair in
  * each kernel that needs it (the forward one, dq and dkdv); out, dq, dk and
  * dv rows are read and written once per key: O(T S (D + Dv)) work with
- * memory linear in T and S (docs/flash-attention.md). f16 and bf16 are refused by the
- * driver before this runs, as for every op.
+ * memory linear in T and S (docs/flash-attention.md). f16 and bf16 are
+ * refused by the driver before this runs, as for every op.
  */
 #include <math.h>
 
@@ -74,9 +78,11 @@ static kcg_ref fconst(fa_kern *f, double v) { return kcg_const_f(f->k, f->t, v);
 static kcg_ref fbin(fa_kern *f, uint16_t op, kcg_ref a, kcg_ref b) {
   return kcg_binary(f->k, op, a, b);
 }
-static kcg_ref ld(fa_kern *f, uint32_t buf, kcg_ref at) { return kcg_load(f->k, buf, at, KCG_NONE); }
+static kcg_ref ld(fa_kern *f, uint32_t buf, kcg_ref at) {
+  return kcg_load(f->k, buf, at, KCG_NONE);
+}
 
-/* The mask's strides: right-aligned against [B, H, T, S], 0 on its dims of 1 (also symbolic ones). */
+/* The mask's strides, right-aligned against [B, H, T, S]: 0 on its dims of 1 (also symbolic). */
 static void mask_strides(fa_kern *f, const kir_type *mt) {
   kcg_kernel *k = f->k;
   kcg_ref st[KIR_MAX_RANK];
@@ -84,7 +90,8 @@ static void mask_strides(fa_kern *f, const kir_type *mt) {
   for (int a = 0; a < 4; a++) {
     int j = a - (4 - mt->rank);
     kir_dim d = j >= 0 ? mt->dims[j] : 1;
-    if (!KIR_DIM_IS_SYM(d)) f->mst[a] = d != 1 ? st[j] : kcg_i64(k, 0);
+    if (!KIR_DIM_IS_SYM(d))
+      f->mst[a] = d != 1 ? st[j] : kcg_i64(k, 0);
     else
       f->mst[a] = kcg_select(k, kcg_binary(k, KIR_OP_eq, kcg_dim(k, d), kcg_i64(k, 1)),
                              kcg_i64(k, 0), st[j]);
@@ -95,16 +102,16 @@ static void mask_strides(fa_kern *f, const kir_type *mt) {
  * Starts kernel `what` binding the program buffers pb[FQ..FDV] that are used
  * (bit s of `use`), those in `written` as results.
  */
-static bool fa_begin(kcg_lower_ctx *lc, const kir_inst *inst, const char *what,
-                     const uint32_t *pb, unsigned use, unsigned written, fa_kern *f) {
+static bool fa_begin(kcg_lower_ctx *lc, const kir_inst *inst, const char *what, const uint32_t *pb,
+                     unsigned use, unsigned written, fa_kern *f) {
   *f = (fa_kern){.lc = lc, .t = kcg_in_type(lc, 0)->dtype, .causal = inst->attrs[0].i != 0};
   if (!(f->k = kcg_lower_kernel(lc, what))) return false;
   kcg_kernel *k = f->k;
-  uint32_t *kb[FNBUF] = {&f->q, &f->kb, &f->v, &f->mask, &f->out, &f->lse,
-                         &f->dout, &f->delta, &f->dq, &f->dk, &f->dv};
+  uint32_t *kb[FNBUF] = {&f->q,    &f->kb,    &f->v,  &f->mask, &f->out, &f->lse,
+                         &f->dout, &f->delta, &f->dq, &f->dk,   &f->dv};
   for (unsigned s = 0; s < FNBUF; s++)
-    *kb[s] = use >> s & 1 && pb[s] != KCG_NONE ? kcg_lower_arg(lc, pb[s], written >> s & 1)
-                                               : KCG_NONE;
+    *kb[s] =
+        use >> s & 1 && pb[s] != KCG_NONE ? kcg_lower_arg(lc, pb[s], written >> s & 1) : KCG_NONE;
   const kir_type *qt = kcg_in_type(lc, 0), *kt = kcg_in_type(lc, 1), *vt = kcg_in_type(lc, 2);
   f->B = kcg_dim(k, qt->dims[0]), f->H = kcg_dim(k, qt->dims[1]);
   f->T = kcg_dim(k, qt->dims[2]), f->D = kcg_dim(k, qt->dims[3]);
@@ -112,11 +119,13 @@ static bool fa_begin(kcg_lower_ctx *lc, const kir_inst *inst, const char *what,
   f->Dv = kcg_dim(k, vt->dims[3]);
   f->G = kcg_div(k, f->H, f->Hk);
   double sc = inst->attrs[1].f;
-  if (sc != 0) f->scale = fconst(f, sc);
-  else if (!KIR_DIM_IS_SYM(qt->dims[3])) f->scale = fconst(f, 1 / sqrt((double)qt->dims[3]));
+  if (sc != 0)
+    f->scale = fconst(f, sc);
+  else if (!KIR_DIM_IS_SYM(qt->dims[3]))
+    f->scale = fconst(f, 1 / sqrt((double)qt->dims[3]));
   else
-    f->scale = fbin(f, KIR_OP_div, fconst(f, 1),
-                    kcg_unary(k, KIR_OP_sqrt, kcg_cast(k, f->t, f->D)));
+    f->scale =
+        fbin(f, KIR_OP_div, fconst(f, 1), kcg_unary(k, KIR_OP_sqrt, kcg_cast(k, f->t, f->D)));
   if (f->mask != KCG_NONE) mask_strides(f, kcg_lower_type(lc, pb[FMASK]));
   return !k->oom;
 }
@@ -200,7 +209,8 @@ static kcg_ref kv_base(fa_kern *f, kcg_ref b, kcg_ref h) {
 static bool forward_kernel(kcg_lower_ctx *lc, const kir_inst *inst, const uint32_t *pb) {
   fa_kern f;
   unsigned use = BIT(FQ) | BIT(FK) | BIT(FV) | BIT(FMASK) | BIT(FOUT) | BIT(FLSE);
-  if (!fa_begin(lc, inst, "", pb, use, BIT(FOUT) | BIT(FLSE), &f)) return kcg_lower_fail(lc, KILN_ERR_NOMEM, "out of memory");
+  if (!fa_begin(lc, inst, "", pb, use, BIT(FOUT) | BIT(FLSE), &f))
+    return kcg_lower_fail(lc, KILN_ERR_NOMEM, "out of memory");
   kcg_kernel *k = f.k;
   kcg_ref r, b, h, i, j, e;
   kcg_ref rows = kcg_mul(k, kcg_mul(k, f.B, f.H), f.T);
@@ -224,12 +234,12 @@ static bool forward_kernel(kcg_lower_ctx *lc, const kir_inst *inst, const uint32
   kcg_ref none = fbin(&f, KIR_OP_eq, kcg_local(k, mn), ninf);
   kcg_assign(k, lj, al,
              kcg_select(k, none, fconst(&f, 1),
-                        kcg_unary(k, KIR_OP_exp, fbin(&f, KIR_OP_sub, kcg_local(k, m),
-                                                      kcg_local(k, mn)))));
+                        kcg_unary(k, KIR_OP_exp,
+                                  fbin(&f, KIR_OP_sub, kcg_local(k, m), kcg_local(k, mn)))));
   kcg_assign(k, lj, p,
              kcg_select(k, none, fconst(&f, 0),
-                        kcg_unary(k, KIR_OP_exp, fbin(&f, KIR_OP_sub, kcg_local(k, s),
-                                                      kcg_local(k, mn)))));
+                        kcg_unary(k, KIR_OP_exp,
+                                  fbin(&f, KIR_OP_sub, kcg_local(k, s), kcg_local(k, mn)))));
   kcg_assign(k, lj, l,
              fbin(&f, KIR_OP_add, fbin(&f, KIR_OP_mul, kcg_local(k, l), kcg_local(k, al)),
                   kcg_local(k, p)));
@@ -251,7 +261,8 @@ static bool forward_kernel(kcg_lower_ctx *lc, const kir_inst *inst, const uint32
 /* delta[r] = dout_r . out_r over the query rows. */
 static bool delta_kernel(kcg_lower_ctx *lc, const kir_inst *inst, const uint32_t *pb) {
   fa_kern f;
-  if (!fa_begin(lc, inst, "delta", pb, BIT(FOUT) | BIT(FDOUT) | BIT(FDELTA), BIT(FDELTA), &f)) return kcg_lower_fail(lc, KILN_ERR_NOMEM, "out of memory");
+  if (!fa_begin(lc, inst, "delta", pb, BIT(FOUT) | BIT(FDOUT) | BIT(FDELTA), BIT(FDELTA), &f))
+    return kcg_lower_fail(lc, KILN_ERR_NOMEM, "out of memory");
   kcg_kernel *k = f.k;
   kcg_ref r, e;
   uint32_t lr = kcg_loop(k, KCG_NONE, kcg_mul(k, kcg_mul(k, f.B, f.H), f.T), true, &r);
@@ -287,7 +298,8 @@ static void p_and_ds(fa_kern *f, uint32_t parent, kcg_ref r, kcg_ref b, kcg_ref 
 static bool dq_kernel(kcg_lower_ctx *lc, const kir_inst *inst, const uint32_t *pb) {
   fa_kern f;
   unsigned use = BIT(FQ) | BIT(FK) | BIT(FV) | BIT(FMASK) | BIT(FLSE) | BIT(FDOUT) | BIT(FDELTA);
-  if (!fa_begin(lc, inst, "dq", pb, use | BIT(FDQ), BIT(FDQ), &f)) return kcg_lower_fail(lc, KILN_ERR_NOMEM, "out of memory");
+  if (!fa_begin(lc, inst, "dq", pb, use | BIT(FDQ), BIT(FDQ), &f))
+    return kcg_lower_fail(lc, KILN_ERR_NOMEM, "out of memory");
   kcg_kernel *k = f.k;
   kcg_ref r, b, h, i, j, d;
   uint32_t lr = kcg_loop(k, KCG_NONE, kcg_mul(k, kcg_mul(k, f.B, f.H), f.T), true, &r);
@@ -309,32 +321,37 @@ static bool dq_kernel(kcg_lower_ctx *lc, const kir_inst *inst, const uint32_t *p
 }
 
 /*
- * dk_c, dv_c of key row c = (b, kv head hk, j): over the query heads h of the
- * group and the queries i that see key j (i >= j when causal),
- * dv += p dout_i and dk += ds q_i.
+ * dk, dv of key j from the queries i that see it (i >= j when causal):
+ * dv += p dout_i and dk += ds q_i. With one query head per kv head (H = Hk
+ * statically) one invocation per key row (b, h, j) writes dk and dv; with
+ * grouped heads (FDK, FDV are then [B, H, S, D] and [B, H, S, Dv]
+ * temporaries) it writes the head's partial sums, which dkdv_sum adds up
+ * per kv head. Either way an invocation loops over T queries, not G T, and
+ * there are B H S of them.
  */
 static bool dkdv_kernel(kcg_lower_ctx *lc, const kir_inst *inst, const uint32_t *pb) {
   fa_kern f;
   unsigned use = BIT(FQ) | BIT(FK) | BIT(FV) | BIT(FMASK) | BIT(FLSE) | BIT(FDOUT) | BIT(FDELTA);
-  if (!fa_begin(lc, inst, "dkdv", pb, use | BIT(FDK) | BIT(FDV), BIT(FDK) | BIT(FDV), &f)) return kcg_lower_fail(lc, KILN_ERR_NOMEM, "out of memory");
+  unsigned out = BIT(FDK) | BIT(FDV);
+  if (!fa_begin(lc, inst, "dkdv", pb, use | out, out, &f))
+    return kcg_lower_fail(lc, KILN_ERR_NOMEM, "out of memory");
   kcg_kernel *k = f.k;
-  kcg_ref c, g, ii, e, d;
-  uint32_t lc_ = kcg_loop(k, KCG_NONE, kcg_mul(k, kcg_mul(k, f.B, f.Hk), f.S), true, &c);
+  kcg_ref c, ii, e, d;
+  uint32_t lc_ = kcg_loop(k, KCG_NONE, kcg_mul(k, kcg_mul(k, f.B, f.H), f.S), true, &c);
   check_heads(&f, lc_);
-  kcg_ref bk = kcg_div(k, c, f.S), j = kcg_sub(k, c, kcg_mul(k, bk, f.S));
-  kcg_ref b = kcg_div(k, bk, f.Hk), hk = kcg_sub(k, bk, kcg_mul(k, b, f.Hk));
+  kcg_ref bh = kcg_div(k, c, f.S), j = kcg_sub(k, c, kcg_mul(k, bh, f.S));
+  kcg_ref b = kcg_div(k, bh, f.H), h = kcg_sub(k, bh, kcg_mul(k, b, f.H));
+  kcg_ref kvj = kcg_add(k, kv_base(&f, b, h), j);
   kcg_ref krow = kcg_mul(k, c, f.D), vrow = kcg_mul(k, c, f.Dv);
   fill_row(&f, lc_, f.dk, krow, f.D, fconst(&f, 0));
   fill_row(&f, lc_, f.dv, vrow, f.Dv, fconst(&f, 0));
-  uint32_t lg = kcg_loop(k, lc_, f.G, false, &g);
-  kcg_ref h = kcg_add(k, kcg_mul(k, hk, f.G), g);
   /* Causal: queries j .. T-1, T - min(j, T) of them (none for keys past the last query). */
   kcg_ref nq = f.causal ? kcg_sub(k, f.T, kcg_binary(k, KIR_OP_min, j, f.T)) : f.T;
-  uint32_t li = kcg_loop(k, lg, nq, false, &ii);
+  uint32_t li = kcg_loop(k, lc_, nq, false, &ii);
   kcg_ref i = f.causal ? kcg_add(k, j, ii) : ii;
-  kcg_ref r = kcg_add(k, kcg_mul(k, kcg_add(k, kcg_mul(k, b, f.H), h), f.T), i);
+  kcg_ref r = kcg_add(k, kcg_mul(k, bh, f.T), i);
   uint32_t p = kcg_local_add(k, f.t), ds = kcg_local_add(k, f.t);
-  p_and_ds(&f, li, r, b, h, i, c, j, p, ds);
+  p_and_ds(&f, li, r, b, h, i, kvj, j, p, ds);
   bool same = kcg_in_type(lc, 0)->dims[3] == kcg_in_type(lc, 2)->dims[3];
   uint32_t le = kcg_loop(k, li, f.Dv, false, &e);
   kcg_ref at = kcg_add(k, vrow, e);
@@ -345,17 +362,59 @@ static bool dkdv_kernel(kcg_lower_ctx *lc, const kir_inst *inst, const uint32_t 
   uint32_t ld_ = same ? le : kcg_loop(k, li, f.D, false, &d);
   if (same) d = e;
   kcg_ref at2 = kcg_add(k, krow, d);
-  kcg_store(k, ld_, f.dk, at2,
-            fbin(&f, KIR_OP_add, ld(&f, f.dk, at2),
-                 fbin(&f, KIR_OP_mul, kcg_local(k, ds),
-                      ld(&f, f.q, kcg_add(k, kcg_mul(k, r, f.D), d)))));
+  kcg_store(
+      k, ld_, f.dk, at2,
+      fbin(&f, KIR_OP_add, ld(&f, f.dk, at2),
+           fbin(&f, KIR_OP_mul, kcg_local(k, ds), ld(&f, f.q, kcg_add(k, kcg_mul(k, r, f.D), d)))));
   return kcg_lower_step(lc);
+}
+
+/* Grouped heads: dk, dv of kv head hk = the sums of the partials of its G query heads. */
+static bool dkdv_sum_kernel(kcg_lower_ctx *lc, const kir_inst *inst, uint32_t part, uint32_t res,
+                            int axis_d) {
+  fa_kern f;
+  uint32_t pb[FNBUF];
+  for (unsigned s = 0; s < FNBUF; s++)
+    pb[s] = KCG_NONE;
+  pb[FOUT] = part, pb[FDK] = res; /* read, written */
+  if (!fa_begin(lc, inst, axis_d ? "dk_sum" : "dv_sum", pb, BIT(FOUT) | BIT(FDK), BIT(FDK), &f))
+    return kcg_lower_fail(lc, KILN_ERR_NOMEM, "out of memory");
+  kcg_kernel *k = f.k;
+  kcg_ref n = axis_d ? f.D : f.Dv, c, g, e;
+  uint32_t lc_ = kcg_loop(k, KCG_NONE, kcg_mul(k, kcg_mul(k, f.B, f.Hk), f.S), true, &c);
+  kcg_ref bk = kcg_div(k, c, f.S), j = kcg_sub(k, c, kcg_mul(k, bk, f.S));
+  kcg_ref b = kcg_div(k, bk, f.Hk), hk = kcg_sub(k, bk, kcg_mul(k, b, f.Hk));
+  uint32_t acc = kcg_local_add(k, f.t);
+  uint32_t le = kcg_loop(k, lc_, n, false, &e);
+  kcg_assign(k, le, acc, fconst(&f, 0));
+  uint32_t lg = kcg_loop(k, le, f.G, false, &g);
+  kcg_ref h = kcg_add(k, kcg_mul(k, hk, f.G), g);
+  kcg_ref row = kcg_add(k, kcg_mul(k, kcg_add(k, kcg_mul(k, b, f.H), h), f.S), j);
+  kcg_assign(
+      k, lg, acc,
+      fbin(&f, KIR_OP_add, kcg_local(k, acc), ld(&f, f.out, kcg_add(k, kcg_mul(k, row, n), e))));
+  kcg_store(k, le, f.dk, kcg_add(k, kcg_mul(k, c, n), e), kcg_local(k, acc));
+  return kcg_lower_step(lc);
+}
+
+/* Whether the heads are statically one query head per kv head. */
+static bool ungrouped(kcg_lower_ctx *lc) {
+  kir_dim h = kcg_in_type(lc, 0)->dims[1], hk = kcg_in_type(lc, 1)->dims[1];
+  return !KIR_DIM_IS_SYM(h) && h == hk;
+}
+
+/* A [B, H, S, n] temporary of q's dtype: the per-query-head partials of dk or dv. */
+static uint32_t partial_temp(kcg_lower_ctx *lc, kir_dim n) {
+  const kir_type *q = kcg_in_type(lc, 0), *kt = kcg_in_type(lc, 1);
+  kir_type t = {.dtype = q->dtype, .rank = 4, .dims = {q->dims[0], q->dims[1], kt->dims[2], n}};
+  return kcg_lower_temp(lc, &t);
 }
 
 bool kcg_lower_flash_attention(kcg_lower_ctx *lc, const kir_inst *inst) {
   if (kcg_lower_runtime_attention(lc)) return lower_step(lc, inst, false);
-  uint32_t pb[FNBUF] = {lc->in[0], lc->in[1], lc->in[2], inst->nin > 3 ? lc->in[3] : KCG_NONE,
-                        lc->out[0], lc->out[1], KCG_NONE, KCG_NONE, KCG_NONE, KCG_NONE, KCG_NONE};
+  uint32_t pb[FNBUF] = {lc->in[0],  lc->in[1],  lc->in[2], inst->nin > 3 ? lc->in[3] : KCG_NONE,
+                        lc->out[0], lc->out[1], KCG_NONE,  KCG_NONE,
+                        KCG_NONE,   KCG_NONE,   KCG_NONE};
   return forward_kernel(lc, inst, pb);
 }
 
@@ -363,7 +422,14 @@ bool kcg_lower_flash_attention_grad(kcg_lower_ctx *lc, const kir_inst *inst) {
   if (kcg_lower_runtime_attention(lc)) return lower_step(lc, inst, true);
   uint32_t delta = kcg_lower_temp(lc, kcg_in_type(lc, 4)); /* [B, H, T] like lse */
   if (delta == UINT32_MAX) return false;
-  uint32_t pb[FNBUF] = {lc->in[0], lc->in[1], lc->in[2], inst->nin > 6 ? lc->in[6] : KCG_NONE,
-                        lc->in[3], lc->in[4], lc->in[5], delta, lc->out[0], lc->out[1], lc->out[2]};
-  return delta_kernel(lc, inst, pb) && dq_kernel(lc, inst, pb) && dkdv_kernel(lc, inst, pb);
+  uint32_t pb[FNBUF] = {lc->in[0],  lc->in[1],  lc->in[2], inst->nin > 6 ? lc->in[6] : KCG_NONE,
+                        lc->in[3],  lc->in[4],  lc->in[5], delta,
+                        lc->out[0], lc->out[1], lc->out[2]};
+  if (!delta_kernel(lc, inst, pb) || !dq_kernel(lc, inst, pb)) return false;
+  if (ungrouped(lc)) return dkdv_kernel(lc, inst, pb);
+  pb[FDK] = partial_temp(lc, kcg_in_type(lc, 1)->dims[3]);
+  pb[FDV] = partial_temp(lc, kcg_in_type(lc, 2)->dims[3]);
+  if (pb[FDK] == UINT32_MAX || pb[FDV] == UINT32_MAX) return false;
+  return dkdv_kernel(lc, inst, pb) && dkdv_sum_kernel(lc, inst, pb[FDK], lc->out[1], 1) &&
+         dkdv_sum_kernel(lc, inst, pb[FDV], lc->out[2], 0);
 }
