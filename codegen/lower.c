@@ -35,6 +35,7 @@ struct kcg_lower_state {
   kcg_program *top;
   kiln_status status;
   bool fuse; /* lower fusion groups (passes/fusion.c) as one kernel each */
+  bool runtime_attention; /* ATTENTION steps, not kernels (kcg_lower_options) */
   /* Lowered scan bodies, so a body used by several scans is lowered once. */
   const kir_graph **body_graphs;
   kcg_program **body_progs;
@@ -56,6 +57,8 @@ static bool state_fail(kcg_lower_state *st, kiln_status s, const char *fmt, ...)
 }
 
 static bool nomem(kcg_lower_state *st) { return state_fail(st, KILN_ERR_NOMEM, "out of memory"); }
+
+bool kcg_lower_runtime_attention(const kcg_lower_ctx *lc) { return lc->st->runtime_attention; }
 
 bool kcg_lower_fail(kcg_lower_ctx *lc, kiln_status s, const char *fmt, ...) {
   if (lc->st->status != KILN_OK) return false;
@@ -290,10 +293,17 @@ kiln_status kcg_lower(kiln_ctx *ctx, kir_graph *g, kir_arena *arena, kcg_program
 
 kiln_status kcg_lower_ex(kiln_ctx *ctx, kir_graph *g, kir_arena *arena, bool fuse,
                          kcg_program **out) {
+  kcg_lower_options opt = {.fuse = fuse, .runtime_attention = true};
+  return kcg_lower_target(ctx, g, arena, &opt, out);
+}
+
+kiln_status kcg_lower_target(kiln_ctx *ctx, kir_graph *g, kir_arena *arena,
+                             const kcg_lower_options *opt, kcg_program **out) {
   *out = NULL;
   if (g->mod->status != KILN_OK)
     return kir_fail(ctx, g->mod->status, "graph @%s has an error", g->name);
-  kcg_lower_state st = {.ctx = ctx, .arena = arena, .mod = g->mod, .fuse = fuse};
+  kcg_lower_state st = {.ctx = ctx, .arena = arena, .mod = g->mod, .fuse = opt->fuse,
+                        .runtime_attention = opt->runtime_attention};
   st.top = program_new(&st);
   if (!st.top) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   if (!copy_symbols(&st, st.top) || !lower_graph(&st, st.top, g)) return st.status;

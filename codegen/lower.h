@@ -72,6 +72,8 @@ uint32_t kcg_lower_temp(kcg_lower_ctx *lc, const kir_type *t);
 kcg_program *kcg_lower_body(kcg_lower_ctx *lc, kir_graph *body);
 /* Appends a step of any kind (SCAN) to the program; false if out of memory. */
 bool kcg_lower_add_step(kcg_lower_ctx *lc, const kcg_step *s);
+/* Whether the target's runtime runs ATTENTION steps (kcg_lower_options.runtime_attention). */
+bool kcg_lower_runtime_attention(const kcg_lower_ctx *lc);
 /* Fails the lowering with a message; returns false. */
 bool kcg_lower_fail(kcg_lower_ctx *lc, kiln_status s, const char *fmt, ...) KIR_PRINTF(3, 4);
 /*

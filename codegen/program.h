@@ -103,6 +103,17 @@ kiln_status kcg_lower(kiln_ctx *ctx, kir_graph *g, kir_arena *arena, kcg_program
  */
 kiln_status kcg_lower_ex(kiln_ctx *ctx, kir_graph *g, kir_arena *arena, bool fuse,
                          kcg_program **out);
+/*
+ * The same for a target: `fuse` as above; `runtime_attention` when the
+ * target's runtime executes ATTENTION steps itself (the CPU executor, whose
+ * kcg_lower and kcg_lower_ex set it), else flash_attention(_grad) become
+ * kernel-IR kernels any renderer compiles (codegen/lower_attention.c; Vulkan).
+ */
+typedef struct kcg_lower_options {
+  bool fuse, runtime_attention;
+} kcg_lower_options;
+kiln_status kcg_lower_target(kiln_ctx *ctx, kir_graph *g, kir_arena *arena,
+                             const kcg_lower_options *opt, kcg_program **out);
 
 /* The i64 value of dim `d` under the symbol values `sizes`. */
 static inline int64_t kcg_dim_value(kir_dim d, const int64_t *sizes) {

@@ -1301,6 +1301,43 @@ static bool extent_value(const kcg_kernel *k, kcg_ref r, const int64_t *sizes, i
   }
 }
 
+/* Whether i64 expression r is never negative: loop indices, sizes, and what they make. */
+static bool nonneg(const kcg_kernel *k, kcg_ref r, int depth) {
+  if (r >= k->nexprs || depth > 64) return false;
+  const kcg_expr *e = &k->exprs[r];
+  if (e->kind == KCG_INDEX || e->kind == KCG_SIZE) return true;
+  if (e->kind == KCG_CONST) return e->dtype == KILN_I64 && e->i >= 0;
+  if (e->kind != KCG_BINARY || e->dtype != KILN_I64) return false;
+  bool a = nonneg(k, e->a, depth + 1), b = nonneg(k, e->b, depth + 1);
+  switch (e->op) {
+  case KIR_OP_add: case KIR_OP_mul: case KIR_OP_min: return a && b;
+  case KIR_OP_max: return a || b;
+  default: return false;
+  }
+}
+
+/*
+ * An upper bound of an extent: its value, or for one that depends on loop
+ * indices (a causal loop: min(i + 1, S), T - min(j, T)) the bound its sizes
+ * give; false if there is none.
+ */
+static bool extent_bound(const kcg_kernel *k, kcg_ref r, const int64_t *sizes, int depth,
+                         int64_t *v) {
+  if (extent_value(k, r, sizes, 0, v)) return true;
+  if (r >= k->nexprs || depth > 64) return false;
+  const kcg_expr *e = &k->exprs[r];
+  int64_t a, b;
+  if (e->kind != KCG_BINARY || e->dtype != KILN_I64) return false;
+  if (e->op == KIR_OP_min) {
+    bool ha = extent_bound(k, e->a, sizes, depth + 1, &a);
+    bool hb = extent_bound(k, e->b, sizes, depth + 1, &b);
+    *v = ha && hb ? (a < b ? a : b) : ha ? a : b;
+    return ha || hb;
+  }
+  if (e->op == KIR_OP_sub && nonneg(k, e->b, 0)) return extent_bound(k, e->a, sizes, depth + 1, v);
+  return false;
+}
+
 /* Loop iterations of statements `ids` run `times` times; -1 if unknown. */
 static double stmt_trips(const kcg_kernel *k, const uint32_t *ids, uint32_t n, const int64_t *sizes,
                          double times, int depth) {
@@ -1310,7 +1347,7 @@ static double stmt_trips(const kcg_kernel *k, const uint32_t *ids, uint32_t n, c
     const kcg_stmt *st = &k->stmts[ids[i]];
     if (st->kind != KCG_FOR) continue;
     int64_t ext;
-    if (!extent_value(k, st->a, sizes, 0, &ext)) return -1;
+    if (!extent_bound(k, st->a, sizes, 0, &ext)) return -1;
     if (ext < 0) ext = 0;
     double own = innermost(k, st) ? (double)(ext / KCG_SPIRV_UNROLL + ext % KCG_SPIRV_UNROLL + 2)
                                   : (double)ext + 1;

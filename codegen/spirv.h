@@ -53,9 +53,11 @@ bool kcg_spirv_is_parallel(const kcg_kernel *k);
  * About how many loop iterations one invocation of `k` runs under `sizes`
  * when it runs `per_invocation` iterations of the parallel loop (innermost
  * loops are unrolled KCG_SPIRV_UNROLL times); -1 when an extent depends on
- * more than constants and sizes. lavapipe ends an invocation after 65535
- * iterations (Mesa's LP_MAX_TGSI_LOOP_ITERATIONS), so the runtime refuses a
- * kernel over that limit there instead of returning wrong results.
+ * more than constants and sizes, except loop indices under a min with a
+ * size or subtracted (a causal bound), which count at their bound. lavapipe
+ * ends an invocation after 65535 iterations (Mesa's
+ * LP_MAX_TGSI_LOOP_ITERATIONS), so the runtime refuses a kernel over that
+ * limit there instead of returning wrong results.
  */
 double kcg_spirv_loop_trips(const kcg_kernel *k, const int64_t *sizes, int64_t per_invocation);
 

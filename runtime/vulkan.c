@@ -18,6 +18,7 @@
 #include <vulkan/vulkan.h>
 
 #include "codegen/spirv.h"
+#include "passes/fusion.h"
 #include "passes/passes.h"
 #include "vulkan.h"
 
@@ -298,9 +299,10 @@ static kiln_status prepare(kiln_ctx *ctx, kvk_program *vp, const kcg_program *p,
       if (s != KILN_OK) return s;
       continue;
     }
-    if (st->kind == KCG_STEP_ATTENTION) /* a CPU runtime kernel (runtime/rt_attention.c) */
+    if (st->kind == KCG_STEP_ATTENTION) /* lower with runtime_attention false for kernels */
       return kir_fail(ctx, KILN_ERR_UNSUPPORTED,
-                      "Vulkan: flash attention has no SPIR-V kernel yet (it runs on the CPU)");
+                      "Vulkan: an ATTENTION step is the CPU runtime's (lower the program with "
+                      "kcg_lower_options.runtime_attention false)");
     uint32_t ki = st->kernel;
     if (ki >= vp->p->nkernels)
       return kir_fail(ctx, KILN_ERR_INVALID, "Vulkan: step %u names kernel %u of %u", i, ki,
@@ -857,11 +859,15 @@ kiln_status kvk_graph_run(kir_graph *g, size_t n_in, kiln_tensor *const *inputs,
                           kiln_tensor **outputs) {
   kiln_ctx *ctx = g->mod->ctx;
   for (size_t i = 0; i < n_out; i++) outputs[i] = NULL;
-  kir_graph *lg = kp_legalize(g);
+  /* Attention becomes flash_attention, lowered to kernels (codegen/lower_attention.c). */
+  kir_graph *tg = kp_attention_tiling_enabled() ? kp_attention_tiling(g) : g;
+  kir_graph *lg = tg ? kp_legalize(tg) : NULL;
+  if (tg != g) kiln_graph_destroy(tg);
   if (!lg) return strcmp(kiln_ctx_error(ctx), "out of memory") ? KILN_ERR_INVALID : KILN_ERR_NOMEM;
   kir_arena arena = {0};
   kcg_program *p = NULL;
-  kiln_status s = kcg_lower(ctx, lg, &arena, &p);
+  kcg_lower_options lo = {.fuse = kp_fusion_enabled(), .runtime_attention = false};
+  kiln_status s = kcg_lower_target(ctx, lg, &arena, &lo, &p);
   kiln_graph_destroy(lg);
   if (s == KILN_ERR_UNSUPPORTED && !strncmp(kiln_ctx_error(ctx), "backend 'compiled': ", 20)) {
     char msg[512]; /* the lowering words it for the CPU back end */

@@ -4,7 +4,8 @@
  * Not part of ctest: it needs a GPU (written for an H200, sm_90).
  *
  * For each case of tests/ops/<op>.kir, in its own dtypes and with f64 and
- * f32 swapped: parse, kp_legalize, kcg_lower; compile the program's kernels
+ * f32 swapped: parse, kp_legalize, kcg_lower_target (flash attention as
+ * kernel-IR kernels, codegen/lower_attention.c); compile the program's kernels
  * with NVRTC into one cubin (kcg_cuda_compile), load it with the CUDA driver
  * API (libcuda.so.1 through dlopen), and run the program's steps on the
  * device with every symbol bound to SYM (3) and random inputs (floats in
@@ -28,6 +29,7 @@
 
 #include "codegen/cuda.h"
 #include "codegen/program.h"
+#include "passes/fusion.h"
 #include "passes/passes.h"
 
 enum { SYM = 3, THREADS = 256 };
@@ -164,13 +166,14 @@ static void check_variant(const char *text, const char *where, double *secs) {
   int64_t sizes[64];
   for (int i = 0; i < 64; i++)
     sizes[i] = SYM;
+  kcg_lower_options lo = {.fuse = kp_fusion_enabled()}; /* flash attention as kernels */
   if (kiln_graph_parse(ctx, text, strlen(text), where, &g) != KILN_OK || !(lg = kp_legalize(g)) ||
-      kcg_lower(ctx, lg, &arena, &p) != KILN_OK || p->nsyms > 64) {
+      kcg_lower_target(ctx, lg, &arena, &lo, &p) != KILN_OK || p->nsyms > 64) {
     skipped++;
     goto done;
   }
   for (uint32_t s = 0; s < p->nsteps; s++)
-    if (p->steps[s].kind == KCG_STEP_SCAN) {
+    if (p->steps[s].kind == KCG_STEP_SCAN || p->steps[s].kind == KCG_STEP_ATTENTION) {
       skipped++;
       goto done;
     }

@@ -42,6 +42,7 @@
 
 #include "codegen/spirv.h"
 #include "kiln/kiln.h"
+#include "passes/fusion.h"
 #include "passes/passes.h"
 #include "runtime/vulkan.h"
 
@@ -362,7 +363,9 @@ static void run_variant(op_stats *st, int k, const char *dtname, const char *tex
   if (kiln_graph_parse(ctx, text, len, path, &g) != KILN_OK) goto done; /* a parse-error case */
   if ((int)g->nparams != c->ninputs) goto done;
   st->variants++;
-  kiln_status s = (lg = kp_legalize(g)) ? kcg_lower(ctx, lg, &arena, &prog) : KILN_ERR_NOMEM;
+  kcg_lower_options lo = {.fuse = kp_fusion_enabled()}; /* Vulkan's: attention as kernels */
+  kiln_status s = (lg = kp_legalize(g)) ? kcg_lower_target(ctx, lg, &arena, &lo, &prog)
+                                        : KILN_ERR_NOMEM;
   if (s == KILN_OK) s = kvk_program_create(ctx, dev, prog, &vp);
   if (s == KILN_OK && getenv("KILN_VK_DUMP")) /* the kernels, for debugging */
     for (uint32_t i = 0; i < prog->nkernels; i++)
