@@ -100,7 +100,7 @@ static double time_graph(kiln_ctx *ctx, kiln_graph *g, int reps, double *arena, 
   }
   qsort(ts, (size_t)reps, sizeof *ts, cmp);
   t = ts[reps / 2];
-  *arena = kiln_compiled_peak_bytes(c) / 1048576.0;
+  *arena = kiln_compiled_arena_bytes(c) / 1048576.0;
 done:
   for (size_t i = 0; i < 8; i++) kiln_tensor_destroy(in[i]), kiln_tensor_destroy(out[i]);
   kiln_compiled_destroy(c);

@@ -24,7 +24,7 @@ mkdir -p bench/results
   echo "Command: \`bench/attention.sh ${lengths[*]}\` (build-rel/bin/bench_attention, bench/attention.py;"
   echo "medians of 3 runs after a warm-up; at T >= 16384 one run after the warm-up, forward only)."
   echo "Machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) threads"
-  echo "(shared with other jobs: times are indicative). Arena: kiln_compiled_peak_bytes, the compiled"
+  echo "(shared with other jobs: times are indicative). Arena: kiln_compiled_arena_bytes, the compiled"
   echo "model's memory plan (inputs and results not counted). Extra RSS: max RSS after the run minus"
   echo "before it (the process's high-water mark, so allocator slack counts too)."
   echo

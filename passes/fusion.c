@@ -46,6 +46,7 @@
 #include "fusion.h"
 #include "ir/ops_impl.h"
 #include "passes.h"
+#include "canonicalize.h"
 #include "mixed_precision.h"
 
 enum { MAX_MEMBERS = 64, MAX_EXTERNALS = 16 };
@@ -422,6 +423,17 @@ kiln_status kp_print_after_all(kir_graph *g, FILE *out) {
   if (!lg) return g->mod->status ? g->mod->status : KILN_ERR_INVALID;
   fprintf(out, "// ---- after legalize\n");
   s = kiln_graph_print(lg, out);
+  if (!s && kp_canonicalize_enabled()) {
+    kir_graph *cg = kp_canonicalize(lg);
+    if (!cg) s = lg->mod->status ? lg->mod->status : KILN_ERR_INVALID;
+    else s = print_if_changed(lg, cg, "canonicalize (KILN_CANONICALIZE=0 turns it off)", out);
+    kiln_graph_destroy(lg);
+    lg = cg;
+    if (s) {
+      kiln_graph_destroy(lg);
+      return s;
+    }
+  }
   kp_fusion f;
   if (!s && !kp_fusion_plan(lg, &f)) s = kir_fail(g->mod->ctx, KILN_ERR_NOMEM, "out of memory");
   if (!s) {

@@ -18,7 +18,8 @@ typedef struct kp_rebuild kp_rebuild;
 typedef enum kp_action {
   KP_KEEP,     /* copy the instruction as it is */
   KP_REPLACED, /* the callback emitted its replacement and wrote the result values */
-  KP_FAILED    /* the callback failed; the new module's sticky error says why */
+  KP_FAILED,   /* the callback failed; the new module's sticky error says why */
+  KP_DROP      /* emit nothing: the instruction is dead (no later use of its results) */
 } kp_action;
 
 /*

@@ -96,6 +96,10 @@ static bool rebuild_graph(kp_rebuild *rb, const kir_graph *og, kir_graph *ng) {
     for (uint32_t k = 0; k < inst->nin; k++)
       in[k] = map[inst->in[k]];
     kp_action act = rb->rewrite ? rb->rewrite(rb, ng, inst, in, out) : KP_KEEP;
+    if (act == KP_DROP) { /* dead: its results must have no uses */
+      for (uint32_t k = 0; k < inst->nout; k++) map[inst->out[k]] = KILN_NO_VALUE;
+      continue;
+    }
     if (act == KP_KEEP)
       ok = kp_copy_inst(rb, ng, inst, in, out);
     else

@@ -26,8 +26,10 @@
 
 #include "codegen/aot.h"
 #include "codegen/llvm_cpu.h"
+#include "runtime/rt.h"
 #include "kiln/aot.h"
 #include "kiln/params.h"
+#include "passes/canonicalize.h"
 #include "passes/mixed_precision.h"
 
 extern char **environ;
@@ -199,6 +201,37 @@ static kiln_status run_cc(kiln_ctx *ctx, char *const *argv) {
   return KILN_OK;
 }
 
+static void no_kernel(void **bufs, const int64_t *sizes, int64_t lo, int64_t hi, int32_t *err) {
+  (void)bufs, (void)sizes, (void)lo, (void)hi, (void)err;
+}
+
+/* The memory plan's peak (arena, inputs, results, constants) when every input dim is constant. */
+static kiln_status plan_peak(kiln_ctx *ctx, const kcg_program *prog, size_t *peak) {
+  *peak = 0;
+  const int64_t **dims = calloc(prog->nparams + 1u, sizeof *dims);
+  kcg_cpu_fn *fns = calloc(prog->nkernels + 1u, sizeof *fns);
+  if (!dims || !fns) {
+    free(dims), free(fns);
+    return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  }
+  bool fixed = true;
+  for (uint32_t p = 0; p < prog->nparams; p++) {
+    const kir_type *t = &prog->bufs[prog->params[p]].type;
+    for (int d = 0; d < t->rank; d++) fixed &= !KIR_DIM_IS_SYM(t->dims[d]);
+    dims[p] = t->dims;
+  }
+  for (uint32_t k = 0; k < prog->nkernels; k++) fns[k] = no_kernel; /* planned, never run */
+  krt_model *m = NULL;
+  krt_workspace *w = NULL;
+  kiln_status s = fixed ? krt_model_create(ctx, prog, fns, NULL, &m) : KILN_OK;
+  if (fixed && !s) s = krt_prepare(m, ctx, dims, &w);
+  if (w) *peak = krt_workspace_total(w);
+  krt_release(w);
+  krt_model_destroy(m);
+  free(dims), free(fns);
+  return s;
+}
+
 static const char *env_or(const char *var, const char *dflt) {
   const char *v = getenv(var);
   return v && *v ? v : dflt;
@@ -218,6 +251,11 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
   kir_graph *legal = tiled ? kp_legalize(tiled) : NULL;
   if (tiled != wide) kiln_graph_destroy(tiled);
   kiln_graph_destroy(wide);
+  if (legal && kp_canonicalize_enabled()) { /* fold, CSE, DCE (passes/canonicalize.c) */
+    kir_graph *canon = kp_canonicalize(legal);
+    kiln_graph_destroy(legal);
+    legal = canon;
+  }
   if (!legal) return KILN_ERR_UNSUPPORTED;
   kir_arena arena = {0};
   kcg_program *prog = NULL;
@@ -242,6 +280,7 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
   }
   if (opt->params && (s = bind_params(ctx, prog, g, opt->params, &arena, bound)) != KILN_OK)
     goto done;
+  if (opt->peak_bytes && (s = plan_peak(ctx, prog, opt->peak_bytes)) != KILN_OK) goto done;
   snprintf(tmp, sizeof tmp, "%s", opt->output);
   snprintf(obj, sizeof obj, "%s.kernels.o", tmp);
   snprintf(csrc, sizeof csrc, "%s.tables.c", tmp);

@@ -4,7 +4,9 @@
  * kiln_compile() chains the stages of the data flow that a compiled model
  * needs: kp_attention_tiling() (attention becomes the tiled flash_attention,
  * unless KILN_ATTENTION_TILING=0), kp_legalize() (compound ops without a
- * kernel become primitives, in a copy of the graph), kcg_lower() (the copy
+ * kernel become primitives, in a copy of the graph), kp_canonicalize()
+ * (rewrite rules, constant folding, CSE, DCE, unless KILN_CANONICALIZE=0),
+ * kcg_lower() (the copy
  * becomes a kcg_program of
  * kernel-IR kernels and steps, in the compiled model's own arena, with no
  * pointer back into any graph), kcg_cpu_jit() (LLVM compiles every kernel
@@ -23,6 +25,7 @@
 
 #include "codegen/llvm_cpu.h"
 #include "ir/kir.h"
+#include "passes/canonicalize.h"
 #include "passes/mixed_precision.h"
 #include "runtime/rt.h"
 
@@ -66,6 +69,11 @@ static kiln_status lower(kiln_compiled *c, kir_graph *g) {
   kir_graph *lg = tg ? kp_legalize(tg) : NULL;
   if (tg != wg) kiln_graph_destroy(tg);
   kiln_graph_destroy(wg);
+  if (lg && kp_canonicalize_enabled()) { /* fold, CSE, DCE (passes/canonicalize.c) */
+    kir_graph *cg = kp_canonicalize(lg);
+    kiln_graph_destroy(lg);
+    lg = cg;
+  }
   if (!lg) {
     bool oom = !strcmp(kiln_ctx_error(c->ctx), "out of memory");
     return oom ? KILN_ERR_NOMEM : KILN_ERR_INVALID; /* the message is on the context */
@@ -132,6 +140,9 @@ KILN_API int kiln_compiled_num_threads(const kiln_compiled *c) {
   return krt_pool_threads(c->pool);
 }
 KILN_API size_t kiln_compiled_peak_bytes(const kiln_compiled *c) {
+  return krt_model_last_total(c->model);
+}
+KILN_API size_t kiln_compiled_arena_bytes(const kiln_compiled *c) {
   return krt_model_last_peak(c->model);
 }
 

@@ -87,6 +87,8 @@ kiln_status krt_model_set_param_names(krt_model *m, const char *const *names);
 void krt_model_set_gemm_threshold(krt_model *m, int64_t threshold);
 /* The arena size of the most recent successful run (0 before the first). */
 size_t krt_model_last_peak(const krt_model *m);
+/* And its krt_workspace_total (0 before the first). */
+size_t krt_model_last_total(const krt_model *m);
 
 /*
  * Binds the symbols from the inputs' dims (in_dims[p] holds the rank of
@@ -98,6 +100,35 @@ kiln_status krt_prepare(krt_model *m, kiln_ctx *ctx, const int64_t *const *in_di
                         krt_workspace **out);
 /* Bytes of the arena the plan needs (inputs and results not counted). */
 size_t krt_workspace_peak(const krt_workspace *w);
+/*
+ * The memory a run holds at its peak: the arena, plus every input (the
+ * caller's memory the run reads), every result (the caller's memory it
+ * writes) and the constants baked into the program (embedded weights
+ * included), in bytes. Code, the workspace's own small tables and the
+ * thread pool are not counted.
+ */
+size_t krt_workspace_total(const krt_workspace *w);
+
+typedef struct krt_memory {
+  size_t arena;     /* krt_workspace_peak */
+  size_t unshared;  /* the arena if no two temporaries shared bytes (KILN_MEMORY_PLAN=0 gives it) */
+  size_t total;     /* krt_workspace_total */
+  uint32_t inplace; /* results written over an operand dying at their step, scan bodies included */
+} krt_memory;
+void krt_workspace_memory(const krt_workspace *w, krt_memory *out);
+/*
+ * Checks the plan from scratch: no two temporaries alive at a common step
+ * share a byte, except a result placed exactly over an operand dying at the
+ * step that writes it, where krt_kernel_inplace_ok() allows that; every
+ * temporary lies inside the arena. KILN_ERR_INVALID naming the pair if not.
+ */
+kiln_status krt_workspace_check(const krt_workspace *w, kiln_ctx *ctx);
+/*
+ * Whether kernel k may write its buffer `out` over its buffer `in` (the same
+ * memory): every element of `out` written once from the element of `in` at
+ * the same index, which no other statement reads (runtime/rt_inplace.c).
+ */
+bool krt_kernel_inplace_ok(const kcg_kernel *k, uint32_t in, uint32_t out);
 /* The concrete dims of result r (as many as its type's rank) and its size in bytes. */
 void krt_result_dims(const krt_workspace *w, uint32_t r, int64_t *dims);
 size_t krt_result_bytes(const krt_workspace *w, uint32_t r);

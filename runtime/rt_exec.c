@@ -56,6 +56,7 @@ typedef struct rt_plan {
   const kcg_program *prog;
   size_t *bytes;         /* per buffer */
   size_t *offset;        /* per buffer: its place in the arena, or NOWHERE */
+  uint32_t *alias;       /* per buffer: the buffer whose bytes it takes in place, or NO_RESULT */
   uint32_t *result_of;   /* per buffer: the result it is written into directly, or NO_RESULT */
   size_t *scratch;       /* per step: SCAN: offset of its carries and body arena */
   struct rt_plan **body; /* per step: SCAN: the body's plan */
@@ -63,6 +64,8 @@ typedef struct rt_plan {
   void **args;           /* the current step's buffer addresses */
   void **call_in, **call_out; /* a scan body's operands and results for one iteration */
   size_t peak;
+  size_t unshared;       /* the arena if nothing shared bytes: the sum of the placed sizes */
+  uint32_t inplace;      /* results written over a dying operand */
 } rt_plan;
 
 struct krt_model {
@@ -73,6 +76,8 @@ struct krt_model {
   int64_t gemm_threshold;
   _Atomic(krt_workspace *) spare;
   _Atomic size_t last_peak;
+  _Atomic size_t last_total;
+  bool reuse; /* the memory plan shares bytes (unless KILN_MEMORY_PLAN=0) */
 };
 
 struct krt_workspace {
@@ -226,6 +231,9 @@ kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_c
   }
   atomic_init(&m->spare, NULL);
   atomic_init(&m->last_peak, 0);
+  atomic_init(&m->last_total, 0);
+  env = getenv("KILN_MEMORY_PLAN"); /* 0: every temporary its own bytes, for measuring */
+  m->reuse = !(env && (!strcmp(env, "0") || !strcmp(env, "off")));
   *out = m;
   return KILN_OK;
 }
@@ -255,6 +263,10 @@ void krt_model_set_gemm_threshold(krt_model *m, int64_t threshold) {
 
 size_t krt_model_last_peak(const krt_model *m) {
   return atomic_load(&((krt_model *)m)->last_peak);
+}
+
+size_t krt_model_last_total(const krt_model *m) {
+  return atomic_load(&((krt_model *)m)->last_total);
 }
 
 static void free_workspace(krt_workspace *w);
@@ -352,7 +364,8 @@ static int by_offset(const void *a, const void *b) {
  * ALIGN and at most MAX_BUFFER, so offsets stay far from overflowing unless
  * the plan itself would not fit in memory.
  */
-static kiln_status place_items(kiln_ctx *ctx, plan_item *items, uint32_t n, size_t *peak) {
+static kiln_status place_items(kiln_ctx *ctx, plan_item *items, uint32_t n, bool reuse,
+                               size_t *peak) {
   plan_item **live = malloc((n ? n : 1) * sizeof *live);
   if (!live) return fail(ctx, KILN_ERR_NOMEM, "out of memory");
   qsort(items, n, sizeof *items, by_size_desc);
@@ -360,7 +373,8 @@ static kiln_status place_items(kiln_ctx *ctx, plan_item *items, uint32_t n, size
   for (uint32_t i = 0; i < n; i++) {
     uint32_t nl = 0;
     for (uint32_t j = 0; j < i; j++)
-      if (items[j].first <= items[i].last && items[i].first <= items[j].last) live[nl++] = &items[j];
+      if (!reuse || (items[j].first <= items[i].last && items[i].first <= items[j].last))
+        live[nl++] = &items[j];
     qsort(live, nl, sizeof *live, by_offset);
     size_t at = 0;
     for (uint32_t j = 0; j < nl && at + items[i].size > *live[j]->offset; j++)
@@ -382,6 +396,7 @@ static void free_plan(rt_plan *pl) {
   for (uint32_t s = 0; pl->body && s < pl->prog->nsteps; s++) free_plan(pl->body[s]);
   free(pl->bytes);
   free(pl->offset);
+  free(pl->alias);
   free(pl->result_of);
   free(pl->scratch);
   free(pl->body);
@@ -413,6 +428,53 @@ static size_t scan_carry_bytes(const rt_plan *body, const kcg_step *st) {
 static kiln_status plan_program(krt_workspace *w, kiln_ctx *ctx, const kcg_program *p,
                                 rt_plan **out);
 
+/* How many times buffer b is an argument of step st. */
+static uint32_t arg_count(const kcg_step *st, uint32_t b) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < st->nargs; i++) n += st->args[i] == b;
+  return n;
+}
+
+/*
+ * In place: a kernel step's temporary result born there takes the bytes of a
+ * temporary operand of the same size that dies there, when the kernel reads
+ * each element only to write the same element (krt_kernel_inplace_ok). The
+ * taker's life is added to the giver's (last[] of the giver grows; the taker
+ * is placed wherever the giver is), so chains of elementwise kernels run in
+ * one buffer.
+ */
+static void plan_inplace(rt_plan *pl, const kcg_program *top, uint32_t *first, uint32_t *last) {
+  const kcg_program *p = pl->prog;
+  for (uint32_t s = 0; s < p->nsteps; s++) {
+    const kcg_step *st = &p->steps[s];
+    if (st->kind != KCG_STEP_KERNEL) continue;
+    const kcg_kernel *k = top->kernels[st->kernel];
+    uint32_t taken[16], ntaken = 0; /* groups given to a result at this step: one result each */
+    for (uint32_t o = 0; o < st->nargs && ntaken < 16; o++) {
+      uint32_t y = st->args[o];
+      if (!k->bufs[o].written || p->bufs[y].kind != KCG_PBUF_TEMP || first[y] != s ||
+          pl->result_of[y] != NO_RESULT || !pl->bytes[y] || pl->alias[y] != NO_RESULT ||
+          arg_count(st, y) != 1)
+        continue;
+      for (uint32_t i = 0; i < st->nargs; i++) {
+        uint32_t x = st->args[i], r = pl->alias[x] == NO_RESULT ? x : pl->alias[x];
+        if (i == o || k->bufs[i].written || p->bufs[x].kind != KCG_PBUF_TEMP ||
+            pl->result_of[x] != NO_RESULT || last[r] != s || pl->bytes[x] != pl->bytes[y] ||
+            arg_count(st, x) != 1 || !krt_kernel_inplace_ok(k, i, o))
+          continue;
+        bool again = false;
+        for (uint32_t t = 0; t < ntaken; t++) again |= taken[t] == r;
+        if (again) continue;
+        taken[ntaken++] = r;
+        pl->alias[y] = r;
+        last[r] = last[y];
+        pl->inplace++;
+        break;
+      }
+    }
+  }
+}
+
 /* Liveness of the temporaries of `p` and the scratch of its scans, as placement items. */
 static kiln_status collect_items(krt_workspace *w, kiln_ctx *ctx, rt_plan *pl, plan_item *items,
                                  uint32_t *nitems) {
@@ -437,11 +499,16 @@ static kiln_status collect_items(krt_workspace *w, kiln_ctx *ctx, rt_plan *pl, p
     if (p->bufs[b].kind == KCG_PBUF_TEMP && written[b] && pl->result_of[b] == NO_RESULT)
       pl->result_of[b] = r;
   }
+  if (w->m->reuse) plan_inplace(pl, top, first, last);
   *nitems = 0;
+  pl->unshared = 0;
   for (uint32_t b = 0; b < nb; b++)
     if (p->bufs[b].kind == KCG_PBUF_TEMP && first[b] != UINT32_MAX &&
-        pl->result_of[b] == NO_RESULT && pl->bytes[b])
-      items[(*nitems)++] = (plan_item){align_up(pl->bytes[b]), first[b], last[b], &pl->offset[b]};
+        pl->result_of[b] == NO_RESULT && pl->bytes[b]) {
+      pl->unshared += align_up(pl->bytes[b]);
+      if (pl->alias[b] == NO_RESULT)
+        items[(*nitems)++] = (plan_item){align_up(pl->bytes[b]), first[b], last[b], &pl->offset[b]};
+    }
   free(first);
   free(written);
   for (uint32_t s = 0; s < p->nsteps; s++) {
@@ -453,6 +520,7 @@ static kiln_status collect_items(krt_workspace *w, kiln_ctx *ctx, rt_plan *pl, p
       return fail(ctx, KILN_ERR_NOMEM, "the memory plan for these input shapes needs more than "
                   "%llu bytes", (unsigned long long)MAX_ARENA);
     if (need) items[(*nitems)++] = (plan_item){align_up(need), s, s, &pl->scratch[s]};
+    pl->unshared += align_up(need);
   }
   return KILN_OK;
 }
@@ -468,6 +536,7 @@ static kiln_status plan_program(krt_workspace *w, kiln_ctx *ctx, const kcg_progr
   if (pl) pl->prog = p;
   if (!pl || !(pl->bytes = calloc(nb, sizeof *pl->bytes)) ||
       !(pl->offset = calloc(nb, sizeof *pl->offset)) ||
+      !(pl->alias = calloc(nb, sizeof *pl->alias)) ||
       !(pl->result_of = calloc(nb, sizeof *pl->result_of)) ||
       !(pl->addr = calloc(nb, sizeof *pl->addr)) ||
       !(pl->scratch = calloc(ns, sizeof *pl->scratch)) ||
@@ -481,6 +550,7 @@ static kiln_status plan_program(krt_workspace *w, kiln_ctx *ctx, const kcg_progr
   }
   for (uint32_t b = 0; b < p->nbufs && !st; b++) {
     pl->offset[b] = NOWHERE;
+    pl->alias[b] = NO_RESULT;
     pl->result_of[b] = NO_RESULT;
     st = type_bytes(ctx, p, w->sizes, &p->bufs[b].type, &pl->bytes[b]);
     if (!st && p->bufs[b].kind == KCG_PBUF_CONST && pl->bytes[b] && !p->bufs[b].data)
@@ -488,7 +558,9 @@ static kiln_status plan_program(krt_workspace *w, kiln_ctx *ctx, const kcg_progr
   }
   uint32_t nitems = 0;
   if (!st) st = collect_items(w, ctx, pl, items, &nitems);
-  if (!st) st = place_items(ctx, items, nitems, &pl->peak);
+  if (!st) st = place_items(ctx, items, nitems, w->m->reuse, &pl->peak);
+  for (uint32_t b = 0; !st && b < p->nbufs; b++)
+    if (pl->alias[b] != NO_RESULT) pl->offset[b] = pl->offset[pl->alias[b]];
 done:
   free(items);
   if (st) free_plan(pl);
@@ -568,6 +640,82 @@ kiln_status krt_prepare(krt_model *m, kiln_ctx *ctx, const int64_t *const *in_di
 }
 
 size_t krt_workspace_peak(const krt_workspace *w) { return w->plan->peak; }
+
+size_t krt_workspace_total(const krt_workspace *w) {
+  const kcg_program *p = w->m->prog;
+  size_t n = w->plan->peak;
+  for (uint32_t i = 0; i < p->nparams; i++) n += w->plan->bytes[p->params[i]];
+  for (uint32_t r = 0; r < p->nresults; r++) n += w->plan->bytes[p->results[r]];
+  for (uint32_t b = 0; b < p->nbufs; b++)
+    if (p->bufs[b].kind == KCG_PBUF_CONST) n += w->plan->bytes[b];
+  return n;
+}
+
+static void add_memory(const rt_plan *pl, krt_memory *m) {
+  m->inplace += pl->inplace;
+  for (uint32_t s = 0; s < pl->prog->nsteps; s++)
+    if (pl->body[s]) add_memory(pl->body[s], m);
+}
+
+void krt_workspace_memory(const krt_workspace *w, krt_memory *m) {
+  *m = (krt_memory){.arena = w->plan->peak, .unshared = w->plan->unshared,
+                    .total = krt_workspace_total(w)};
+  add_memory(w->plan, m);
+}
+
+/* Checks one plan: no two temporaries alive at a common step share a byte, but a result written
+   in place over an operand that dies at that step, where the kernel allows it. */
+static kiln_status check_plan(const krt_workspace *w, kiln_ctx *ctx, const rt_plan *pl) {
+  const kcg_program *p = pl->prog, *top = w->m->prog;
+  uint32_t nb = p->nbufs, *first = malloc((nb ? nb : 1) * 2 * sizeof *first);
+  if (!first) return fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  uint32_t *last = first + nb;
+  for (uint32_t b = 0; b < nb; b++) first[b] = last[b] = UINT32_MAX;
+  for (uint32_t s = 0; s < p->nsteps; s++)
+    for (uint32_t i = 0; i < p->steps[s].nargs; i++) {
+      uint32_t b = p->steps[s].args[i];
+      if (first[b] == UINT32_MAX) first[b] = s;
+      last[b] = s;
+    }
+  kiln_status st = KILN_OK;
+  for (uint32_t a = 0; a < nb && !st; a++) {
+    if (pl->offset[a] == NOWHERE || first[a] == UINT32_MAX) continue;
+    if (pl->offset[a] + pl->bytes[a] > pl->peak) {
+      st = fail(ctx, KILN_ERR_INVALID, "plan: buffer %u ends past the arena", a);
+      break;
+    }
+    for (uint32_t b = a + 1; b < nb && !st; b++) {
+      if (pl->offset[b] == NOWHERE || first[b] == UINT32_MAX) continue;
+      bool bytes = pl->offset[a] < pl->offset[b] + pl->bytes[b] &&
+                   pl->offset[b] < pl->offset[a] + pl->bytes[a];
+      if (!bytes || first[a] > last[b] || first[b] > last[a]) continue;
+      /* Sharing one step: the one dying there given to the one born there, in place. */
+      uint32_t x = last[a] == first[b] ? a : b, y = x == a ? b : a, s = last[x];
+      bool ok = first[y] == s && last[x] == s && p->steps[s].kind == KCG_STEP_KERNEL;
+      if (ok) {
+        const kcg_step *sp = &p->steps[s];
+        uint32_t ix = UINT32_MAX, iy = UINT32_MAX;
+        for (uint32_t i = 0; i < sp->nargs; i++) {
+          if (sp->args[i] == x) ix = i;
+          if (sp->args[i] == y) iy = i;
+        }
+        ok = ix != UINT32_MAX && iy != UINT32_MAX && pl->offset[x] == pl->offset[y] &&
+             pl->bytes[x] == pl->bytes[y] && krt_kernel_inplace_ok(top->kernels[sp->kernel], ix, iy);
+      }
+      if (!ok)
+        st = fail(ctx, KILN_ERR_INVALID, "plan: buffers %u (steps %u..%u) and %u (steps %u..%u) "
+                  "overlap", a, first[a], last[a], b, first[b], last[b]);
+    }
+  }
+  free(first);
+  for (uint32_t s = 0; s < p->nsteps && !st; s++)
+    if (pl->body[s]) st = check_plan(w, ctx, pl->body[s]);
+  return st;
+}
+
+kiln_status krt_workspace_check(const krt_workspace *w, kiln_ctx *ctx) {
+  return check_plan(w, ctx, w->plan);
+}
 const int64_t *krt_workspace_sizes(const krt_workspace *w) { return w->sizes; }
 
 void krt_result_dims(const krt_workspace *w, uint32_t r, int64_t *dims) {
@@ -758,7 +906,10 @@ kiln_status krt_execute(krt_workspace *w, kiln_ctx *ctx, const void *const *in,
                         void *const *out) {
   w->ctx = ctx;
   kiln_status r = exec_program(w, w->plan, w->arena, (void *const *)in, out);
-  if (!r) atomic_store(&w->m->last_peak, w->plan->peak);
+  if (!r) {
+    atomic_store(&w->m->last_peak, w->plan->peak);
+    atomic_store(&w->m->last_total, krt_workspace_total(w));
+  }
   return r;
 }
 

@@ -28,6 +28,30 @@ static void name_from_path(const char *path, char *out, size_t n) {
   out[k] = 0;
 }
 
+/*
+ * "peak memory: N bytes" (arena, inputs, results, constants of one run), or
+ * "peak memory: depends on B, T" naming the symbols of the inputs' shapes.
+ */
+static void print_peak(kiln_graph *g, size_t peak) {
+  if (peak) {
+    printf("peak memory: %zu bytes\n", peak);
+    return;
+  }
+  printf("peak memory: depends on");
+  const char *sep = " ";
+  for (uint32_t s = 0; s < g->mod->nsyms; s++) {
+    bool used = false;
+    for (uint32_t p = 0; p < g->nparams && !used; p++) {
+      const kir_type *t = &g->values[g->params[p]].type;
+      for (int d = 0; d < t->rank; d++) used |= t->dims[d] == KIR_SYM_DIM(s);
+    }
+    if (!used) continue;
+    printf("%s%s", sep, g->mod->syms[s]);
+    sep = ", ";
+  }
+  printf("\n");
+}
+
 int cmd_compile(int argc, char **argv) {
   cli_parser p = {.cmd = "compile", .argc = argc, .argv = argv, .i = 1};
   enum { O_OUT, O_HEADER, O_NAME, O_TARGET, O_TARGET_CPU, O_KEEP, O_PARAMS, O_PRECISION };
@@ -94,10 +118,14 @@ int cmd_compile(int argc, char **argv) {
                                 kiln_ctx_error(ctx));
     else kiln_graph_destroy(g), g = pg;
   }
+  size_t peak = 0;
+  opt.peak_bytes = &peak;
   if (!status && kiln_compile_shared(g, &opt) != KILN_OK) status = cli_error("%s", kiln_ctx_error(ctx));
-  if (!status)
+  if (!status) {
     printf("wrote %s%s%s (entry points %s_create, %s_run, ...)\n", opt.output,
            opt.header ? " and " : "", opt.header ? opt.header : "", opt.name, opt.name);
+    print_peak(g, peak);
+  }
   kiln_model_file_destroy(mf);
   kiln_graph_destroy(g);
   kiln_params_destroy(params);

@@ -421,6 +421,9 @@ const kiln_params *kiln_trainer_params(const kiln_trainer *t) { return t->params
 int64_t kiln_trainer_steps(const kiln_trainer *t) { return t->steps; }
 double kiln_trainer_loss_scale(const kiln_trainer *t) { return t->scale; }
 int64_t kiln_trainer_skipped_steps(const kiln_trainer *t) { return t->skipped; }
+size_t kiln_trainer_peak_bytes(const kiln_trainer *t) {
+  return t->step_c ? kiln_compiled_peak_bytes(t->step_c) : 0;
+}
 
 static kiln_tensor *scalar_tensor(kiln_ctx *ctx, kiln_dtype dt, double v) {
   kiln_tensor *s = NULL;

@@ -36,6 +36,9 @@ typedef struct kiln_aot_options {
   /* Parameters to embed as constants (weights), matched to the graph's parameters by name;
      those parameters are no longer inputs of the .so. NULL: none. */
   const struct kiln_params *params;
+  /* If set, receives the peak memory of one run (kiln_compiled_peak_bytes' count: arena, inputs,
+     results, constants), or 0 when it depends on symbolic dims of the inputs. */
+  size_t *peak_bytes;
 } kiln_aot_options;
 
 KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *opt);

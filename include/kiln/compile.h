@@ -61,8 +61,15 @@ KILN_API size_t kiln_compiled_num_inputs(const kiln_compiled *c);
 KILN_API size_t kiln_compiled_num_outputs(const kiln_compiled *c);
 /* Threads that run the kernels, the caller's included. */
 KILN_API int kiln_compiled_num_threads(const kiln_compiled *c);
-/* Bytes of intermediate memory (the arena) the most recent successful run used; 0 before one. */
+/*
+ * The peak memory of the most recent successful run, in bytes; 0 before one:
+ * the arena of its intermediates (kiln_compiled_arena_bytes) plus its inputs,
+ * its results and the program's constants. Not counted: code, the run's
+ * small bookkeeping tables, thread stacks. See docs/passes.md (memory plan).
+ */
 KILN_API size_t kiln_compiled_peak_bytes(const kiln_compiled *c);
+/* The arena alone: intermediates placed by liveness, in place where safe; 0 before a run. */
+KILN_API size_t kiln_compiled_arena_bytes(const kiln_compiled *c);
 
 /*
  * In the calls below `ctx` receives the error message; NULL means the

@@ -85,6 +85,9 @@ KILN_API int64_t kiln_trainer_steps(const kiln_trainer *t);
    because a gradient had an inf or a NaN (those steps do not count in kiln_trainer_steps). */
 KILN_API double kiln_trainer_loss_scale(const kiln_trainer *t);
 KILN_API int64_t kiln_trainer_skipped_steps(const kiln_trainer *t);
+/* kiln_compiled_peak_bytes of the compiled training step after its last run (0 before one, or
+   when the interpreter runs it): arena, inputs, results and constants of one step. */
+KILN_API size_t kiln_trainer_peak_bytes(const kiln_trainer *t);
 
 typedef struct kiln_fit_options {
   int64_t epochs;     /* 0: 10 */

@@ -181,7 +181,7 @@ static bool compare(kiln_ctx *ctx, const char *what, kiln_graph *ref_g, kiln_gra
     fail(what, "compiled: %s", kiln_ctx_error(ctx));
     goto out;
   }
-  o->peak = kiln_compiled_peak_bytes(c);
+  o->peak = kiln_compiled_arena_bytes(c);
   ok = true;
   for (uint32_t r = 0; r < nr; r++) {
     double d = rel_diff(hout[r], rout[r]);
