@@ -1,5 +1,5 @@
 /*
- * cmd_check.c — `kiln check [--device cpu] [--tol T]`: every layer type run
+ * cmd_check.c — `kiln check [--device cpu|vulkan|cuda|hip] [--tol T]`: every layer type run
  * compiled and on the reference interpreter in float64, outputs and
  * gradients compared (kiln_check_layers, train/check.c). Exit 0 when the
  * largest difference is within the tolerance (default 1e-12), else 1.
@@ -33,10 +33,11 @@ int cmd_check(int argc, char **argv) {
     }
   }
   kiln_backend backend = KILN_BACKEND_COMPILED;
-  if (!strcmp(device, "vulkan")) backend = KILN_BACKEND_VULKAN;
-  else if (strcmp(device, "cpu"))
-    return cli_error("device '%s' is not available for `kiln check` (available: cpu, vulkan); "
-                     "`kiln devices` lists this machine's devices", device);
+  int index = 0;
+  if (cli_parse_device("check", device, &backend, &index)) return 2;
+  if (index != 0)
+    return cli_error("`kiln check` runs on device 0 of a kind; '%s' names device %d", device,
+                     index);
   kiln_ctx *ctx = kiln_ctx_create();
   if (!ctx) return cli_error("out of memory");
   printf("kiln check: every layer type, compiled (%s) against the float64 reference\n", device);
