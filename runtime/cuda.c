@@ -307,12 +307,21 @@ kiln_status kcu_program_run(kiln_ctx *ctx, kcu_program *cp, void *const *inputs,
   return s == KILN_OK ? krt_gpu_program_run(ctx, cp->gp, inputs, outputs, sizes, seconds) : s;
 }
 
+kiln_status kcu_device_graph_run(kcu_device *d, kir_graph *g, size_t n_in,
+                                 kiln_tensor *const *inputs, size_t n_out, kiln_tensor **outputs,
+                                 double *seconds) {
+  for (size_t i = 0; i < n_out; i++) outputs[i] = NULL;
+  kiln_status s = make_current(g->mod->ctx, d);
+  if (s != KILN_OK) return s;
+  return krt_gpu_graph_run(g, &d->drv, "cuda", n_in, inputs, n_out, outputs, seconds);
+}
+
 kiln_status kcu_graph_run(kir_graph *g, int index, size_t n_in, kiln_tensor *const *inputs,
                           size_t n_out, kiln_tensor **outputs) {
   for (size_t i = 0; i < n_out; i++) outputs[i] = NULL;
   kcu_device *d = NULL;
   kiln_status s = kcu_device_open(g->mod->ctx, index, &d);
-  if (s == KILN_OK) s = krt_gpu_graph_run(g, &d->drv, "cuda", n_in, inputs, n_out, outputs);
+  if (s == KILN_OK) s = kcu_device_graph_run(d, g, n_in, inputs, n_out, outputs, NULL);
   kcu_device_close(d);
   return s;
 }

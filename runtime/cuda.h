@@ -61,5 +61,9 @@ kiln_status kcu_program_run(kiln_ctx *ctx, kcu_program *cp, void *const *inputs,
  */
 kiln_status kcu_graph_run(kir_graph *g, int index, size_t n_in, kiln_tensor *const *inputs,
                           size_t n_out, kiln_tensor **outputs);
+/* The same on an open device; *seconds (may be NULL) the device time of the launches. */
+kiln_status kcu_device_graph_run(kcu_device *d, kir_graph *g, size_t n_in,
+                                 kiln_tensor *const *inputs, size_t n_out, kiln_tensor **outputs,
+                                 double *seconds);
 
 #endif

@@ -567,7 +567,8 @@ static kiln_status bind_sizes(kiln_ctx *ctx, const kcg_program *p, kiln_tensor *
 }
 
 static kiln_status run_lowered(kiln_ctx *ctx, const krt_gpu_driver *drv, const kcg_program *p,
-                               kiln_tensor *const *inputs, kiln_tensor **outputs) {
+                               kiln_tensor *const *inputs, kiln_tensor **outputs,
+                               double *seconds) {
   int64_t *sizes = calloc(p->nsyms + 1u, sizeof *sizes);
   bool *bound = calloc(p->nsyms + 1u, sizeof *bound);
   const void **in = calloc(p->nparams + 1u, sizeof *in);
@@ -592,7 +593,7 @@ static kiln_status run_lowered(kiln_ctx *ctx, const krt_gpu_driver *drv, const k
   for (uint32_t i = 0; s == KILN_OK && i < p->nparams; i++) in[i] = kiln_tensor_cdata(inputs[i]);
   krt_gpu_program *gp = NULL;
   if (s == KILN_OK) s = krt_gpu_program_create(ctx, drv, p, &gp);
-  if (s == KILN_OK) s = krt_gpu_program_run(ctx, gp, (void *const *)in, out, sizes, NULL);
+  if (s == KILN_OK) s = krt_gpu_program_run(ctx, gp, (void *const *)in, out, sizes, seconds);
   krt_gpu_program_destroy(gp);
   free(sizes), free(bound), free(in), free(out);
   return s;
@@ -600,8 +601,9 @@ static kiln_status run_lowered(kiln_ctx *ctx, const krt_gpu_driver *drv, const k
 
 kiln_status krt_gpu_graph_run(kir_graph *g, const krt_gpu_driver *drv, const char *backend,
                               size_t n_in, kiln_tensor *const *inputs, size_t n_out,
-                              kiln_tensor **outputs) {
+                              kiln_tensor **outputs, double *seconds) {
   kiln_ctx *ctx = g->mod->ctx;
+  if (seconds) *seconds = 0;
   for (size_t i = 0; i < n_out; i++) outputs[i] = NULL;
   kir_graph *lg = kp_legalize(g);
   if (!lg) return strcmp(kiln_ctx_error(ctx), "out of memory") ? KILN_ERR_INVALID : KILN_ERR_NOMEM;
@@ -617,7 +619,7 @@ kiln_status krt_gpu_graph_run(kir_graph *g, const krt_gpu_driver *drv, const cha
   if (s == KILN_OK && (n_in != p->nparams || n_out != p->nresults))
     s = kir_fail(ctx, KILN_ERR_INVALID, "%s: the graph takes %u inputs and has %u results",
                  drv->name, p->nparams, p->nresults);
-  if (s == KILN_OK) s = run_lowered(ctx, drv, p, inputs, outputs);
+  if (s == KILN_OK) s = run_lowered(ctx, drv, p, inputs, outputs, seconds);
   if (s != KILN_OK)
     for (size_t i = 0; i < n_out; i++) {
       kiln_tensor_destroy(outputs[i]);

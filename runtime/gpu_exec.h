@@ -84,10 +84,11 @@ bool krt_gpu_has_attention_kernels(void);
  * symbols from the inputs' shapes, creates the program on `drv`, runs it and
  * returns the results as new host tensors (all NULL on failure). The
  * caller has checked the counts, dtypes and ranks of the inputs. `backend`
- * ("cuda") words the lowering's refusals.
+ * ("cuda") words the lowering's refusals; *seconds (may be NULL) gets the
+ * device time of the launches.
  */
 kiln_status krt_gpu_graph_run(kir_graph *g, const krt_gpu_driver *drv, const char *backend,
                               size_t n_in, kiln_tensor *const *inputs, size_t n_out,
-                              kiln_tensor **outputs);
+                              kiln_tensor **outputs, double *seconds);
 
 #endif

@@ -334,7 +334,7 @@ kiln_status khip_graph_run(kir_graph *g, int index, size_t n_in, kiln_tensor *co
                  "HIP: %s is target %s; Kiln compiles for gfx90a, gfx908 and gfx1030 only",
                  d->name, d->arch);
   if (s == KILN_OK) s = make_current(ctx, d);
-  if (s == KILN_OK) s = krt_gpu_graph_run(g, &d->drv, "hip", n_in, inputs, n_out, outputs);
+  if (s == KILN_OK) s = krt_gpu_graph_run(g, &d->drv, "hip", n_in, inputs, n_out, outputs, NULL);
   khip_device_close(d);
   return s;
 }
