@@ -203,8 +203,10 @@ static bool load_fns(kcu_device *d, const char **missing) {
 
 static kiln_status open_device(kiln_ctx *ctx, kcu_device *d, int index) {
   const char *missing = NULL;
-  d->lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!d->lib) return no_device(ctx, "libcuda.so.1 not found");
+  const char *path = getenv("KILN_CUDA");
+  if (!path || !*path) path = "libcuda.so.1";
+  d->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!d->lib) return no_device(ctx, "%s not found", path);
   if (!load_fns(d, &missing)) return no_device(ctx, "libcuda.so.1 lacks %s", missing);
   CUresult r = d->cuInit(0);
   if (r != 0) return no_device(ctx, "cuInit failed: %s (CUDA error %d)", cu_error(d, r), r);

@@ -2,7 +2,8 @@
  * cuda.h — the CUDA device: runs lowered programs (codegen/program.h) as
  * CUDA C kernels (codegen/c_render.h) compiled by NVRTC (codegen/cuda.h).
  *
- * The CUDA driver (libcuda.so.1) is opened with dlopen, never linked, so
+ * The CUDA driver (libcuda.so.1, or the library $KILN_CUDA names: the tests
+ * use a fake one) is opened with dlopen, never linked, so
  * Kiln starts where CUDA is absent; then opening a device fails cleanly
  * with KILN_ERR_UNSUPPORTED and a message that starts "no CUDA device (".
  *

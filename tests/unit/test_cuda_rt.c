@@ -19,9 +19,17 @@
  *    argument count, and that every allocation and module is freed.
  * 3. With NVRTC present (the CUDA toolkit, or KILN_NVRTC), the executor's
  *    compile path with the real compiler: a few ops' programs become one
- *    sm_90 cubin each (an ELF image naming every kernel).
+ *    sm_90 cubin each (an ELF image).
+ * 4. runtime/cuda.c itself on a stand-in driver (tests/unit/fake_cuda.c,
+ *    loaded through KILN_CUDA; launches are recorded, not run): the device's
+ *    description, a bad index, a failing cuInit, and with NVRTC a whole
+ *    program and kiln_graph_run on the cuda backend: no call without the
+ *    context, outside an allocation or on a wrong stream; every allocation,
+ *    module, stream and the context released; a failing cuMemAlloc or
+ *    cuLaunchKernel is a clean error that leaks nothing.
  */
 #include <ctype.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -418,6 +426,7 @@ static void test_executor(void) {
 /* ---- 3. the compile path with NVRTC ---- */
 
 static int cubins;
+static bool have_nvrtc;
 
 static kiln_status n_compile(void *self, kiln_ctx *ctx, const char *src, void **image,
                              size_t *len) {
@@ -486,16 +495,123 @@ static void test_nvrtc(void) {
     return;
   }
   CHECK(s == KILN_OK);
+  have_nvrtc = s == KILN_OK;
   kiln_ctx_destroy(ctx);
   for (size_t i = 0; i < sizeof nvrtc_ops / sizeof nvrtc_ops[0]; i++)
     CHECK(for_cases(nvrtc_ops[i], 1, nvrtc_variant) > 0);
   CHECK(cubins >= 4);
 }
 
+/* ---- 4. runtime/cuda.c on the stand-in driver ---- */
+
+typedef struct fake_cuda_state {
+  int live_allocs, live_modules, live_streams, retained, launches, copies;
+  int errors;
+  unsigned last_grid, last_block;
+} fake_cuda_state;
+
+static kcg_program *lower_text(kiln_ctx *ctx, const char *text, kir_arena *arena, kiln_graph **g) {
+  kiln_graph *lg = NULL;
+  kcg_program *p = NULL;
+  if (kiln_graph_parse(ctx, text, strlen(text), "fake.kir", g) == KILN_OK && (lg = kp_legalize(*g)))
+    kcg_lower(ctx, lg, arena, &p);
+  kiln_graph_destroy(lg);
+  return p;
+}
+
+static void test_fake_programs(kiln_ctx *ctx, kcu_device *d, fake_cuda_state *st) {
+  static const char text[] = "func @main(%a: f32[N, 3], %b: f32[3, 4]) -> (f32[N, 4]) {\n"
+                             "  %c = matmul(%a, %b) : f32[N, 4]\n"
+                             "  %e = exp(%c) : f32[N, 4]\n  return %e\n}\n";
+  kir_arena arena = {0};
+  kiln_graph *g = NULL;
+  kcg_program *p = lower_text(ctx, text, &arena, &g);
+  CHECK(p != NULL);
+  kcu_program *cp = NULL;
+  if (p) CHECK(kcu_program_create(ctx, d, p, &cp) == KILN_OK);
+  CHECK(st->live_modules == 1 && st->errors == 0);
+  float a[5 * 3], b[3 * 4], c[5 * 4];
+  for (int i = 0; i < 15; i++) a[i] = (float)i - 7;
+  for (int i = 0; i < 12; i++) b[i] = 0.5f * (float)i;
+  int64_t sizes[8] = {5, 5, 5, 5, 5, 5, 5, 5};
+  void *in[2] = {a, b}, *out[1] = {c};
+  double secs = -1;
+  if (cp) {
+    CHECK(kcu_program_run(ctx, cp, in, out, sizes, &secs) == KILN_OK);
+    CHECK(st->launches == (int)p->nsteps && st->errors == 0 && st->live_allocs == 0 && secs >= 0);
+    CHECK(st->last_block == 256 && st->last_grid == 1);
+    setenv("FAKE_CUDA_FAIL", "alloc", 1);
+    CHECK(kcu_program_run(ctx, cp, in, out, sizes, NULL) == KILN_ERR_NOMEM);
+    CHECK(!strcmp(kiln_ctx_error(ctx), "CUDA: cuMemAlloc failed: out of memory (CUDA error 2)"));
+    CHECK(st->live_allocs == 0 && st->errors == 0);
+    setenv("FAKE_CUDA_FAIL", "launch", 1);
+    CHECK(kcu_program_run(ctx, cp, in, out, sizes, NULL) == KILN_ERR_RUNTIME);
+    CHECK(starts(kiln_ctx_error(ctx), "CUDA: cuLaunchKernel failed: "));
+    CHECK(st->live_allocs == 0 && st->errors == 0);
+    unsetenv("FAKE_CUDA_FAIL");
+  }
+  kcu_program_destroy(cp);
+  CHECK(st->live_modules == 0 && st->errors == 0);
+  /* the whole backend: kiln_graph_run opens device 0 itself */
+  int64_t da[2] = {5, 3}, db[2] = {3, 4};
+  kiln_tensor *ta = NULL, *tb = NULL, *res[1] = {NULL};
+  CHECK(kiln_tensor_create(ctx, KILN_F32, 2, da, &ta) == KILN_OK);
+  CHECK(kiln_tensor_create(ctx, KILN_F32, 2, db, &tb) == KILN_OK);
+  kiln_tensor *args[2] = {ta, tb};
+  kiln_run_info info = {0};
+  if (g && ta && tb) {
+    int before = st->launches;
+    CHECK(kiln_graph_run(g, KILN_BACKEND_CUDA, 2, args, 1, res, &info) == KILN_OK);
+    CHECK(info.backend == KILN_BACKEND_CUDA && res[0] && kiln_tensor_dim(res[0], 0) == 5 &&
+          kiln_tensor_dim(res[0], 1) == 4 && st->launches > before);
+  }
+  CHECK(st->live_allocs == 0 && st->live_modules == 0 && st->errors == 0);
+  kiln_tensor_destroy(res[0]);
+  kiln_tensor_destroy(ta);
+  kiln_tensor_destroy(tb);
+  kiln_graph_destroy(g);
+  kir_arena_free(&arena);
+}
+
+static void test_fake_driver(void) {
+  void *lib = dlopen(FAKE_CUDA, RTLD_NOW);
+  fake_cuda_state *(*get)(void) = NULL;
+  void *sym = lib ? dlsym(lib, "fake_cuda_state_get") : NULL;
+  memcpy(&get, &sym, sizeof sym);
+  CHECK(get != NULL);
+  if (!get) return;
+  fake_cuda_state *st = get();
+  setenv("KILN_CUDA", FAKE_CUDA, 1);
+  kiln_ctx *ctx = kiln_ctx_create();
+  kcu_device *d = NULL;
+  CHECK(kcu_device_open(ctx, 0, &d) == KILN_OK && d);
+  char desc[128] = "";
+  if (d) kcu_device_describe(d, desc, sizeof desc);
+  CHECK(!strcmp(desc, "Fake H200, 141 GiB, bf16 yes") && d && kcu_device_sm(d) == 90);
+  CHECK(st->retained == 1 && st->live_streams == 1);
+  kcu_device *d1 = NULL;
+  CHECK(kcu_device_open(ctx, 1, &d1) == KILN_ERR_UNSUPPORTED && !d1);
+  CHECK(!strcmp(kiln_ctx_error(ctx), "no CUDA device (1 device, no index 1)"));
+  if (d && have_nvrtc) test_fake_programs(ctx, d, st);
+  kcu_device_close(d);
+  CHECK(st->retained == 0 && st->live_streams == 0 && st->errors == 0);
+  setenv("FAKE_CUDA_FAIL", "init", 1);
+  CHECK(kcu_device_open(ctx, 0, &d) == KILN_ERR_UNSUPPORTED && !d);
+  CHECK(!strcmp(kiln_ctx_error(ctx),
+                "no CUDA device (cuInit failed: no CUDA-capable device is detected (CUDA error 100))"));
+  unsetenv("FAKE_CUDA_FAIL");
+  unsetenv("KILN_CUDA");
+  printf("runtime/cuda.c on the stand-in driver: %d launches, %d device copies%s\n", st->launches,
+         st->copies, have_nvrtc ? "" : " (no NVRTC: no programs)");
+  kiln_ctx_destroy(ctx);
+  dlclose(lib);
+}
+
 int main(void) {
   test_no_device();
   test_executor();
   test_nvrtc();
+  test_fake_driver();
   if (failures) printf("%d failures\n", failures);
   return failures ? 1 : 0;
 }
