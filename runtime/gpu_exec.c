@@ -63,8 +63,9 @@ struct krt_gpu_program {
   uint32_t nsp, capsp;
 };
 
-static bool is_parallel(const kcg_kernel *k) {
-  return k->nroot == 1 && k->stmts[k->root[0]].kind == KCG_FOR && k->stmts[k->root[0]].parallel;
+static bool is_parallel(const kcg_kernel *k) { /* as codegen/c_render.c decides */
+  return k->nroot == 1 && k->root[0] < k->nstmts && k->stmts[k->root[0]].kind == KCG_FOR &&
+         k->stmts[k->root[0]].parallel;
 }
 
 static int64_t numel(const kir_type *t, const int64_t *sizes) {
@@ -153,7 +154,7 @@ static kiln_status prepare(kiln_ctx *ctx, krt_gpu_program *gp, const kcg_program
       break;
     }
     case KCG_STEP_ATTENTION:
-      if (!krt_gpu_has_attention_kernels())
+      if (!krt_gpu_has_attention_kernels() || drv->generated_only)
         return kir_fail(ctx, KILN_ERR_UNSUPPORTED, "%s: flash attention kernel not available",
                         drv->name);
       s = add_special(ctx, gp, p, st, &used);
@@ -167,7 +168,11 @@ static kiln_status prepare(kiln_ctx *ctx, krt_gpu_program *gp, const kcg_program
         return kir_fail(ctx, KILN_ERR_INVALID, "%s: step %u binds %u buffers, kernel %s has %u",
                         drv->name, i, st->nargs, gp->p->kernels[st->kernel]->name,
                         gp->p->kernels[st->kernel]->nbufs);
-      if (st->kind == KCG_STEP_GEMM && krt_gpu_has_gemm_kernels())
+      if (gp->p->kernels[st->kernel]->nsizes > gp->p->nsyms)
+        return kir_fail(ctx, KILN_ERR_INVALID, "%s: kernel %s takes %u sizes, the program has %u",
+                        drv->name, gp->p->kernels[st->kernel]->name,
+                        gp->p->kernels[st->kernel]->nsizes, gp->p->nsyms);
+      if (st->kind == KCG_STEP_GEMM && krt_gpu_has_gemm_kernels() && !drv->generated_only)
         s = add_special(ctx, gp, p, st, &used);
       break;
     default:

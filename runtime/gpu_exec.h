@@ -36,6 +36,7 @@ typedef struct krt_gpu_driver {
   const char *name;              /* "CUDA", "HIP": in messages */
   const kcg_c_dialect *dialect;  /* the renderer's dialect */
   kcg_gpu_target target;         /* for the hand-tiled kernels */
+  bool generated_only;           /* never the hand-tiled kernels (tests, comparisons) */
   /* source -> code object (cubin, HIP code object); *image malloc'ed */
   kiln_status (*compile)(void *self, kiln_ctx *ctx, const char *src, void **image, size_t *len);
   kiln_status (*module_load)(void *self, kiln_ctx *ctx, const void *image, size_t len,

@@ -246,7 +246,7 @@ static kiln_status f_sync(void *self, kiln_ctx *ctx) {
 static krt_gpu_driver fake_driver(fake *f) {
   extern const kcg_c_dialect kcg_cuda_dialect;
   return (krt_gpu_driver){.self = f, .name = "fake", .dialect = &kcg_cuda_dialect,
-                          .target = {.sm = 90, .tensor_cores = true},
+                          .target = {.sm = 90, .tensor_cores = true}, .generated_only = true,
                           .compile = f_compile, .module_load = f_load, .module_unload = f_unload,
                           .function = f_function, .alloc = f_alloc, .free = f_free,
                           .upload = f_upload, .download = f_download, .copy = f_copy,
