@@ -43,9 +43,22 @@ KRT_GPU_KERNELS_WEAK kiln_status kcg_gemm_gpu_plan(kiln_ctx *, const kcg_gpu_tar
 
 enum { THREADS = 256, MAX_BLOCKS = 65535, MAX_DEPTH = 16, MAX_KERNEL_PARAMS = 512 };
 
-bool krt_gpu_has_gemm_kernels(void) { return kcg_gemm_gpu_source && kcg_gemm_gpu_plan; }
+/* The hand-tiled kernels' entry points: NULL while they are weak and absent. */
+static const struct {
+  kiln_status (*gemm_source)(kiln_ctx *, const kcg_c_dialect *, const kcg_gpu_target *,
+                             const kcg_program *, const kcg_step *, char **);
+  kiln_status (*gemm_plan)(kiln_ctx *, const kcg_gpu_target *, const kcg_program *,
+                           const kcg_step *, const int64_t *, kcg_gpu_plan *);
+  kiln_status (*attention_source)(kiln_ctx *, const kcg_c_dialect *, const kcg_gpu_target *,
+                                  const kcg_program *, const kcg_step *, char **);
+  kiln_status (*attention_plan)(kiln_ctx *, const kcg_gpu_target *, const kcg_program *,
+                                const kcg_step *, const int64_t *, kcg_gpu_plan *);
+} hand = {kcg_gemm_gpu_source, kcg_gemm_gpu_plan, kcg_attention_gpu_source,
+          kcg_attention_gpu_plan};
+
+bool krt_gpu_has_gemm_kernels(void) { return hand.gemm_source != NULL && hand.gemm_plan != NULL; }
 bool krt_gpu_has_attention_kernels(void) {
-  return kcg_attention_gpu_source && kcg_attention_gpu_plan;
+  return hand.attention_source != NULL && hand.attention_plan != NULL;
 }
 
 /* A GEMM or ATTENTION step with its own module of hand-tiled kernels. */
@@ -103,8 +116,8 @@ static kiln_status add_special(kiln_ctx *ctx, krt_gpu_program *gp, const kcg_pro
   char *src = NULL;
   *used = false;
   kiln_status s = st->kind == KCG_STEP_GEMM
-                      ? kcg_gemm_gpu_source(ctx, drv->dialect, &drv->target, p, st, &src)
-                      : kcg_attention_gpu_source(ctx, drv->dialect, &drv->target, p, st, &src);
+                      ? hand.gemm_source(ctx, drv->dialect, &drv->target, p, st, &src)
+                      : hand.attention_source(ctx, drv->dialect, &drv->target, p, st, &src);
   if (s == KILN_ERR_UNSUPPORTED && st->kind == KCG_STEP_GEMM) return KILN_OK; /* the fallback */
   if (s != KILN_OK) return s;
   if (gp->nsp == gp->capsp) {
@@ -409,8 +422,8 @@ static kiln_status run_special(grun *r, gframe *f, const kcg_step *st, void *mod
   memset(&plan, 0, sizeof plan);
   const krt_gpu_driver *drv = r->gp->drv;
   kiln_status s = st->kind == KCG_STEP_GEMM
-                      ? kcg_gemm_gpu_plan(r->ctx, &drv->target, f->p, st, r->sizes, &plan)
-                      : kcg_attention_gpu_plan(r->ctx, &drv->target, f->p, st, r->sizes, &plan);
+                      ? hand.gemm_plan(r->ctx, &drv->target, f->p, st, r->sizes, &plan)
+                      : hand.attention_plan(r->ctx, &drv->target, f->p, st, r->sizes, &plan);
   return s == KILN_OK ? run_plan(r, f, st, module, &plan) : s;
 }
 

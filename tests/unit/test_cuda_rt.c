@@ -529,7 +529,8 @@ static void test_fake_programs(kiln_ctx *ctx, kcu_device *d, fake_cuda_state *st
   CHECK(p != NULL);
   kcu_program *cp = NULL;
   if (p) CHECK(kcu_program_create(ctx, d, p, &cp) == KILN_OK);
-  CHECK(st->live_modules == 1 && st->errors == 0);
+  int modules = 1 + krt_gpu_has_gemm_kernels(); /* the GEMM step's hand-tiled kernels */
+  CHECK(st->live_modules == modules && st->errors == 0);
   float a[5 * 3], b[3 * 4], c[5 * 4];
   for (int i = 0; i < 15; i++) a[i] = (float)i - 7;
   for (int i = 0; i < 12; i++) b[i] = 0.5f * (float)i;
@@ -538,7 +539,7 @@ static void test_fake_programs(kiln_ctx *ctx, kcu_device *d, fake_cuda_state *st
   double secs = -1;
   if (cp) {
     CHECK(kcu_program_run(ctx, cp, in, out, sizes, &secs) == KILN_OK);
-    CHECK(st->launches == (int)p->nsteps && st->errors == 0 && st->live_allocs == 0 && secs >= 0);
+    CHECK(st->launches >= (int)p->nsteps && st->errors == 0 && st->live_allocs == 0 && secs >= 0);
     CHECK(st->last_block == 256 && st->last_grid == 1);
     setenv("FAKE_CUDA_FAIL", "alloc", 1);
     CHECK(kcu_program_run(ctx, cp, in, out, sizes, NULL) == KILN_ERR_NOMEM);
