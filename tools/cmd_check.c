@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "cli.h"
+#include "runtime/cuda.h"
+#include "runtime/hip.h"
 
 int cmd_check(int argc, char **argv) {
   enum { O_DEVICE, O_TOL };
@@ -40,6 +42,19 @@ int cmd_check(int argc, char **argv) {
                      index);
   kiln_ctx *ctx = kiln_ctx_create();
   if (!ctx) return cli_error("out of memory");
+  if (backend == KILN_BACKEND_CUDA || backend == KILN_BACKEND_HIP) { /* one line, not one per layer */
+    kcu_device *cd = NULL;
+    khip_device *hd = NULL;
+    kiln_status s = backend == KILN_BACKEND_CUDA ? kcu_device_open(ctx, 0, &cd)
+                                                 : khip_device_open(ctx, 0, &hd);
+    kcu_device_close(cd);
+    khip_device_close(hd);
+    if (s != KILN_OK) {
+      int r = cli_error("%s", kiln_ctx_error(ctx));
+      kiln_ctx_destroy(ctx);
+      return r;
+    }
+  }
   printf("kiln check: every layer type, compiled (%s) against the float64 reference\n", device);
   double worst = 0;
   kiln_status s = kiln_check_layers(ctx, backend, stdout, tol, &worst);
