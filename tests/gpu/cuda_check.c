@@ -5,7 +5,7 @@
  * tests/gpu/cuda.sh. Not part of ctest: it needs a GPU (written for an
  * H200, sm_90).
  *
- *   cuda_check REPO_ROOT [--no-fork] [NAME...]
+ *   cuda_check REPO_ROOT [-jN] [--no-fork] [NAME...]
  *
  * Ops: each case of tests/ops/<op>.kir, in its own dtypes and with f64 and
  * f32 swapped, is parsed, legalized and lowered, then run THROUGH THE
@@ -31,8 +31,10 @@
  * One line per op and per model, with the device time of its launches.
  * Every op and model runs in a child process (unless --no-fork) that opens
  * the device itself, under a 120 s alarm: a crash or a hang is reported
- * as a failure of that op and the run goes on. Stdout is line-buffered, so
- * the log survives a crash. Exit status: 0 all passed, 1 a failure, 2 no
+ * as a failure of that op and the run goes on. N children (-jN, default 4:
+ * most of the time is NVRTC on the CPU) run at once; their output goes to
+ * temporary files, printed in op order as they finish. Stdout is
+ * line-buffered, so the log survives a crash. Exit status: 0 all passed, 1 a failure, 2 no
  * usable CUDA device.
  */
 #include <ctype.h>
@@ -53,6 +55,7 @@
 enum { SYM = 3, CHILD_SECONDS = 120 };
 
 static kcu_device *dev;
+static char current[160]; /* the variant or model running, for the crash handler */
 static int failures, passed, unsupported, skipped;
 static char first_unsupported[200];
 
@@ -145,6 +148,7 @@ static void compare_run(kiln_ctx *ctx, const kcg_program *p, const char *where, 
 }
 
 static void check_variant(const char *text, const char *where, double *secs) {
+  snprintf(current, sizeof current, "%.150s", where);
   kiln_ctx *ctx = kiln_ctx_create();
   kiln_graph *g = NULL, *lg = NULL;
   kir_arena arena = {0};
@@ -281,6 +285,7 @@ static kiln_status run_eager(kiln_ctx *ctx, kiln_graph *g, size_t n_in, kiln_ten
                              size_t n_out, kiln_tensor **outputs);
 
 static void check_model(const char *dir, const char *file) {
+  snprintf(current, sizeof current, "model %.140s", file);
   kiln_ctx *ctx = kiln_ctx_create();
   char path[1024];
   kiln_model_file *m = NULL;
@@ -370,42 +375,91 @@ static bool open_device(bool quiet) {
 }
 
 typedef struct job {
-  bool model;
+  bool model, wanted, done;
   char name[256];
+  pid_t pid;
+  FILE *out;  /* the child's stdout, printed in job order */
+  int status; /* waitpid's */
 } job;
 
-/* Runs one op or model; in a child (own device, alarm) unless no_fork. 0 pass, 1 fail. */
-static int run_job(const char *root, const job *j, bool no_fork) {
+/* Names what was running when a signal ends the child (write(2) only: async-signal-safe). */
+static void on_signal(int sig) {
+  static const char a[] = "FAIL while running ", b[] = ": fatal signal\n";
+  if (write(STDOUT_FILENO, a, sizeof a - 1) < 0 || write(STDOUT_FILENO, current, strlen(current)) < 0 ||
+      write(STDOUT_FILENO, b, sizeof b - 1) < 0) {
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+/* What a child does: open the device, run one op or model, exit 0 (passed) or 1. */
+static void child(const char *root, const job *j) {
   char dir[1024];
   snprintf(dir, sizeof dir, "%s/examples/models", root);
-  if (no_fork) {
-    int f0 = failures;
-    j->model ? check_model(dir, j->name) : check_op(root, j->name);
-    return failures > f0;
-  }
+  snprintf(current, sizeof current, "%.100s (opening the device)", j->name);
+  static const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGALRM};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) signal(sigs[i], on_signal);
+  alarm(CHILD_SECONDS);
+  if (dup2(fileno(j->out), STDOUT_FILENO) < 0) _exit(1);
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (!open_device(true)) _exit(1);
+  j->model ? check_model(dir, j->name) : check_op(root, j->name);
   fflush(stdout);
-  pid_t pid = fork();
-  if (pid < 0) {
-    printf("FAIL %s: fork failed\n", j->name);
-    return 1;
-  }
-  if (pid == 0) {
-    alarm(CHILD_SECONDS);
-    if (!open_device(true)) _exit(1);
-    j->model ? check_model(dir, j->name) : check_op(root, j->name);
-    fflush(stdout);
-    kcu_device_close(dev);
-    _exit(failures ? 1 : 0);
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-  }
-  if (WIFSIGNALED(status)) {
+  kcu_device_close(dev);
+  _exit(failures ? 1 : 0);
+}
+
+/* Copies a finished child's output and says how it ended; 1 if it failed. */
+static int report(job *j) {
+  char buf[4096];
+  size_t n;
+  rewind(j->out);
+  while ((n = fread(buf, 1, sizeof buf, j->out)) > 0) fwrite(buf, 1, n, stdout);
+  fclose(j->out);
+  j->out = NULL;
+  if (WIFSIGNALED(j->status)) {
     printf("FAIL %-5s %-22s CRASHED with signal %d%s\n", j->model ? "model" : "op", j->name,
-           WTERMSIG(status), WTERMSIG(status) == SIGALRM ? " (over the time limit)" : "");
+           WTERMSIG(j->status), WTERMSIG(j->status) == SIGALRM ? " (over the time limit)" : "");
     return 1;
   }
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+  return WIFEXITED(j->status) && WEXITSTATUS(j->status) == 0 ? 0 : 1;
+}
+
+/*
+ * Runs the wanted jobs, `par` children at a time (each with its own CUDA
+ * context: one does not survive fork), printing their output in job order.
+ * Returns the number that failed.
+ */
+static int run_children(const char *root, job *jobs, int n, int par) {
+  int bad = 0, running = 0, next = 0, shown = 0;
+  for (;;) {
+    while (shown < n && (!jobs[shown].wanted || jobs[shown].done)) {
+      if (jobs[shown].wanted) bad += report(&jobs[shown]);
+      shown++;
+    }
+    if (shown == n) return bad;
+    while (running < par && next < n) {
+      job *j = &jobs[next++];
+      if (!j->wanted) continue;
+      fflush(stdout);
+      if (!(j->out = tmpfile()) || (j->pid = fork()) < 0) {
+        printf("FAIL %s: could not start a child process\n", j->name);
+        if (j->out) fclose(j->out);
+        j->wanted = false, bad++;
+        continue;
+      }
+      if (j->pid == 0) child(root, j);
+      running++;
+    }
+    int status = 0;
+    pid_t pid = wait(&status);
+    if (pid < 0) return bad + 1; /* cannot happen while children run */
+    for (int i = 0; i < n; i++)
+      if (jobs[i].wanted && !jobs[i].done && jobs[i].pid == pid) {
+        jobs[i].done = true, jobs[i].status = status;
+        running--;
+      }
+  }
 }
 
 static int cmp_names(const void *a, const void *b) { return strcmp(a, b); }
@@ -415,11 +469,13 @@ int main(int argc, char **argv) {
   const char *root = argc > 1 ? argv[1] : ".";
   bool no_fork = false;
   const char *only[64];
-  int nonly = 0;
+  int nonly = 0, par = 4;
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i], "--no-fork")) no_fork = true;
+    else if (!strncmp(argv[i], "-j", 2) && atoi(argv[i] + 2) > 0) par = atoi(argv[i] + 2);
     else if (nonly < 64) only[nonly++] = argv[i];
   }
+  if (par > 32) par = 32;
   if (!open_device(false)) {
     printf("cuda_check: no usable CUDA device\n");
     return 2;
@@ -452,10 +508,15 @@ int main(int argc, char **argv) {
   for (int i = 0; i < njobs; i++) {
     bool want = nonly == 0;
     for (int k = 0; k < nonly && !want; k++) want = !strcmp(only[k], jobs[i].name);
-    if (!want) continue;
-    ran++;
-    bad += run_job(root, &jobs[i], no_fork);
+    jobs[i].wanted = want;
+    ran += want;
+    if (want && no_fork) {
+      int f0 = failures;
+      jobs[i].model ? check_model(dir, jobs[i].name) : check_op(root, jobs[i].name);
+      bad += failures > f0;
+    }
   }
+  if (!no_fork) bad = run_children(root, jobs, njobs, par);
   if (no_fork)
     printf("%d runs passed, %d failed, %d unsupported, %d skipped (parse or lowering refused)\n",
            passed, failures, unsupported, skipped);

@@ -7,8 +7,9 @@
  * allocation, a launch of a function from no loaded module, an unknown
  * stream, and it counts what is still allocated. `fake_cuda_state` gives
  * the test its counters; FAKE_CUDA_FAIL=alloc|launch|init makes that call
- * fail.
+ * fail, FAKE_CUDA_FAIL=crash makes a launch die of SIGSEGV.
  */
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,6 +166,7 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
     return st.errors++, 1;
   if (need_ctx()) return 201;
   if (fails("launch")) return 719; /* CUDA_ERROR_LAUNCH_FAILED */
+  if (fails("crash")) raise(SIGSEGV);  /* for tests/gpu/cuda_check's crash handling */
   st.launches++, st.last_grid = gx, st.last_block = bx;
   return 0;
 }
