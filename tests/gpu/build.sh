@@ -12,6 +12,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=${1:-gpu-bin}
 build=${BUILD:-build}
 lib="$build/lib/libkiln.a"
+# the library must match the headers the programs are compiled against (a stale libkiln.a with
+# another layout of kcg_step crashes on the GPU machine): bring it up to date first
+if [ -f "$build/CMakeCache.txt" ]; then
+  cmake --build "$build" --target kiln_static >/dev/null || { echo "build.sh: building $lib failed" >&2; exit 1; }
+fi
 [ -f "$lib" ] || { echo "build.sh: $lib not found (cmake --build $build --target kiln_static)" >&2; exit 1; }
 cblas_inc=$(dirname "$(find /usr/include -name cblas.h -path '*openblas*' | head -1)")
 # libgfortran (OpenBLAS's LAPACK part) static too where its archive exists
