@@ -307,6 +307,9 @@ static kiln_status frame_new(grun *r, const kcg_program *p, void *const *inputs,
     if (numel(&pb->type, r->sizes) < 0)
       return kir_fail(r->ctx, KILN_ERR_INVALID, "%s: buffer %u has a negative size", drv->name, b);
     if (pb->kind == KCG_PBUF_INPUT && !top) continue;
+    if ((pb->kind == KCG_PBUF_INPUT && pb->index >= p->nparams) ||
+        (pb->kind == KCG_PBUF_CONST && !pb->data && numel(&pb->type, r->sizes) > 0))
+      return kir_fail(r->ctx, KILN_ERR_INVALID, "%s: malformed buffer %u", drv->name, b);
     size_t n = nbytes(&pb->type, r->sizes);
     kiln_status s = dev_alloc(r, n, &f->ptr[b]);
     if (s != KILN_OK) return s;
