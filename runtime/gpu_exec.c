@@ -88,6 +88,13 @@ static int64_t numel(const kir_type *t, const int64_t *sizes) {
   return n;
 }
 
+/* Whether a static dim of `t` is 0. */
+static bool empty(const kir_type *t) {
+  for (int d = 0; d < t->rank; d++)
+    if (!KIR_DIM_IS_SYM(t->dims[d]) && t->dims[d] == 0) return true;
+  return false;
+}
+
 static size_t nbytes(const kir_type *t, const int64_t *sizes) {
   int64_t n = numel(t, sizes);
   return n > 0 ? (size_t)n * kiln_dtype_size(t->dtype) : 0;
@@ -152,6 +159,14 @@ static kiln_status prepare(kiln_ctx *ctx, krt_gpu_program *gp, const kcg_program
   const krt_gpu_driver *drv = gp->drv;
   if (depth > MAX_DEPTH) return kir_fail(ctx, KILN_ERR_UNSUPPORTED, "%s: scans nested too deep",
                                          drv->name);
+  for (uint32_t b = 0; b < p->nbufs; b++)
+    if ((p->bufs[b].kind == KCG_PBUF_INPUT && p->bufs[b].index >= p->nparams) ||
+        (p->bufs[b].kind == KCG_PBUF_CONST && !p->bufs[b].data && !empty(&p->bufs[b].type)))
+      return kir_fail(ctx, KILN_ERR_INVALID, "%s: malformed buffer %u", drv->name, b);
+  for (uint32_t i = 0; i < p->nparams + p->nresults; i++)
+    if ((i < p->nparams ? p->params[i] : p->results[i - p->nparams]) >= p->nbufs)
+      return kir_fail(ctx, KILN_ERR_INVALID, "%s: a parameter or result names no buffer",
+                      drv->name);
   for (uint32_t i = 0; i < p->nsteps; i++) {
     const kcg_step *st = &p->steps[i];
     kiln_status s = check_args(ctx, drv, p, st, i);
@@ -307,9 +322,6 @@ static kiln_status frame_new(grun *r, const kcg_program *p, void *const *inputs,
     if (numel(&pb->type, r->sizes) < 0)
       return kir_fail(r->ctx, KILN_ERR_INVALID, "%s: buffer %u has a negative size", drv->name, b);
     if (pb->kind == KCG_PBUF_INPUT && !top) continue;
-    if ((pb->kind == KCG_PBUF_INPUT && pb->index >= p->nparams) ||
-        (pb->kind == KCG_PBUF_CONST && !pb->data && numel(&pb->type, r->sizes) > 0))
-      return kir_fail(r->ctx, KILN_ERR_INVALID, "%s: malformed buffer %u", drv->name, b);
     size_t n = nbytes(&pb->type, r->sizes);
     kiln_status s = dev_alloc(r, n, &f->ptr[b]);
     if (s != KILN_OK) return s;
