@@ -462,7 +462,9 @@ static int run_children(const char *root, job *jobs, int n, int par) {
   }
 }
 
-static int cmp_names(const void *a, const void *b) { return strcmp(a, b); }
+static int cmp_names(const void *a, const void *b) {
+  return strcmp(((const job *)a)->name, ((const job *)b)->name);
+}
 
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
