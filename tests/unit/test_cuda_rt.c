@@ -16,7 +16,9 @@
  *    every access against the allocation a device pointer falls in (scan
  *    slices are pointers into the scanned buffer), the launch geometry (256
  *    threads per block for a parallel kernel, one thread otherwise), the
- *    argument count, and that every allocation and module is freed.
+ *    argument count, and that every allocation and module is freed. The
+ *    same for the example models built in f32 (parameters random too), but
+ *    for the three the interpreter takes too long on.
  * 3. With NVRTC present (the CUDA toolkit, or KILN_NVRTC), the executor's
  *    compile path with the real compiler: a few ops' programs become one
  *    sm_90 cubin each (an ELF image).
@@ -29,11 +31,13 @@
  *    cuLaunchKernel is a clean error that leaks nothing.
  */
 #include <ctype.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "codegen/cuda.h"
 #include "passes/passes.h"
@@ -287,18 +291,31 @@ enum { SYM = 3 };
 static int runs, skipped, scans;
 
 /* One variant: the executor on the fake driver against kcg_program_interp. */
+static void check_graph(kiln_ctx *ctx, kiln_graph *g, const char *where);
+
 static void check_variant(const char *text, const char *where) {
   kiln_ctx *ctx = kiln_ctx_create();
-  kiln_graph *g = NULL, *lg = NULL;
+  kiln_graph *g = NULL;
+  if (kiln_graph_parse(ctx, text, strlen(text), where, &g) == KILN_OK) check_graph(ctx, g, where);
+  else skipped++;
+  kiln_graph_destroy(g);
+  kiln_ctx_destroy(ctx);
+}
+
+/* A graph's program: the executor on the fake driver against kcg_program_interp. */
+static void check_graph(kiln_ctx *ctx, kiln_graph *g, const char *where) {
+  kiln_graph *lg = NULL;
   kir_arena arena = {0};
   kcg_program *p = NULL;
-  if (kiln_graph_parse(ctx, text, strlen(text), where, &g) != KILN_OK || !(lg = kp_legalize(g)) ||
-      kcg_lower(ctx, lg, &arena, &p) != KILN_OK || p->nsyms > 64) {
+  if (!(lg = kp_legalize(g)) || kcg_lower(ctx, lg, &arena, &p) != KILN_OK || p->nsyms > 64) {
     skipped++;
     goto done;
   }
   int64_t sizes[64];
   for (int i = 0; i < 64; i++) sizes[i] = SYM;
+  int64_t total = 0;
+  for (uint32_t b = 0; b < p->nbufs; b++) total += numel(&p->bufs[b].type, sizes);
+  if (getenv("KILN_TEST_VERBOSE")) printf("  %s: %lld elements\n", where, (long long)total);
   void **in = calloc(p->nparams + 1u, sizeof *in), **want = calloc(p->nresults + 1u, sizeof *want);
   void **got = calloc(p->nresults + 1u, sizeof *got);
   bool ok = in && want && got;
@@ -366,8 +383,6 @@ static void check_variant(const char *text, const char *where) {
 done:
   kir_arena_free(&arena);
   kiln_graph_destroy(lg);
-  kiln_graph_destroy(g);
-  kiln_ctx_destroy(ctx);
 }
 
 static char *read_file(const char *path) {
@@ -413,6 +428,48 @@ static int for_cases(const char *name, int max, void (*fn)(const char *, const c
   }
   free(text);
   return k;
+}
+
+static double now(void);
+
+/* Every example model built in f32, its parameters and inputs random like an op's. */
+static void test_models(void) {
+  const char *dir = KILN_SOURCE_DIR "/examples/models";
+  DIR *d = opendir(dir);
+  struct dirent *de;
+  int models = 0, r0 = runs, f0 = failures;
+  while (d && (de = readdir(d))) {
+    size_t len = strlen(de->d_name);
+    if (len < 6 || strcmp(de->d_name + len - 5, ".kiln")) continue;
+    /* the interpreter needs 15-30 s for each of these (3 under ASan): tests/gpu/cuda_check runs them */
+    if (!strcmp(de->d_name, "cnn.kiln") || !strcmp(de->d_name, "transformer_lm.kiln") ||
+        !strcmp(de->d_name, "two_inputs.kiln"))
+      continue;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    kiln_ctx *ctx = kiln_ctx_create();
+    kiln_model_file *m = NULL;
+    kiln_graph *g = NULL;
+    kiln_build_opts bo = {KILN_F32, 0};
+    if (kiln_model_file_read(ctx, path, &m) == KILN_OK &&
+        kiln_layer_build(ctx, kiln_model_file_layer(m), kiln_model_file_num_inputs(m),
+                         kiln_model_file_inputs(m), &bo, &g) == KILN_OK) {
+      double t0 = now();
+      check_graph(ctx, g, de->d_name);
+      if (getenv("KILN_TEST_VERBOSE")) printf("  %s %.2f s\n", de->d_name, now() - t0);
+      models++;
+    } else {
+      printf("FAIL %s: %s\n", de->d_name, kiln_ctx_error(ctx));
+      failures++;
+    }
+    kiln_graph_destroy(g);
+    kiln_model_file_destroy(m);
+    kiln_ctx_destroy(ctx);
+  }
+  if (d) closedir(d);
+  printf("executor on the interpreting driver: %d example models, %d runs, %d failed\n", models,
+         runs - r0, failures - f0);
+  CHECK(models >= 10 && runs - r0 >= 10);
 }
 
 static void test_executor(void) {
@@ -608,11 +665,20 @@ static void test_fake_driver(void) {
   dlclose(lib);
 }
 
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 int main(void) {
-  test_no_device();
-  test_executor();
-  test_nvrtc();
-  test_fake_driver();
+  void (*const parts[])(void) = {test_no_device, test_executor, test_models, test_nvrtc,
+                                 test_fake_driver};
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+    double t0 = now();
+    parts[i]();
+    printf("  (%.1f s)\n", now() - t0);
+  }
   if (failures) printf("%d failures\n", failures);
   return failures ? 1 : 0;
 }
