@@ -19,6 +19,9 @@
 #include <string.h>
 
 #include "ir/kir.h"
+#include "runtime/cuda.h"
+#include "runtime/hip.h"
+#include "runtime/run.h"
 #include "runtime/vulkan.h"
 
 static const char *const backend_names[] = {
@@ -26,6 +29,8 @@ static const char *const backend_names[] = {
     [KILN_BACKEND_COMPILED] = "compiled",
     [KILN_BACKEND_EAGER] = "eager",
     [KILN_BACKEND_VULKAN] = "vulkan",
+    [KILN_BACKEND_CUDA] = "cuda",
+    [KILN_BACKEND_HIP] = "hip",
 };
 enum { N_BACKENDS = sizeof backend_names / sizeof backend_names[0] };
 
@@ -36,7 +41,7 @@ KILN_API kiln_status kiln_backend_parse(kiln_ctx *ctx, const char *s, kiln_backe
       return KILN_OK;
     }
   return kir_fail(ctx, KILN_ERR_INVALID, "unknown backend '%s': expected one of auto, compiled, "
-                  "eager, vulkan", s ? s : "(null)");
+                  "eager, vulkan, cuda, hip", s ? s : "(null)");
 }
 
 KILN_API const char *kiln_backend_name(kiln_backend b) {
@@ -140,6 +145,12 @@ static kiln_status run_eager(kir_graph *g, size_t n_in, kiln_tensor *const *inpu
 KILN_API kiln_status kiln_graph_run(kiln_graph *g, kiln_backend backend, size_t n_in,
                                     kiln_tensor *const *inputs, size_t n_out,
                                     kiln_tensor **outputs, kiln_run_info *info) {
+  return krt_graph_run_device(g, backend, 0, n_in, inputs, n_out, outputs, info);
+}
+
+kiln_status krt_graph_run_device(kiln_graph *g, kiln_backend backend, int index, size_t n_in,
+                                 kiln_tensor *const *inputs, size_t n_out, kiln_tensor **outputs,
+                                 kiln_run_info *info) {
   kiln_ctx *ctx = g->mod->ctx;
   for (size_t i = 0; i < n_out; i++) outputs[i] = NULL;
   if (g->mod->status != KILN_OK) {
@@ -149,12 +160,18 @@ KILN_API kiln_status kiln_graph_run(kiln_graph *g, kiln_backend backend, size_t 
   }
   if ((unsigned)backend >= N_BACKENDS)
     return kir_fail(ctx, KILN_ERR_INVALID, "unknown backend %d: expected one of auto, compiled, "
-                    "eager, vulkan", (int)backend);
+                    "eager, vulkan, cuda, hip", (int)backend);
   kiln_status s = check_inputs(g, n_in, inputs, n_out);
   if (s) return s;
-  if (backend == KILN_BACKEND_VULKAN) { /* strict, like compiled: no fallback */
-    s = kvk_graph_run(g, n_in, inputs, n_out, outputs);
-    if (!s && info) info->backend = KILN_BACKEND_VULKAN, info->reason[0] = 0;
+  if (index != 0 && backend != KILN_BACKEND_CUDA && backend != KILN_BACKEND_HIP)
+    return kir_fail(ctx, KILN_ERR_UNSUPPORTED, "backend '%s' runs on device 0 only, not %d",
+                    kiln_backend_name(backend), index);
+  if (backend == KILN_BACKEND_VULKAN || backend == KILN_BACKEND_CUDA ||
+      backend == KILN_BACKEND_HIP) { /* strict, like compiled: no fallback */
+    s = backend == KILN_BACKEND_VULKAN ? kvk_graph_run(g, n_in, inputs, n_out, outputs)
+        : backend == KILN_BACKEND_CUDA ? kcu_graph_run(g, index, n_in, inputs, n_out, outputs)
+                                       : khip_graph_run(g, index, n_in, inputs, n_out, outputs);
+    if (!s && info) info->backend = backend, info->reason[0] = 0;
     return s;
   }
   char reason[sizeof info->reason] = "";

@@ -8,6 +8,8 @@ config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".kir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.excludes = ["unit", "fuzz", "ops", "fixtures", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py.in"]
+# before %kiln, which is its prefix: the build's lib directory (tests/unit/fake_cuda.c's driver)
+config.substitutions.append(("%kiln_lib", os.path.join(os.path.dirname(config.kiln_bin), "lib")))
 config.substitutions.append(("%kiln", os.path.join(config.kiln_bin, "kiln")))
 config.substitutions.append(("FileCheck", config.filecheck))
 config.substitutions.append(("%src", config.kiln_src))

@@ -1,5 +1,5 @@
 /*
- * cmd_check.c — `kiln check [--device cpu] [--tol T]`: every layer type run
+ * cmd_check.c — `kiln check [--device cpu|vulkan|cuda|hip] [--tol T]`: every layer type run
  * compiled and on the reference interpreter in float64, outputs and
  * gradients compared (kiln_check_layers, train/check.c). Exit 0 when the
  * largest difference is within the tolerance (default 1e-12), else 1.
@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "cli.h"
+#include "runtime/cuda.h"
+#include "runtime/hip.h"
 
 int cmd_check(int argc, char **argv) {
   enum { O_DEVICE, O_TOL };
@@ -33,12 +35,26 @@ int cmd_check(int argc, char **argv) {
     }
   }
   kiln_backend backend = KILN_BACKEND_COMPILED;
-  if (!strcmp(device, "vulkan")) backend = KILN_BACKEND_VULKAN;
-  else if (strcmp(device, "cpu"))
-    return cli_error("device '%s' is not available for `kiln check` (available: cpu, vulkan); "
-                     "`kiln devices` lists this machine's devices", device);
+  int index = 0;
+  if (cli_parse_device("check", device, &backend, &index)) return 2;
+  if (index != 0)
+    return cli_error("`kiln check` runs on device 0 of a kind; '%s' names device %d", device,
+                     index);
   kiln_ctx *ctx = kiln_ctx_create();
   if (!ctx) return cli_error("out of memory");
+  if (backend == KILN_BACKEND_CUDA || backend == KILN_BACKEND_HIP) { /* one line, not one per layer */
+    kcu_device *cd = NULL;
+    khip_device *hd = NULL;
+    kiln_status s = backend == KILN_BACKEND_CUDA ? kcu_device_open(ctx, 0, &cd)
+                                                 : khip_device_open(ctx, 0, &hd);
+    kcu_device_close(cd);
+    khip_device_close(hd);
+    if (s != KILN_OK) {
+      int r = cli_error("%s", kiln_ctx_error(ctx));
+      kiln_ctx_destroy(ctx);
+      return r;
+    }
+  }
   printf("kiln check: every layer type, compiled (%s) against the float64 reference\n", device);
   double worst = 0;
   kiln_status s = kiln_check_layers(ctx, backend, stdout, tol, &worst);

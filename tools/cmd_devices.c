@@ -10,6 +10,9 @@
  * CPUs this process may use), and the OpenBLAS build that serves large
  * matrix products with the core it picked. Vulkan devices (runtime/vulkan.h)
  * follow, one line each, lavapipe included; absent ones are not listed.
+ * Then CUDA and ROCm devices (runtime/cuda.h, runtime/hip.h), one line
+ * each; a kind with none gets one line saying why ("cuda: no CUDA device
+ * (libcuda.so.1 not found)"), which is not an error: exit status 0.
  */
 #include <cblas.h>
 #include <stdio.h>
@@ -18,6 +21,8 @@
 #include "cli.h"
 #include "codegen/llvm_cpu.h"
 #include "runtime/rt.h"
+#include "runtime/cuda.h"
+#include "runtime/hip.h"
 #include "runtime/vulkan.h"
 
 /* The "model name" of the first processor in /proc/cpuinfo, or "" if there is none. */
@@ -83,6 +88,42 @@ static void vulkan_devices(void) {
   kiln_ctx_destroy(ctx);
 }
 
+/* "cuda:0 cuda NVIDIA H200, 139 GiB, bf16 yes" per CUDA device, or why there is none. */
+static void cuda_devices(void) {
+  kiln_ctx *ctx = kiln_ctx_create();
+  for (int i = 0; ctx && i < 64; i++) {
+    kcu_device *d = NULL;
+    if (kcu_device_open(ctx, i, &d) != KILN_OK) {
+      if (i == 0) printf("cuda: %s\n", kiln_ctx_error(ctx));
+      break;
+    }
+    char name[32], detail[320];
+    snprintf(name, sizeof name, "cuda:%d", i);
+    kcu_device_describe(d, detail, sizeof detail);
+    printf("%-7s %-6s %s\n", name, "cuda", detail);
+    kcu_device_close(d);
+  }
+  kiln_ctx_destroy(ctx);
+}
+
+/* "hip:0 hip AMD Instinct MI210, 63 GiB, gfx90a" per ROCm device, or why there is none. */
+static void hip_devices(void) {
+  kiln_ctx *ctx = kiln_ctx_create();
+  for (int i = 0; ctx && i < 64; i++) {
+    khip_device *d = NULL;
+    if (khip_device_open(ctx, i, &d) != KILN_OK) {
+      if (i == 0) printf("hip: %s\n", kiln_ctx_error(ctx));
+      break;
+    }
+    char name[32], detail[320];
+    snprintf(name, sizeof name, "hip:%d", i);
+    khip_device_describe(d, detail, sizeof detail);
+    printf("%-7s %-6s %s\n", name, "hip", detail);
+    khip_device_close(d);
+  }
+  kiln_ctx_destroy(ctx);
+}
+
 int cmd_devices(int argc, char **argv) {
   cli_parser p = {.cmd = "devices", .argc = argc, .argv = argv, .i = 1};
   static const cli_option opts[] = {{0}};
@@ -102,5 +143,7 @@ int cmd_devices(int argc, char **argv) {
   printf("%-7s %-6s %s, %s, %d thread%s, %s\n", "cpu", "cpu", model, features, threads,
          threads == 1 ? "" : "s", blas);
   vulkan_devices();
+  cuda_devices();
+  hip_devices();
   return 0;
 }

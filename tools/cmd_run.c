@@ -23,6 +23,7 @@
 
 #include "cli.h"
 #include "passes/mixed_precision.h"
+#include "runtime/run.h"
 
 enum { MAX_INPUTS = 256 };
 
@@ -31,6 +32,10 @@ typedef struct run_opts {
   const char *input_name[MAX_INPUTS], *input_file[MAX_INPUTS];
   size_t ninputs;
   kiln_backend backend;
+  int device;                  /* --device KIND:N's N */
+  kiln_backend device_backend; /* what --device chose (compiled for cpu) */
+  const char *device_given;
+  bool backend_given;
   bool print, train, kiln_only;
   kiln_dtype dtype; /* KILN_DTYPE_COUNT: the model file's own */
   uint64_t seed;
@@ -43,14 +48,15 @@ enum { FROM_PARAMS = SIZE_MAX - 2, FROM_SEED = SIZE_MAX - 1, UNBOUND = SIZE_MAX 
 static int parse_args(int argc, char **argv, run_opts *o) {
   enum {
     OPT_INPUT, OPT_OUTPUT, OPT_BACKEND, OPT_PRINT, OPT_PARAMS, OPT_DTYPE, OPT_TRAIN, OPT_SEED,
-    OPT_PRECISION
+    OPT_PRECISION, OPT_DEVICE
   };
   static const cli_option opts[] = {
       [OPT_INPUT] = {"--input", NULL, true},     [OPT_OUTPUT] = {"--output", "-o", true},
       [OPT_BACKEND] = {"--backend", NULL, true}, [OPT_PRINT] = {"--print", NULL, false},
       [OPT_PARAMS] = {"--params", NULL, true},   [OPT_DTYPE] = {"--dtype", NULL, true},
       [OPT_TRAIN] = {"--train", NULL, false},    [OPT_SEED] = {"--seed", NULL, true},
-      [OPT_PRECISION] = {"--precision", NULL, true}, {0},
+      [OPT_PRECISION] = {"--precision", NULL, true}, [OPT_DEVICE] = {"--device", NULL, true},
+      {0},
   };
   cli_parser p = {.cmd = "run", .argc = argc, .argv = argv, .i = 1};
   const char *v;
@@ -79,8 +85,13 @@ static int parse_args(int argc, char **argv, run_opts *o) {
       int r = s ? cli_usage_error("run", "%s", ctx ? kiln_ctx_error(ctx) : "out of memory") : 0;
       kiln_ctx_destroy(ctx);
       if (r) return r;
+      o->backend_given = true;
       break;
     }
+    case OPT_DEVICE:
+      if (cli_parse_device("run", v, &o->device_backend, &o->device)) return 2;
+      o->device_given = v;
+      break;
     case OPT_PRINT: o->print = true; break;
     case OPT_PARAMS: o->params = v; break;
     case OPT_PRECISION:
@@ -102,6 +113,15 @@ static int parse_args(int argc, char **argv, run_opts *o) {
       break;
     }
     }
+  }
+  if (o->device_given) { /* cpu is any CPU backend (auto unless --backend says), else that kind */
+    bool cpu = o->device_backend == KILN_BACKEND_COMPILED;
+    bool cpu_backend = o->backend == KILN_BACKEND_AUTO || o->backend == KILN_BACKEND_COMPILED ||
+                       o->backend == KILN_BACKEND_EAGER;
+    if (o->backend_given && (cpu ? !cpu_backend : o->backend != o->device_backend))
+      return cli_usage_error("run", "--backend %s and --device %s disagree",
+                             kiln_backend_name(o->backend), o->device_given);
+    if (!cpu) o->backend = o->device_backend;
   }
   if (!o->model) return cli_usage_error("run", "no model file given");
   if (o->kiln_only && !cli_is_kiln_file(o->model))
@@ -310,7 +330,8 @@ static int run_model(kiln_ctx *ctx, kiln_graph *g, const kiln_model_file *m,
   for (size_t p = 0; p < nin && !status; p++)
     status = read_input(ctx, g, params, o, p, slot[p], &in[p]);
   kiln_run_info info = {0};
-  if (!status && kiln_graph_run(g, o->backend, nin, in, nout, out, &info) != KILN_OK)
+  if (!status &&
+      krt_graph_run_device(g, o->backend, o->device, nin, in, nout, out, &info) != KILN_OK)
     status = cli_error("%s", kiln_ctx_error(ctx));
   if (!status) status = make_dirs(o->outdir);
   if (!status) {

@@ -27,13 +27,14 @@ static int cmd_help(int argc, char **argv);
 static int cmd_version(int argc, char **argv);
 
 static const cli_command commands[] = {
-    {"check", cmd_check, "[--device cpu|vulkan] [--tol T]",
+    {"check", cmd_check, "[--device cpu|vulkan|cuda|hip] [--tol T]",
      "check every layer type, compiled, against the float64 reference (outputs and gradients)",
      "Builds a small model of every layer type (mlp, conv, pooling, norms, lstm, gru,\n"
      "attention, transformers, compositions, siamese, gcn, sage, gat, gin, vae), runs it\n"
      "compiled and on the reference interpreter in float64 on fresh random inputs, and\n"
      "compares the outputs and the gradients of every parameter: one line per layer, then\n"
      "`OK: largest difference D (LAYER)` (exit 0) or the worst layer (exit 1).\n"
+     "  --device D  cpu (default), vulkan, cuda or hip (device 0 of that kind)\n"
      "  --tol T   the largest difference allowed (default 1e-12)"},
     {"compile", cmd_compile,
      "MODEL.kir|MODEL.kiln -o MODEL.so [--header MODEL.h] [--params P.safetensors] [--name NAME] "
@@ -51,7 +52,8 @@ static const cli_command commands[] = {
      "list the devices this machine can run models on",
      "One line per device: name (what --device takes), kind, detail. For the CPU the\n"
      "detail gives its model, vector features, the runtime's threads (KILN_NUM_THREADS\n"
-     "or the CPUs) and the OpenBLAS build with the core it chose."},
+     "or the CPUs) and the OpenBLAS build with the core it chose. Then the Vulkan, CUDA and\n"
+     "ROCm devices; a kind with none gets one line saying why (`cuda: no CUDA device (...)`)."},
     {"fit", cmd_fit,
      "MODEL.kiln [--params P] --x X.npy [--y Y.npy] [--loss L] [--opt NAME] [--lr R] "
      "[--epochs E] [--batch-size B] [--seed S] [--clip C] [--schedule cosine|step|constant] "
@@ -102,7 +104,8 @@ static const cli_command commands[] = {
      "  --precision P  fp32 (default), fp64, tf32, bf16 or fp16: the graph after the cast\n"
      "              pass (docs/precision.md)"},
     {"run", cmd_run, "MODEL.kir --input NAME=FILE.npy ... -o DIR "
-                     "[--backend auto|compiled|eager|vulkan] [--print] [--params P.safetensors] "
+                     "[--backend auto|compiled|eager|vulkan|cuda|hip] [--device D] [--print] "
+                     "[--params P.safetensors] "
                      "[--dtype T] [--train] [--seed S] [--precision P]",
      "run a model on .npy inputs and write DIR/output_0.npy ...",
      "MODEL is .kir text or a .kiln model file (built with its parameters named by path).\n"
@@ -114,8 +117,10 @@ static const cli_command commands[] = {
      "  --params P             binds every parameter named in the safetensors file P; for\n"
      "                         a .kiln model (`kiln init` writes one) all of its parameters\n"
      "  -o, --output DIR       where output_0.npy, output_1.npy, ... are written (created)\n"
-     "  --backend B            auto (default), compiled, eager or vulkan (SPIR-V on Vulkan\n"
-     "                         device 0; Mesa's lavapipe where there is no GPU)\n"
+     "  --backend B            auto (default), compiled, eager, vulkan (SPIR-V on Vulkan\n"
+     "                         device 0; Mesa's lavapipe where there is no GPU), cuda or hip\n"
+     "  --device D             cpu, vulkan[:N], cuda[:N] or hip[:N] (`kiln devices`): the\n"
+     "                         backend of that kind on device N (default 0)\n"
      "  --print                also print every output's values as a nested list\n"
      "  --dtype T              (.kiln) the model's float type; default: its float inputs'\n"
      "  --train, --seed S      (.kiln) dropout and sampling on, seeded by S (default 0)\n"

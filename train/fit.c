@@ -158,9 +158,10 @@ static kiln_status compile_graph(kiln_ctx *ctx, const kiln_train_spec *spec, kil
                                  kiln_compiled **out) {
   *out = NULL;
   if (spec->backend == KILN_BACKEND_EAGER) return KILN_OK;
-  if (spec->backend == KILN_BACKEND_VULKAN)
-    return kir_fail(ctx, KILN_ERR_UNSUPPORTED, "training on the vulkan backend is not supported "
-                    "yet; use compiled, eager or auto");
+  if (spec->backend == KILN_BACKEND_VULKAN || spec->backend == KILN_BACKEND_CUDA ||
+      spec->backend == KILN_BACKEND_HIP)
+    return kir_fail(ctx, KILN_ERR_UNSUPPORTED, "training on the %s backend is not supported "
+                    "yet; use compiled, eager or auto", kiln_backend_name(spec->backend));
   kiln_status s = kiln_compile(g, NULL, out);
   if (s == KILN_ERR_UNSUPPORTED && spec->backend == KILN_BACKEND_AUTO) {
     *out = NULL; /* the reference interpreter runs it */

@@ -40,10 +40,12 @@ typedef enum kiln_backend {
   KILN_BACKEND_AUTO = 0,
   KILN_BACKEND_COMPILED,
   KILN_BACKEND_EAGER,
-  KILN_BACKEND_VULKAN /* SPIR-V on Vulkan device 0 (lavapipe without a GPU); never chosen by auto */
+  KILN_BACKEND_VULKAN, /* SPIR-V on Vulkan device 0 (lavapipe without a GPU); never chosen by auto */
+  KILN_BACKEND_CUDA,   /* CUDA C through NVRTC on CUDA device 0; never chosen by auto */
+  KILN_BACKEND_HIP     /* HIP C through HIPRTC on ROCm device 0; never chosen by auto */
 } kiln_backend;
 
-/* "auto", "compiled", "eager" or "vulkan", matched exactly; anything else is an error. */
+/* "auto", "compiled", "eager", "vulkan", "cuda" or "hip", matched exactly; else an error. */
 KILN_API kiln_status kiln_backend_parse(kiln_ctx *ctx, const char *s, kiln_backend *out);
 KILN_API const char *kiln_backend_name(kiln_backend b);
 

@@ -45,7 +45,8 @@ static void test_backend_parse(void) {
     CHECK(kiln_backend_parse(ctx, bad[i], &b) == KILN_ERR_INVALID && b == KILN_BACKEND_COMPILED);
     char want[128];
     snprintf(want, sizeof want,
-             "unknown backend '%s': expected one of auto, compiled, eager, vulkan", bad[i]);
+             "unknown backend '%s': expected one of auto, compiled, eager, vulkan, cuda, hip",
+             bad[i]);
     CHECK_MSG(ctx, want);
   }
   CHECK(kiln_backend_parse(ctx, NULL, &b) == KILN_ERR_INVALID);
