@@ -22,7 +22,8 @@
  *
  *   3. Execution: KERNEL steps split the outermost parallel loop over the
  *      pool (unless their buffers are so small that waking the pool would
- *      cost more than the kernel); GEMM steps call cblas_sgemm/dgemm once per batch when the
+ *      cost more than the kernel); GEMM steps call Kiln's own GEMM
+ *      (rt_gemm_cpu.c) or cblas_sgemm/dgemm once per batch when the
  *      product is large enough to pay for it, else run their generated
  *      kernel; SCAN steps run their body program once per slice, its carries
  *      ping-ponging between the two copies, the last step writing straight
@@ -42,6 +43,7 @@
 
 #include "rt.h"
 #include "rt_attention.h"
+#include "rt_gemm_cpu.h"
 
 #define ALIGN 64
 #define NOWHERE SIZE_MAX
@@ -71,6 +73,7 @@ struct krt_model {
   krt_pool *pool;
   char **param_names;
   int64_t gemm_threshold;
+  bool gemm_kiln; /* f32 GEMM steps run Kiln's own GEMM (rt_gemm_cpu.c) instead of BLAS */
   _Atomic(krt_workspace *) spare;
   _Atomic size_t last_peak;
 };
@@ -197,14 +200,35 @@ static kiln_status check_program(kiln_ctx *ctx, const kcg_program *top, const kc
  * to SSE kernels that the generated AVX code beats up to a few million
  * multiply-adds, so the threshold moves up (docs/cpu-runtime.md).
  */
-static int64_t default_gemm_threshold(void) {
+static bool blas_core_sse_only(const char *core) {
   static const char *const sse_only[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem",
                                          "Atom", "Nano", "Opteron", "Opteron_SSE3", "Barcelona",
                                          "Bobcat"};
-  const char *core = openblas_get_corename();
   for (size_t i = 0; core && i < sizeof sse_only / sizeof sse_only[0]; i++)
-    if (!strcmp(core, sse_only[i])) return KRT_GEMM_THRESHOLD_SSE_BLAS;
-  return KRT_GEMM_THRESHOLD;
+    if (!strcmp(core, sse_only[i])) return true;
+  return false;
+}
+
+/*
+ * Whether f32 GEMM steps use Kiln's own GEMM rather than cblas_sgemm: yes
+ * unless OpenBLAS runs AVX-512 kernels or this CPU has no AVX2 (the rule
+ * and its measurements: docs/cpu-runtime.md, "Kiln's GEMM"). KILN_GEMM=kiln
+ * or =blas decides instead, for measuring.
+ */
+static bool default_gemm_kiln(void) {
+  const char *env = getenv("KILN_GEMM");
+  if (env && !strcmp(env, "kiln")) return true;
+  if (env && !strcmp(env, "blas")) return false;
+  static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+  const char *core = openblas_get_corename();
+  for (size_t i = 0; core && i < sizeof avx512 / sizeof avx512[0]; i++)
+    if (!strcmp(core, avx512[i])) return false;
+  return krt_gemm_isa_best() >= KRT_GEMM_ISA_AVX2;
+}
+
+static int64_t default_gemm_threshold(bool kiln) {
+  return !kiln && blas_core_sse_only(openblas_get_corename()) ? KRT_GEMM_THRESHOLD_SSE_BLAS
+                                                              : KRT_GEMM_THRESHOLD;
 }
 
 kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_cpu_fn *fns,
@@ -217,7 +241,8 @@ kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_c
   m->prog = prog;
   m->fns = fns;
   m->pool = pool;
-  m->gemm_threshold = default_gemm_threshold();
+  m->gemm_kiln = default_gemm_kiln();
+  m->gemm_threshold = default_gemm_threshold(m->gemm_kiln);
   const char *env = getenv("KILN_GEMM_THRESHOLD"); /* for measuring it (docs/cpu-runtime.md) */
   if (env && *env) {
     char *end;
@@ -643,11 +668,21 @@ static bool use_blas(const krt_model *m, const kcg_gemm *g, int64_t M, int64_t N
   return mnk >= m->gemm_threshold;
 }
 
+/* One batch's product through Kiln's own GEMM (f32 only). */
+static kiln_status kiln_gemm(krt_workspace *w, const kcg_gemm *g, const char *a, const char *b,
+                             char *c, int64_t M, int64_t N, int64_t K) {
+  krt_gemm_desc d = {.trans_a = g->trans_a, .trans_b = g->trans_b, .m = M, .n = N, .k = K,
+                     .a = a, .b = b, .c = c, .lda = g->trans_a ? M : K,
+                     .ldb = g->trans_b ? K : N, .ldc = N};
+  return krt_gemm(w->m->pool, &d) ? KILN_OK : fail(w->ctx, KILN_ERR_NOMEM, "out of memory");
+}
+
 static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   const kcg_gemm *g = &st->gemm;
   const int64_t *sz = w->sizes;
   int64_t M = kcg_dim_value(g->m, sz), N = kcg_dim_value(g->n, sz), K = kcg_dim_value(g->k, sz);
   if (!use_blas(w->m, g, M, N, K)) return run_kernel(w, pl, st);
+  bool kiln = g->dtype == KILN_F32 && w->m->gemm_kiln;
   char *a = pl->addr[st->args[0]], *b = pl->addr[st->args[1]], *c = pl->addr[st->args[2]];
   size_t es = dtype_bytes(g->dtype), cbytes = pl->bytes[st->args[2]];
   if (!M || !N || !cbytes) return KILN_OK;
@@ -664,7 +699,10 @@ static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
     size_t ao = batch_offset(cidx, g->nbatch, g->a_rank, g->a_batch, sz, (size_t)(M * K)) * es;
     size_t bo = batch_offset(cidx, g->nbatch, g->b_rank, g->b_batch, sz, (size_t)(K * N)) * es;
     size_t co = i * (size_t)M * (size_t)N * es;
-    if (g->dtype == KILN_F32)
+    if (kiln) {
+      kiln_status s = kiln_gemm(w, g, a + ao, b + bo, c + co, M, N, K);
+      if (s) return s;
+    } else if (g->dtype == KILN_F32)
       cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1.0f, (const float *)(a + ao),
                   lda, (const float *)(b + bo), ldb, 0.0f, (float *)(c + co), (int)N);
     else
