@@ -9,7 +9,8 @@
  * names the core), `kiln-<path>-f32` for each code path the CPU has,
  * `kiln-<path>-bf16` (A and B stored in bf16, C in f32) and
  * `kiln-<path>-f32as-bf16` (f32 operands rounded to bf16 while packed).
- * bench/gemm.sh runs it under both OpenBLAS core types and writes the table.
+ * bench/gemm.sh runs it under both OpenBLAS core types and writes the table
+ * (BENCH_BLAS_ONLY=1: the OpenBLAS lines only).
  * The wall clock is used; BENCH_CLOCK=cpu uses the process's CPU time for the
  * one-thread runs instead, the only stable measure on a loaded shared machine
  * (the two-thread runs stay on the wall clock: waiting threads spin).
@@ -117,7 +118,8 @@ int main(int argc, char **argv) {
       printf("openblas(%s) %d %d %.1f\n", openblas_get_corename(), t, b.n,
              measure(&b, IMPL_OPENBLAS, reps));
       fflush(stdout);
-      for (int isa = KRT_GEMM_ISA_AVX2; isa <= (int)best; isa++) {
+      const char *only = getenv("BENCH_BLAS_ONLY"); /* bench/gemm.sh's second core type */
+      for (int isa = KRT_GEMM_ISA_AVX2; isa <= (int)best && !(only && *only); isa++) {
         krt_gemm_force_isa((krt_gemm_isa)isa);
         const char *name = krt_gemm_isa_name((krt_gemm_isa)isa);
         printf("kiln-%s-f32 %d %d %.1f\n", name, t, b.n, measure(&b, IMPL_F32, reps));

@@ -144,6 +144,10 @@ static kiln_status check_step(kiln_ctx *ctx, const kcg_program *top, const kcg_p
     const kcg_gemm *g = &st->gemm;
     bool ok = g->nbatch <= KIR_MAX_RANK && g->a_rank <= g->nbatch && g->b_rank <= g->nbatch &&
               valid_dim(p, g->m) && valid_dim(p, g->n) && valid_dim(p, g->k);
+    /* bf16 operand buffers (Kiln's GEMM reads them as such) only in an f32 product */
+    ok = ok && (!(g->bf16 || g->a_bf16 || g->b_bf16) || g->dtype == KILN_F32) &&
+         (!g->a_bf16 || p->bufs[st->args[0]].type.dtype == KILN_BF16) &&
+         (!g->b_bf16 || p->bufs[st->args[1]].type.dtype == KILN_BF16);
     for (int i = 0; ok && i < g->nbatch; i++)
       ok = valid_dim(p, g->batch[i]) && (i >= g->a_rank || valid_dim(p, g->a_batch[i])) &&
            (i >= g->b_rank || valid_dim(p, g->b_batch[i]));
@@ -210,10 +214,10 @@ static bool blas_core_sse_only(const char *core) {
 }
 
 /*
- * Whether f32 GEMM steps use Kiln's own GEMM rather than cblas_sgemm: yes
- * unless OpenBLAS runs AVX-512 kernels or this CPU has no AVX2 (the rule
- * and its measurements: docs/cpu-runtime.md, "Kiln's GEMM"). KILN_GEMM=kiln
- * or =blas decides instead, for measuring.
+ * Whether f32 GEMM steps use Kiln's own GEMM rather than cblas_sgemm: its
+ * AVX-512 path beats every OpenBLAS kernel but the AVX-512 ones, its AVX2
+ * path only the SSE ones (the rule and its measurements: docs/cpu-runtime.md,
+ * "Kiln's GEMM"). KILN_GEMM=kiln or =blas decides instead, for measuring.
  */
 static bool default_gemm_kiln(void) {
   const char *env = getenv("KILN_GEMM");
@@ -223,7 +227,8 @@ static bool default_gemm_kiln(void) {
   const char *core = openblas_get_corename();
   for (size_t i = 0; core && i < sizeof avx512 / sizeof avx512[0]; i++)
     if (!strcmp(core, avx512[i])) return false;
-  return krt_gemm_isa_best() >= KRT_GEMM_ISA_AVX2;
+  krt_gemm_isa best = krt_gemm_isa_best();
+  return best >= KRT_GEMM_ISA_AVX512 || (best == KRT_GEMM_ISA_AVX2 && blas_core_sse_only(core));
 }
 
 static int64_t default_gemm_threshold(bool kiln) {
@@ -668,12 +673,14 @@ static bool use_blas(const krt_model *m, const kcg_gemm *g, int64_t M, int64_t N
   return mnk >= m->gemm_threshold;
 }
 
-/* One batch's product through Kiln's own GEMM (f32 only). */
+/* One batch's product through Kiln's own GEMM (f32, operands maybe bf16). */
 static kiln_status kiln_gemm(krt_workspace *w, const kcg_gemm *g, const char *a, const char *b,
                              char *c, int64_t M, int64_t N, int64_t K) {
   krt_gemm_desc d = {.trans_a = g->trans_a, .trans_b = g->trans_b, .m = M, .n = N, .k = K,
                      .a = a, .b = b, .c = c, .lda = g->trans_a ? M : K,
-                     .ldb = g->trans_b ? K : N, .ldc = N};
+                     .ldb = g->trans_b ? K : N, .ldc = N, .bf16 = g->bf16,
+                     .a_type = g->a_bf16 ? KRT_GEMM_BF16 : KRT_GEMM_F32,
+                     .b_type = g->b_bf16 ? KRT_GEMM_BF16 : KRT_GEMM_F32};
   return krt_gemm(w->m->pool, &d) ? KILN_OK : fail(w->ctx, KILN_ERR_NOMEM, "out of memory");
 }
 
@@ -682,9 +689,11 @@ static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   const int64_t *sz = w->sizes;
   int64_t M = kcg_dim_value(g->m, sz), N = kcg_dim_value(g->n, sz), K = kcg_dim_value(g->k, sz);
   if (!use_blas(w->m, g, M, N, K)) return run_kernel(w, pl, st);
-  bool kiln = g->dtype == KILN_F32 && w->m->gemm_kiln;
+  /* bf16 operand buffers only Kiln's GEMM reads */
+  bool kiln = g->dtype == KILN_F32 && (w->m->gemm_kiln || g->a_bf16 || g->b_bf16);
   char *a = pl->addr[st->args[0]], *b = pl->addr[st->args[1]], *c = pl->addr[st->args[2]];
   size_t es = dtype_bytes(g->dtype), cbytes = pl->bytes[st->args[2]];
+  size_t aes = g->a_bf16 ? 2 : es, bes = g->b_bf16 ? 2 : es;
   if (!M || !N || !cbytes) return KILN_OK;
   if (!K) {
     memset(c, 0, cbytes);
@@ -696,8 +705,8 @@ static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   enum CBLAS_TRANSPOSE tb = g->trans_b ? CblasTrans : CblasNoTrans;
   int lda = (int)(g->trans_a ? M : K), ldb = (int)(g->trans_b ? K : N);
   for (size_t i = 0; i < count; i++) {
-    size_t ao = batch_offset(cidx, g->nbatch, g->a_rank, g->a_batch, sz, (size_t)(M * K)) * es;
-    size_t bo = batch_offset(cidx, g->nbatch, g->b_rank, g->b_batch, sz, (size_t)(K * N)) * es;
+    size_t ao = batch_offset(cidx, g->nbatch, g->a_rank, g->a_batch, sz, (size_t)(M * K)) * aes;
+    size_t bo = batch_offset(cidx, g->nbatch, g->b_rank, g->b_batch, sz, (size_t)(K * N)) * bes;
     size_t co = i * (size_t)M * (size_t)N * es;
     if (kiln) {
       kiln_status s = kiln_gemm(w, g, a + ao, b + bo, c + co, M, N, K);

@@ -352,7 +352,9 @@ static void tile(const gemm_job *j, int64_t ulen, const char *ap, const char *bp
 static bool gemm_range(gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   const krt_gemm_desc *d = j->d;
   const gemm_kernel *kn = j->kern;
-  int64_t mc = min64(kn->mc, round_up(m1 - m0, kn->mr)), nc = min64(kn->nc, round_up(n1 - n0, kn->nr));
+  /* blocks of whole tiles: the packed panels are sized for them */
+  int64_t mc = min64(kn->mc / kn->mr * kn->mr, round_up(m1 - m0, kn->mr));
+  int64_t nc = min64(kn->nc / kn->nr * kn->nr, round_up(n1 - n0, kn->nr));
   int64_t kc = min64(kn->kc, j->ku);
   char *ap = aligned_alloc(64, (size_t)round_up(mc * kc * 4, 64));
   char *bp = aligned_alloc(64, (size_t)round_up(nc * kc * 4, 64));
@@ -394,11 +396,31 @@ static void gemm_task(void *arg, int64_t lo, int64_t hi) {
   }
 }
 
+/*
+ * Whether bf16 products take vdpbf16ps when the path is chosen automatically.
+ * On the Intel cores measured (Emerald Rapids, docs/cpu-runtime.md) it issues
+ * at a quarter of the rate of 512-bit FMAs, half their flops, so the widened
+ * f32 kernel is faster there; AMD's Zen 4 and 5 document it at the FMA rate.
+ * KILN_GEMM_BF16=dot or =f32 decides instead.
+ */
+static bool bf16_dot_preferred(void) {
+  const char *env = getenv("KILN_GEMM_BF16");
+  if (env && !strcmp(env, "dot")) return true;
+  if (env && !strcmp(env, "f32")) return false;
+#ifdef KRT_X86
+  __builtin_cpu_init();
+  return __builtin_cpu_is("amd");
+#else
+  return false;
+#endif
+}
+
 static const gemm_kernel *pick_kernel(const krt_gemm_desc *d, bool *round) {
   krt_gemm_isa isa = krt_gemm_isa_active();
   bool bf16 = d->bf16 || d->a_type == KRT_GEMM_BF16 || d->b_type == KRT_GEMM_BF16;
 #ifdef KRT_X86
-  if (bf16 && isa == KRT_GEMM_ISA_AVX512_BF16) {
+  bool dot = atomic_load(&forced_isa) == KRT_GEMM_ISA_AVX512_BF16 || bf16_dot_preferred();
+  if (bf16 && isa == KRT_GEMM_ISA_AVX512_BF16 && dot) {
     *round = false;
     return &kernel_bf16;
   }

@@ -6,7 +6,8 @@
  * products are f32 fused multiply-adds; in bf16 mode both operands are first
  * rounded to bf16 (to nearest even; bf16 operands are taken as they are) and
  * their products accumulated in f32, with AVX512-BF16's vdpbf16ps where the
- * CPU has it and through f32 multiply-adds of the widened operands otherwise.
+ * CPU has it and it is the faster, through f32 multiply-adds of the widened
+ * operands otherwise (the same products: one of two bf16 is exact in f32).
  *
  * The code path is chosen once, at run time, from what the CPU supports
  * (__builtin_cpu_supports): AVX-512 (with or without BF16), AVX2 + FMA, or
@@ -33,7 +34,8 @@ typedef enum krt_gemm_isa {
   KRT_GEMM_ISA_SCALAR,      /* portable C */
   KRT_GEMM_ISA_AVX2,        /* AVX2 + FMA: x86-64-v3 */
   KRT_GEMM_ISA_AVX512,      /* AVX-512 F/BW/VL + FMA; bf16 through f32 multiply-adds */
-  KRT_GEMM_ISA_AVX512_BF16, /* the same, with vdpbf16ps for bf16 */
+  KRT_GEMM_ISA_AVX512_BF16, /* the same, with vdpbf16ps for bf16 where it is the faster
+                               (rt_gemm_cpu.c, bf16_dot_preferred; forced: always) */
   KRT_GEMM_ISA_COUNT
 } krt_gemm_isa;
 

@@ -8,6 +8,12 @@
  * 33, 129, 255, k = 1, and sizes that cross the KC/NC blocks), strided
  * operands, a bf16 result, on one thread and on a pool of two.
  *
+ * Then compiled graphs: a bf16 matmul (kp_widen_half makes it an f32 GEMM
+ * of two casts) and an f32 matmul of operands rounded through bf16 (what the
+ * bf16 precision policy makes) must lower to a GEMM step marked bf16, the
+ * first reading the bf16 parameters themselves, and give the same values
+ * through Kiln's GEMM and through the generated kernel.
+ *
  * The tolerances test the kernel, not the format: f32 must be within 1e-5
  * of the double product relative to sum_k |a||b| of that element (the
  * scale f32 accumulation errs in); bf16 inputs are first rounded exactly
@@ -20,6 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/program.h"
+#include "kiln/compile.h"
+#include "passes/mixed_precision.h"
+#include "passes/passes.h"
 #include "runtime/rt_gemm_cpu.h"
 
 static int failures;
@@ -201,6 +211,90 @@ static void test_bf16_round(void) {
   CHECK(krt_bf16_to_f32(0x4049) == 3.140625f);
 }
 
+/* ------------------------------------------------------- compiled graphs */
+
+static const char *const bf16_graph =
+    "func @main(%a: bf16[M, 70], %b: bf16[90, 70]) -> (bf16[M, 90]) {\n"
+    "  %c = matmul(%a, %b) {transpose_b = true} : bf16[M, 90]\n"
+    "  return %c\n}\n";
+static const char *const policy_graph =
+    "func @main(%a: f32[M, 70], %b: f32[90, 70]) -> (f32[M, 90]) {\n"
+    "  %a1 = cast(%a) {dtype = bf16} : bf16[M, 70]\n"
+    "  %a2 = cast(%a1) {dtype = f32} : f32[M, 70]\n"
+    "  %b1 = cast(%b) {dtype = bf16} : bf16[90, 70]\n"
+    "  %b2 = cast(%b1) {dtype = f32} : f32[90, 70]\n"
+    "  %c = matmul(%a2, %b2) {transpose_b = true} : f32[M, 90]\n"
+    "  return %c\n}\n";
+
+/* The GEMM step of g's lowering (as kiln_compile lowers it); false if there is not exactly one. */
+static bool lowered_gemm(kiln_ctx *ctx, kiln_graph *g, kcg_gemm *out) {
+  kiln_graph *wg = kp_widen_half(g), *lg = wg ? kp_legalize(wg) : NULL;
+  kir_arena arena = {0};
+  kcg_program *prog = NULL;
+  int n = 0;
+  if (lg && kcg_lower(ctx, lg, &arena, &prog) == KILN_OK)
+    for (uint32_t s = 0; s < prog->nsteps; s++)
+      if (prog->steps[s].kind == KCG_STEP_GEMM) *out = prog->steps[s].gemm, n++;
+  kir_arena_free(&arena);
+  if (lg) kiln_graph_destroy(lg);
+  if (wg) kiln_graph_destroy(wg);
+  return n == 1;
+}
+
+static void test_compiled_bf16(bool bf16_io) {
+  enum { M = 65, K = 70, N = 90 };
+  kiln_ctx *ctx = kiln_ctx_create();
+  kiln_graph *g = NULL;
+  const char *text = bf16_io ? bf16_graph : policy_graph;
+  CHECK(kiln_graph_parse(ctx, text, strlen(text), "bf16_gemm", &g) == KILN_OK);
+  if (!g) {
+    fprintf(stderr, "%s\n", kiln_ctx_error(ctx));
+    kiln_ctx_destroy(ctx);
+    return;
+  }
+  kcg_gemm gm = {0};
+  CHECK(lowered_gemm(ctx, g, &gm));
+  CHECK(gm.dtype == KILN_F32 && gm.bf16 && gm.trans_b);
+  if (bf16_io) CHECK(gm.a_bf16 && gm.b_bf16);
+  operand a = make(M, K, 0), b = make(N, K, 0);
+  const void *in[2] = {bf16_io ? (const void *)a.h : a.f, bf16_io ? (const void *)b.h : b.f};
+  const int64_t *dims[2] = {(int64_t[]){M, K}, (int64_t[]){N, K}};
+  float cf[2][M * N];
+  uint16_t ch[2][M * N];
+  for (int path = 0; path < 2; path++) { /* Kiln's GEMM, then the generated kernel */
+    setenv("KILN_GEMM_THRESHOLD", path ? "-1" : "0", 1);
+    kiln_compiled *c = NULL;
+    CHECK(kiln_compile(g, NULL, &c) == KILN_OK);
+    void *out[1] = {bf16_io ? (void *)ch[path] : cf[path]};
+    if (c) CHECK(kiln_compiled_run_raw(c, ctx, in, dims, out) == KILN_OK);
+    kiln_compiled_destroy(c);
+  }
+  unsetenv("KILN_GEMM_THRESHOLD");
+  double worst = 0;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double s = 0, scale = 0;
+      for (int p = 0; p < K; p++) {
+        double x = krt_bf16_to_f32(a.h[i * K + p]), y = krt_bf16_to_f32(b.h[j * K + p]);
+        s += x * y;
+        scale += fabs(x * y);
+      }
+      for (int path = 0; path < 2; path++) {
+        double got = bf16_io ? krt_bf16_to_f32(ch[path][i * N + j]) : cf[path][i * N + j];
+        double tol = 1e-5 * scale + (bf16_io ? fabs(s) * 0x1.01p-8 : 0); /* + rounding to bf16 */
+        double e = fabs(got - s) / tol;
+        if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+      }
+    }
+  printf("compiled %s matmul: worst error %.3g of the tolerance\n", bf16_io ? "bf16" : "bf16-policy",
+         worst);
+  CHECK(worst <= 1);
+  drop(&a);
+  drop(&b);
+  kiln_graph_destroy(g);
+  kiln_ctx_destroy(ctx);
+}
+
 int main(void) {
   test_empty();
   test_bf16_round();
@@ -214,6 +308,8 @@ int main(void) {
   }
   krt_gemm_force_isa(KRT_GEMM_ISA_AUTO);
   krt_pool_destroy(pool);
+  test_compiled_bf16(true);
+  test_compiled_bf16(false);
   if (failures) fprintf(stderr, "%d failure(s)\n", failures);
   return failures != 0;
 }
