@@ -3,6 +3,8 @@
  * cblas_sgemm, square sizes, 1 and 2 threads, medians in GFLOP/s.
  *
  *   bench_gemm [SIZES...]            (default 256 512 1024 2048; BENCH_REPS=9)
+ *   bench_gemm --dot-rate            ns per vdpbf16ps and per 512-bit FMA (16 independent
+ *                                    chains each): whether bf16 dot products pay on this CPU
  *
  * One line per (implementation, threads, size): `impl threads n gflops`,
  * implementations `openblas` (whatever OPENBLAS_CORETYPE selects; the line
@@ -81,7 +83,59 @@ static double measure(bench *b, int impl, int reps) {
   return 2.0 * b->n * (double)b->n * b->n / t[reps / 2] * 1e-9;
 }
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define CHAINS 16
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), noinline)) static void
+dot_chains(int64_t n, float *out) {
+  __m512 r[CHAINS];
+  for (int i = 0; i < CHAINS; i++) r[i] = _mm512_set1_ps((float)i);
+  __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80); /* a pair of 1.0 */
+  for (int64_t p = 0; p < n; p++)
+#pragma GCC unroll 16
+    for (int i = 0; i < CHAINS; i++) r[i] = _mm512_dpbf16_ps(r[i], x, x);
+  for (int i = 0; i < CHAINS; i++) _mm512_storeu_ps(out + 16 * i, r[i]);
+}
+
+__attribute__((target("avx512f,fma"), noinline)) static void fma_chains(int64_t n, float *out) {
+  __m512 r[CHAINS];
+  for (int i = 0; i < CHAINS; i++) r[i] = _mm512_set1_ps((float)i);
+  __m512 x = _mm512_set1_ps(1.0f);
+  for (int64_t p = 0; p < n; p++)
+#pragma GCC unroll 16
+    for (int i = 0; i < CHAINS; i++) r[i] = _mm512_fmadd_ps(r[i], x, x);
+  for (int i = 0; i < CHAINS; i++) _mm512_storeu_ps(out + 16 * i, r[i]);
+}
+
+static int dot_rate(void) {
+  if (krt_gemm_isa_best() < KRT_GEMM_ISA_AVX512_BF16) {
+    printf("no AVX512-BF16 on this CPU\n");
+    return 0;
+  }
+  static float out[16 * CHAINS];
+  int64_t n = 20000000;
+  cpu_clock = true;
+  double t0 = now();
+  dot_chains(n, out);
+  double td = now() - t0;
+  t0 = now();
+  fma_chains(n, out);
+  double tf = now() - t0;
+  double per = (double)n * CHAINS;
+  printf("vdpbf16ps zmm %.3f ns (%.1f GFLOP/s), vfmadd231ps zmm %.3f ns (%.1f GFLOP/s) per "
+         "instruction, process CPU time\n",
+         td / per * 1e9, 64 * per / td * 1e-9, tf / per * 1e9, 32 * per / tf * 1e-9);
+  return 0;
+}
+#else
+static int dot_rate(void) {
+  printf("not an x86-64 CPU\n");
+  return 0;
+}
+#endif
+
 int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--dot-rate")) return dot_rate();
   int sizes[16] = {256, 512, 1024, 2048}, nsizes = 4;
   if (argc > 1) {
     nsizes = 0;

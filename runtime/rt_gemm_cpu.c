@@ -245,13 +245,6 @@ typedef struct gemm_job {
   _Atomic bool oom;
 } gemm_job;
 
-/* op(X)[r][k] of an operand stored [rows, k] (or [k, rows] when `trans`), as f32. */
-static inline float get_f32(const void *x, krt_gemm_type t, bool trans, int64_t ld, int64_t r,
-                            int64_t k) {
-  int64_t idx = trans ? k * ld + r : r * ld + k;
-  return t == KRT_GEMM_F32 ? ((const float *)x)[idx] : krt_bf16_to_f32(((const uint16_t *)x)[idx]);
-}
-
 static inline uint32_t bf16_at(const void *x, krt_gemm_type t, int64_t idx) {
   return t == KRT_GEMM_F32 ? krt_f32_to_bf16(((const float *)x)[idx]) : ((const uint16_t *)x)[idx];
 }
@@ -288,6 +281,35 @@ static void pack_pairs(const void *x, krt_gemm_type t, bool trans, int64_t ld, i
   }
 }
 
+/* How an f32 panel loads an element: as it is, rounded to bf16, or widened from bf16. */
+typedef enum ld_mode { LD_F32, LD_F32_ROUND, LD_BF16 } ld_mode;
+
+static inline __attribute__((always_inline)) float ld_unit(const void *x, int64_t idx, ld_mode m) {
+  if (m == LD_BF16) return krt_bf16_to_f32(((const uint16_t *)x)[idx]);
+  float f = ((const float *)x)[idx];
+  return m == LD_F32_ROUND ? krt_bf16_to_f32(krt_f32_to_bf16(f)) : f;
+}
+
+/*
+ * One f32 panel: o[u][i] = op(X)[r0+i][u0+u], zero rows from `rows` to w.
+ * Inlined with a constant mode, so each storage and mode gets its own loops.
+ */
+static inline __attribute__((always_inline)) void pack_f32(const void *x, ld_mode m, bool trans,
+                                                           int64_t ld, int64_t r0, int64_t rows,
+                                                           int64_t u0, int64_t ulen, int w,
+                                                           float *o) {
+  for (int64_t u = 0; u < ulen; u++, o += w) {
+    if (trans) { /* X stored [k, rows]: each k a contiguous row */
+      int64_t base = (u0 + u) * ld + r0;
+      for (int64_t i = 0; i < rows; i++) o[i] = ld_unit(x, base + i, m);
+    } else {
+      int64_t base = r0 * ld + u0 + u;
+      for (int64_t i = 0; i < rows; i++) o[i] = ld_unit(x, base + i * ld, m);
+    }
+    for (int64_t i = rows; i < w; i++) o[i] = 0;
+  }
+}
+
 /*
  * Packs op(X)[r0 .. r0+rlen)[u0 .. u0+ulen) (units along k) into panels of
  * `w` rows: dst[panel][u][i], zero beyond rlen and beyond k. X is A (rows:
@@ -304,27 +326,12 @@ static void pack(const gemm_job *j, const void *x, krt_gemm_type t, bool trans, 
       continue;
     }
     float *o = (float *)dst + pr * ulen;
-    if (t == KRT_GEMM_F32 && !j->round && !trans) { /* the common case: rows of X contiguous */
-      const float *xs = (const float *)x + (r0 + pr) * ld + u0;
-      for (int64_t u = 0; u < ulen; u++, o += w) {
-        for (int64_t i = 0; i < rows; i++) o[i] = xs[i * ld + u];
-        for (int64_t i = rows; i < w; i++) o[i] = 0;
-      }
-    } else if (t == KRT_GEMM_F32 && !j->round) { /* X^T stored: each k is a contiguous row */
-      const float *xs = (const float *)x + u0 * ld + r0 + pr;
-      for (int64_t u = 0; u < ulen; u++, o += w, xs += ld) {
-        for (int64_t i = 0; i < rows; i++) o[i] = xs[i];
-        for (int64_t i = rows; i < w; i++) o[i] = 0;
-      }
-    } else {
-      for (int64_t u = 0; u < ulen; u++, o += w) {
-        for (int64_t i = 0; i < rows; i++) {
-          float f = get_f32(x, t, trans, ld, r0 + pr + i, u0 + u);
-          o[i] = j->round ? krt_bf16_to_f32(krt_f32_to_bf16(f)) : f;
-        }
-        for (int64_t i = rows; i < w; i++) o[i] = 0;
-      }
-    }
+    if (t == KRT_GEMM_BF16)
+      pack_f32(x, LD_BF16, trans, ld, r0 + pr, rows, u0, ulen, w, o);
+    else if (j->round)
+      pack_f32(x, LD_F32_ROUND, trans, ld, r0 + pr, rows, u0, ulen, w, o);
+    else
+      pack_f32(x, LD_F32, trans, ld, r0 + pr, rows, u0, ulen, w, o);
   }
 }
 
