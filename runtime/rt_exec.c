@@ -72,7 +72,8 @@ struct krt_model {
   const kcg_cpu_fn *fns;
   krt_pool *pool;
   char **param_names;
-  int64_t gemm_threshold;
+  int64_t gemm_threshold;      /* for BLAS */
+  int64_t gemm_threshold_kiln; /* for Kiln's GEMM */
   bool gemm_kiln; /* f32 GEMM steps run Kiln's own GEMM (rt_gemm_cpu.c) instead of BLAS */
   _Atomic(krt_workspace *) spare;
   _Atomic size_t last_peak;
@@ -231,9 +232,9 @@ static bool default_gemm_kiln(void) {
   return best >= KRT_GEMM_ISA_AVX512 || (best == KRT_GEMM_ISA_AVX2 && blas_core_sse_only(core));
 }
 
-static int64_t default_gemm_threshold(bool kiln) {
-  return !kiln && blas_core_sse_only(openblas_get_corename()) ? KRT_GEMM_THRESHOLD_SSE_BLAS
-                                                              : KRT_GEMM_THRESHOLD;
+static int64_t default_gemm_threshold(void) {
+  return blas_core_sse_only(openblas_get_corename()) ? KRT_GEMM_THRESHOLD_SSE_BLAS
+                                                     : KRT_GEMM_THRESHOLD;
 }
 
 kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_cpu_fn *fns,
@@ -247,12 +248,13 @@ kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_c
   m->fns = fns;
   m->pool = pool;
   m->gemm_kiln = default_gemm_kiln();
-  m->gemm_threshold = default_gemm_threshold(m->gemm_kiln);
+  m->gemm_threshold = default_gemm_threshold();
+  m->gemm_threshold_kiln = KRT_GEMM_THRESHOLD_KILN;
   const char *env = getenv("KILN_GEMM_THRESHOLD"); /* for measuring it (docs/cpu-runtime.md) */
   if (env && *env) {
     char *end;
     long long v = strtoll(env, &end, 10);
-    if (!*end) m->gemm_threshold = v < 0 ? -1 : v;
+    if (!*end) m->gemm_threshold = m->gemm_threshold_kiln = v < 0 ? -1 : v;
   }
   atomic_init(&m->spare, NULL);
   atomic_init(&m->last_peak, 0);
@@ -280,7 +282,7 @@ kiln_status krt_model_set_param_names(krt_model *m, const char *const *names) {
 }
 
 void krt_model_set_gemm_threshold(krt_model *m, int64_t threshold) {
-  m->gemm_threshold = threshold;
+  m->gemm_threshold = m->gemm_threshold_kiln = threshold;
 }
 
 size_t krt_model_last_peak(const krt_model *m) {
@@ -665,12 +667,19 @@ static size_t batch_offset(const int64_t *cidx, int nbatch, int rank, const kir_
   return off;
 }
 
+/* Whether the step's library is Kiln's GEMM (else BLAS): bf16 operand buffers only it reads. */
+static bool on_kiln_gemm(const krt_model *m, const kcg_gemm *g) {
+  return g->dtype == KILN_F32 && (m->gemm_kiln || g->a_bf16 || g->b_bf16);
+}
+
+/* Whether the step goes to a library (BLAS or Kiln's GEMM) rather than its generated kernel. */
 static bool use_blas(const krt_model *m, const kcg_gemm *g, int64_t M, int64_t N, int64_t K) {
-  if ((g->dtype != KILN_F32 && g->dtype != KILN_F64) || m->gemm_threshold < 0) return false;
+  int64_t threshold = on_kiln_gemm(m, g) ? m->gemm_threshold_kiln : m->gemm_threshold;
+  if ((g->dtype != KILN_F32 && g->dtype != KILN_F64) || threshold < 0) return false;
   if (M > INT_MAX || N > INT_MAX || K > INT_MAX) return false;
   int64_t mn, mnk;
   if (__builtin_mul_overflow(M, N, &mn) || __builtin_mul_overflow(mn, K, &mnk)) return true;
-  return mnk >= m->gemm_threshold;
+  return mnk >= threshold;
 }
 
 /* One batch's product through Kiln's own GEMM (f32, operands maybe bf16). */
@@ -689,8 +698,7 @@ static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   const int64_t *sz = w->sizes;
   int64_t M = kcg_dim_value(g->m, sz), N = kcg_dim_value(g->n, sz), K = kcg_dim_value(g->k, sz);
   if (!use_blas(w->m, g, M, N, K)) return run_kernel(w, pl, st);
-  /* bf16 operand buffers only Kiln's GEMM reads */
-  bool kiln = g->dtype == KILN_F32 && (w->m->gemm_kiln || g->a_bf16 || g->b_bf16);
+  bool kiln = on_kiln_gemm(w->m, g);
   char *a = pl->addr[st->args[0]], *b = pl->addr[st->args[1]], *c = pl->addr[st->args[2]];
   size_t es = dtype_bytes(g->dtype), cbytes = pl->bytes[st->args[2]];
   size_t aes = g->a_bf16 ? 2 : es, bes = g->b_bf16 ? 2 : es;

@@ -426,8 +426,8 @@ static const gemm_kernel *pick_kernel(const krt_gemm_desc *d, bool *round) {
   krt_gemm_isa isa = krt_gemm_isa_active();
   bool bf16 = d->bf16 || d->a_type == KRT_GEMM_BF16 || d->b_type == KRT_GEMM_BF16;
 #ifdef KRT_X86
-  bool dot = atomic_load(&forced_isa) == KRT_GEMM_ISA_AVX512_BF16 || bf16_dot_preferred();
-  if (bf16 && isa == KRT_GEMM_ISA_AVX512_BF16 && dot) {
+  if (bf16 && isa == KRT_GEMM_ISA_AVX512_BF16 &&
+      (atomic_load(&forced_isa) == KRT_GEMM_ISA_AVX512_BF16 || bf16_dot_preferred())) {
     *round = false;
     return &kernel_bf16;
   }
