@@ -184,6 +184,7 @@ static uint32_t write_program(writer *w, const kcg_program *prog) {
                ", .n = %" PRId64 ", .k = %" PRId64 ", .nbatch = %u, .a_rank = %u, .b_rank = %u",
             (int)g->dtype, g->trans_a, g->trans_b, g->m, g->n, g->k, g->nbatch, g->a_rank,
             g->b_rank);
+    fprintf(f, ", .bf16 = %d, .a_bf16 = %d, .b_bf16 = %d", g->bf16, g->a_bf16, g->b_bf16);
     fprintf(f, ", .batch = {");
     for (int i = 0; i < g->nbatch; i++) fprintf(f, "%s%" PRId64, i ? ", " : "", g->batch[i]);
     fprintf(f, "}, .a_batch = {");

@@ -482,6 +482,14 @@ static void gemm_batch_strides(const kcg_gemm *g, const kir_dim *dims, int rank,
 }
 
 /* C from A and B as the runtime's BLAS path reads the step's description. */
+/* Element i of a bf16 buffer, widened (exact). */
+static float bf16_value(const void *p, int64_t i) {
+  uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
 static double gemm_elem(const kcg_gemm *g, const void *a, const void *b, const int64_t *sizes,
                         int64_t bi, int64_t i, int64_t j) {
   int64_t m = kcg_dim_value(g->m, sizes), n = kcg_dim_value(g->n, sizes);
@@ -501,7 +509,8 @@ static double gemm_elem(const kcg_gemm *g, const void *a, const void *b, const i
     int64_t ia = ao + (g->trans_a ? p * m + i : i * kk + p);
     int64_t ib = bo + (g->trans_b ? j * kk + p : p * n + j);
     if (g->dtype == KILN_F32)
-      accf += ((const float *)a)[ia] * ((const float *)b)[ib];
+      accf += (g->a_bf16 ? bf16_value(a, ia) : ((const float *)a)[ia]) *
+              (g->b_bf16 ? bf16_value(b, ib) : ((const float *)b)[ib]);
     else
       acc += ((const double *)a)[ia] * ((const double *)b)[ib];
   }

@@ -217,7 +217,8 @@ static bool lower_inst(kcg_lower_state *st, kcg_program *p, const kir_graph *g,
     map[inst->out[i]] = out[i];
   }
   kcg_lower_ctx lc = {
-      .st = st, .prog = p, .g = g, .inst = inst, .op = kir_op(inst->op), .in = in, .out = out};
+      .st = st, .prog = p, .g = g, .inst = inst, .op = kir_op(inst->op), .in = in, .out = out,
+      .map = map};
   bool ok = fusion ? kcg_lower_fused(&lc, fusion, map) : lc.op->lower(&lc, inst);
   if (ok && lc.k)
     ok = lc.k->oom
@@ -230,8 +231,9 @@ static bool lower_inst(kcg_lower_state *st, kcg_program *p, const kir_graph *g,
 
 /* Lowers graph g into program p (empty but for its header). */
 static bool lower_graph(kcg_lower_state *st, kcg_program *p, const kir_graph *g) {
-  uint32_t *map = calloc(g->nvalues + 1u, sizeof *map);
+  uint32_t *map = malloc((g->nvalues + 1u) * sizeof *map);
   if (!map) return nomem(st);
+  for (uint32_t v = 0; v <= g->nvalues; v++) map[v] = UINT32_MAX; /* values without a buffer */
   p->nparams = g->nparams;
   p->params = kir_arena_alloc(st->arena, (g->nparams + 1u) * sizeof *p->params);
   bool ok = p->params != NULL || nomem(st);

@@ -38,6 +38,7 @@ struct kcg_lower_ctx {
   const kir_op_desc *op;
   const uint32_t *in;  /* program buffer of each operand */
   const uint32_t *out; /* program buffer of each result (fresh TEMPs) */
+  const uint32_t *map; /* program buffer of each value of g so far (UINT32_MAX: none, e.g. fused) */
   /* The kernel under construction, between kcg_lower_kernel() and kcg_lower_step(). */
   kcg_kernel *k;
   uint32_t *args; /* program buffer of each of k's buffers */

@@ -3,8 +3,11 @@
  * lower_conv.c).
  *
  * matmul is a GEMM step: the runtime hands large f32/f64 products to BLAS
- * using the step's kcg_gemm description, and runs the generated kernel
- * otherwise (integer dtypes, small sizes). That kernel parallelises over
+ * or to its own GEMM using the step's kcg_gemm description, and runs the
+ * generated kernel otherwise (integer dtypes, small sizes). An f32 matmul
+ * of two casts from bf16 (what kp_widen_half makes of a bf16 matmul, and
+ * the bf16 precision policy of an f32 one) is marked bf16 and reads the
+ * bf16 values themselves where they have buffers. That kernel parallelises over
  * the rows of every batch and, per row, accumulates k in order into the row
  * of C (i-p-j order: the inner loop is contiguous in B and C, and each
  * element still sums its products in the reference's order).
@@ -45,13 +48,41 @@ static kcg_gemm gemm_desc(const kir_type *a, const kir_type *b, const kir_type *
   return g;
 }
 
+/* The bf16 value that f32 operand i is a cast of, or KILN_NO_VALUE. */
+static uint32_t bf16_source(const kcg_lower_ctx *lc, const kir_inst *inst, uint32_t i) {
+  const kir_graph *g = lc->g;
+  uint32_t v = inst->in[i];
+  int32_t def = g->values[v].def;
+  if (g->values[v].type.dtype != KILN_F32 || def < 0) return KILN_NO_VALUE;
+  const kir_inst *d = &g->insts[def];
+  if (d->op != KIR_OP_cast || g->values[d->in[0]].type.dtype != KILN_BF16) return KILN_NO_VALUE;
+  return d->in[0];
+}
+
+/*
+ * A product of two widened bf16 values is a bf16 GEMM (kcg_gemm.bf16): the
+ * operand buffers become the bf16 values where those have buffers of their
+ * own (one fused into its cast has none), so the runtime reads half the
+ * bytes and can hand them to vdpbf16ps as they are.
+ */
+static void bf16_operands(const kcg_lower_ctx *lc, const kir_inst *inst, kcg_gemm *g,
+                          uint32_t *abuf, uint32_t *bbuf) {
+  uint32_t sa = bf16_source(lc, inst, 0), sb = bf16_source(lc, inst, 1);
+  if (sa == KILN_NO_VALUE || sb == KILN_NO_VALUE) return;
+  g->bf16 = true;
+  if ((g->a_bf16 = lc->map[sa] != UINT32_MAX)) *abuf = lc->map[sa];
+  if ((g->b_bf16 = lc->map[sb] != UINT32_MAX)) *bbuf = lc->map[sb];
+}
+
 bool kcg_lower_matmul(kcg_lower_ctx *lc, const kir_inst *inst) {
   const kir_type *a = kcg_in_type(lc, 0), *b = kcg_in_type(lc, 1), *c = kcg_out_type(lc, 0);
   bool ta = inst->attrs[0].i, tb = inst->attrs[1].i;
   kcg_gemm g = gemm_desc(a, b, c, ta, tb);
+  uint32_t abuf = lc->in[0], bbuf = lc->in[1];
+  bf16_operands(lc, inst, &g, &abuf, &bbuf);
   kcg_kernel *k = kcg_lower_kernel(lc, "");
   if (!k) return false;
-  uint32_t ab = kcg_lower_arg(lc, lc->in[0], false), bb = kcg_lower_arg(lc, lc->in[1], false);
+  uint32_t ab = kcg_lower_arg(lc, abuf, false), bb = kcg_lower_arg(lc, bbuf, false);
   uint32_t cb = kcg_lower_arg(lc, lc->out[0], true);
   kcg_ref m = kcg_dim(k, g.m), n = kcg_dim(k, g.n), kk = kcg_dim(k, g.k);
   kcg_ref acols = kcg_dim(k, a->dims[a->rank - 1]), bcols = kcg_dim(k, b->dims[b->rank - 1]);
@@ -73,10 +104,12 @@ bool kcg_lower_matmul(kcg_lower_ctx *lc, const kir_inst *inst) {
                                          : kcg_const_i(k, c->dtype, 0));
   uint32_t lp = kcg_loop(k, lr, kk, false, &p);
   kcg_ref av = kcg_load(k, ab, kcg_add(k, aoff, kcg_mul(k, p, a_col)), KCG_NONE);
+  if (g.a_bf16) av = kcg_cast(k, KILN_F32, av);
   uint32_t lj = kcg_loop(k, lp, n, false, &j2);
   kcg_ref at = kcg_add(k, crow, j2);
   kcg_ref bv = kcg_load(
       k, bb, kcg_add(k, kcg_add(k, boff, kcg_mul(k, p, b_row)), kcg_mul(k, j2, b_col)), KCG_NONE);
+  if (g.b_bf16) bv = kcg_cast(k, KILN_F32, bv);
   kcg_ref sum =
       kcg_binary(k, KIR_OP_add, kcg_load(k, cb, at, KCG_NONE), kcg_binary(k, KIR_OP_mul, av, bv));
   kcg_store(k, lj, cb, at, sum);

@@ -42,6 +42,15 @@ typedef struct kcg_program kcg_program;
 typedef struct kcg_gemm {
   kir_dtype dtype;   /* f32 or f64 go to BLAS; others always use the kernel */
   bool trans_a, trans_b;
+  /*
+   * f32 only: bf16 is set when both operands are exact widenings of bf16
+   * values (casts from bf16: a bf16 matmul after kp_widen_half, or one under
+   * the bf16 precision policy), so the runtime may multiply them as bf16
+   * (runtime/rt_gemm_cpu.h); a_bf16 / b_bf16 when that operand's buffer is
+   * then the bf16 value itself (2 bytes an element; the kernel widens what it
+   * loads), the cast's f32 result not being read.
+   */
+  bool bf16, a_bf16, b_bf16;
   kir_dim m, n, k;   /* per batch: C[m, n] = op(A)[m, k] op(B)[k, n] */
   uint8_t nbatch;    /* C's batch rank; A and B are right-aligned against it */
   kir_dim batch[KIR_MAX_RANK];

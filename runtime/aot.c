@@ -9,6 +9,11 @@
  * plan and thread pool as the JIT path, and no LLVM. The header lists the
  * inputs and outputs with their dtypes and (symbolic) shapes.
  *
+ * A bound parameter (a weight embedded from --params) whose every use rounds
+ * it to bf16 — what the bf16 precision policy makes of a matmul's weight —
+ * is stored in bf16: the same values in half the bytes, which the GEMM
+ * steps then read as they are (codegen/program.h, kcg_gemm.a_bf16).
+ *
  * The generated C includes Kiln's own headers, so the compiler needs Kiln's
  * source tree and libkiln_rt.a: they are found next to the build that made
  * this library (KILN_SOURCE_DIR, KILN_LIB_DIR), or where the environment
@@ -144,12 +149,66 @@ static kiln_status write_header(kiln_ctx *ctx, const char *path, const char *nam
   return KILN_OK;
 }
 
+/* Whether every use of f32 parameter p of the entry is a cast to bf16 (and there is one). */
+static bool only_rounded_to_bf16(const kir_graph *g, uint32_t p) {
+  uint32_t v = g->params[p];
+  if (g->values[v].type.dtype != KILN_F32) return false;
+  for (uint32_t r = 0; r < g->nresults; r++)
+    if (g->results[r] == v) return false;
+  bool used = false;
+  for (uint32_t i = 0; i < g->ninsts; i++) {
+    const kir_inst *in = &g->insts[i];
+    for (uint32_t j = 0; j < in->nin; j++) {
+      if (in->in[j] != v) continue;
+      if (in->op != KIR_OP_cast || in->attrs[0].i != KILN_BF16) return false;
+      used = true;
+    }
+  }
+  return used;
+}
+
+/* A cast to the dtype its operand has already is that operand. */
+static kp_action drop_identity_cast(kp_rebuild *rb, kir_graph *ng, const kir_inst *inst,
+                                    const uint32_t *in, uint32_t *out) {
+  (void)rb;
+  if (inst->op != KIR_OP_cast || ng->values[in[0]].type.dtype != (kir_dtype)inst->attrs[0].i)
+    return KP_KEEP;
+  out[0] = in[0];
+  return KP_REPLACED;
+}
+
+/*
+ * g with the parameters that `params` binds and that are only ever rounded
+ * to bf16 taking bf16 themselves (low[p] set), their casts gone; g itself
+ * (not a copy) when there are none. NULL on failure.
+ */
+static kir_graph *bf16_weights(kir_graph *g, const kiln_params *params, bool *low) {
+  const char *env = getenv("KILN_AOT_BF16_WEIGHTS"); /* =0: keep f32, for comparing */
+  if (env && !strcmp(env, "0")) return g;
+  bool any = false;
+  for (uint32_t p = 0; params && p < g->nparams; p++) {
+    const char *n = g->values[g->params[p]].name;
+    low[p] = n && kiln_params_find(params, n) && only_rounded_to_bf16(g, p);
+    any |= low[p];
+  }
+  if (!any) return g;
+  kir_graph *copy = kp_rebuild_module(g, NULL, NULL);
+  if (!copy) return NULL;
+  for (uint32_t p = 0; p < copy->nparams; p++)
+    if (low[p]) copy->values[copy->params[p]].type.dtype = KILN_BF16;
+  kir_graph *ng = kp_rebuild_module(copy, drop_identity_cast, NULL);
+  kiln_graph_destroy(copy);
+  return ng;
+}
+
 /*
  * Turns the entry parameters named in `params` into constant buffers holding
- * the file's data, and renumbers the remaining inputs. Sets bound[p].
+ * the file's data (rounded to bf16 where low[p]), and renumbers the remaining
+ * inputs. Sets bound[p].
  */
 static kiln_status bind_params(kiln_ctx *ctx, kcg_program *prog, const kir_graph *g,
-                               const kiln_params *params, kir_arena *arena, bool *bound) {
+                               const kiln_params *params, const bool *low, kir_arena *arena,
+                               bool *bound) {
   for (size_t i = 0; i < kiln_params_count(params); i++) {
     const char *n = kiln_params_name(params, i);
     bool found = false;
@@ -182,7 +241,12 @@ static kiln_status bind_params(kiln_ctx *ctx, kcg_program *prog, const kir_graph
                       v->name, want, kiln_dtype_name(kiln_tensor_dtype(t)), kiln_tensor_rank(t));
     void *copy = kir_arena_alloc(arena, kiln_tensor_nbytes(t) + 1);
     if (!copy) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
-    memcpy(copy, kiln_tensor_cdata(t), kiln_tensor_nbytes(t));
+    if (low[p]) { /* f32 (checked above) rounded as the casts it replaces round */
+      const float *f = kiln_tensor_cdata(t);
+      for (size_t i = 0; i < kiln_tensor_numel(t); i++) ((uint16_t *)copy)[i] = kir_f64_to_bf16(f[i]);
+    } else {
+      memcpy(copy, kiln_tensor_cdata(t), kiln_tensor_nbytes(t));
+    }
     b->kind = KCG_PBUF_CONST;
     b->data = copy;
     bound[p] = true;
@@ -246,7 +310,11 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
                     name);
   kiln_status s = kir_verify(g);
   if (s != KILN_OK) return s;
-  kir_graph *wide = kp_widen_half(g); /* f16/bf16 accumulate in f32 */
+  bool *low = calloc(g->nparams + 1, sizeof *low);
+  if (!low) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  kir_graph *src = bf16_weights(g, opt->params, low);
+  kir_graph *wide = src ? kp_widen_half(src) : NULL; /* f16/bf16 accumulate in f32 */
+  if (src != g) kiln_graph_destroy(src);
   kir_graph *tiled = !wide ? NULL : kp_attention_tiling_enabled() ? kp_attention_tiling(wide) : wide;
   kir_graph *legal = tiled ? kp_legalize(tiled) : NULL;
   if (tiled != wide) kiln_graph_destroy(tiled);
@@ -256,7 +324,10 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
     kiln_graph_destroy(legal);
     legal = canon;
   }
-  if (!legal) return KILN_ERR_UNSUPPORTED;
+  if (!legal) {
+    free(low);
+    return KILN_ERR_UNSUPPORTED;
+  }
   kir_arena arena = {0};
   kcg_program *prog = NULL;
   bool *bound = NULL;
@@ -278,7 +349,7 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
     s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
     goto done;
   }
-  if (opt->params && (s = bind_params(ctx, prog, g, opt->params, &arena, bound)) != KILN_OK)
+  if (opt->params && (s = bind_params(ctx, prog, g, opt->params, low, &arena, bound)) != KILN_OK)
     goto done;
   if (opt->peak_bytes && (s = plan_peak(ctx, prog, opt->peak_bytes)) != KILN_OK) goto done;
   snprintf(tmp, sizeof tmp, "%s", opt->output);
@@ -324,6 +395,7 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
     remove(blob);
   }
 done:
+  free(low);
   free(bound);
   kir_arena_free(&arena);
   kiln_graph_destroy(legal);

@@ -52,14 +52,18 @@ void krt_parallel_for(krt_pool *p, int64_t n, krt_task_fn fn, void *arg);
 /* ------------------------------------------------------------ the executor */
 
 /*
- * m·n·k from which a GEMM step in f32/f64 calls cblas_?gemm instead of its
- * generated fallback kernel (measured: docs/cpu-runtime.md): 16³ when
- * OpenBLAS runs kernels made for this CPU, 2²² (about 161³) when it fell
- * back to SSE-only ones. The environment variable KILN_GEMM_THRESHOLD
- * overrides both for models made afterwards (-1: never BLAS).
+ * m·n·k from which a GEMM step in f32/f64 calls cblas_?gemm or Kiln's own
+ * GEMM (rt_gemm_cpu.h) instead of its generated fallback kernel (measured:
+ * docs/cpu-runtime.md): 16³ for an OpenBLAS with kernels for this CPU,
+ * 2²² (about 161³) for one that fell back to SSE-only kernels, 2¹⁸ (64³)
+ * when the model's f32 products go to Kiln's GEMM (the model decides once,
+ * rt_exec.c). The environment variable KILN_GEMM_THRESHOLD overrides them
+ * for models made afterwards (-1: never), and KILN_GEMM=kiln or =blas picks
+ * the f32 library.
  */
 #define KRT_GEMM_THRESHOLD 4096
 #define KRT_GEMM_THRESHOLD_SSE_BLAS (1 << 22)
+#define KRT_GEMM_THRESHOLD_KILN (1 << 18)
 
 /*
  * A kernel whose buffers hold fewer bytes than this runs on the caller's

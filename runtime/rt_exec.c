@@ -22,7 +22,8 @@
  *
  *   3. Execution: KERNEL steps split the outermost parallel loop over the
  *      pool (unless their buffers are so small that waking the pool would
- *      cost more than the kernel); GEMM steps call cblas_sgemm/dgemm once per batch when the
+ *      cost more than the kernel); GEMM steps call Kiln's own GEMM
+ *      (rt_gemm_cpu.c) or cblas_sgemm/dgemm once per batch when the
  *      product is large enough to pay for it, else run their generated
  *      kernel; SCAN steps run their body program once per slice, its carries
  *      ping-ponging between the two copies, the last step writing straight
@@ -42,6 +43,7 @@
 
 #include "rt.h"
 #include "rt_attention.h"
+#include "rt_gemm_cpu.h"
 
 #define ALIGN 64
 #define NOWHERE SIZE_MAX
@@ -73,7 +75,9 @@ struct krt_model {
   const kcg_cpu_fn *fns;
   krt_pool *pool;
   char **param_names;
-  int64_t gemm_threshold;
+  int64_t gemm_threshold;      /* for BLAS */
+  int64_t gemm_threshold_kiln; /* for Kiln's GEMM */
+  bool gemm_kiln; /* f32 GEMM steps run Kiln's own GEMM (rt_gemm_cpu.c) instead of BLAS */
   _Atomic(krt_workspace *) spare;
   _Atomic size_t last_peak;
   _Atomic size_t last_total;
@@ -146,6 +150,10 @@ static kiln_status check_step(kiln_ctx *ctx, const kcg_program *top, const kcg_p
     const kcg_gemm *g = &st->gemm;
     bool ok = g->nbatch <= KIR_MAX_RANK && g->a_rank <= g->nbatch && g->b_rank <= g->nbatch &&
               valid_dim(p, g->m) && valid_dim(p, g->n) && valid_dim(p, g->k);
+    /* bf16 operand buffers (Kiln's GEMM reads them as such) only in an f32 product */
+    ok = ok && (!(g->bf16 || g->a_bf16 || g->b_bf16) || g->dtype == KILN_F32) &&
+         (!g->a_bf16 || p->bufs[st->args[0]].type.dtype == KILN_BF16) &&
+         (!g->b_bf16 || p->bufs[st->args[1]].type.dtype == KILN_BF16);
     for (int i = 0; ok && i < g->nbatch; i++)
       ok = valid_dim(p, g->batch[i]) && (i >= g->a_rank || valid_dim(p, g->a_batch[i])) &&
            (i >= g->b_rank || valid_dim(p, g->b_batch[i]));
@@ -202,14 +210,36 @@ static kiln_status check_program(kiln_ctx *ctx, const kcg_program *top, const kc
  * to SSE kernels that the generated AVX code beats up to a few million
  * multiply-adds, so the threshold moves up (docs/cpu-runtime.md).
  */
-static int64_t default_gemm_threshold(void) {
+static bool blas_core_sse_only(const char *core) {
   static const char *const sse_only[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem",
                                          "Atom", "Nano", "Opteron", "Opteron_SSE3", "Barcelona",
                                          "Bobcat"};
-  const char *core = openblas_get_corename();
   for (size_t i = 0; core && i < sizeof sse_only / sizeof sse_only[0]; i++)
-    if (!strcmp(core, sse_only[i])) return KRT_GEMM_THRESHOLD_SSE_BLAS;
-  return KRT_GEMM_THRESHOLD;
+    if (!strcmp(core, sse_only[i])) return true;
+  return false;
+}
+
+/*
+ * Whether f32 GEMM steps use Kiln's own GEMM rather than cblas_sgemm: its
+ * AVX-512 path beats every OpenBLAS kernel but the AVX-512 ones, its AVX2
+ * path only the SSE ones (the rule and its measurements: docs/cpu-runtime.md,
+ * "Kiln's GEMM"). KILN_GEMM=kiln or =blas decides instead, for measuring.
+ */
+static bool default_gemm_kiln(void) {
+  const char *env = getenv("KILN_GEMM");
+  if (env && !strcmp(env, "kiln")) return true;
+  if (env && !strcmp(env, "blas")) return false;
+  static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+  const char *core = openblas_get_corename();
+  for (size_t i = 0; core && i < sizeof avx512 / sizeof avx512[0]; i++)
+    if (!strcmp(core, avx512[i])) return false;
+  krt_gemm_isa best = krt_gemm_isa_best();
+  return best >= KRT_GEMM_ISA_AVX512 || (best == KRT_GEMM_ISA_AVX2 && blas_core_sse_only(core));
+}
+
+static int64_t default_gemm_threshold(void) {
+  return blas_core_sse_only(openblas_get_corename()) ? KRT_GEMM_THRESHOLD_SSE_BLAS
+                                                     : KRT_GEMM_THRESHOLD;
 }
 
 kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_cpu_fn *fns,
@@ -222,12 +252,14 @@ kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_c
   m->prog = prog;
   m->fns = fns;
   m->pool = pool;
+  m->gemm_kiln = default_gemm_kiln();
   m->gemm_threshold = default_gemm_threshold();
+  m->gemm_threshold_kiln = KRT_GEMM_THRESHOLD_KILN;
   const char *env = getenv("KILN_GEMM_THRESHOLD"); /* for measuring it (docs/cpu-runtime.md) */
   if (env && *env) {
     char *end;
     long long v = strtoll(env, &end, 10);
-    if (!*end) m->gemm_threshold = v < 0 ? -1 : v;
+    if (!*end) m->gemm_threshold = m->gemm_threshold_kiln = v < 0 ? -1 : v;
   }
   atomic_init(&m->spare, NULL);
   atomic_init(&m->last_peak, 0);
@@ -258,7 +290,7 @@ kiln_status krt_model_set_param_names(krt_model *m, const char *const *names) {
 }
 
 void krt_model_set_gemm_threshold(krt_model *m, int64_t threshold) {
-  m->gemm_threshold = threshold;
+  m->gemm_threshold = m->gemm_threshold_kiln = threshold;
 }
 
 size_t krt_model_last_peak(const krt_model *m) {
@@ -783,12 +815,30 @@ static size_t batch_offset(const int64_t *cidx, int nbatch, int rank, const kir_
   return off;
 }
 
+/* Whether the step's library is Kiln's GEMM (else BLAS): bf16 operand buffers only it reads. */
+static bool on_kiln_gemm(const krt_model *m, const kcg_gemm *g) {
+  return g->dtype == KILN_F32 && (m->gemm_kiln || g->a_bf16 || g->b_bf16);
+}
+
+/* Whether the step goes to a library (BLAS or Kiln's GEMM) rather than its generated kernel. */
 static bool use_blas(const krt_model *m, const kcg_gemm *g, int64_t M, int64_t N, int64_t K) {
-  if ((g->dtype != KILN_F32 && g->dtype != KILN_F64) || m->gemm_threshold < 0) return false;
+  int64_t threshold = on_kiln_gemm(m, g) ? m->gemm_threshold_kiln : m->gemm_threshold;
+  if ((g->dtype != KILN_F32 && g->dtype != KILN_F64) || threshold < 0) return false;
   if (M > INT_MAX || N > INT_MAX || K > INT_MAX) return false;
   int64_t mn, mnk;
   if (__builtin_mul_overflow(M, N, &mn) || __builtin_mul_overflow(mn, K, &mnk)) return true;
-  return mnk >= m->gemm_threshold;
+  return mnk >= threshold;
+}
+
+/* One batch's product through Kiln's own GEMM (f32, operands maybe bf16). */
+static kiln_status kiln_gemm(krt_workspace *w, const kcg_gemm *g, const char *a, const char *b,
+                             char *c, int64_t M, int64_t N, int64_t K) {
+  krt_gemm_desc d = {.trans_a = g->trans_a, .trans_b = g->trans_b, .m = M, .n = N, .k = K,
+                     .a = a, .b = b, .c = c, .lda = g->trans_a ? M : K,
+                     .ldb = g->trans_b ? K : N, .ldc = N, .bf16 = g->bf16,
+                     .a_type = g->a_bf16 ? KRT_GEMM_BF16 : KRT_GEMM_F32,
+                     .b_type = g->b_bf16 ? KRT_GEMM_BF16 : KRT_GEMM_F32};
+  return krt_gemm(w->m->pool, &d) ? KILN_OK : fail(w->ctx, KILN_ERR_NOMEM, "out of memory");
 }
 
 static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
@@ -796,8 +846,10 @@ static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   const int64_t *sz = w->sizes;
   int64_t M = kcg_dim_value(g->m, sz), N = kcg_dim_value(g->n, sz), K = kcg_dim_value(g->k, sz);
   if (!use_blas(w->m, g, M, N, K)) return run_kernel(w, pl, st);
+  bool kiln = on_kiln_gemm(w->m, g);
   char *a = pl->addr[st->args[0]], *b = pl->addr[st->args[1]], *c = pl->addr[st->args[2]];
   size_t es = dtype_bytes(g->dtype), cbytes = pl->bytes[st->args[2]];
+  size_t aes = g->a_bf16 ? 2 : es, bes = g->b_bf16 ? 2 : es;
   if (!M || !N || !cbytes) return KILN_OK;
   if (!K) {
     memset(c, 0, cbytes);
@@ -809,10 +861,13 @@ static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   enum CBLAS_TRANSPOSE tb = g->trans_b ? CblasTrans : CblasNoTrans;
   int lda = (int)(g->trans_a ? M : K), ldb = (int)(g->trans_b ? K : N);
   for (size_t i = 0; i < count; i++) {
-    size_t ao = batch_offset(cidx, g->nbatch, g->a_rank, g->a_batch, sz, (size_t)(M * K)) * es;
-    size_t bo = batch_offset(cidx, g->nbatch, g->b_rank, g->b_batch, sz, (size_t)(K * N)) * es;
+    size_t ao = batch_offset(cidx, g->nbatch, g->a_rank, g->a_batch, sz, (size_t)(M * K)) * aes;
+    size_t bo = batch_offset(cidx, g->nbatch, g->b_rank, g->b_batch, sz, (size_t)(K * N)) * bes;
     size_t co = i * (size_t)M * (size_t)N * es;
-    if (g->dtype == KILN_F32)
+    if (kiln) {
+      kiln_status s = kiln_gemm(w, g, a + ao, b + bo, c + co, M, N, K);
+      if (s) return s;
+    } else if (g->dtype == KILN_F32)
       cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1.0f, (const float *)(a + ao),
                   lda, (const float *)(b + bo), ldb, 0.0f, (float *)(c + co), (int)N);
     else

@@ -622,8 +622,9 @@ static void test_graph_run(void) {
 }
 
 /*
- * Matmuls with broadcast batch dims and transposes, on OpenBLAS (threshold
- * forced to 0) and on the generated kernel (forced off), against eager.
+ * Matmuls with broadcast batch dims and transposes, on OpenBLAS and on Kiln's
+ * own GEMM (threshold forced to 0, KILN_GEMM=blas/kiln) and on the generated
+ * kernel (forced off), against eager.
  */
 static void test_gemm_paths(void) {
   static const char *const shapes[] = {
@@ -658,10 +659,12 @@ static void test_gemm_paths(void) {
       for (int i = 0; i < tb->rank; i++) db[i] = tb->dims[i];
       kiln_tensor *in[2] = {random_tensor(ctx, ta->dtype, ta->rank, da),
                             random_tensor(ctx, tb->dtype, tb->rank, db)};
-      kiln_tensor *want, *got[2] = {0};
+      kiln_tensor *want, *got[3] = {0};
       CHECK(kiln_graph_run(g, KILN_BACKEND_EAGER, 2, in, 1, &want, NULL) == KILN_OK);
-      for (int blas = 0; blas < 2; blas++) {
+      static const char *const path[] = {"kernel", "blas", "kiln"}; /* kiln: rt_gemm_cpu.c */
+      for (int blas = 0; blas < 3; blas++) {
         setenv("KILN_GEMM_THRESHOLD", blas ? "0" : "-1", 1);
+        setenv("KILN_GEMM", path[blas], 1);
         kiln_compiled *c = NULL;
         CHECK(kiln_compile(g, NULL, &c) == KILN_OK);
         if (c) CHECK(kiln_compiled_run(c, ctx, 2, in, 1, &got[blas], NULL) == KILN_OK);
@@ -670,14 +673,16 @@ static void test_gemm_paths(void) {
         worst[d] = fmax(worst[d], e);
         CHECK(e <= (d ? 1e-5 * 40 / 8 : 1e-12));
         if (!(e <= (d ? 1e-5 * 40 / 8 : 1e-12)))
-          fprintf(stderr, "gemm %zu %s %s: difference %g\n", sh, dt, blas ? "blas" : "kernel", e);
+          fprintf(stderr, "gemm %zu %s %s: difference %g\n", sh, dt, path[blas], e);
       }
       unsetenv("KILN_GEMM_THRESHOLD");
+      unsetenv("KILN_GEMM");
       kiln_tensor_destroy(want);
-      for (int i = 0; i < 2; i++) kiln_tensor_destroy(in[i]), kiln_tensor_destroy(got[i]);
+      for (int i = 0; i < 2; i++) kiln_tensor_destroy(in[i]);
+      for (int i = 0; i < 3; i++) kiln_tensor_destroy(got[i]);
       kiln_graph_destroy(g);
     }
-  printf("matmul on BLAS and on the generated kernel: largest difference f64 %.2g, f32 %.2g\n",
+  printf("matmul on BLAS, Kiln's GEMM and the generated kernel: largest difference f64 %.2g, f32 %.2g\n",
          worst[0], worst[1]);
   kiln_ctx_destroy(ctx);
 }

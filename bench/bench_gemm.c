@@ -1,0 +1,197 @@
+/*
+ * bench_gemm.c — Kiln's own GEMM (runtime/rt_gemm_cpu.c) against OpenBLAS's
+ * cblas_sgemm, square sizes, 1 and 2 threads, medians in GFLOP/s.
+ *
+ *   bench_gemm [SIZES...]            (default 256 512 1024 2048; BENCH_REPS=9)
+ *   bench_gemm --dot-rate            ns per vdpbf16ps and per 512-bit FMA (16 independent
+ *                                    chains each): whether bf16 dot products pay on this CPU
+ *
+ * One line per (implementation, threads, size): `impl threads n gflops`,
+ * implementations `openblas` (whatever OPENBLAS_CORETYPE selects; the line
+ * names the core), `kiln-<path>-f32` for each code path the CPU has,
+ * `kiln-<path>-bf16` (A and B stored in bf16, C in f32) and
+ * `kiln-<path>-f32as-bf16` (f32 operands rounded to bf16 while packed).
+ * bench/gemm.sh runs it under both OpenBLAS core types and writes the table
+ * (BENCH_BLAS_ONLY=1: the OpenBLAS lines only).
+ * The wall clock is used; BENCH_CLOCK=cpu uses the process's CPU time for the
+ * one-thread runs instead, the only stable measure on a loaded shared machine
+ * (the two-thread runs stay on the wall clock: waiting threads spin).
+ */
+#include <cblas.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/rt_gemm_cpu.h"
+
+static bool cpu_clock; /* BENCH_CLOCK=cpu: process CPU time (one thread only) */
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(cpu_clock ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+typedef struct bench {
+  int n, threads;
+  float *a, *b, *c;
+  uint16_t *ah, *bh;
+  krt_pool *pool;
+} bench;
+
+enum { IMPL_OPENBLAS, IMPL_F32, IMPL_BF16, IMPL_F32AS_BF16 };
+
+static void run_once(bench *b, int impl) {
+  int n = b->n;
+  if (impl == IMPL_OPENBLAS) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, b->a, n, b->b, n, 0.0f,
+                b->c, n);
+    return;
+  }
+  krt_gemm_desc d = {.m = n, .n = n, .k = n, .a = b->a, .b = b->b, .c = b->c, .lda = n,
+                     .ldb = n, .ldc = n};
+  if (impl == IMPL_BF16) {
+    d.a = b->ah;
+    d.b = b->bh;
+    d.a_type = d.b_type = KRT_GEMM_BF16;
+  }
+  d.bf16 = impl != IMPL_F32;
+  if (!krt_gemm(b->threads > 1 ? b->pool : NULL, &d)) {
+    fprintf(stderr, "bench_gemm: out of memory\n");
+    exit(1);
+  }
+}
+
+/* Median GFLOP/s of `reps` timed runs after one warm-up. */
+static double measure(bench *b, int impl, int reps) {
+  double t[64];
+  if (reps > 64) reps = 64;
+  run_once(b, impl);
+  for (int r = 0; r < reps; r++) {
+    double t0 = now();
+    run_once(b, impl);
+    t[r] = now() - t0;
+  }
+  qsort(t, (size_t)reps, sizeof *t, cmp);
+  return 2.0 * b->n * (double)b->n * b->n / t[reps / 2] * 1e-9;
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define CHAINS 16
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), noinline)) static void
+dot_chains(int64_t n, float *out) {
+  __m512 r[CHAINS];
+  for (int i = 0; i < CHAINS; i++) r[i] = _mm512_set1_ps((float)i);
+  __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80); /* a pair of 1.0 */
+  for (int64_t p = 0; p < n; p++)
+#pragma GCC unroll 16
+    for (int i = 0; i < CHAINS; i++) r[i] = _mm512_dpbf16_ps(r[i], x, x);
+  for (int i = 0; i < CHAINS; i++) _mm512_storeu_ps(out + 16 * i, r[i]);
+}
+
+__attribute__((target("avx512f,fma"), noinline)) static void fma_chains(int64_t n, float *out) {
+  __m512 r[CHAINS];
+  for (int i = 0; i < CHAINS; i++) r[i] = _mm512_set1_ps((float)i);
+  __m512 x = _mm512_set1_ps(1.0f);
+  for (int64_t p = 0; p < n; p++)
+#pragma GCC unroll 16
+    for (int i = 0; i < CHAINS; i++) r[i] = _mm512_fmadd_ps(r[i], x, x);
+  for (int i = 0; i < CHAINS; i++) _mm512_storeu_ps(out + 16 * i, r[i]);
+}
+
+static int dot_rate(void) {
+  if (krt_gemm_isa_best() < KRT_GEMM_ISA_AVX512_BF16) {
+    printf("no AVX512-BF16 on this CPU\n");
+    return 0;
+  }
+  static float out[16 * CHAINS];
+  int64_t n = 20000000;
+  cpu_clock = true;
+  double t0 = now();
+  dot_chains(n, out);
+  double td = now() - t0;
+  t0 = now();
+  fma_chains(n, out);
+  double tf = now() - t0;
+  double per = (double)n * CHAINS;
+  printf("vdpbf16ps zmm %.3f ns (%.1f GFLOP/s), vfmadd231ps zmm %.3f ns (%.1f GFLOP/s) per "
+         "instruction, process CPU time\n",
+         td / per * 1e9, 64 * per / td * 1e-9, tf / per * 1e9, 32 * per / tf * 1e-9);
+  return 0;
+}
+#else
+static int dot_rate(void) {
+  printf("not an x86-64 CPU\n");
+  return 0;
+}
+#endif
+
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--dot-rate")) return dot_rate();
+  int sizes[16] = {256, 512, 1024, 2048}, nsizes = 4;
+  if (argc > 1) {
+    nsizes = 0;
+    for (int i = 1; i < argc && nsizes < 16; i++) sizes[nsizes++] = atoi(argv[i]);
+  }
+  const char *r = getenv("BENCH_REPS");
+  int reps = r && atoi(r) > 0 ? atoi(r) : 9;
+  const char *thr = getenv("BENCH_THREADS");
+  int tmin = 1, tmax = 2;
+  if (thr && atoi(thr) > 0) tmin = tmax = atoi(thr);
+  krt_pool *pool = krt_pool_create(tmax);
+  krt_gemm_isa best = krt_gemm_isa_best();
+  for (int s = 0; s < nsizes; s++) {
+    bench b = {.n = sizes[s], .pool = pool};
+    size_t nn = (size_t)b.n * (size_t)b.n;
+    b.a = malloc(nn * 4);
+    b.b = malloc(nn * 4);
+    b.c = malloc(nn * 4);
+    b.ah = malloc(nn * 2);
+    b.bh = malloc(nn * 2);
+    if (!b.a || !b.b || !b.c || !b.ah || !b.bh || !pool) return 1;
+    srand(1);
+    for (size_t i = 0; i < nn; i++) {
+      b.a[i] = (float)rand() / RAND_MAX - 0.5f;
+      b.b[i] = (float)rand() / RAND_MAX - 0.5f;
+      b.ah[i] = krt_f32_to_bf16(b.a[i]);
+      b.bh[i] = krt_f32_to_bf16(b.b[i]);
+    }
+    for (int t = tmin; t <= tmax; t++) {
+      b.threads = t;
+      const char *clk = getenv("BENCH_CLOCK");
+      cpu_clock = t == 1 && clk && !strcmp(clk, "cpu");
+      openblas_set_num_threads(t);
+      printf("openblas(%s) %d %d %.1f\n", openblas_get_corename(), t, b.n,
+             measure(&b, IMPL_OPENBLAS, reps));
+      fflush(stdout);
+      const char *only = getenv("BENCH_BLAS_ONLY"); /* bench/gemm.sh's second core type */
+      for (int isa = KRT_GEMM_ISA_AVX2; isa <= (int)best && !(only && *only); isa++) {
+        krt_gemm_force_isa((krt_gemm_isa)isa);
+        const char *name = krt_gemm_isa_name((krt_gemm_isa)isa);
+        printf("kiln-%s-f32 %d %d %.1f\n", name, t, b.n, measure(&b, IMPL_F32, reps));
+        if (isa >= KRT_GEMM_ISA_AVX512) {
+          printf("kiln-%s-bf16 %d %d %.1f\n", name, t, b.n, measure(&b, IMPL_BF16, reps));
+          printf("kiln-%s-f32as-bf16 %d %d %.1f\n", name, t, b.n,
+                 measure(&b, IMPL_F32AS_BF16, reps));
+        }
+        fflush(stdout);
+      }
+      krt_gemm_force_isa(KRT_GEMM_ISA_AUTO);
+    }
+    free(b.a);
+    free(b.b);
+    free(b.c);
+    free(b.ah);
+    free(b.bh);
+  }
+  krt_pool_destroy(pool);
+  return 0;
+}

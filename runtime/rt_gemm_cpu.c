@@ -1,0 +1,471 @@
+/*
+ * rt_gemm_cpu.c — Kiln's packed, register-blocked GEMM (the interface and
+ * its contract are in rt_gemm_cpu.h).
+ *
+ * The structure is the one of BLIS and OpenBLAS (Goto's algorithm), written
+ * for row-major C with the vector direction along n:
+ *
+ *   for each block of MC rows of A             (the packed A block: L3)
+ *     for each block of KC of the k axis
+ *       pack op(A)[rows, ks] into MR-row micro-panels   Ap[panel][p][i]
+ *       for each block of NC columns of B
+ *         pack op(B)[ks, cols] into NR-column micro-panels   Bp[panel][p][j]
+ *                                               (the packed B block: L2)
+ *         for each MR-row micro-panel of Ap     (MR×KC: stays in L1)
+ *           for each NR-column micro-panel of Bp  (streamed from L2)
+ *             the micro-kernel: an MR×NR tile of C held in registers,
+ *             KC rank-1 updates, then added to (first KC block: stored in) C
+ *
+ * Panels are zero-padded to whole tiles, so the micro-kernel never sees an
+ * edge; a partial tile of C goes through a small buffer. In bf16 mode the
+ * packed unit is a pair of bf16 along k (one 32-bit lane): vdpbf16ps
+ * multiplies a broadcast pair of A by 16 pairs of B and adds both products
+ * into 16 f32 lanes, so KC counts pairs there and an odd k is padded with a
+ * zero. Without AVX512-BF16 the operands are rounded to bf16 while packed as
+ * f32 and the f32 micro-kernel runs: the same products (a product of two
+ * bf16 is exact in f32), accumulated in a different order.
+ *
+ * Block sizes (docs/cpu-runtime.md, "Kiln's GEMM", has the measurements):
+ * Zen 5 has 48 KiB of L1d and 1 MiB of L2 per core. The AVX-512 kernel is
+ * 12×32 (24 zmm accumulators, two for B, one broadcast: 27 of 32
+ * registers); an A micro-panel of 12×384 f32 is 18 KiB of L1 and a B block
+ * of 384×480 f32 is 720 KiB of L2. AVX2 is 6×16 (12 of 16 ymm).
+ *
+ * Threads: the rows (or, when there are few row tiles, the columns) are cut
+ * into one contiguous range per thread of the pool; each thread packs its
+ * own panels, so they share nothing but the read-only A and B and never
+ * write the same element of C. Packing B once per thread repeats k·n work
+ * against m·n·k/T multiply-adds, which is noise from a few hundred up.
+ */
+#include "rt_gemm_cpu.h"
+
+#include <immintrin.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_MR 16
+#define MAX_NR 32
+/* Below this many multiply-adds a product runs on the caller's thread alone. */
+#define PARALLEL_MIN_MNK ((int64_t)1 << 18)
+
+/* ---------------------------------------------------------------- bf16 */
+
+uint16_t krt_f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+float krt_bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* ----------------------------------------------------------- micro-kernels */
+
+/*
+ * A micro-kernel: c[0..MR)[0..NR) (row stride ldc) = (acc ? c : 0) plus the
+ * kc rank-1 updates of the packed panels a (kc × MR units) and b (kc × NR).
+ */
+typedef void (*ukr_fn)(int64_t kc, const void *a, const void *b, float *c, int64_t ldc,
+                       bool acc);
+
+typedef struct gemm_kernel {
+  krt_gemm_isa isa;
+  int mr, nr;
+  int64_t kc, mc, nc; /* block sizes in packed units (f32, or bf16 pairs) */
+  bool pairs;         /* packed unit: a bf16 pair along k */
+  ukr_fn ukr;
+} gemm_kernel;
+
+static void ukr_scalar(int64_t kc, const void *ap, const void *bp, float *c, int64_t ldc,
+                       bool acc) {
+  enum { MR = 4, NR = 16 };
+  const float *a = ap, *b = bp;
+  float t[MR][NR] = {{0}};
+  for (int64_t p = 0; p < kc; p++, a += MR, b += NR)
+    for (int i = 0; i < MR; i++)
+      for (int j = 0; j < NR; j++) t[i][j] += a[i] * b[j];
+  for (int i = 0; i < MR; i++)
+    for (int j = 0; j < NR; j++) c[i * ldc + j] = acc ? c[i * ldc + j] + t[i][j] : t[i][j];
+}
+
+#if defined(__x86_64__)
+#define KRT_X86 1
+#define TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+#define TARGET_AVX512BF16 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
+
+TARGET_AVX2 static void ukr_avx2(int64_t kc, const void *ap, const void *bp, float *c,
+                                 int64_t ldc, bool acc) {
+  enum { MR = 6 };
+  const float *a = ap, *b = bp;
+  __m256 r[MR][2];
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; i++) r[i][0] = r[i][1] = _mm256_setzero_ps();
+  for (int64_t p = 0; p < kc; p++, a += MR, b += 16) {
+    __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++) {
+      __m256 av = _mm256_broadcast_ss(a + i);
+      r[i][0] = _mm256_fmadd_ps(av, b0, r[i][0]);
+      r[i][1] = _mm256_fmadd_ps(av, b1, r[i][1]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; i++) {
+    float *ci = c + i * ldc;
+    if (acc) {
+      r[i][0] = _mm256_add_ps(r[i][0], _mm256_loadu_ps(ci));
+      r[i][1] = _mm256_add_ps(r[i][1], _mm256_loadu_ps(ci + 8));
+    }
+    _mm256_storeu_ps(ci, r[i][0]);
+    _mm256_storeu_ps(ci + 8, r[i][1]);
+  }
+}
+
+/* Adds (or stores) the 12×32 accumulators r into c. */
+#define STORE_TILE512(MR)                                              \
+  _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {              \
+    float *ci = c + i * ldc;                                           \
+    if (acc) {                                                         \
+      r[i][0] = _mm512_add_ps(r[i][0], _mm512_loadu_ps(ci));          \
+      r[i][1] = _mm512_add_ps(r[i][1], _mm512_loadu_ps(ci + 16));     \
+    }                                                                  \
+    _mm512_storeu_ps(ci, r[i][0]);                                     \
+    _mm512_storeu_ps(ci + 16, r[i][1]);                                \
+  }
+
+TARGET_AVX512 static void ukr_avx512(int64_t kc, const void *ap, const void *bp, float *c,
+                                     int64_t ldc, bool acc) {
+  enum { MR = 12 };
+  const float *a = ap, *b = bp;
+  __m512 r[MR][2];
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; i++) r[i][0] = r[i][1] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < kc; p++, a += MR, b += 32) {
+    __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) {
+      __m512 av = _mm512_set1_ps(a[i]);
+      r[i][0] = _mm512_fmadd_ps(av, b0, r[i][0]);
+      r[i][1] = _mm512_fmadd_ps(av, b1, r[i][1]);
+    }
+  }
+  STORE_TILE512(MR)
+}
+
+/* a: kc × 12 pairs of bf16 (one uint32 each); b: kc × 32 pairs. */
+TARGET_AVX512BF16 static void ukr_avx512_bf16(int64_t kc, const void *ap, const void *bp,
+                                              float *c, int64_t ldc, bool acc) {
+  enum { MR = 12 };
+  const int32_t *a = ap;
+  const char *b = bp;
+  __m512 r[MR][2];
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; i++) r[i][0] = r[i][1] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < kc; p++, a += MR, b += 128) {
+    __m512bh b0 = (__m512bh)_mm512_loadu_si512(b), b1 = (__m512bh)_mm512_loadu_si512(b + 64);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) {
+      __m512bh av = (__m512bh)_mm512_set1_epi32(a[i]);
+      r[i][0] = _mm512_dpbf16_ps(r[i][0], av, b0);
+      r[i][1] = _mm512_dpbf16_ps(r[i][1], av, b1);
+    }
+  }
+  STORE_TILE512(MR)
+}
+#endif
+
+static const gemm_kernel kernels_f32[KRT_GEMM_ISA_COUNT] = {
+    [KRT_GEMM_ISA_SCALAR] = {KRT_GEMM_ISA_SCALAR, 4, 16, 256, 1024, 512, false, ukr_scalar},
+#ifdef KRT_X86
+    [KRT_GEMM_ISA_AVX2] = {KRT_GEMM_ISA_AVX2, 6, 16, 256, 1536, 512, false, ukr_avx2},
+    [KRT_GEMM_ISA_AVX512] = {KRT_GEMM_ISA_AVX512, 12, 32, 384, 1536, 480, false, ukr_avx512},
+    [KRT_GEMM_ISA_AVX512_BF16] = {KRT_GEMM_ISA_AVX512_BF16, 12, 32, 384, 1536, 480, false,
+                                  ukr_avx512},
+#endif
+};
+
+#ifdef KRT_X86
+static const gemm_kernel kernel_bf16 = {KRT_GEMM_ISA_AVX512_BF16, 12, 32, 256, 1536, 480, true,
+                                        ukr_avx512_bf16};
+#endif
+
+/* ------------------------------------------------------------- dispatch */
+
+static _Atomic int forced_isa = KRT_GEMM_ISA_AUTO;
+
+krt_gemm_isa krt_gemm_isa_best(void) {
+#ifdef KRT_X86
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("fma"))
+    return __builtin_cpu_supports("avx512bf16") ? KRT_GEMM_ISA_AVX512_BF16 : KRT_GEMM_ISA_AVX512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return KRT_GEMM_ISA_AVX2;
+#endif
+  return KRT_GEMM_ISA_SCALAR;
+}
+
+krt_gemm_isa krt_gemm_isa_active(void) {
+  krt_gemm_isa best = krt_gemm_isa_best();
+  int f = atomic_load(&forced_isa);
+  return f == KRT_GEMM_ISA_AUTO || f > (int)best ? best : (krt_gemm_isa)f;
+}
+
+krt_gemm_isa krt_gemm_force_isa(krt_gemm_isa isa) {
+  atomic_store(&forced_isa, (unsigned)isa < KRT_GEMM_ISA_COUNT ? (int)isa : KRT_GEMM_ISA_AUTO);
+  return krt_gemm_isa_active();
+}
+
+const char *krt_gemm_isa_name(krt_gemm_isa isa) {
+  static const char *const names[KRT_GEMM_ISA_COUNT] = {"auto", "scalar", "avx2", "avx512",
+                                                        "avx512bf16"};
+  return (unsigned)isa < KRT_GEMM_ISA_COUNT ? names[isa] : "?";
+}
+
+/* --------------------------------------------------------------- packing */
+
+typedef struct gemm_job {
+  const krt_gemm_desc *d;
+  const gemm_kernel *kern;
+  bool round;       /* f32 units rounded to bf16 (bf16 mode without vdpbf16ps) */
+  int64_t ku;       /* k in packed units */
+  float *c;         /* f32 result (the caller's C, or a temporary when C is bf16) */
+  int64_t ldc;
+  bool split_m;     /* threads take ranges of rows (else of columns) */
+  int nthreads;
+  _Atomic bool oom;
+} gemm_job;
+
+static inline uint32_t bf16_at(const void *x, krt_gemm_type t, int64_t idx) {
+  return t == KRT_GEMM_F32 ? krt_f32_to_bf16(((const float *)x)[idx]) : ((const uint16_t *)x)[idx];
+}
+
+/*
+ * One pair panel: o[u][i] = op(X)[r0+i][2(u0+u)] | op(X)[r0+i][2(u0+u)+1] << 16, a zero
+ * for a k beyond k, zero rows from `rows` to w. The branches on the storage
+ * are outside the loops over i, so the contiguous cases vectorise.
+ */
+static void pack_pairs(const void *x, krt_gemm_type t, bool trans, int64_t ld, int64_t r0,
+                       int64_t rows, int64_t u0, int64_t ulen, int64_t k, int w, uint32_t *o) {
+  for (int64_t u = 0; u < ulen; u++, o += w) {
+    int64_t k0 = 2 * (u0 + u);
+    bool two = k0 + 1 < k;
+    if (trans) { /* X stored [k, rows]: rows contiguous */
+      int64_t i0 = k0 * ld + r0, i1 = two ? i0 + ld : i0;
+      if (t == KRT_GEMM_BF16) {
+        const uint16_t *h0 = (const uint16_t *)x + i0, *h1 = (const uint16_t *)x + i1;
+        for (int64_t i = 0; i < rows; i++) o[i] = h0[i] | (uint32_t)(two ? h1[i] : 0) << 16;
+      } else {
+        const float *f0 = (const float *)x + i0, *f1 = (const float *)x + i1;
+        for (int64_t i = 0; i < rows; i++)
+          o[i] = krt_f32_to_bf16(f0[i]) | (uint32_t)(two ? krt_f32_to_bf16(f1[i]) : 0) << 16;
+      }
+    } else if (two) { /* X stored [rows, k]: the pair is contiguous */
+      for (int64_t i = 0; i < rows; i++) {
+        int64_t idx = (r0 + i) * ld + k0;
+        o[i] = bf16_at(x, t, idx) | bf16_at(x, t, idx + 1) << 16;
+      }
+    } else {
+      for (int64_t i = 0; i < rows; i++) o[i] = bf16_at(x, t, (r0 + i) * ld + k0);
+    }
+    for (int64_t i = rows; i < w; i++) o[i] = 0;
+  }
+}
+
+/* How an f32 panel loads an element: as it is, rounded to bf16, or widened from bf16. */
+typedef enum ld_mode { LD_F32, LD_F32_ROUND, LD_BF16 } ld_mode;
+
+static inline __attribute__((always_inline)) float ld_unit(const void *x, int64_t idx, ld_mode m) {
+  if (m == LD_BF16) return krt_bf16_to_f32(((const uint16_t *)x)[idx]);
+  float f = ((const float *)x)[idx];
+  return m == LD_F32_ROUND ? krt_bf16_to_f32(krt_f32_to_bf16(f)) : f;
+}
+
+/*
+ * One f32 panel: o[u][i] = op(X)[r0+i][u0+u], zero rows from `rows` to w.
+ * Inlined with a constant mode, so each storage and mode gets its own loops.
+ */
+static inline __attribute__((always_inline)) void pack_f32(const void *x, ld_mode m, bool trans,
+                                                           int64_t ld, int64_t r0, int64_t rows,
+                                                           int64_t u0, int64_t ulen, int w,
+                                                           float *o) {
+  for (int64_t u = 0; u < ulen; u++, o += w) {
+    if (trans) { /* X stored [k, rows]: each k a contiguous row */
+      int64_t base = (u0 + u) * ld + r0;
+      for (int64_t i = 0; i < rows; i++) o[i] = ld_unit(x, base + i, m);
+    } else {
+      int64_t base = r0 * ld + u0 + u;
+      for (int64_t i = 0; i < rows; i++) o[i] = ld_unit(x, base + i * ld, m);
+    }
+    for (int64_t i = rows; i < w; i++) o[i] = 0;
+  }
+}
+
+/*
+ * Packs op(X)[r0 .. r0+rlen)[u0 .. u0+ulen) (units along k) into panels of
+ * `w` rows: dst[panel][u][i], zero beyond rlen and beyond k. X is A (rows:
+ * m) or B seen as B^T (rows: n), so one routine packs both.
+ */
+static void pack(const gemm_job *j, const void *x, krt_gemm_type t, bool trans, int64_t ld,
+                 int64_t r0, int64_t rlen, int64_t u0, int64_t ulen, int w, void *dst) {
+  const gemm_kernel *kn = j->kern;
+  int64_t k = j->d->k;
+  for (int64_t pr = 0; pr < rlen; pr += w) {
+    int64_t rows = rlen - pr < w ? rlen - pr : w;
+    if (kn->pairs) {
+      pack_pairs(x, t, trans, ld, r0 + pr, rows, u0, ulen, k, w, (uint32_t *)dst + pr * ulen);
+      continue;
+    }
+    float *o = (float *)dst + pr * ulen;
+    if (t == KRT_GEMM_BF16)
+      pack_f32(x, LD_BF16, trans, ld, r0 + pr, rows, u0, ulen, w, o);
+    else if (j->round)
+      pack_f32(x, LD_F32_ROUND, trans, ld, r0 + pr, rows, u0, ulen, w, o);
+    else
+      pack_f32(x, LD_F32, trans, ld, r0 + pr, rows, u0, ulen, w, o);
+  }
+}
+
+/* ------------------------------------------------------------ the blocks */
+
+static int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* One tile of C: straight into C when whole, through a buffer at an edge. */
+static void tile(const gemm_job *j, int64_t ulen, const char *ap, const char *bp, float *c,
+                 int64_t rows, int64_t cols, bool acc) {
+  const gemm_kernel *kn = j->kern;
+  if (rows == kn->mr && cols == kn->nr) {
+    kn->ukr(ulen, ap, bp, c, j->ldc, acc);
+    return;
+  }
+  float t[MAX_MR * MAX_NR];
+  kn->ukr(ulen, ap, bp, t, kn->nr, false);
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t q = 0; q < cols; q++)
+      c[i * j->ldc + q] = acc ? c[i * j->ldc + q] + t[i * kn->nr + q] : t[i * kn->nr + q];
+}
+
+/* The product restricted to C[m0..m1)[n0..n1), on this thread with its own panels. */
+static bool gemm_range(gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  const krt_gemm_desc *d = j->d;
+  const gemm_kernel *kn = j->kern;
+  /* blocks of whole tiles: the packed panels are sized for them */
+  int64_t mc = min64(kn->mc / kn->mr * kn->mr, round_up(m1 - m0, kn->mr));
+  int64_t nc = min64(kn->nc / kn->nr * kn->nr, round_up(n1 - n0, kn->nr));
+  int64_t kc = min64(kn->kc, j->ku);
+  char *ap = aligned_alloc(64, (size_t)round_up(mc * kc * 4, 64));
+  char *bp = aligned_alloc(64, (size_t)round_up(nc * kc * 4, 64));
+  if (!ap || !bp) {
+    free(ap);
+    free(bp);
+    return false;
+  }
+  for (int64_t ic = m0; ic < m1; ic += mc) {
+    int64_t mlen = min64(mc, m1 - ic);
+    for (int64_t pc = 0; pc < j->ku; pc += kc) {
+      int64_t ulen = min64(kc, j->ku - pc);
+      pack(j, d->a, d->a_type, d->trans_a, d->lda, ic, mlen, pc, ulen, kn->mr, ap);
+      for (int64_t jc = n0; jc < n1; jc += nc) {
+        int64_t nlen = min64(nc, n1 - jc);
+        pack(j, d->b, d->b_type, !d->trans_b, d->ldb, jc, nlen, pc, ulen, kn->nr, bp);
+        for (int64_t ir = 0; ir < mlen; ir += kn->mr)
+          for (int64_t jr = 0; jr < nlen; jr += kn->nr)
+            tile(j, ulen, ap + ir * ulen * 4, bp + jr * ulen * 4, j->c + (ic + ir) * j->ldc + jc + jr,
+                 min64(kn->mr, mlen - ir), min64(kn->nr, nlen - jr), pc > 0);
+      }
+    }
+  }
+  free(ap);
+  free(bp);
+  return true;
+}
+
+static void gemm_task(void *arg, int64_t lo, int64_t hi) {
+  gemm_job *j = arg;
+  const krt_gemm_desc *d = j->d;
+  int64_t w = j->split_m ? j->kern->mr : j->kern->nr, len = j->split_m ? d->m : d->n;
+  int64_t tiles = (len + w - 1) / w;
+  for (int64_t t = lo; t < hi; t++) {
+    int64_t a = min64(len, tiles * t / j->nthreads * w), b = min64(len, tiles * (t + 1) / j->nthreads * w);
+    if (a >= b) continue;
+    bool ok = j->split_m ? gemm_range(j, a, b, 0, d->n) : gemm_range(j, 0, d->m, a, b);
+    if (!ok) atomic_store(&j->oom, true);
+  }
+}
+
+/*
+ * Whether bf16 products take vdpbf16ps when the path is chosen automatically.
+ * On the Intel cores measured (Emerald Rapids, docs/cpu-runtime.md) it issues
+ * at a quarter of the rate of 512-bit FMAs, half their flops, so the widened
+ * f32 kernel is faster there; AMD's Zen 4 and 5 document it at the FMA rate.
+ * KILN_GEMM_BF16=dot or =f32 decides instead.
+ */
+static bool bf16_dot_preferred(void) {
+  const char *env = getenv("KILN_GEMM_BF16");
+  if (env && !strcmp(env, "dot")) return true;
+  if (env && !strcmp(env, "f32")) return false;
+#ifdef KRT_X86
+  __builtin_cpu_init();
+  return __builtin_cpu_is("amd");
+#else
+  return false;
+#endif
+}
+
+static const gemm_kernel *pick_kernel(const krt_gemm_desc *d, bool *round) {
+  krt_gemm_isa isa = krt_gemm_isa_active();
+  bool bf16 = d->bf16 || d->a_type == KRT_GEMM_BF16 || d->b_type == KRT_GEMM_BF16;
+#ifdef KRT_X86
+  if (bf16 && isa == KRT_GEMM_ISA_AVX512_BF16 &&
+      (atomic_load(&forced_isa) == KRT_GEMM_ISA_AVX512_BF16 || bf16_dot_preferred())) {
+    *round = false;
+    return &kernel_bf16;
+  }
+#endif
+  *round = bf16;
+  return &kernels_f32[isa];
+}
+
+bool krt_gemm(krt_pool *pool, const krt_gemm_desc *d) {
+  if (d->m <= 0 || d->n <= 0) return true;
+  float *c = d->c_type == KRT_GEMM_F32 ? d->c : malloc((size_t)(d->m * d->n) * sizeof *c);
+  if (!c) return false;
+  int64_t ldc = d->c_type == KRT_GEMM_F32 ? d->ldc : d->n;
+  bool ok = true;
+  if (d->k <= 0) {
+    for (int64_t i = 0; i < d->m; i++) memset(c + i * ldc, 0, (size_t)d->n * sizeof *c);
+  } else {
+    gemm_job j = {.d = d, .c = c, .ldc = ldc};
+    j.kern = pick_kernel(d, &j.round);
+    j.ku = j.kern->pairs ? (d->k + 1) / 2 : d->k;
+    int64_t tm = (d->m + j.kern->mr - 1) / j.kern->mr, tn = (d->n + j.kern->nr - 1) / j.kern->nr;
+    int T = krt_pool_threads(pool);
+    int64_t mn, mnk;
+    if (!__builtin_mul_overflow(d->m, d->n, &mn) && !__builtin_mul_overflow(mn, d->k, &mnk) &&
+        mnk < PARALLEL_MIN_MNK)
+      T = 1;
+    j.split_m = tm >= 2 * (int64_t)T || tm >= tn;
+    int64_t tiles = j.split_m ? tm : tn;
+    j.nthreads = tiles < T ? (int)tiles : T;
+    atomic_init(&j.oom, false);
+    krt_parallel_for(j.nthreads > 1 ? pool : NULL, j.nthreads, gemm_task, &j);
+    ok = !atomic_load(&j.oom);
+  }
+  if (c != d->c) {
+    uint16_t *o = d->c;
+    for (int64_t i = 0; i < d->m; i++)
+      for (int64_t q = 0; q < d->n; q++) o[i * d->ldc + q] = krt_f32_to_bf16(c[i * d->n + q]);
+    free(c);
+  }
+  return ok;
+}

@@ -1,0 +1,74 @@
+/*
+ * rt_gemm_cpu.h — Kiln's own packed, register-blocked matrix product for the CPU.
+ *
+ * C[m, n] = op(A)[m, k] · op(B)[k, n], row-major, op = transpose or not,
+ * with f32 or bf16 operands and an f32 or bf16 result. In f32 mode the
+ * products are f32 fused multiply-adds; in bf16 mode both operands are first
+ * rounded to bf16 (to nearest even; bf16 operands are taken as they are) and
+ * their products accumulated in f32, with AVX512-BF16's vdpbf16ps where the
+ * CPU has it and it is the faster, through f32 multiply-adds of the widened
+ * operands otherwise (the same products: one of two bf16 is exact in f32).
+ *
+ * The code path is chosen once, at run time, from what the CPU supports
+ * (__builtin_cpu_supports): AVX-512 (with or without BF16), AVX2 + FMA, or
+ * portable C. Why and how: docs/cpu-runtime.md, "Kiln's GEMM". The executor
+ * (rt_exec.c) uses it for GEMM steps where it beats OpenBLAS and for every
+ * bf16 GEMM step.
+ *
+ * Like the rest of rt_*.c it depends only on libc and pthreads (through the
+ * pool), so ahead-of-time compiled models carry it.
+ */
+#ifndef KRT_GEMM_CPU_H
+#define KRT_GEMM_CPU_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "rt.h"
+
+typedef enum krt_gemm_type { KRT_GEMM_F32, KRT_GEMM_BF16 } krt_gemm_type;
+
+/* Code paths, each one a superset of the one before. */
+typedef enum krt_gemm_isa {
+  KRT_GEMM_ISA_AUTO,        /* the best the CPU supports (for krt_gemm_force_isa) */
+  KRT_GEMM_ISA_SCALAR,      /* portable C */
+  KRT_GEMM_ISA_AVX2,        /* AVX2 + FMA: x86-64-v3 */
+  KRT_GEMM_ISA_AVX512,      /* AVX-512 F/BW/VL + FMA; bf16 through f32 multiply-adds */
+  KRT_GEMM_ISA_AVX512_BF16, /* the same, with vdpbf16ps for bf16 where it is the faster
+                               (rt_gemm_cpu.c, bf16_dot_preferred; forced: always) */
+  KRT_GEMM_ISA_COUNT
+} krt_gemm_isa;
+
+typedef struct krt_gemm_desc {
+  bool trans_a, trans_b; /* A is stored [k, m], B is stored [n, k] */
+  int64_t m, n, k;
+  const void *a, *b;
+  void *c;
+  int64_t lda, ldb, ldc; /* row strides, in elements, of A, B, C as stored */
+  krt_gemm_type a_type, b_type, c_type;
+  bool bf16;             /* bf16 mode even for f32 operands (implied by a bf16 operand) */
+} krt_gemm_desc;
+
+/*
+ * Computes d's product on the pool's threads (NULL: the caller's alone).
+ * False only when out of memory for the packed panels (C is then
+ * unspecified). m, n or k of 0 is allowed (k = 0 gives zeros).
+ */
+bool krt_gemm(krt_pool *pool, const krt_gemm_desc *d);
+
+/* The best path this CPU supports, and the one krt_gemm uses now. */
+krt_gemm_isa krt_gemm_isa_best(void);
+krt_gemm_isa krt_gemm_isa_active(void);
+/*
+ * Test and bench hook: makes krt_gemm use `isa` (clamped to what the CPU
+ * supports; AUTO restores the default) from now on, for every thread.
+ * Returns the path now in use.
+ */
+krt_gemm_isa krt_gemm_force_isa(krt_gemm_isa isa);
+const char *krt_gemm_isa_name(krt_gemm_isa isa);
+
+/* f32 -> bf16 to nearest even (NaN stays NaN, quiet), and bf16 -> f32 (exact). */
+uint16_t krt_f32_to_bf16(float f);
+float krt_bf16_to_f32(uint16_t h);
+
+#endif
