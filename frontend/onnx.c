@@ -10,7 +10,7 @@
  * sorted): initializers become known values (ox_const), the remaining graph
  * inputs become parameters (a `dim_param`, or a dim with neither value nor
  * param, becomes a symbolic dim), and each node goes through its op's
- * function in onnx_ops.c. A node whose inputs are all known is folded: its
+ * function in onnx_ops*.c. A node whose inputs are all known is folded: its
  * op function builds it in a scratch graph over constants, the reference
  * interpreter runs that, and its results become known values too. That is
  * how the shape computations exporters emit (Shape -> Gather -> Unsqueeze ->
@@ -696,9 +696,9 @@ static bool should_fold(const ox_node *n, const ox_op *op) {
 /* ----------------------------------------------------------------- nodes */
 
 static bool import_node(ox *im, const Onnx__NodeProto *p) {
-  ox_node n = {.im = im, .p = p, .g = im->g, .opset = im->opset};
-  const char *domain = S(p->domain);
   const ox_op *op = ox_find_op(S(p->op_type));
+  ox_node n = {.im = im, .p = p, .op = op, .g = im->g, .opset = im->opset};
+  const char *domain = S(p->domain);
   if (*domain && strcmp(domain, "ai.onnx"))
     return ox_fail(&n, KILN_ERR_UNSUPPORTED, "op domain '%s' is not supported (only ai.onnx)",
                    domain);
