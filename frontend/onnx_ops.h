@@ -33,6 +33,8 @@ int ox_dims_of(ox_node *n, kiln_value x, kiln_dim *d);
 bool ox_dims_product(ox_node *n, const kiln_dim *d, int a, int b, kiln_dim *out);
 kiln_value ox_reshape(ox_node *n, kiln_value x, int rank, const kiln_dim *d);
 kiln_value ox_broadcast_to(ox_node *n, kiln_value v, int r, const kiln_dim *d);
+/* Fails: input k must be known at import (names it; KILN_ERR_UNSUPPORTED). */
+bool ox_need_known(ox_node *n, size_t k);
 /* A known 1-D (or scalar) integer input: its values, count and symbolic flags
  * (sym NULL: a symbolic entry is an error). */
 bool ox_known_ints(ox_node *n, size_t k, const int64_t **v, size_t *cnt, const uint8_t **sym);

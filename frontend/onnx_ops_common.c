@@ -70,13 +70,19 @@ kiln_value ox_broadcast_to(ox_node *n, kiln_value v, int r, const kiln_dim *d) {
   return kiln_op(G, "broadcast", 1, &v, 1, &a);
 }
 
+/* The error for input k that Kiln needs at import but that is computed at
+ * run time. Callers that can supply such inputs (kiln_onnx_import_frozen)
+ * look for the phrase "') must be known at import". */
+bool ox_need_known(ox_node *n, size_t k) {
+  return ox_fail(n, KILN_ERR_UNSUPPORTED,
+                 "input %zu ('%s') must be known at import (a constant, or computed from shapes)", k,
+                 ox_has(n, k) ? n->in[k]->name : "");
+}
+
 /* A known 1-D (or scalar) integer input: its values, count and symbolic flags. */
 bool ox_known_ints(ox_node *n, size_t k, const int64_t **v, size_t *cnt, const uint8_t **sym) {
   const ox_const *c = ox_known(n, k);
-  if (!c)
-    return ox_fail(n, KILN_ERR_UNSUPPORTED,
-                   "input %zu ('%s') must be known at import (a constant, or computed from shapes)",
-                   k, n->in[k] ? n->in[k]->name : "");
+  if (!c) return ox_need_known(n, k);
   if (!c->i || c->rank > 1)
     return ox_fail(n, KILN_ERR_PARSE, "input %zu ('%s') must be a 1-D integer tensor", k,
                    n->in[k]->name);

@@ -632,8 +632,8 @@ static bool op_resize(ox_node *n) {
     return ox_fail(n, KILN_ERR_UNSUPPORTED, "%s resizing of an integer tensor", mode);
   const ox_const *sc = ox_has(n, 2) ? ox_known(n, 2) : NULL,
                  *sz = ox_has(n, 3) ? ox_known(n, 3) : NULL;
-  if (ox_has(n, 2) && !sc) return ox_fail(n, KILN_ERR_UNSUPPORTED, "scales not known at import");
-  if (ox_has(n, 3) && !sz) return ox_fail(n, KILN_ERR_UNSUPPORTED, "sizes not known at import");
+  if (ox_has(n, 2) && !sc) return ox_need_known(n, 2);
+  if (ox_has(n, 3) && !sz) return ox_need_known(n, 3);
   if (sc && sc->n == 0) sc = NULL;
   if (sz && sz->n == 0) sz = NULL;
   if (!sc == !sz) return ox_fail(n, KILN_ERR_PARSE, "needs exactly one of scales and sizes");

@@ -531,8 +531,8 @@ static bool op_pad(ox_node *n) {
     if (!ox_known_ints(n, 1, &p, &c, NULL)) return false;
     if (ox_has(n, 2)) {
       const ox_const *cv = ox_known(n, 2);
-      if (!cv || cv->n != 1)
-        return ox_fail(n, KILN_ERR_UNSUPPORTED, "a constant_value not known at import");
+      if (!cv) return ox_need_known(n, 2);
+      if (cv->n != 1) return ox_fail(n, KILN_ERR_PARSE, "constant_value must be a scalar");
       value = cv->d[0];
     }
     if (ox_has(n, 3) && !ox_known_ints(n, 3, &axv, &na, NULL)) return false;
@@ -782,7 +782,9 @@ static bool op_constant(ox_node *n) {
 
 static bool op_range(ox_node *n) {
   const ox_const *s = ox_known(n, 0), *l = ox_known(n, 1), *dl = ox_known(n, 2);
-  if (!s || !l || !dl || s->sym || l->sym || dl->sym || s->n != 1 || l->n != 1 || dl->n != 1)
+  for (size_t k = 0; k < 3; k++)
+    if (!ox_known(n, k)) return ox_need_known(n, k);
+  if (s->sym || l->sym || dl->sym || s->n != 1 || l->n != 1 || dl->n != 1)
     return ox_fail(n, KILN_ERR_UNSUPPORTED,
                    "start, limit and delta must be scalars known at import");
   double cnt = ceil((l->d[0] - s->d[0]) / dl->d[0]);
@@ -848,8 +850,8 @@ static bool op_cumsum(ox_node *n) {
   if (r == 1) { /* the only axis, whatever the (maybe run-time) axis input says */
     axis = 0;
   } else {
-    if (!c || !c->i || c->n != 1)
-      return ox_fail(n, KILN_ERR_UNSUPPORTED, "axis must be an integer scalar known at import");
+    if (!c) return ox_need_known(n, 1);
+    if (!c->i || c->n != 1) return ox_fail(n, KILN_ERR_PARSE, "axis must be an integer scalar");
     if (!ox_norm_axis(n, c->i[0], r, &axis)) return false;
   }
   if (r + 1 > KILN_MAX_RANK) return ox_fail(n, KILN_ERR_UNSUPPORTED, "rank %d", r);
