@@ -6,6 +6,7 @@
  *   onnx_ops_elementwise.c  elementwise ops and activations
  *   onnx_ops_nn.c           MatMul, Gemm, Conv, pools, normalizations, softmax,
  *                           losses, Resize, Einsum
+ *   onnx_ops_rnn.c          RNN, GRU, LSTM (unrolled over the sequence)
  *   onnx_ops_tensor.c       reductions, shapes, slicing, gathers and scatters,
  *                           values known at import
  *
@@ -57,7 +58,7 @@ kiln_value ox_take(ox_node *n, kiln_value x, int axis, size_t cnt, const int64_t
 /* An i64 vector constant. */
 kiln_value ox_index_const(ox_node *n, size_t cnt, const int64_t *idx);
 
-extern const ox_op ox_ops_elementwise[], ox_ops_nn[], ox_ops_tensor[];
-extern const size_t ox_n_ops_elementwise, ox_n_ops_nn, ox_n_ops_tensor;
+extern const ox_op ox_ops_elementwise[], ox_ops_nn[], ox_ops_rnn[], ox_ops_tensor[];
+extern const size_t ox_n_ops_elementwise, ox_n_ops_nn, ox_n_ops_rnn, ox_n_ops_tensor;
 
 #endif
