@@ -188,7 +188,8 @@ static bool op_conv_transpose(ox_node *n) {
   if (wr != ox_vrank(n, x))
     return ox_fail(n, KILN_ERR_PARSE, "weight rank %d, input rank %d", wr, ox_vrank(n, x));
   if (!read_window(n, x, wd + 2, true, &w)) return false;
-  int64_t size[2] = {1, 1}, os[2];
+  int64_t size[2] = {1, 1}, os[2], lo[KILN_MAX_RANK] = {0}, hi[KILN_MAX_RANK] = {0};
+  bool extra = false;
   bool has_os = ox_attr(n, "output_shape") != NULL;
   if (has_os && !read_pair(n, "output_shape", w.sp, 1, os)) return false;
   for (int a = 2 - w.sp; a < 2; a++) {
@@ -197,11 +198,15 @@ static bool op_conv_transpose(ox_node *n) {
     int64_t full = w.s[a] * (in - 1) + w.out_pad[a] + (w.k[a] - 1) * w.d[a] + 1;
     if (has_os) {
       int64_t total = full - os[a];
-      if (total < 0)
-        return ox_fail(n, KILN_ERR_UNSUPPORTED, "output_shape larger than the full output");
       bool upper = strcmp(ox_attr_s(n, "auto_pad", "NOTSET"), "SAME_LOWER") != 0;
       w.pad[a] = upper ? total / 2 : total - total / 2;
       w.pad[a + 2] = total - w.pad[a];
+      for (int e = 0; e < 2; e++) /* an output_shape beyond the full output: zeros there */
+        if (w.pad[a + 2 * e] < 0) {
+          (e ? hi : lo)[a + w.sp] = -w.pad[a + 2 * e];
+          w.pad[a + 2 * e] = 0;
+          extra = true;
+        }
     }
     size[a] = full - w.pad[a] - w.pad[a + 2];
     if (w.out_pad[a] >= w.s[a] && w.out_pad[a] >= w.d[a])
@@ -214,6 +219,11 @@ static bool op_conv_transpose(ox_node *n) {
                      kiln_attr_ints("input_size", 2, size)};
   kiln_value in[2] = {to_2d(n, x, &w), to_2d(n, wt, &w)};
   kiln_value y = from_2d(n, kiln_op(G, "conv2d_grad_input", 2, in, 5, at), &w);
+  if (extra) {
+    size_t r = (size_t)ox_vrank(n, x);
+    kiln_attr pa[2] = {kiln_attr_ints("low", r, lo), kiln_attr_ints("high", r, hi)};
+    y = kiln_op(G, "pad", 1, &y, 2, pa);
+  }
   n->out[0] = add_channel_bias(n, y, 2, ox_vrank(n, x));
   return true;
 }
@@ -302,12 +312,33 @@ static bool op_global_pool(ox_node *n) { return global_pool(n, n->op->ir); }
 static bool op_batch_norm(ox_node *n) {
   kiln_value x = ox_in0(n);
   if (x == KILN_NO_VALUE) return false;
-  if (ox_attr_i(n, "training_mode", 0) || ox_wants(n, 1) || ox_wants(n, 2))
-    return ox_fail(n, KILN_ERR_UNSUPPORTED, "training mode (Kiln imports inference graphs)");
   int r = ox_vrank(n, x);
   if (r < 2) return ox_fail(n, KILN_ERR_PARSE, "input of rank %d", r);
   double eps = ox_attr_f(n, "epsilon", 1e-5);
   kiln_value scale = ox_in(n, 1), bias = ox_in(n, 2), mean = ox_in(n, 3), var = ox_in(n, 4);
+  if (ox_attr_i(n, "training_mode", 0)) {
+    /* the batch's statistics (population variance) normalize; the running
+     * ones come out blended with them by `momentum` */
+    if (n->opset < 14 || ox_wants(n, 3) || ox_wants(n, 4))
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "training mode before opset 14, or saved statistics");
+    int64_t axes[KILN_MAX_RANK] = {0};
+    for (int k = 2; k < r; k++)
+      axes[k - 1] = k;
+    double mom = ox_attr_f(n, "momentum", 0.9);
+    kiln_value bm = kiln_reduce(G, "reduce_mean", x, (size_t)(r - 1), axes, 0);
+    kiln_value c = kiln_binary(G, "sub", x, ox_per_channel(n, bm, r));
+    kiln_value bv = kiln_reduce(G, "reduce_mean", kiln_mul(G, c, c), (size_t)(r - 1), axes, 0);
+    if (ox_wants(n, 1))
+      n->out[1] = kiln_add(G, kiln_mul(G, mean, ox_scalar_like(n, x, mom)),
+                           kiln_mul(G, bm, ox_scalar_like(n, x, 1 - mom)));
+    if (ox_wants(n, 2))
+      n->out[2] = kiln_add(G, kiln_mul(G, var, ox_scalar_like(n, x, mom)),
+                           kiln_mul(G, bv, ox_scalar_like(n, x, 1 - mom)));
+    mean = bm;
+    var = bv;
+  } else if (ox_wants(n, 1) || ox_wants(n, 2)) {
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "running statistics outside training mode");
+  }
   kiln_value a =
       kiln_mul(G, scale, kiln_unary(G, "rsqrt", kiln_add(G, var, ox_scalar_like(n, x, eps))));
   kiln_value b = kiln_binary(G, "sub", bias, kiln_mul(G, mean, a));
@@ -329,6 +360,34 @@ static bool op_instance_norm(ox_node *n) {
   kiln_value y = kiln_mul(G, c, kiln_unary(G, "rsqrt", kiln_add(G, v, ox_scalar_like(n, x, eps))));
   y = kiln_mul(G, y, ox_per_channel(n, ox_in(n, 1), r));
   n->out[0] = kiln_add(G, y, ox_per_channel(n, ox_in(n, 2), r));
+  return true;
+}
+
+/* MeanVarianceNormalization: (x - mean) / (std + 1e-9) over `axes`, as
+ * ONNX's function body computes it (std of the population). */
+static bool op_mvn(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  int r = ox_vrank(n, x);
+  size_t cnt;
+  const int64_t *ax = ox_attr_ints(n, "axes", &cnt);
+  static const int64_t def[3] = {0, 2, 3};
+  if (!ax) {
+    ax = def;
+    cnt = 3;
+  }
+  int64_t axes[KILN_MAX_RANK];
+  if (cnt > (size_t)r) return ox_fail(n, KILN_ERR_PARSE, "%zu axes for rank %d", cnt, r);
+  for (size_t k = 0; k < cnt; k++) {
+    int a;
+    if (!ox_norm_axis(n, ax[k], r, &a)) return false;
+    axes[k] = a;
+  }
+  kiln_value m = kiln_reduce(G, "reduce_mean", x, cnt, axes, 1);
+  kiln_value c = kiln_binary(G, "sub", x, m);
+  kiln_value v = kiln_reduce(G, "reduce_mean", kiln_mul(G, c, c), cnt, axes, 1);
+  kiln_value sd = kiln_add(G, kiln_unary(G, "sqrt", v), ox_scalar_like(n, x, 1e-9));
+  n->out[0] = kiln_binary(G, "div", c, sd);
   return true;
 }
 
@@ -881,6 +940,7 @@ const ox_op ox_ops_nn[] = {
     {"LpNormalization", op_lp_norm, 1, NULL},
     {"MatMul", op_matmul, 0, NULL},
     {"MaxPool", op_max_pool, 0, NULL},
+    {"MeanVarianceNormalization", op_mvn, 1, NULL},
     {"NegativeLogLikelihoodLoss", op_nll_loss, 0, NULL},
     {"Resize", op_resize, 0, NULL},
     {"Softmax", op_softmax, 1, "softmax"},
