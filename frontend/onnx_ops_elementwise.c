@@ -115,9 +115,16 @@ static bool op_identity(ox_node *n) {
 
 static bool op_dropout(ox_node *n) {
   kiln_value x = ox_in0(n);
-  if (ox_has(n, 2) && (!ox_known(n, 2) || ox_known(n, 2)->d[0] != 0))
-    return ox_fail(n, KILN_ERR_UNSUPPORTED,
-                   "training_mode dropout (Kiln imports inference graphs)");
+  if (ox_has(n, 2)) { /* training_mode: only a ratio of 0 is deterministic */
+    if (!ox_known(n, 2)) return ox_need_known(n, 2);
+    if (ox_known(n, 2)->d[0] != 0) {
+      if (ox_has(n, 1) && !ox_known(n, 1)) return ox_need_known(n, 1);
+      if (!ox_has(n, 1) || ox_known(n, 1)->d[0] != 0)
+        return ox_fail(n, KILN_ERR_UNSUPPORTED,
+                       "training_mode dropout with a ratio above 0 is random (Kiln imports "
+                       "inference graphs)");
+    }
+  }
   n->out[0] = x;
   if (ox_wants(n, 1) && x != KILN_NO_VALUE) {
     kiln_dim d[KILN_MAX_RANK];

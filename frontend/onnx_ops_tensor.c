@@ -904,6 +904,96 @@ static bool op_hardmax(ox_node *n) {
   return true;
 }
 
+/* TopK by ranks: an element's rank along the axis is the number of
+ * elements that come before it (larger first, or smaller; ties by the lower
+ * index, as ONNX orders them), from an L x L comparison; output p is the
+ * element of rank p, picked by a select and a sum with zeros (exact). */
+static bool op_topk(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d), axis;
+  if (r + 1 > KILN_MAX_RANK) return ox_fail(n, KILN_ERR_UNSUPPORTED, "rank %d", r);
+  if (!ox_norm_axis(n, ox_attr_i(n, "axis", -1), r, &axis)) return false;
+  int64_t k;
+  if (n->opset < 10) {
+    k = ox_attr_i(n, "k", -1);
+  } else {
+    const int64_t *v;
+    size_t c;
+    if (!ox_known_ints(n, 1, &v, &c, NULL)) return false;
+    if (c != 1) return ox_fail(n, KILN_ERR_PARSE, "k must hold one value");
+    k = v[0];
+  }
+  int64_t L = d[axis];
+  if (L < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "TopK along a symbolic axis");
+  if (k < 1 || k > L) return ox_fail(n, KILN_ERR_UNSUPPORTED, "k = %lld of %lld", (long long)k, (long long)L);
+  if (L > 4096) return ox_fail(n, KILN_ERR_UNSUPPORTED, "TopK along %lld elements (at most 4096)", (long long)L);
+  bool largest = ox_attr_i(n, "largest", 1) != 0;
+  int64_t perm[KILN_MAX_RANK], inv[KILN_MAX_RANK];
+  int m = 0;
+  for (int j = 0; j < r; j++)
+    if (j != axis) perm[m++] = j;
+  perm[r - 1] = axis;
+  for (int j = 0; j < r; j++)
+    inv[perm[j]] = j;
+  kiln_value xt = kiln_transpose(G, x, (size_t)r, perm);
+  kiln_dim di[KILN_MAX_RANK], dj[KILN_MAX_RANK], sq[KILN_MAX_RANK], pk[KILN_MAX_RANK];
+  for (int j = 0; j < r - 1; j++)
+    di[j] = dj[j] = sq[j] = pk[j] = d[perm[j]];
+  di[r - 1] = dj[r] = sq[r - 1] = sq[r] = pk[r - 1] = L;
+  di[r] = dj[r - 1] = 1;
+  pk[r] = k;
+  kiln_value xi = ox_reshape(n, xt, r + 1, di), xj = ox_reshape(n, xt, r + 1, dj);
+  kiln_value ii = ox_iota_i64(n, r + 1, sq, r - 1), jj = ox_iota_i64(n, r + 1, sq, r);
+  kiln_value before = kiln_binary(G, largest ? "gt" : "lt", xj, xi);
+  kiln_value tie = kiln_binary(G, "logical_and", kiln_binary(G, "eq", xj, xi),
+                               kiln_binary(G, "lt", jj, ii));
+  before = kiln_binary(G, "logical_or", before, tie);
+  int64_t last = r;
+  kiln_value rank = kiln_reduce(G, "reduce_sum", kiln_cast(G, before, KILN_I64), 1, &last, 1);
+  kiln_value hit = kiln_binary(G, "eq", rank, ox_iota_i64(n, r + 1, pk, r)); /* [..., L, k] */
+  int64_t along = r - 1;
+  kiln_value vals = ox_select3(n, hit, xi, ox_scalar_like(n, x, 0));
+  kiln_value idx = ox_select3(n, hit, ox_iota_i64(n, r + 1, pk, r - 1), kiln_scalar(G, KILN_I64, 0));
+  vals = kiln_reduce(G, "reduce_sum", vals, 1, &along, 0);
+  idx = kiln_reduce(G, "reduce_sum", idx, 1, &along, 0);
+  n->out[0] = kiln_transpose(G, vals, (size_t)r, inv);
+  if (ox_wants(n, 1)) n->out[1] = kiln_transpose(G, idx, (size_t)r, inv);
+  return true;
+}
+
+/* OneHot: values[1] where an iota along the new axis equals the index
+ * (negative ones counted from the end), values[0] elsewhere; depth must be
+ * known at import, since it is a dim of the result. */
+static bool op_onehot(ox_node *n) {
+  kiln_value idx = ox_in0(n), vals = ox_in(n, 2);
+  if (idx == KILN_NO_VALUE || vals == KILN_NO_VALUE) return false;
+  const ox_const *dc = ox_known(n, 1);
+  if (!dc) return ox_need_known(n, 1);
+  if (dc->n != 1) return ox_fail(n, KILN_ERR_PARSE, "depth must hold one value");
+  int64_t depth = (int64_t)dc->d[0];
+  if (depth < 1 || depth > ((int64_t)1 << 24))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "depth %lld", (long long)depth);
+  if (ox_vrank(n, vals) != 1 || ox_vdim(n, vals, 0) != 2)
+    return ox_fail(n, KILN_ERR_PARSE, "values must be [off, on]");
+  kiln_dim d[KILN_MAX_RANK], od[KILN_MAX_RANK], id[KILN_MAX_RANK];
+  int r = ox_dims_of(n, idx, d), axis;
+  if (r + 1 > KILN_MAX_RANK) return ox_fail(n, KILN_ERR_UNSUPPORTED, "rank %d", r);
+  if (!ox_norm_axis(n, ox_attr_i(n, "axis", -1), r + 1, &axis)) return false;
+  for (int j = 0, s = 0; j <= r; j++) {
+    od[j] = j == axis ? depth : d[s];
+    id[j] = j == axis ? 1 : d[s];
+    if (j != axis) s++;
+  }
+  kiln_value i = kiln_cast(G, idx, KILN_I64);
+  i = ox_select3(n, kiln_binary(G, "lt", i, kiln_scalar(G, KILN_I64, 0)),
+                 kiln_add(G, i, kiln_scalar(G, KILN_I64, (double)depth)), i);
+  kiln_value hit = kiln_binary(G, "eq", ox_iota_i64(n, r + 1, od, axis), ox_reshape(n, i, r + 1, id));
+  n->out[0] = ox_select3(n, hit, ox_slice_axis(n, vals, 0, 1, 2), ox_slice_axis(n, vals, 0, 0, 1));
+  return true;
+}
+
 /* EyeLike: ones where col - row == k, in `dtype` or the input's type. */
 static bool op_eye_like(ox_node *n) {
   kiln_value x = ox_in0(n);
@@ -1157,6 +1247,7 @@ const ox_op ox_ops_tensor[] = {
     {"GatherElements", op_gather_elements, 1, NULL},
     {"GatherND", op_gather_nd, 1, NULL},
     {"Hardmax", op_hardmax, 1, NULL},
+    {"OneHot", op_onehot, 1, NULL},
     {"Pad", op_pad, 1, NULL},
     {"Range", op_range, 0, NULL},
     {"ReduceL1", op_reduce_l1, 1, NULL},
@@ -1181,6 +1272,7 @@ const ox_op ox_ops_tensor[] = {
     {"Split", op_split, 2, NULL},
     {"Squeeze", op_squeeze, 2, NULL},
     {"Tile", op_tile, 1, NULL},
+    {"TopK", op_topk, 0, NULL},
     {"Transpose", op_transpose, 2, NULL},
     {"Trilu", op_trilu, 1, NULL},
     {"Unsqueeze", op_unsqueeze, 2, NULL},
