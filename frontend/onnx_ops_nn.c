@@ -295,6 +295,65 @@ static bool pool(ox_node *n, bool max) {
 static bool op_max_pool(ox_node *n) { return pool(n, true); }
 static bool op_average_pool(ox_node *n) { return pool(n, false); }
 
+/* MaxUnpool: x scattered to the flat positions `indices` (MaxPool's, over
+ * the whole tensor) of the shape the pool came from, zeros elsewhere; an
+ * output_shape beyond it pads zeros at the end of each axis. Repeated
+ * indices (overlapping windows) hold the same value: their sum is divided
+ * by their count. */
+static bool op_max_unpool(ox_node *n) {
+  kiln_value x = ox_in0(n), idx = ox_in(n, 1);
+  if (x == KILN_NO_VALUE || idx == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK], od[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d), sp = r - 2;
+  size_t nk, ns, np;
+  const int64_t *kern = ox_attr_ints(n, "kernel_shape", &nk), *st = ox_attr_ints(n, "strides", &ns),
+                *pads = ox_attr_ints(n, "pads", &np);
+  if (sp < 1 || nk != (size_t)sp || (st && ns != (size_t)sp) || (pads && np != 2 * (size_t)sp))
+    return ox_fail(n, KILN_ERR_PARSE, "kernel_shape, strides or pads do not match rank %d", r);
+  int64_t total = 1, lo[KILN_MAX_RANK] = {0}, hi[KILN_MAX_RANK] = {0}, numel = 1;
+  bool extra = false;
+  const int64_t *os = NULL;
+  size_t nos = 0;
+  if (ox_has(n, 2)) {
+    if (!ox_known_ints(n, 2, &os, &nos, NULL)) return false;
+    if (nos != (size_t)r) return ox_fail(n, KILN_ERR_PARSE, "output_shape of %zu dims", nos);
+  }
+  for (int k = 0; k < r; k++) {
+    if (d[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
+    od[k] = d[k];
+    if (k >= 2) {
+      int s = k - 2;
+      od[k] = (d[k] - 1) * (st ? st[s] : 1) + kern[s] - (pads ? pads[s] + pads[s + sp] : 0);
+    }
+    if (od[k] < 1) return ox_fail(n, KILN_ERR_PARSE, "output dim %d is %lld", k, (long long)od[k]);
+    if (os && os[k] != od[k]) {
+      if (os[k] < od[k] || k < 2)
+        return ox_fail(n, KILN_ERR_UNSUPPORTED, "output_shape dim %d: %lld, the pool's %lld", k,
+                       (long long)os[k], (long long)od[k]);
+      hi[k] = os[k] - od[k];
+      extra = true;
+    }
+    total *= od[k];
+    numel *= d[k];
+  }
+  kiln_dim flat = total, cnt = numel;
+  kiln_value zeros = ox_broadcast_to(n, ox_scalar_like(n, x, 0), 1, &flat);
+  kiln_value lin = ox_reshape(n, kiln_cast(G, idx, KILN_I64), 1, &cnt);
+  kiln_value ones = ox_broadcast_to(n, ox_scalar_like(n, x, 1), 1, &cnt);
+  kiln_attr a = kiln_attr_int("axis", 0);
+  kiln_value in_v[3] = {zeros, lin, ox_reshape(n, x, 1, &cnt)}, in_c[3] = {zeros, lin, ones};
+  kiln_value put = kiln_op(G, "scatter_add", 3, in_v, 1, &a);
+  kiln_value num = kiln_op(G, "scatter_add", 3, in_c, 1, &a);
+  num = kiln_binary(G, "max", num, ox_scalar_like(n, x, 1));
+  kiln_value y = ox_reshape(n, kiln_binary(G, "div", put, num), r, od);
+  if (extra) {
+    kiln_attr pa[2] = {kiln_attr_ints("low", (size_t)r, lo), kiln_attr_ints("high", (size_t)r, hi)};
+    y = kiln_op(G, "pad", 1, &y, 2, pa);
+  }
+  n->out[0] = y;
+  return true;
+}
+
 static bool global_pool(ox_node *n, const char *op) {
   kiln_value x = ox_in0(n);
   if (x == KILN_NO_VALUE) return false;
@@ -659,12 +718,14 @@ static bool resize_axis(ox_node *n, kiln_value *x, int r, int axis, int64_t in, 
   return true;
 }
 
+static bool resize_to(ox_node *n, kiln_value x, const char *mode, const char *coord,
+                      const char *nearest, const ox_const *sc, const ox_const *sz, double cubic_a,
+                      bool exclude);
+
 static bool op_resize(ox_node *n) {
   kiln_value x = ox_in0(n);
   if (x == KILN_NO_VALUE) return false;
   if (n->opset < 11) return ox_fail(n, KILN_ERR_UNSUPPORTED, "Resize before opset 11");
-  kiln_dim d[KILN_MAX_RANK];
-  int r = ox_dims_of(n, x, d);
   /* ox_attr_s returns one shared buffer: copy each string. */
   char mode[64], coord[64], nearest[64];
   snprintf(mode, sizeof mode, "%s", ox_attr_s(n, "mode", "nearest"));
@@ -696,12 +757,49 @@ static bool op_resize(ox_node *n) {
   if (sc && sc->n == 0) sc = NULL;
   if (sz && sz->n == 0) sz = NULL;
   if (!sc == !sz) return ox_fail(n, KILN_ERR_PARSE, "needs exactly one of scales and sizes");
+  double cubic_a = ox_attr_f(n, "cubic_coeff_a", -0.75);
+  bool exclude = ox_attr_i(n, "exclude_outside", 0) != 0;
+  return resize_to(n, x, mode, coord, nearest, sc, sz, cubic_a, exclude);
+}
+
+/* Upsample (opsets 7 and 9, Resize's predecessor): nearest (floor) or
+ * linear over asymmetric coordinates, as ONNX Runtime maps it. */
+static bool op_upsample(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  char mode[64];
+  snprintf(mode, sizeof mode, "%s", ox_attr_s(n, "mode", "nearest"));
+  if (strcmp(mode, "nearest") && strcmp(mode, "linear"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "mode '%s'", mode);
+  if (strcmp(mode, "nearest") && !ox_is_float(ox_vdtype(n, x)))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "linear upsampling of an integer tensor");
+  ox_const attr = {.dtype = KILN_F32, .rank = 1};
+  double v[KILN_MAX_RANK];
+  const ox_const *sc = &attr;
+  if (n->opset >= 9) {
+    if (!(sc = ox_known(n, 1))) return ox_need_known(n, 1);
+  } else {
+    const Onnx__AttributeProto *a = ox_attr(n, "scales");
+    if (!a || a->n_floats > KILN_MAX_RANK) return ox_fail(n, KILN_ERR_PARSE, "scales");
+    for (size_t k = 0; k < a->n_floats; k++)
+      v[k] = a->floats[k];
+    attr.n = a->n_floats;
+    attr.dims[0] = (int64_t)a->n_floats;
+    attr.d = v;
+  }
+  return resize_to(n, x, mode, "asymmetric", "floor", sc, NULL, -0.75, false);
+}
+
+/* Resizes x by scales sc or to sizes sz (one of them NULL). */
+static bool resize_to(ox_node *n, kiln_value x, const char *mode, const char *coord,
+                      const char *nearest, const ox_const *sc, const ox_const *sz, double cubic_a,
+                      bool exclude) {
+  kiln_dim d[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d);
   const ox_const *c = sc ? sc : sz;
   if ((int)c->n != r || c->sym)
     return ox_fail(n, KILN_ERR_PARSE, "%zu scales or sizes for rank %d", c->n, r);
   if (sz && !sz->i) return ox_fail(n, KILN_ERR_PARSE, "sizes must be integers");
-  double cubic_a = ox_attr_f(n, "cubic_coeff_a", -0.75);
-  bool exclude = ox_attr_i(n, "exclude_outside", 0) != 0;
   for (int k = 0; k < r; k++) {
     int64_t out;
     double scale;
@@ -940,9 +1038,11 @@ const ox_op ox_ops_nn[] = {
     {"LpNormalization", op_lp_norm, 1, NULL},
     {"MatMul", op_matmul, 0, NULL},
     {"MaxPool", op_max_pool, 0, NULL},
+    {"MaxUnpool", op_max_unpool, 0, NULL},
     {"MeanVarianceNormalization", op_mvn, 1, NULL},
     {"NegativeLogLikelihoodLoss", op_nll_loss, 0, NULL},
     {"Resize", op_resize, 0, NULL},
+    {"Upsample", op_upsample, 0, NULL},
     {"Softmax", op_softmax, 1, "softmax"},
     {"SoftmaxCrossEntropyLoss", op_sce_loss, 0, NULL},
 };
