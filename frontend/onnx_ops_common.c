@@ -75,8 +75,8 @@ kiln_value ox_broadcast_to(ox_node *n, kiln_value v, int r, const kiln_dim *d) {
  * look for the phrase "') must be known at import". */
 bool ox_need_known(ox_node *n, size_t k) {
   return ox_fail(n, KILN_ERR_UNSUPPORTED,
-                 "input %zu ('%s') must be known at import (a constant, or computed from shapes)", k,
-                 ox_has(n, k) ? n->in[k]->name : "");
+                 "input %zu ('%s') must be known at import (a constant, or computed from shapes)",
+                 k, ox_has(n, k) ? n->in[k]->name : "");
 }
 
 /* A known 1-D (or scalar) integer input: its values, count and symbolic flags. */

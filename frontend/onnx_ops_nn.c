@@ -354,6 +354,161 @@ static bool op_max_unpool(ox_node *n) {
   return true;
 }
 
+/* GridSample (2-D) as PyTorch's grid_sample computes it, in f64: the grid's
+ * [-1, 1] coordinates are unnormalized (align_corners or not); nearest and
+ * bilinear first pad the coordinate (border: clip; reflection: reflect,
+ * then clip), bicubic pads each of its 4 x 4 taps (A = -0.75). Each tap is
+ * a gather from the flattened input, 0 outside it. */
+typedef struct gs {
+  kiln_value flat; /* the input, flattened, f64 */
+  kiln_value nc;   /* i64 (n * C + c) * H over [N, C, Ho, Wo] */
+  int64_t H, W;
+  bool align;
+  int pad;        /* 0 zeros, 1 border, 2 reflection */
+  kiln_dim od[4]; /* N, C, Ho, Wo */
+} gs;
+
+static kiln_value gs_c(ox_node *n, double v) { return kiln_scalar(G, KILN_F64, v); }
+
+static kiln_value gs_clip(ox_node *n, kiln_value v, int64_t size) {
+  return kiln_binary(G, "min", kiln_binary(G, "max", v, gs_c(n, 0)), gs_c(n, (double)(size - 1)));
+}
+
+/* PyTorch's reflect_coordinates over [twice_lo / 2, twice_hi / 2]. */
+static kiln_value gs_reflect(ox_node *n, kiln_value v, double twice_lo, double twice_hi) {
+  if (twice_lo == twice_hi) return kiln_mul(G, v, gs_c(n, 0));
+  double lo = twice_lo / 2, span = (twice_hi - twice_lo) / 2;
+  v = kiln_unary(G, "abs", kiln_binary(G, "sub", v, gs_c(n, lo)));
+  kiln_value flips = kiln_unary(G, "floor", kiln_binary(G, "div", v, gs_c(n, span)));
+  kiln_value extra = kiln_binary(G, "sub", v, kiln_mul(G, flips, gs_c(n, span)));
+  kiln_value half = kiln_unary(G, "floor", kiln_mul(G, flips, gs_c(n, 0.5)));
+  kiln_value even = kiln_binary(G, "eq", flips, kiln_mul(G, half, gs_c(n, 2)));
+  return ox_select3(n, even, kiln_add(G, extra, gs_c(n, lo)),
+                    kiln_binary(G, "sub", gs_c(n, span + lo), extra));
+}
+
+static kiln_value gs_pad(ox_node *n, const gs *s, kiln_value v, int64_t size) {
+  if (s->pad == 1) return gs_clip(n, v, size);
+  if (s->pad == 2) {
+    v = s->align ? gs_reflect(n, v, 0, 2.0 * (double)(size - 1))
+                 : gs_reflect(n, v, -1, 2.0 * (double)size - 1);
+    return gs_clip(n, v, size);
+  }
+  return v;
+}
+
+/* The input at integer coordinates (x, y), 0 outside. */
+static kiln_value gs_tap(ox_node *n, const gs *s, kiln_value x, kiln_value y) {
+  x = kiln_unary(G, "floor", x);
+  y = kiln_unary(G, "floor", y);
+  kiln_value in = kiln_binary(G, "logical_and", kiln_binary(G, "ge", x, gs_c(n, 0)),
+                              kiln_binary(G, "le", x, gs_c(n, (double)(s->W - 1))));
+  in = kiln_binary(G, "logical_and", in, kiln_binary(G, "ge", y, gs_c(n, 0)));
+  in = kiln_binary(G, "logical_and", in, kiln_binary(G, "le", y, gs_c(n, (double)(s->H - 1))));
+  kiln_value xi = kiln_cast(G, gs_clip(n, x, s->W), KILN_I64);
+  kiln_value yi = kiln_cast(G, gs_clip(n, y, s->H), KILN_I64);
+  kiln_value lin = kiln_mul(G, kiln_add(G, s->nc, yi), kiln_scalar(G, KILN_I64, (double)s->W));
+  lin = ox_broadcast_to(n, kiln_add(G, lin, xi), 4, s->od);
+  kiln_value g[2] = {s->flat, lin};
+  kiln_attr a = kiln_attr_int("axis", 0);
+  return ox_select3(n, in, kiln_op(G, "gather", 2, g, 1, &a), gs_c(n, 0));
+}
+
+static void gs_cubic(ox_node *n, kiln_value t, kiln_value w[4]) {
+  const double A = -0.75;
+  kiln_value one = gs_c(n, 1);
+  kiln_value d[4] = {kiln_add(G, t, one), t, kiln_binary(G, "sub", one, t),
+                     kiln_binary(G, "sub", gs_c(n, 2), t)};
+  for (int k = 0; k < 4; k++) {
+    kiln_value x = d[k], p;
+    if (k == 1 || k == 2) { /* ((A + 2) x - (A + 3)) x^2 + 1 */
+      p = kiln_binary(G, "sub", kiln_mul(G, x, gs_c(n, A + 2)), gs_c(n, A + 3));
+      w[k] = kiln_add(G, kiln_mul(G, kiln_mul(G, p, x), x), one);
+    } else { /* ((A x - 5A) x + 8A) x - 4A */
+      p = kiln_binary(G, "sub", kiln_mul(G, x, gs_c(n, A)), gs_c(n, 5 * A));
+      p = kiln_add(G, kiln_mul(G, p, x), gs_c(n, 8 * A));
+      w[k] = kiln_binary(G, "sub", kiln_mul(G, p, x), gs_c(n, 4 * A));
+    }
+  }
+}
+
+static bool op_grid_sample(ox_node *n) {
+  kiln_value x = ox_in0(n), grid = ox_in(n, 1);
+  if (x == KILN_NO_VALUE || grid == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK], gd[KILN_MAX_RANK];
+  if (ox_dims_of(n, x, d) != 4 || ox_dims_of(n, grid, gd) != 4 || gd[3] != 2)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "GridSample beyond 2-D");
+  for (int k = 0; k < 4; k++)
+    if (d[k] < 0 || gd[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
+  char mode[32], pad[32];
+  snprintf(mode, sizeof mode, "%s", ox_attr_s(n, "mode", "bilinear"));
+  snprintf(pad, sizeof pad, "%s", ox_attr_s(n, "padding_mode", "zeros"));
+  gs s = {.H = d[2],
+          .W = d[3],
+          .align = ox_attr_i(n, "align_corners", 0) != 0,
+          .pad = !strcmp(pad, "border")       ? 1
+                 : !strcmp(pad, "reflection") ? 2
+                                              : 0,
+          .od = {d[0], d[1], gd[1], gd[2]}};
+  if (s.pad == 0 && strcmp(pad, "zeros"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "padding_mode '%s'", pad);
+  int m = !strcmp(mode, "nearest")    ? 0
+          : !strcmp(mode, "bilinear") ? 1
+          : !strcmp(mode, "bicubic")  ? 2
+                                      : -1;
+  if (m < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "mode '%s'", mode);
+  kiln_dim flat = d[0] * d[1] * d[2] * d[3], nc[4] = {d[0], d[1], 1, 1};
+  s.flat = ox_reshape(n, kiln_cast(G, x, KILN_F64), 1, &flat);
+  kiln_value ni = ox_iota_i64(n, 4, nc, 0), ci = ox_iota_i64(n, 4, nc, 1);
+  s.nc = kiln_mul(G, kiln_add(G, kiln_mul(G, ni, kiln_scalar(G, KILN_I64, (double)d[1])), ci),
+                  kiln_scalar(G, KILN_I64, (double)d[2]));
+  kiln_dim pd[4] = {gd[0], 1, gd[1], gd[2]};
+  kiln_value g64 = kiln_cast(G, grid, KILN_F64), c[2];
+  for (int k = 0; k < 2; k++) { /* c[0] = x (width), c[1] = y (height) */
+    int64_t size = k ? s.H : s.W;
+    kiln_value v = ox_reshape(n, ox_slice_axis(n, g64, 3, k, k + 1), 4, pd);
+    v = kiln_add(G, v, gs_c(n, 1));
+    if (s.align)
+      v = kiln_mul(G, v, gs_c(n, (double)(size - 1) / 2));
+    else
+      v = kiln_mul(G, kiln_binary(G, "sub", kiln_mul(G, v, gs_c(n, (double)size)), gs_c(n, 1)),
+                   gs_c(n, 0.5));
+    c[k] = m == 2 ? v : gs_pad(n, &s, v, size);
+  }
+  kiln_value y;
+  if (m == 0) {
+    y = gs_tap(n, &s, kiln_unary(G, "round", c[0]), kiln_unary(G, "round", c[1]));
+  } else if (m == 1) {
+    kiln_value x0 = kiln_unary(G, "floor", c[0]), y0 = kiln_unary(G, "floor", c[1]);
+    kiln_value x1 = kiln_add(G, x0, gs_c(n, 1)), y1 = kiln_add(G, y0, gs_c(n, 1));
+    kiln_value wx1 = kiln_binary(G, "sub", c[0], x0), wy1 = kiln_binary(G, "sub", c[1], y0);
+    kiln_value wx0 = kiln_binary(G, "sub", gs_c(n, 1), wx1),
+               wy0 = kiln_binary(G, "sub", gs_c(n, 1), wy1);
+    y = kiln_mul(G, gs_tap(n, &s, x0, y0), kiln_mul(G, wx0, wy0));
+    y = kiln_add(G, y, kiln_mul(G, gs_tap(n, &s, x1, y0), kiln_mul(G, wx1, wy0)));
+    y = kiln_add(G, y, kiln_mul(G, gs_tap(n, &s, x0, y1), kiln_mul(G, wx0, wy1)));
+    y = kiln_add(G, y, kiln_mul(G, gs_tap(n, &s, x1, y1), kiln_mul(G, wx1, wy1)));
+  } else {
+    kiln_value x0 = kiln_unary(G, "floor", c[0]), y0 = kiln_unary(G, "floor", c[1]);
+    kiln_value wx[4], wy[4];
+    gs_cubic(n, kiln_binary(G, "sub", c[0], x0), wx);
+    gs_cubic(n, kiln_binary(G, "sub", c[1], y0), wy);
+    y = KILN_NO_VALUE;
+    for (int j = 0; j < 4; j++) {
+      kiln_value ty = gs_pad(n, &s, kiln_add(G, y0, gs_c(n, j - 1)), s.H), row = KILN_NO_VALUE;
+      for (int i = 0; i < 4; i++) {
+        kiln_value tx = gs_pad(n, &s, kiln_add(G, x0, gs_c(n, i - 1)), s.W);
+        kiln_value t = kiln_mul(G, gs_tap(n, &s, tx, ty), wx[i]);
+        row = row == KILN_NO_VALUE ? t : kiln_add(G, row, t);
+      }
+      row = kiln_mul(G, row, wy[j]);
+      y = y == KILN_NO_VALUE ? row : kiln_add(G, y, row);
+    }
+  }
+  n->out[0] = kiln_cast(G, y, ox_vdtype(n, x));
+  return true;
+}
+
 static bool global_pool(ox_node *n, const char *op) {
   kiln_value x = ox_in0(n);
   if (x == KILN_NO_VALUE) return false;
@@ -1043,6 +1198,7 @@ const ox_op ox_ops_nn[] = {
     {"NegativeLogLikelihoodLoss", op_nll_loss, 0, NULL},
     {"Resize", op_resize, 0, NULL},
     {"Upsample", op_upsample, 0, NULL},
+    {"GridSample", op_grid_sample, 0, NULL},
     {"Softmax", op_softmax, 1, "softmax"},
     {"SoftmaxCrossEntropyLoss", op_sce_loss, 0, NULL},
 };

@@ -60,7 +60,8 @@ static bool read_activations(ox_node *n, rnn *c, int dirs) {
   static const char *const defaults[3][3] = {
       {"Tanh", "", ""}, {"Sigmoid", "Tanh", ""}, {"Sigmoid", "Tanh", "Tanh"}};
   int per = c->kind == K_RNN ? 1 : c->kind == K_GRU ? 2 : 3;
-  for (int k = 0; k < 3; k++) c->f[k] = defaults[c->kind][k];
+  for (int k = 0; k < 3; k++)
+    c->f[k] = defaults[c->kind][k];
   const Onnx__AttributeProto *a = ox_attr(n, "activations");
   if (ox_attr(n, "activation_alpha") || ox_attr(n, "activation_beta"))
     return ox_fail(n, KILN_ERR_UNSUPPORTED, "activation_alpha / activation_beta");
@@ -77,7 +78,8 @@ static bool read_activations(ox_node *n, rnn *c, int dirs) {
     if (!known)
       return ox_fail(n, KILN_ERR_UNSUPPORTED, "activation '%.*s' (Kiln maps Tanh, Sigmoid, Relu)",
                      (int)len, s);
-    if (k < (size_t)per) c->f[k] = known;
+    if (k < (size_t)per)
+      c->f[k] = known;
     else if (strcmp(c->f[k - (size_t)per], known))
       return ox_fail(n, KILN_ERR_UNSUPPORTED, "different activations per direction");
   }
@@ -188,7 +190,8 @@ static bool run_dir(ox_node *n, const rnn *c, kiln_value x2, int d, bool reverse
 static kiln_value stack_dirs(ox_node *n, const rnn *c, kiln_value *v, int dirs, bool batch_first) {
   kiln_dim d3[3] = {1, c->B, c->H};
   kiln_value parts[2];
-  for (int d = 0; d < dirs; d++) parts[d] = ox_reshape(n, v[d], 3, d3);
+  for (int d = 0; d < dirs; d++)
+    parts[d] = ox_reshape(n, v[d], 3, d3);
   kiln_attr a = kiln_attr_int("axis", 0);
   kiln_value y = dirs == 1 ? parts[0] : kiln_op(G, "concat", 2, parts, 1, &a);
   if (!batch_first) return y;
@@ -230,7 +233,8 @@ static bool recurrent(ox_node *n, rnn_kind kind) {
   if (ox_has(n, 4)) {
     const ox_const *sl = ox_known(n, 4);
     bool full = sl && sl->i && sl->n == (size_t)c.B;
-    for (size_t k = 0; full && k < sl->n; k++) full = sl->i[k] == c.S;
+    for (size_t k = 0; full && k < sl->n; k++)
+      full = sl->i[k] == c.S;
     if (!full) {
       if (strcmp(dir, "forward"))
         return ox_fail(n, KILN_ERR_UNSUPPORTED, "sequence_lens shorter than the sequence, %s", dir);
@@ -253,7 +257,8 @@ static bool recurrent(ox_node *n, rnn_kind kind) {
                  ys + k * c.S, &hT[k], &cT[k]);
   if (ok && ox_wants(n, 0)) { /* Y: [S, dirs, B, H] or [B, S, dirs, H] */
     kiln_dim d4[4] = {1, 1, c.B, c.H};
-    for (int64_t s = 0; s < c.S * dirs; s++) ys[s] = ox_reshape(n, ys[s], 4, d4);
+    for (int64_t s = 0; s < c.S * dirs; s++)
+      ys[s] = ox_reshape(n, ys[s], 4, d4);
     kiln_attr a0 = kiln_attr_int("axis", 0), a1 = kiln_attr_int("axis", 1);
     kiln_value per[2];
     for (int k = 0; k < dirs; k++)

@@ -927,8 +927,11 @@ static bool op_topk(ox_node *n) {
   }
   int64_t L = d[axis];
   if (L < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "TopK along a symbolic axis");
-  if (k < 1 || k > L) return ox_fail(n, KILN_ERR_UNSUPPORTED, "k = %lld of %lld", (long long)k, (long long)L);
-  if (L > 4096) return ox_fail(n, KILN_ERR_UNSUPPORTED, "TopK along %lld elements (at most 4096)", (long long)L);
+  if (k < 1 || k > L)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "k = %lld of %lld", (long long)k, (long long)L);
+  if (L > 4096)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "TopK along %lld elements (at most 4096)",
+                   (long long)L);
   bool largest = ox_attr_i(n, "largest", 1) != 0;
   int64_t perm[KILN_MAX_RANK], inv[KILN_MAX_RANK];
   int m = 0;
@@ -947,15 +950,16 @@ static bool op_topk(ox_node *n) {
   kiln_value xi = ox_reshape(n, xt, r + 1, di), xj = ox_reshape(n, xt, r + 1, dj);
   kiln_value ii = ox_iota_i64(n, r + 1, sq, r - 1), jj = ox_iota_i64(n, r + 1, sq, r);
   kiln_value before = kiln_binary(G, largest ? "gt" : "lt", xj, xi);
-  kiln_value tie = kiln_binary(G, "logical_and", kiln_binary(G, "eq", xj, xi),
-                               kiln_binary(G, "lt", jj, ii));
+  kiln_value tie =
+      kiln_binary(G, "logical_and", kiln_binary(G, "eq", xj, xi), kiln_binary(G, "lt", jj, ii));
   before = kiln_binary(G, "logical_or", before, tie);
   int64_t last = r;
   kiln_value rank = kiln_reduce(G, "reduce_sum", kiln_cast(G, before, KILN_I64), 1, &last, 1);
   kiln_value hit = kiln_binary(G, "eq", rank, ox_iota_i64(n, r + 1, pk, r)); /* [..., L, k] */
   int64_t along = r - 1;
   kiln_value vals = ox_select3(n, hit, xi, ox_scalar_like(n, x, 0));
-  kiln_value idx = ox_select3(n, hit, ox_iota_i64(n, r + 1, pk, r - 1), kiln_scalar(G, KILN_I64, 0));
+  kiln_value idx =
+      ox_select3(n, hit, ox_iota_i64(n, r + 1, pk, r - 1), kiln_scalar(G, KILN_I64, 0));
   vals = kiln_reduce(G, "reduce_sum", vals, 1, &along, 0);
   idx = kiln_reduce(G, "reduce_sum", idx, 1, &along, 0);
   n->out[0] = kiln_transpose(G, vals, (size_t)r, inv);
@@ -989,7 +993,8 @@ static bool op_onehot(ox_node *n) {
   kiln_value i = kiln_cast(G, idx, KILN_I64);
   i = ox_select3(n, kiln_binary(G, "lt", i, kiln_scalar(G, KILN_I64, 0)),
                  kiln_add(G, i, kiln_scalar(G, KILN_I64, (double)depth)), i);
-  kiln_value hit = kiln_binary(G, "eq", ox_iota_i64(n, r + 1, od, axis), ox_reshape(n, i, r + 1, id));
+  kiln_value hit =
+      kiln_binary(G, "eq", ox_iota_i64(n, r + 1, od, axis), ox_reshape(n, i, r + 1, id));
   n->out[0] = ox_select3(n, hit, ox_slice_axis(n, vals, 0, 1, 2), ox_slice_axis(n, vals, 0, 0, 1));
   return true;
 }
