@@ -6,7 +6,8 @@
  * results against hand-computed values: dim_param as symbolic dims, typed
  * and raw initializers, external data, shape folding (Shape -> Gather ->
  * Unsqueeze -> Concat -> Reshape at a symbolic batch size), an op outside
- * the set. Part 2 feeds malformed files (truncated at every length, wrong
+ * the set, a shape operand fed as a graph input (refused naming it, then
+ * imported with it frozen). Part 2 feeds malformed files (truncated at every length, wrong
  * tensor sizes, bad external offsets, a cycle, a missing initializer, huge
  * dims), each refused with its own message.
  *
@@ -108,8 +109,9 @@ static pb tensor_i64(const char *name, size_t n, const int64_t *v) {
   return t;
 }
 
-/* A ValueInfoProto of a float tensor; dims < 0 are dim_params named by `params`. */
-static pb value_info(const char *name, int rank, const int64_t *dims, const char *const *params) {
+/* A ValueInfoProto of a tensor of ONNX type `elem`; dims < 0 are dim_params named by `params`. */
+static pb value_info_t(const char *name, int elem, int rank, const int64_t *dims,
+                       const char *const *params) {
   pb shape = {0}, tt = {0}, type = {0}, vi = {0};
   for (int k = 0; k < rank; k++) {
     pb d = {0};
@@ -119,12 +121,16 @@ static pb value_info(const char *name, int rank, const int64_t *dims, const char
       f_str(&d, 2, params[k]);
     f_msg(&shape, 1, &d);
   }
-  f_int(&tt, 1, T_FLOAT);
+  f_int(&tt, 1, elem);
   f_msg(&tt, 2, &shape);
   f_msg(&type, 1, &tt);
   f_str(&vi, 1, name);
   f_msg(&vi, 2, &type);
   return vi;
+}
+
+static pb value_info(const char *name, int rank, const int64_t *dims, const char *const *params) {
+  return value_info_t(name, T_FLOAT, rank, dims, params);
 }
 
 /* A node; inputs/outputs NULL-terminated; attrs already encoded AttributeProtos. */
@@ -306,6 +312,71 @@ static void test_unsupported(kiln_ctx *ctx) {
   expect_error(ctx, &m, NULL, KILN_ERR_UNSUPPORTED,
                "node with output 'y' (NonMaxSuppression, opset 13): op type 'NonMaxSuppression' is not supported");
   free(m.p);
+}
+
+/*
+ * y = Reshape(x, shape) with `shape` a graph input, as ONNX's own tests feed
+ * it: refused naming the input, then imported with it frozen.
+ */
+static void test_frozen(kiln_ctx *ctx) {
+  pb g = {0}, t;
+  const int64_t xd[2] = {2, 3}, sd[1] = {2}, yd[2] = {3, 2};
+  t = value_info("x", 2, xd, NULL);
+  f_msg(&g, 11, &t);
+  t = value_info_t("shape", T_INT64, 1, sd, NULL);
+  f_msg(&g, 11, &t);
+  t = value_info("y", 2, yd, NULL);
+  f_msg(&g, 12, &t);
+  t = node("Reshape", (const char *[]){"x", "shape", NULL}, (const char *[]){"y", NULL}, NULL, 0);
+  f_msg(&g, 1, &t);
+  pb m = model(&g, 13);
+  char dir[] = "/tmp/kiln_onnx_XXXXXX", path[300];
+  if (!mkdtemp(dir)) {
+    CHECK(!"mkdtemp");
+    free(m.p);
+    return;
+  }
+  snprintf(path, sizeof path, "%s/reshape.onnx", dir);
+  FILE *f = fopen(path, "wb");
+  fwrite(m.p, 1, m.n, f);
+  fclose(f);
+  free(m.p);
+  kiln_graph *gr = NULL;
+  CHECK(kiln_onnx_import(ctx, path, &gr) == KILN_ERR_UNSUPPORTED && !gr);
+  CHECK(strstr(kiln_ctx_error(ctx), "(Reshape, opset 13): input 1 ('shape') must be known at import"));
+  char *names = NULL;
+  CHECK(kiln_onnx_input_names(ctx, path, &names) == KILN_OK && names && !strcmp(names, "x,shape"));
+  free(names);
+  kiln_tensor *shape = NULL, *wrong = NULL;
+  kiln_tensor_create(ctx, KILN_I64, 1, sd, &shape);
+  ((int64_t *)kiln_tensor_data(shape))[0] = 3;
+  ((int64_t *)kiln_tensor_data(shape))[1] = -1;
+  kiln_onnx_frozen fz = {.name = "shape", .value = shape};
+  CHECK(kiln_onnx_import_frozen(ctx, path, 1, &fz, &gr) == KILN_OK && gr);
+  if (gr) {
+    CHECK(kiln_graph_num_params(gr) == 1);
+    const double in[6] = {0.5, -1, 2, 3.25, 4, -5};
+    kiln_tensor *xt = tensor(ctx, 2, xd, in), *yt = NULL;
+    CHECK(kiln_graph_run(gr, KILN_BACKEND_EAGER, 1, &xt, 1, &yt, NULL) == KILN_OK);
+    CHECK(yt && kiln_tensor_dim(yt, 0) == 3 && kiln_tensor_dim(yt, 1) == 2);
+    for (size_t k = 0; yt && k < 6; k++) CHECK(kiln_tensor_get(yt, k) == in[k]);
+    kiln_tensor_destroy(xt);
+    kiln_tensor_destroy(yt);
+    kiln_graph_destroy(gr);
+    gr = NULL;
+  }
+  const double wv[2] = {3, 2};
+  wrong = tensor(ctx, 1, sd, wv); /* f32, not the input's i64 */
+  fz.value = wrong;
+  CHECK(kiln_onnx_import_frozen(ctx, path, 1, &fz, &gr) == KILN_ERR_TYPE && !gr);
+  CHECK(strstr(kiln_ctx_error(ctx), "frozen input 'shape'"));
+  fz = (kiln_onnx_frozen){.name = "nope", .value = shape};
+  CHECK(kiln_onnx_import_frozen(ctx, path, 1, &fz, &gr) == KILN_ERR_INVALID && !gr);
+  CHECK(strstr(kiln_ctx_error(ctx), "frozen input 'nope' is not a graph input"));
+  kiln_tensor_destroy(shape);
+  kiln_tensor_destroy(wrong);
+  remove(path);
+  rmdir(dir);
 }
 
 /* ------------------------------------------------ part 2: malformed files */
@@ -910,6 +981,7 @@ int main(void) {
   test_gemm_relu(ctx);
   test_shape_folding(ctx);
   test_unsupported(ctx);
+  test_frozen(ctx);
   test_truncated(ctx);
   test_bad_tensors(ctx);
   test_bad_graphs(ctx);
