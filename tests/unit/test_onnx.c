@@ -824,6 +824,35 @@ static result run_frozen(kiln_ctx *ctx, const char *dir, const char *path, char 
   return r;
 }
 
+/* PyTorch's LSTM, GRU and RNN exported to ONNX (bidirectional, batch_first,
+ * linear_before_reset, relu, two layers), with PyTorch's outputs
+ * (tests/fixtures/onnx_rnn/make.py): compiled, run, compared as above. */
+static void test_rnn_fixtures(kiln_ctx *ctx) {
+  static const char *const cases[][2] = {{"lstm_bidirectional", "LSTM"},
+                                         {"gru_bidirectional_batch_first", "GRU"},
+                                         {"rnn_relu_two_layers", "RNN"}};
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    char dir[600], path[700], why[512] = "";
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/onnx_rnn/%s", KILN_SOURCE_DIR, cases[k][0]);
+    snprintf(path, sizeof path, "%s/model.onnx", dir);
+    char *ops = NULL;
+    CHECK(kiln_onnx_op_types(ctx, path, &ops) == KILN_OK && ops && strstr(ops, cases[k][1]));
+    free(ops);
+    kiln_graph *g = NULL;
+    kiln_compiled *c = NULL;
+    kiln_compile_options opt = {.opt_level = KILN_OPT_O1, .num_threads = 1};
+    result r = R_FAIL;
+    if (kiln_onnx_import(ctx, path, &g) != KILN_OK || kiln_compile(g, &opt, &c) != KILN_OK)
+      snprintf(why, sizeof why, "%s", kiln_ctx_error(ctx));
+    else
+      r = run_sets(ctx, c, dir, why, sizeof why);
+    CHECK(r == R_PASS);
+    if (r != R_PASS) printf("  %s: %s\n", cases[k][0], why);
+    kiln_compiled_destroy(c);
+    kiln_graph_destroy(g);
+  }
+}
+
 static bool is_float_test(kiln_ctx *ctx, const char *dir) {
   char path[700];
   snprintf(path, sizeof path, "%s/test_data_set_0/input_0.pb", dir);
@@ -985,6 +1014,7 @@ int main(void) {
   test_truncated(ctx);
   test_bad_tensors(ctx);
   test_bad_graphs(ctx);
+  test_rnn_fixtures(ctx);
   test_conformance(ctx);
   kiln_ctx_destroy(ctx);
   if (failures) printf("%d check(s) failed\n", failures);
