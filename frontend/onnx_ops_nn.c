@@ -509,6 +509,89 @@ static bool op_grid_sample(ox_node *n) {
   return true;
 }
 
+/* A constant of x's dtype with dims d (rank r) holding v. */
+static kiln_value const_like(ox_node *n, kiln_value x, int r, const kiln_dim *d, size_t cnt,
+                             const double *v) {
+  kiln_attr a[3] = {kiln_attr_dtype("dtype", ox_vdtype(n, x)),
+                    kiln_attr_dims("shape", (size_t)r, d), kiln_attr_floats("value", cnt, v)};
+  return kiln_op(G, "constant", 0, NULL, 3, a);
+}
+
+/* DFT (opset 17) as two matmuls with cos / sin matrices along the axis,
+ * moved last: forward Y = (C xr + S xi) + i (C xi - S xr), inverse with the
+ * signs of S flipped and a 1/N; onesided keeps N/2 + 1 frequencies. */
+static bool op_dft(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  if (n->opset < 17) return ox_fail(n, KILN_ERR_UNSUPPORTED, "DFT before opset 17");
+  kiln_dim d[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d), axis;
+  if (r < 2 || (d[r - 1] != 1 && d[r - 1] != 2))
+    return ox_fail(n, KILN_ERR_PARSE, "the last axis must hold 1 (real) or 2 (complex) values");
+  if (!ox_norm_axis(n, ox_attr_i(n, "axis", 1), r - 1, &axis)) return false;
+  bool inverse = ox_attr_i(n, "inverse", 0) != 0, onesided = ox_attr_i(n, "onesided", 0) != 0;
+  int64_t N = d[axis];
+  if (N < 1 || N > 4096)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "a DFT of %lld points", (long long)N);
+  if (ox_has(n, 1)) {
+    const ox_const *c = ox_known(n, 1);
+    if (!c) return ox_need_known(n, 1);
+    if (c->n != 1 || c->d[0] != (double)N)
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "dft_length other than the axis length");
+  }
+  if (onesided && inverse) return ox_fail(n, KILN_ERR_UNSUPPORTED, "onesided inverse DFT");
+  int64_t K = onesided ? N / 2 + 1 : N;
+  double *cs = malloc((size_t)(2 * N * K) * sizeof *cs);
+  if (!cs) return ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+  double scale = inverse ? 1.0 / (double)N : 1.0;
+  for (int64_t j = 0; j < N; j++)
+    for (int64_t k = 0; k < K; k++) { /* [N, K]: x (.., N) @ m -> (.., K) */
+      double t = 2 * M_PI * (double)((j * k) % N) / (double)N;
+      cs[j * K + k] = cos(t) * scale;
+      cs[N * K + j * K + k] = sin(t) * scale * (inverse ? -1 : 1);
+    }
+  kiln_dim md[2] = {N, K};
+  kiln_value C = const_like(n, x, 2, md, (size_t)(N * K), cs);
+  kiln_value S = const_like(n, x, 2, md, (size_t)(N * K), cs + N * K);
+  free(cs);
+  /* xr, xi: [.., N] with the axis last */
+  int64_t perm[KILN_MAX_RANK], inv[KILN_MAX_RANK];
+  int m = 0;
+  for (int j = 0; j < r - 1; j++)
+    if (j != axis) perm[m++] = j;
+  perm[m++] = axis;
+  for (int j = 0; j < r - 1; j++)
+    inv[perm[j]] = j;
+  kiln_dim pd[KILN_MAX_RANK];
+  for (int j = 0; j < r - 1; j++)
+    pd[j] = d[j];
+  kiln_value part[2];
+  for (int c = 0; c < 2; c++) {
+    if (c == 1 && d[r - 1] == 1) {
+      part[1] = KILN_NO_VALUE;
+      break;
+    }
+    kiln_value v = ox_reshape(n, ox_slice_axis(n, x, r - 1, c, c + 1), r - 1, pd);
+    part[c] = kiln_transpose(G, v, (size_t)(r - 1), perm);
+  }
+  kiln_value yr = kiln_matmul(G, part[0], C),
+             yi = kiln_mul(G, kiln_matmul(G, part[0], S), ox_scalar_like(n, x, -1));
+  if (part[1] != KILN_NO_VALUE) {
+    yr = kiln_add(G, yr, kiln_matmul(G, part[1], S));
+    yi = kiln_add(G, yi, kiln_matmul(G, part[1], C));
+  }
+  kiln_dim od[KILN_MAX_RANK];
+  for (int j = 0; j < r - 1; j++)
+    od[j] = j == axis ? K : d[j];
+  od[r - 1] = 1;
+  kiln_value ys[2] = {yr, yi};
+  for (int c = 0; c < 2; c++)
+    ys[c] = ox_reshape(n, kiln_transpose(G, ys[c], (size_t)(r - 1), inv), r, od);
+  kiln_attr a = kiln_attr_int("axis", r - 1);
+  n->out[0] = kiln_op(G, "concat", 2, ys, 1, &a);
+  return true;
+}
+
 static bool global_pool(ox_node *n, const char *op) {
   kiln_value x = ox_in0(n);
   if (x == KILN_NO_VALUE) return false;
@@ -1199,6 +1282,7 @@ const ox_op ox_ops_nn[] = {
     {"Resize", op_resize, 0, NULL},
     {"Upsample", op_upsample, 0, NULL},
     {"GridSample", op_grid_sample, 0, NULL},
+    {"DFT", op_dft, 0, NULL},
     {"Softmax", op_softmax, 1, "softmax"},
     {"SoftmaxCrossEntropyLoss", op_sce_loss, 0, NULL},
 };

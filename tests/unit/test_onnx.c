@@ -587,7 +587,7 @@ typedef struct summary {
   int nops;
   int passed, failed, unsupported;
   int float_node, float_node_supported;
-  int frozen; /* tests run with shape operands frozen at import */
+  int frozen; /* float node tests run with operands frozen at import */
 } summary;
 
 static op_stat *stat_of(summary *s, const char *name) {
@@ -967,7 +967,8 @@ static void write_summary(FILE *f, summary *s, double secs) {
   fprintf(f, "| **all** | **%d** | **%d** | **%d** |\n\n", s->passed, s->failed, s->unsupported);
   fprintf(f,
           "Coverage: %d of the %d float-typed `node/` tests are in the supported set (%.1f%%); "
-          "%d of them take shape operands as graph inputs and run with those frozen at import. "
+          "%d of them feed operands Kiln needs at import (shapes, axes, sizes, k) as graph inputs and "
+          "run with those frozen (`kiln_onnx_import_frozen`). "
           "Run time %.0f s.\n",
           s->float_node_supported, s->float_node,
           s->float_node ? 100.0 * s->float_node_supported / s->float_node : 0.0, s->frozen, secs);
