@@ -243,12 +243,44 @@ static bool ceil_pads(ox_node *n, kiln_value x, window *w) {
   return true;
 }
 
+/* A dilated MaxPool over the 2-D view x2: the input padded with -inf, and
+ * the max over the kernel's taps of strided slices starting at each tap. */
+static kiln_value dilated_max_pool(ox_node *n, kiln_value x2, const window *w) {
+  kiln_dim d[4];
+  ox_dims_of(n, x2, d);
+  int64_t lo[4] = {0, 0, w->pad[0], w->pad[1]}, hi[4] = {0, 0, w->pad[2], w->pad[3]}, out[2];
+  kiln_attr pa[3] = {kiln_attr_ints("low", 4, lo), kiln_attr_ints("high", 4, hi),
+                     kiln_attr_float("value", -INFINITY)};
+  kiln_value xp = kiln_op(G, "pad", 1, &x2, 3, pa), y = KILN_NO_VALUE;
+  for (int a = 0; a < 2; a++) {
+    int64_t span = d[a + 2] + w->pad[a] + w->pad[a + 2] - (w->k[a] - 1) * w->d[a] - 1;
+    if (span < 0) {
+      ox_fail(n, KILN_ERR_PARSE, "the dilated kernel is larger than the padded input");
+      return KILN_NO_VALUE;
+    }
+    out[a] = span / w->s[a] + 1;
+  }
+  for (int64_t i = 0; i < w->k[0]; i++)
+    for (int64_t j = 0; j < w->k[1]; j++) {
+      int64_t st[4] = {0, 0, i * w->d[0], j * w->d[1]}, step[4] = {1, 1, w->s[0], w->s[1]};
+      int64_t sp[4] = {d[0], d[1], st[2] + (out[0] - 1) * w->s[0] + 1,
+                       st[3] + (out[1] - 1) * w->s[1] + 1};
+      kiln_attr a[3] = {kiln_attr_ints("start", 4, st), kiln_attr_ints("stop", 4, sp),
+                        kiln_attr_ints("step", 4, step)};
+      kiln_value t = kiln_op(G, "slice", 1, &xp, 3, a);
+      y = y == KILN_NO_VALUE ? t : kiln_binary(G, "max", y, t);
+    }
+  return y;
+}
+
 static bool pool(ox_node *n, bool max) {
   kiln_value x = ox_in0(n);
   if (x == KILN_NO_VALUE) return false;
   window w;
   if (!read_window(n, x, NULL, false, &w)) return false;
-  if (w.d[0] != 1 || w.d[1] != 1) return ox_fail(n, KILN_ERR_UNSUPPORTED, "dilated pooling");
+  bool dilated = w.d[0] != 1 || w.d[1] != 1;
+  if (dilated && (!max || ox_attr_i(n, "ceil_mode", 0)))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "dilated AveragePool, or dilations with ceil_mode");
   if (max && ox_wants(n, 1)) return ox_fail(n, KILN_ERR_UNSUPPORTED, "MaxPool's Indices output");
   bool include = ox_attr_i(n, "count_include_pad", 0) != 0;
   if (ox_attr_i(n, "ceil_mode", 0)) {
@@ -266,7 +298,9 @@ static bool pool(ox_node *n, bool max) {
   for (int k = 0; k < 4; k++)
     wide |= 2 * w.pad[k] > w.k[k % 2];
   kiln_value y;
-  if (!wide) {
+  if (dilated) {
+    if ((y = dilated_max_pool(n, x2, &w)) == KILN_NO_VALUE) return false;
+  } else if (!wide) {
     kiln_attr a[4] = {kiln_attr_ints("kernel", 2, w.k), kiln_attr_ints("stride", 2, w.s),
                       kiln_attr_ints("padding", 4, w.pad),
                       kiln_attr_bool("count_include_pad", include)};
