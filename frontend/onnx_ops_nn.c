@@ -565,7 +565,7 @@ static bool op_dft(ox_node *n) {
   if (!ox_norm_axis(n, ox_attr_i(n, "axis", 1), r - 1, &axis)) return false;
   bool inverse = ox_attr_i(n, "inverse", 0) != 0, onesided = ox_attr_i(n, "onesided", 0) != 0;
   int64_t N = d[axis];
-  if (N < 1 || N > 4096)
+  if (N < 1 || N > 1024)
     return ox_fail(n, KILN_ERR_UNSUPPORTED, "a DFT of %lld points", (long long)N);
   if (ox_has(n, 1)) {
     const ox_const *c = ox_known(n, 1);

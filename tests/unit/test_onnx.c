@@ -969,7 +969,7 @@ static void write_summary(FILE *f, summary *s, double secs) {
           "Coverage: %d of the %d float-typed `node/` tests are in the supported set (%.1f%%); "
           "%d of them feed operands Kiln needs at import (shapes, axes, sizes, k) as graph inputs and "
           "run with those frozen (`kiln_onnx_import_frozen`). "
-          "Run time %.0f s.\n",
+          "CPU time %.0f s.\n",
           s->float_node_supported, s->float_node,
           s->float_node ? 100.0 * s->float_node_supported / s->float_node : 0.0, s->frozen, secs);
 }
@@ -985,12 +985,12 @@ static void test_conformance(kiln_ctx *ctx) {
   closedir(d);
   summary *s = calloc(1, sizeof *s);
   bool verbose = getenv("KILN_ONNX_VERBOSE") != NULL;
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+  struct timespec t0, t1; /* CPU time: the machines that run this are shared */
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
   static const char *const suites[] = {"node", "pytorch-converted", "pytorch-operator", "simple"};
   for (size_t k = 0; k < 4; k++)
     if (!only || strstr(only, suites[k])) conform_suite(ctx, suites[k], s, verbose);
-  clock_gettime(CLOCK_MONOTONIC, &t1);
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
   double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
   printf("ONNX conformance (%s):\n", TESTDATA);
   write_summary(stdout, s, secs);
