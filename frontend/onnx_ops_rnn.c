@@ -237,7 +237,10 @@ static bool recurrent(ox_node *n, rnn_kind kind) {
       full = sl->i[k] == c.S;
     if (!full) {
       if (strcmp(dir, "forward"))
-        return ox_fail(n, KILN_ERR_UNSUPPORTED, "sequence_lens shorter than the sequence, %s", dir);
+        return ox_fail(n, KILN_ERR_UNSUPPORTED,
+                       "sequence_lens not known at import to be the whole sequence, with direction "
+                       "'%s' (Kiln masks only the forward direction)",
+                       dir);
       c.seq_lens = kiln_cast(G, ox_in(n, 4), KILN_I64);
     }
   }
