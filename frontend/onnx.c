@@ -10,7 +10,7 @@
  * sorted): initializers become known values (ox_const), the remaining graph
  * inputs become parameters (a `dim_param`, or a dim with neither value nor
  * param, becomes a symbolic dim), and each node goes through its op's
- * function in onnx_ops.c. A node whose inputs are all known is folded: its
+ * function in onnx_ops*.c. A node whose inputs are all known is folded: its
  * op function builds it in a scratch graph over constants, the reference
  * interpreter runs that, and its results become known values too. That is
  * how the shape computations exporters emit (Shape -> Gather -> Unsqueeze ->
@@ -54,7 +54,10 @@ struct ox {
   size_t nvals, cap;
   uint32_t *slots; /* open addressing: index + 1, 0 empty */
   size_t nslots;
-  kiln_status err; /* of the first failure */
+  size_t nfrozen; /* graph inputs known at import (kiln_onnx_import_frozen) */
+  const kiln_onnx_frozen *frozen;
+  uint64_t frozen_used; /* bit k: frozen[k] named a graph input */
+  kiln_status err;      /* of the first failure */
   char msg[1024];  /* its message, restored at the end (later builder calls may overwrite ctx's) */
 };
 
@@ -696,9 +699,9 @@ static bool should_fold(const ox_node *n, const ox_op *op) {
 /* ----------------------------------------------------------------- nodes */
 
 static bool import_node(ox *im, const Onnx__NodeProto *p) {
-  ox_node n = {.im = im, .p = p, .g = im->g, .opset = im->opset};
-  const char *domain = S(p->domain);
   const ox_op *op = ox_find_op(S(p->op_type));
+  ox_node n = {.im = im, .p = p, .op = op, .g = im->g, .opset = im->opset};
+  const char *domain = S(p->domain);
   if (*domain && strcmp(domain, "ai.onnx"))
     return ox_fail(&n, KILN_ERR_UNSUPPORTED, "op domain '%s' is not supported (only ai.onnx)",
                    domain);
@@ -767,6 +770,31 @@ static bool import_initializers(ox *im, const Onnx__GraphProto *gp) {
   return true;
 }
 
+/* Graph input `name` (dtype dt, dims d) takes the caller's value t. */
+static bool freeze_input(ox *im, const char *name, kiln_dtype dt, size_t rank, const kiln_dim *d,
+                         const kiln_tensor *t) {
+  if (kiln_tensor_dtype(t) != dt || kiln_tensor_rank(t) != rank)
+    return fail(im, KILN_ERR_TYPE,
+                "frozen input '%s': the value's type or rank is not the graph input's", name);
+  int64_t dims[KILN_MAX_RANK];
+  for (size_t k = 0; k < rank; k++) {
+    dims[k] = kiln_tensor_dim(t, k);
+    if (d[k] >= 0 && d[k] != dims[k])
+      return fail(im, KILN_ERR_TYPE, "frozen input '%s': dim %zu is %lld, the graph input's %lld",
+                  name, k, (long long)dims[k], (long long)d[k]);
+  }
+  ox_const *c = ox_const_new(im, dt, (int)rank, dims);
+  if (!c) return false;
+  const int64_t *i64 = dt == KILN_I64 ? kiln_tensor_cdata(t) : NULL;
+  for (size_t k = 0; k < c->n; k++) {
+    if (i64)
+      const_set_i(c, k, i64[k]);
+    else
+      const_set(c, k, kiln_tensor_get(t, k));
+  }
+  return define(im, name, KILN_NO_VALUE, c, false) != NULL;
+}
+
 static bool import_input(ox *im, const Onnx__ValueInfoProto *vi) {
   const char *name = S(vi->name);
   if (!*name) return fail(im, KILN_ERR_PARSE, "a graph input has no name");
@@ -802,6 +830,11 @@ static bool import_input(ox *im, const Onnx__ValueInfoProto *vi) {
       dims[k] = kiln_graph_symbol(im->g, sym);
     }
   }
+  for (size_t k = 0; k < im->nfrozen; k++)
+    if (!strcmp(im->frozen[k].name, name)) {
+      im->frozen_used |= (uint64_t)1 << k;
+      return freeze_input(im, name, dt, tt->shape->n_dim, dims, im->frozen[k].value);
+    }
   kiln_value v = kiln_graph_param(im->g, name, dt, tt->shape->n_dim, dims);
   if (v == KILN_NO_VALUE) return fail(im, kiln_graph_status(im->g), "graph input '%s': %s", name,
                                       kiln_ctx_error(im->ctx));
@@ -867,8 +900,9 @@ static bool find_opset(ox *im, const Onnx__ModelProto *m) {
 }
 
 static kiln_status import_model(kiln_ctx *ctx, const Onnx__ModelProto *m, const char *name,
-                                const char *base_dir, kiln_graph **out) {
-  ox im = {.ctx = ctx, .name = name, .base_dir = base_dir};
+                                const char *base_dir, size_t nfrozen,
+                                const kiln_onnx_frozen *frozen, kiln_graph **out) {
+  ox im = {.ctx = ctx, .name = name, .base_dir = base_dir, .nfrozen = nfrozen, .frozen = frozen};
   const Onnx__GraphProto *gp = m->graph;
   if (!gp) return kir_fail(ctx, KILN_ERR_PARSE, "%s: the model has no graph", name);
   if (!find_opset(&im, m)) return im.err;
@@ -876,6 +910,9 @@ static kiln_status import_model(kiln_ctx *ctx, const Onnx__ModelProto *m, const 
     return KILN_ERR_NOMEM;
   bool ok = import_initializers(&im, gp);
   for (size_t k = 0; ok && k < gp->n_input; k++) ok = import_input(&im, gp->input[k]);
+  for (size_t k = 0; ok && k < nfrozen; k++)
+    if (!(im.frozen_used >> k & 1))
+      ok = fail(&im, KILN_ERR_INVALID, "frozen input '%s' is not a graph input", frozen[k].name);
   for (size_t k = 0; ok && k < gp->n_node; k++) ok = import_node(&im, gp->node[k]);
   ok = ok && import_outputs(&im, gp);
   if (ok && kiln_graph_verify(im.g) != KILN_OK) {
@@ -893,17 +930,23 @@ static kiln_status import_model(kiln_ctx *ctx, const Onnx__ModelProto *m, const 
   return KILN_OK;
 }
 
-KILN_API kiln_status kiln_onnx_import_mem(kiln_ctx *ctx, const void *buf, size_t len,
-                                          const char *name, const char *base_dir,
-                                          kiln_graph **out) {
+static kiln_status import_mem(kiln_ctx *ctx, const void *buf, size_t len, const char *name,
+                              const char *base_dir, size_t nfrozen, const kiln_onnx_frozen *frozen,
+                              kiln_graph **out) {
   if (!ctx || !out || (!buf && len)) return KILN_ERR_INVALID;
   *out = NULL;
   if (!name) name = "<memory>";
   Onnx__ModelProto *m = decode_model(ctx, buf, len, name);
   if (!m) return KILN_ERR_PARSE;
-  kiln_status s = import_model(ctx, m, name, base_dir, out);
+  kiln_status s = import_model(ctx, m, name, base_dir, nfrozen, frozen, out);
   onnx__model_proto__free_unpacked(m, NULL);
   return s;
+}
+
+KILN_API kiln_status kiln_onnx_import_mem(kiln_ctx *ctx, const void *buf, size_t len,
+                                          const char *name, const char *base_dir,
+                                          kiln_graph **out) {
+  return import_mem(ctx, buf, len, name, base_dir, 0, NULL, out);
 }
 
 /* The whole file in a malloc'ed buffer. */
@@ -931,9 +974,13 @@ static kiln_status read_file(kiln_ctx *ctx, const char *path, uint8_t **buf, siz
   return s;
 }
 
-KILN_API kiln_status kiln_onnx_import(kiln_ctx *ctx, const char *path, kiln_graph **out) {
-  if (!ctx || !path || !out) return KILN_ERR_INVALID;
+KILN_API kiln_status kiln_onnx_import_frozen(kiln_ctx *ctx, const char *path, size_t nfrozen,
+                                             const kiln_onnx_frozen *frozen, kiln_graph **out) {
+  if (!ctx || !path || !out || (nfrozen && !frozen)) return KILN_ERR_INVALID;
   *out = NULL;
+  if (nfrozen > 64) return kir_fail(ctx, KILN_ERR_INVALID, "more than 64 frozen inputs");
+  for (size_t k = 0; k < nfrozen; k++)
+    if (!frozen[k].name || !frozen[k].value) return KILN_ERR_INVALID;
   uint8_t *buf;
   size_t len;
   kiln_status s = read_file(ctx, path, &buf, &len);
@@ -948,10 +995,14 @@ KILN_API kiln_status kiln_onnx_import(kiln_ctx *ctx, const char *path, kiln_grap
     *slash = 0;
   else
     strcpy(dir, ".");
-  s = kiln_onnx_import_mem(ctx, buf, len, path, dir, out);
+  s = import_mem(ctx, buf, len, path, dir, nfrozen, frozen, out);
   free(dir);
   free(buf);
   return s;
+}
+
+KILN_API kiln_status kiln_onnx_import(kiln_ctx *ctx, const char *path, kiln_graph **out) {
+  return kiln_onnx_import_frozen(ctx, path, 0, NULL, out);
 }
 
 KILN_API kiln_status kiln_onnx_read_tensor_mem(kiln_ctx *ctx, const void *buf, size_t len,
@@ -1022,6 +1073,37 @@ KILN_API kiln_status kiln_onnx_op_types(kiln_ctx *ctx, const char *path, char **
     for (size_t j = 0; j < k && !seen; j++) seen = !strcmp(S(gp->node[j]->op_type), op);
     if (seen) continue;
     used += (size_t)sprintf(list + used, "%s%s", used ? "," : "", op);
+  }
+  onnx__model_proto__free_unpacked(m, NULL);
+  *out = list;
+  return KILN_OK;
+}
+
+KILN_API kiln_status kiln_onnx_input_names(kiln_ctx *ctx, const char *path, char **out) {
+  if (!ctx || !path || !out) return KILN_ERR_INVALID;
+  *out = NULL;
+  uint8_t *buf;
+  size_t len;
+  kiln_status s = read_file(ctx, path, &buf, &len);
+  if (s != KILN_OK) return s;
+  Onnx__ModelProto *m = decode_model(ctx, buf, len, path);
+  free(buf);
+  if (!m) return KILN_ERR_PARSE;
+  const Onnx__GraphProto *gp = m->graph;
+  size_t cap = 1;
+  for (size_t k = 0; gp && k < gp->n_input; k++) cap += strlen(S(gp->input[k]->name)) + 1;
+  char *list = calloc(cap, 1);
+  if (!list) {
+    onnx__model_proto__free_unpacked(m, NULL);
+    return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  }
+  size_t used = 0;
+  for (size_t k = 0; gp && k < gp->n_input; k++) {
+    const char *name = S(gp->input[k]->name);
+    bool init = false;
+    for (size_t j = 0; j < gp->n_initializer && !init; j++)
+      init = !strcmp(S(gp->initializer[j]->name), name);
+    if (!init) used += (size_t)sprintf(list + used, "%s%s", used ? "," : "", name);
   }
   onnx__model_proto__free_unpacked(m, NULL);
   *out = list;

@@ -4,8 +4,8 @@
  *   onnx.c       the entry points: decoding (protobuf-c), tensors, the value
  *                table, graph inputs and initializers, the node loop and
  *                constant folding
- *   onnx_ops.c   the op table: one function per ONNX op type, each emitting
- *                Kiln IR through the public builder API
+ *   onnx_ops*.c  the op tables: one function per ONNX op type, each emitting
+ *                Kiln IR through the public builder API (see onnx_ops.h)
  *   onnx_wire.c  when protobuf-c rejects a file, a walk of the wire format
  *                that says at which byte and in which field it broke
  *
@@ -48,11 +48,13 @@ typedef struct ox_value {
 #define OX_MAX_IO 64
 
 typedef struct ox ox;
+typedef struct ox_op ox_op;
 
 /* One node being imported. Op functions write out[] (IR values) or cout[] (known values). */
 typedef struct ox_node {
   ox *im;
   const Onnx__NodeProto *p;
+  const ox_op *op; /* its entry in the op table */
   kiln_graph *g;  /* the graph to build in (a scratch graph while folding) */
   int64_t opset;
   size_t nin, nout;
@@ -64,13 +66,14 @@ typedef struct ox_node {
 
 typedef bool (*ox_op_fn)(ox_node *n);
 
-typedef struct ox_op {
+struct ox_op {
   const char *name;
   ox_op_fn fn;
-  int fold; /* 0: never folded; 1: folded when all inputs are known; 2: also with symbolic entries */
-} ox_op;
+  int fold;       /* 0: never folded; 1: folded when all inputs are known; 2: also with symbolic entries */
+  const char *ir; /* for functions that serve several op types: the IR op, else NULL */
+};
 
-/* The op table (onnx_ops.c); NULL if op_type is not mapped. */
+/* The op tables (onnx_ops.c); NULL if op_type is not mapped. */
 const ox_op *ox_find_op(const char *op_type);
 
 /* ---- for op functions (onnx.c) ---- */

@@ -36,6 +36,25 @@ KILN_API kiln_status kiln_onnx_import_mem(kiln_ctx *ctx, const void *buf, size_t
                                           const char *name, const char *base_dir,
                                           kiln_graph **out);
 
+/*
+ * kiln_onnx_import() with some graph inputs known at import: input
+ * `frozen[k].name` takes the value `frozen[k].value` as if it were an
+ * initializer, and is no parameter of the graph. This is for models that
+ * take a shape operand (Reshape's shape, Slice's starts, Resize's scales,
+ * the axes of a reduction) as a graph input, which Kiln needs at import
+ * (as TensorRT needs its shape tensors at build time): such a model
+ * imports with KILN_ERR_UNSUPPORTED and a message containing
+ * "('NAME') must be known at import", and imports once NAME is frozen. The
+ * value must have the input's element type and its static dims. The
+ * tensors are only read.
+ */
+typedef struct kiln_onnx_frozen {
+  const char *name;
+  const kiln_tensor *value;
+} kiln_onnx_frozen;
+KILN_API kiln_status kiln_onnx_import_frozen(kiln_ctx *ctx, const char *path, size_t nfrozen,
+                                             const kiln_onnx_frozen *frozen, kiln_graph **out);
+
 /* A serialized TensorProto (the test_data_set_N/input_K.pb files of ONNX's tests). */
 KILN_API kiln_status kiln_onnx_read_tensor(kiln_ctx *ctx, const char *path, kiln_tensor **out);
 KILN_API kiln_status kiln_onnx_read_tensor_mem(kiln_ctx *ctx, const void *buf, size_t len,
@@ -46,6 +65,12 @@ KILN_API kiln_status kiln_onnx_read_tensor_mem(kiln_ctx *ctx, const void *buf, s
  * joined by ',' ("Conv,Relu,Add"), in a malloc'ed string for free().
  */
 KILN_API kiln_status kiln_onnx_op_types(kiln_ctx *ctx, const char *path, char **out);
+
+/*
+ * The names of the graph inputs that are not initializers (the parameters
+ * kiln_onnx_import makes, in order), joined by ',', in a malloc'ed string.
+ */
+KILN_API kiln_status kiln_onnx_input_names(kiln_ctx *ctx, const char *path, char **out);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,450 @@
+/*
+ * onnx_ops_elementwise.c — elementwise ONNX ops and activations.
+ *
+ * Elementwise ops and activations, each a few IR elementwise ops. The ops
+ * that are a single IR op share op_unary / op_binary, which read the IR op's
+ * name from the table. The inverse trigonometric functions compute in f64.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/onnx_ops.h"
+
+/* ---------------------------------------------------------- elementwise */
+
+/* The ops that are one IR op: the table gives its name. */
+static bool op_unary(ox_node *n) {
+  n->out[0] = kiln_unary(G, n->op->ir, ox_in0(n));
+  return true;
+}
+
+static bool op_binary(ox_node *n) {
+  n->out[0] = kiln_binary(G, n->op->ir, ox_in(n, 0), ox_in(n, 1));
+  return true;
+}
+
+/* Pow: the exponent may have another type; integer bases compute in f64. */
+static bool op_pow(ox_node *n) {
+  kiln_value x = ox_in(n, 0), y = ox_in(n, 1);
+  if (x == KILN_NO_VALUE || y == KILN_NO_VALUE) return false;
+  kiln_dtype t = ox_vdtype(n, x);
+  if (!ox_is_float(t)) {
+    kiln_value r = kiln_binary(G, "pow", kiln_cast(G, x, KILN_F64), kiln_cast(G, y, KILN_F64));
+    n->out[0] = kiln_cast(G, r, t);
+    return true;
+  }
+  if (ox_vdtype(n, y) != t) y = kiln_cast(G, y, t);
+  n->out[0] = kiln_binary(G, "pow", x, y);
+  return true;
+}
+
+static bool op_tan(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  n->out[0] = kiln_binary(G, "div", kiln_unary(G, "sin", x), kiln_unary(G, "cos", x));
+  return true;
+}
+
+static bool op_sinh_cosh(ox_node *n, const char *combine) {
+  kiln_value x = ox_in0(n);
+  kiln_value a = kiln_unary(G, "exp", x), b = kiln_unary(G, "exp", kiln_unary(G, "neg", x));
+  n->out[0] = kiln_mul(G, kiln_binary(G, combine, a, b), ox_scalar_like(n, x, 0.5));
+  return true;
+}
+static bool op_sinh(ox_node *n) { return op_sinh_cosh(n, "sub"); }
+static bool op_cosh(ox_node *n) { return op_sinh_cosh(n, "add"); }
+
+static bool op_isnan(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  n->out[0] = kiln_binary(G, "ne", x, x);
+  return true;
+}
+
+static bool op_isinf(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  kiln_value inf = kiln_unary(G, "logical_not", kiln_unary(G, "is_finite", x));
+  inf = kiln_binary(G, "logical_and", inf, kiln_binary(G, "eq", x, x));
+  int pos = (int)ox_attr_i(n, "detect_positive", 1), neg = (int)ox_attr_i(n, "detect_negative", 1);
+  if (!pos || !neg)
+    inf = kiln_binary(G, "logical_and", inf,
+                      kiln_binary(G, pos ? "gt" : "lt", x, ox_scalar_like(n, x, 0)));
+  if (!pos && !neg) inf = kiln_binary(G, "logical_and", inf, kiln_binary(G, "ne", x, x));
+  n->out[0] = inf;
+  return true;
+}
+
+/* Min, Max, Sum, Mean: a chain of binary ops over every input. */
+static bool variadic(ox_node *n, const char *op, bool mean) {
+  if (!n->nin) return ox_fail(n, KILN_ERR_PARSE, "needs at least one input");
+  kiln_value acc = ox_in(n, 0);
+  for (size_t k = 1; k < n->nin; k++)
+    acc = kiln_binary(G, op, acc, ox_in(n, k));
+  if (mean) acc = kiln_binary(G, "div", acc, ox_scalar_like(n, acc, (double)n->nin));
+  n->out[0] = acc;
+  return true;
+}
+static bool op_variadic(ox_node *n) { return variadic(n, n->op->ir, false); }
+static bool op_mean(ox_node *n) { return variadic(n, "add", true); }
+
+static bool op_where(ox_node *n) {
+  kiln_value in[3] = {ox_in(n, 0), ox_in(n, 1), ox_in(n, 2)};
+  n->out[0] = kiln_op(G, "select", 3, in, 0, NULL);
+  return true;
+}
+
+static bool op_cast(ox_node *n) {
+  kiln_dtype t;
+  int64_t to = ox_attr_i(n, "to", 0);
+  if (!ox_dtype((int32_t)to, &t))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "cast to %s", ox_dtype_name((int32_t)to));
+  n->out[0] = kiln_cast(G, ox_in0(n), t);
+  return true;
+}
+
+static bool op_cast_like(ox_node *n) {
+  kiln_value like = ox_in(n, 1);
+  if (like == KILN_NO_VALUE) return false;
+  n->out[0] = kiln_cast(G, ox_in0(n), ox_vdtype(n, like));
+  return true;
+}
+
+static bool op_identity(ox_node *n) {
+  n->out[0] = ox_in0(n);
+  return true;
+}
+
+static bool op_dropout(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (ox_has(n, 2)) { /* training_mode: only a ratio of 0 is deterministic */
+    if (!ox_known(n, 2)) return ox_need_known(n, 2);
+    if (ox_known(n, 2)->d[0] != 0) {
+      if (ox_has(n, 1) && !ox_known(n, 1)) return ox_need_known(n, 1);
+      if (!ox_has(n, 1) || ox_known(n, 1)->d[0] != 0)
+        return ox_fail(n, KILN_ERR_UNSUPPORTED,
+                       "training_mode dropout with a ratio above 0 is random (Kiln imports "
+                       "inference graphs)");
+    }
+  }
+  n->out[0] = x;
+  if (ox_wants(n, 1) && x != KILN_NO_VALUE) {
+    kiln_dim d[KILN_MAX_RANK];
+    int r = ox_dims_of(n, x, d);
+    kiln_attr a = kiln_attr_dims("shape", (size_t)r, d);
+    kiln_value t = kiln_scalar(G, KILN_BOOL, 1);
+    n->out[1] = kiln_op(G, "broadcast", 1, &t, 1, &a);
+  }
+  return true;
+}
+
+/* ---------------------------------------------------------- activations */
+
+static bool op_relu(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  n->out[0] = kiln_binary(G, "max", x, ox_scalar_like(n, x, 0));
+  return true;
+}
+
+static bool op_leaky_relu(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  double alpha = ox_attr_f(n, "alpha", 0.01);
+  n->out[0] = ox_select3(n, kiln_binary(G, "lt", x, ox_scalar_like(n, x, 0)),
+                         kiln_mul(G, x, ox_scalar_like(n, x, alpha)), x);
+  return true;
+}
+
+static bool op_prelu(ox_node *n) {
+  kiln_value x = ox_in0(n), slope = ox_in(n, 1);
+  if (x == KILN_NO_VALUE || slope == KILN_NO_VALUE) return false;
+  /* Before opset 7 a 1-D slope runs along the channel axis. */
+  if (n->opset < 7 && ox_vrank(n, slope) == 1 && ox_vrank(n, x) > 2)
+    slope = ox_per_channel(n, slope, ox_vrank(n, x));
+  n->out[0] =
+      ox_select3(n, kiln_binary(G, "lt", x, ox_scalar_like(n, x, 0)), kiln_mul(G, x, slope), x);
+  return true;
+}
+
+static kiln_value elu(ox_node *n, kiln_value x, double alpha) {
+  kiln_value neg = kiln_mul(G, kiln_unary(G, "expm1", x), ox_scalar_like(n, x, alpha));
+  return ox_select3(n, kiln_binary(G, "gt", x, ox_scalar_like(n, x, 0)), x, neg);
+}
+
+static bool op_elu(ox_node *n) {
+  n->out[0] = elu(n, ox_in0(n), ox_attr_f(n, "alpha", 1.0));
+  return true;
+}
+
+static bool op_selu(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  double alpha = ox_attr_f(n, "alpha", 1.67326319217681884765625);
+  double gamma = ox_attr_f(n, "gamma", 1.05070102214813232421875);
+  n->out[0] = kiln_mul(G, elu(n, x, alpha), ox_scalar_like(n, x, gamma));
+  return true;
+}
+
+static bool op_celu(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  double alpha = ox_attr_f(n, "alpha", 1.0);
+  kiln_value e = kiln_unary(G, "expm1", kiln_binary(G, "div", x, ox_scalar_like(n, x, alpha)));
+  e = kiln_binary(G, "min", kiln_mul(G, e, ox_scalar_like(n, x, alpha)), ox_scalar_like(n, x, 0));
+  n->out[0] = kiln_add(G, kiln_binary(G, "max", x, ox_scalar_like(n, x, 0)), e);
+  return true;
+}
+
+/* log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|). */
+static kiln_value softplus(ox_node *n, kiln_value x) {
+  kiln_value t = kiln_unary(G, "exp", kiln_unary(G, "neg", kiln_unary(G, "abs", x)));
+  return kiln_add(G, kiln_binary(G, "max", x, ox_scalar_like(n, x, 0)), kiln_unary(G, "log1p", t));
+}
+
+static bool op_softplus(ox_node *n) {
+  n->out[0] = softplus(n, ox_in0(n));
+  return true;
+}
+
+static bool op_mish(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  n->out[0] = kiln_mul(G, x, kiln_unary(G, "tanh", softplus(n, x)));
+  return true;
+}
+
+static bool op_softsign(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  n->out[0] =
+      kiln_binary(G, "div", x, kiln_add(G, kiln_unary(G, "abs", x), ox_scalar_like(n, x, 1)));
+  return true;
+}
+
+static kiln_value hard_sigmoid(ox_node *n, kiln_value x, double alpha, double beta) {
+  kiln_value y =
+      kiln_add(G, kiln_mul(G, x, ox_scalar_like(n, x, alpha)), ox_scalar_like(n, x, beta));
+  y = kiln_binary(G, "min", y, ox_scalar_like(n, x, 1));
+  return kiln_binary(G, "max", y, ox_scalar_like(n, x, 0));
+}
+
+static bool op_hard_sigmoid(ox_node *n) {
+  n->out[0] = hard_sigmoid(n, ox_in0(n), ox_attr_f(n, "alpha", 0.2), ox_attr_f(n, "beta", 0.5));
+  return true;
+}
+
+static bool op_hard_swish(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  n->out[0] = kiln_mul(G, x, hard_sigmoid(n, x, 1.0 / 6, 0.5));
+  return true;
+}
+
+static bool op_thresholded_relu(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  double alpha = ox_attr_f(n, "alpha", 1.0);
+  n->out[0] = ox_select3(n, kiln_binary(G, "gt", x, ox_scalar_like(n, x, alpha)), x,
+                         ox_scalar_like(n, x, 0));
+  return true;
+}
+
+static bool op_gelu(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  const char *approx = ox_attr_s(n, "approximate", "none");
+  kiln_value inner;
+  if (!strcmp(approx, "tanh")) {
+    kiln_value x3 = kiln_mul(G, kiln_mul(G, x, x), x);
+    inner = kiln_add(G, x, kiln_mul(G, x3, ox_scalar_like(n, x, 0.044715)));
+    inner = kiln_unary(G, "tanh", kiln_mul(G, inner, ox_scalar_like(n, x, sqrt(2 / M_PI))));
+  } else if (!strcmp(approx, "none")) {
+    inner = kiln_unary(G, "erf", kiln_mul(G, x, ox_scalar_like(n, x, M_SQRT1_2)));
+  } else {
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "approximate='%s'", approx);
+  }
+  kiln_value half = kiln_mul(G, x, ox_scalar_like(n, x, 0.5));
+  n->out[0] = kiln_mul(G, half, kiln_add(G, inner, ox_scalar_like(n, x, 1)));
+  return true;
+}
+
+static bool op_clip(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_value y = x;
+  if (n->opset < 11) {
+    if (ox_attr(n, "min"))
+      y = kiln_binary(G, "max", y, ox_scalar_like(n, x, ox_attr_f(n, "min", 0)));
+    if (ox_attr(n, "max"))
+      y = kiln_binary(G, "min", y, ox_scalar_like(n, x, ox_attr_f(n, "max", 0)));
+  } else {
+    if (ox_has(n, 1)) y = kiln_binary(G, "max", y, ox_in(n, 1));
+    if (ox_has(n, 2)) y = kiln_binary(G, "min", y, ox_in(n, 2));
+  }
+  n->out[0] = y;
+  return true;
+}
+
+static bool op_mod(ox_node *n) {
+  kiln_value x = ox_in(n, 0), y = ox_in(n, 1);
+  if (x == KILN_NO_VALUE || y == KILN_NO_VALUE) return false;
+  kiln_dtype t = ox_vdtype(n, x);
+  bool fmod = ox_attr_i(n, "fmod", 0) != 0;
+  if (!fmod && ox_is_float(t))
+    return ox_fail(n, KILN_ERR_PARSE, "fmod = 0 with a floating-point input");
+  kiln_value a = kiln_cast(G, x, KILN_F64), b = kiln_cast(G, y, KILN_F64);
+  kiln_value q = kiln_binary(G, "div", a, b);
+  if (fmod) /* trunc(q) */
+    q = kiln_mul(G, kiln_unary(G, "sign", q), kiln_unary(G, "floor", kiln_unary(G, "abs", q)));
+  else
+    q = kiln_unary(G, "floor", q);
+  kiln_value m = kiln_binary(G, "sub", a, kiln_mul(G, q, b));
+  if (ox_is_float(t)) /* fmod's exact form keeps -0 and stays within |b| */
+    m = ox_select3(n, kiln_binary(G, "eq", m, kiln_scalar(G, KILN_F64, 0)),
+                   kiln_mul(G, a, kiln_scalar(G, KILN_F64, 0)), m);
+  n->out[0] = kiln_cast(G, m, t);
+  return true;
+}
+/* ---------------------------------------------------------- inverse trig, LRN, EyeLike, Shrink */
+
+/* The inverse trigonometric and hyperbolic functions from Kiln's primitives,
+ * computed in f64 and cast back. atan halves its argument twice
+ * (atan t = 2 atan(t / (1 + sqrt(1 + t^2)))) after folding |t| > 1 onto
+ * 1/t, leaving |t| <= tan(pi/16) ~ 0.199, where the odd Taylor series to
+ * t^15 is exact to ~1e-12 relative. */
+static kiln_value f64c(ox_node *n, double v) { return kiln_scalar(G, KILN_F64, v); }
+
+static kiln_value atan64(ox_node *n, kiln_value x) {
+  kiln_value ax = kiln_unary(G, "abs", x);
+  kiln_value big = kiln_binary(G, "gt", ax, f64c(n, 1));
+  kiln_value t = ox_select3(n, big, kiln_unary(G, "reciprocal", ax), ax);
+  for (int k = 0; k < 2; k++) {
+    kiln_value h = kiln_unary(G, "sqrt", kiln_add(G, kiln_mul(G, t, t), f64c(n, 1)));
+    t = kiln_binary(G, "div", t, kiln_add(G, h, f64c(n, 1)));
+  }
+  kiln_value t2 = kiln_mul(G, t, t), p = f64c(n, -1.0 / 15);
+  for (int k = 13; k >= 1; k -= 2)
+    p = kiln_add(G, kiln_mul(G, p, t2), f64c(n, ((k / 2) % 2 ? -1.0 : 1.0) / k));
+  kiln_value a = kiln_mul(G, kiln_mul(G, p, t), f64c(n, 4));
+  a = ox_select3(n, big, kiln_binary(G, "sub", f64c(n, M_PI / 2), a), a);
+  return kiln_mul(G, a, kiln_unary(G, "sign", x));
+}
+
+typedef enum { T_ASIN, T_ACOS, T_ATAN, T_ASINH, T_ACOSH, T_ATANH } trig_kind;
+
+static bool inverse_trig(ox_node *n, trig_kind kind) {
+  kiln_value x0 = ox_in0(n);
+  if (x0 == KILN_NO_VALUE) return false;
+  kiln_dtype t = ox_vdtype(n, x0);
+  if (!ox_is_float(t)) return ox_fail(n, KILN_ERR_UNSUPPORTED, "a non-float input");
+  kiln_value x = kiln_cast(G, x0, KILN_F64), y;
+  kiln_value sq = kiln_mul(G, x, x);
+  switch (kind) {
+  case T_ATAN:
+    y = atan64(n, x);
+    break;
+  case T_ASIN: /* atan(x / sqrt(1 - x^2)); at |x| = 1 the quotient is inf and atan gives pi/2 */
+  case T_ACOS:
+    y = atan64(
+        n, kiln_binary(G, "div", x, kiln_unary(G, "sqrt", kiln_binary(G, "sub", f64c(n, 1), sq))));
+    if (kind == T_ACOS) y = kiln_binary(G, "sub", f64c(n, M_PI / 2), y);
+    break;
+  case T_ASINH: { /* odd: sign(x) log(|x| + sqrt(x^2 + 1)) keeps precision for x < 0 */
+    kiln_value ax = kiln_unary(G, "abs", x);
+    y = kiln_unary(G, "log", kiln_add(G, ax, kiln_unary(G, "sqrt", kiln_add(G, sq, f64c(n, 1)))));
+    y = kiln_mul(G, y, kiln_unary(G, "sign", x));
+    break;
+  }
+  case T_ACOSH:
+    y = kiln_unary(G, "log",
+                   kiln_add(G, x, kiln_unary(G, "sqrt", kiln_binary(G, "sub", sq, f64c(n, 1)))));
+    break;
+  default: /* atanh = (log1p(x) - log1p(-x)) / 2 */
+    y = kiln_binary(G, "sub", kiln_unary(G, "log1p", x),
+                    kiln_unary(G, "log1p", kiln_unary(G, "neg", x)));
+    y = kiln_mul(G, y, f64c(n, 0.5));
+    break;
+  }
+  n->out[0] = kiln_cast(G, y, t);
+  return true;
+}
+static bool op_asin(ox_node *n) { return inverse_trig(n, T_ASIN); }
+static bool op_acos(ox_node *n) { return inverse_trig(n, T_ACOS); }
+static bool op_atan(ox_node *n) { return inverse_trig(n, T_ATAN); }
+static bool op_asinh(ox_node *n) { return inverse_trig(n, T_ASINH); }
+static bool op_acosh(ox_node *n) { return inverse_trig(n, T_ACOSH); }
+static bool op_atanh(ox_node *n) { return inverse_trig(n, T_ATANH); }
+
+/* Shrink: x + bias below -lambd, x - bias above lambd, else 0. */
+static bool op_shrink(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  double lambd = ox_attr_f(n, "lambd", 0.5), bias = ox_attr_f(n, "bias", 0);
+  kiln_value zero = ox_scalar_like(n, x, 0);
+  kiln_value hi = ox_select3(n, kiln_binary(G, "gt", x, ox_scalar_like(n, x, lambd)),
+                             kiln_binary(G, "sub", x, ox_scalar_like(n, x, bias)), zero);
+  n->out[0] = ox_select3(n, kiln_binary(G, "lt", x, ox_scalar_like(n, x, -lambd)),
+                         kiln_add(G, x, ox_scalar_like(n, x, bias)), hi);
+  return true;
+}
+
+/* ---------------------------------------------------------- the table */
+
+const ox_op ox_ops_elementwise[] = {
+    {"Abs", op_unary, 1, "abs"},
+    {"Acos", op_acos, 1, NULL},
+    {"Acosh", op_acosh, 1, NULL},
+    {"Add", op_binary, 1, "add"},
+    {"And", op_binary, 1, "logical_and"},
+    {"Asin", op_asin, 1, NULL},
+    {"Asinh", op_asinh, 1, NULL},
+    {"Atan", op_atan, 1, NULL},
+    {"Atanh", op_atanh, 1, NULL},
+    {"Cast", op_cast, 1, NULL},
+    {"CastLike", op_cast_like, 1, NULL},
+    {"Ceil", op_unary, 1, "ceil"},
+    {"Celu", op_celu, 1, NULL},
+    {"Clip", op_clip, 1, NULL},
+    {"Cos", op_unary, 1, "cos"},
+    {"Cosh", op_cosh, 1, NULL},
+    {"Div", op_binary, 1, "div"},
+    {"Dropout", op_dropout, 0, NULL},
+    {"Elu", op_elu, 1, NULL},
+    {"Equal", op_binary, 1, "eq"},
+    {"Erf", op_unary, 1, "erf"},
+    {"Exp", op_unary, 1, "exp"},
+    {"Floor", op_unary, 1, "floor"},
+    {"Gelu", op_gelu, 1, NULL},
+    {"Greater", op_binary, 1, "gt"},
+    {"GreaterOrEqual", op_binary, 1, "ge"},
+    {"HardSigmoid", op_hard_sigmoid, 1, NULL},
+    {"HardSwish", op_hard_swish, 1, NULL},
+    {"Identity", op_identity, 2, NULL},
+    {"IsInf", op_isinf, 1, NULL},
+    {"IsNaN", op_isnan, 1, NULL},
+    {"LeakyRelu", op_leaky_relu, 1, NULL},
+    {"Less", op_binary, 1, "lt"},
+    {"LessOrEqual", op_binary, 1, "le"},
+    {"Log", op_unary, 1, "log"},
+    {"Max", op_variadic, 1, "max"},
+    {"Mean", op_mean, 1, NULL},
+    {"Min", op_variadic, 1, "min"},
+    {"Mish", op_mish, 1, NULL},
+    {"Mod", op_mod, 1, NULL},
+    {"Mul", op_binary, 1, "mul"},
+    {"Neg", op_unary, 1, "neg"},
+    {"Not", op_unary, 1, "logical_not"},
+    {"Or", op_binary, 1, "logical_or"},
+    {"PRelu", op_prelu, 1, NULL},
+    {"Pow", op_pow, 1, NULL},
+    {"Reciprocal", op_unary, 1, "reciprocal"},
+    {"Relu", op_relu, 1, NULL},
+    {"Round", op_unary, 1, "round"},
+    {"Selu", op_selu, 1, NULL},
+    {"Shrink", op_shrink, 1, NULL},
+    {"Sigmoid", op_unary, 1, "sigmoid"},
+    {"Sign", op_unary, 1, "sign"},
+    {"Sin", op_unary, 1, "sin"},
+    {"Sinh", op_sinh, 1, NULL},
+    {"Softplus", op_softplus, 1, NULL},
+    {"Softsign", op_softsign, 1, NULL},
+    {"Sqrt", op_unary, 1, "sqrt"},
+    {"Sub", op_binary, 1, "sub"},
+    {"Sum", op_variadic, 1, "add"},
+    {"Tan", op_tan, 1, NULL},
+    {"Tanh", op_unary, 1, "tanh"},
+    {"ThresholdedRelu", op_thresholded_relu, 1, NULL},
+    {"Where", op_where, 1, NULL},
+    {"Xor", op_binary, 1, "logical_xor"},
+};
+const size_t ox_n_ops_elementwise = sizeof ox_ops_elementwise / sizeof *ox_ops_elementwise;

@@ -1,0 +1,1323 @@
+/*
+ * onnx_ops_nn.c — ONNX ops of neural networks: MatMul, Gemm, Conv, pools, normalizations, softmax,
+ * losses, Resize, Einsum.
+ *
+ * The ops of neural networks: MatMul and Gemm, Conv, ConvTranspose and the
+ * pools (Kiln's compound ops are 2-D: 1-D windows run over a height of 1),
+ * the normalizations, softmax, LRN, the losses, Resize (a sum of weighted
+ * gathers per axis) and Einsum (a broadcast product summed over the
+ * contracted labels).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/onnx_ops.h"
+
+/* ---------------------------------------------------------- linear algebra */
+
+static bool op_matmul(ox_node *n) {
+  kiln_value a = ox_in(n, 0), b = ox_in(n, 1);
+  if (a == KILN_NO_VALUE || b == KILN_NO_VALUE) return false;
+  int ra = ox_vrank(n, a), rb = ox_vrank(n, b);
+  if (ra == 0 || rb == 0) return ox_fail(n, KILN_ERR_PARSE, "MatMul of a scalar");
+  kiln_dim d[KILN_MAX_RANK];
+  if (ra == 1) {
+    d[0] = 1;
+    d[1] = ox_vdim(n, a, 0);
+    a = ox_reshape(n, a, 2, d);
+  }
+  if (rb == 1) {
+    d[0] = ox_vdim(n, b, 0);
+    d[1] = 1;
+    b = ox_reshape(n, b, 2, d);
+  }
+  kiln_value y = kiln_matmul(G, a, b);
+  if ((ra == 1 || rb == 1) && y != KILN_NO_VALUE) {
+    kiln_dim yd[KILN_MAX_RANK];
+    int r = ox_dims_of(n, y, yd), m = 0;
+    for (int k = 0; k < r; k++)
+      if (!(ra == 1 && k == r - 2) && !(rb == 1 && k == r - 1)) d[m++] = yd[k];
+    y = ox_reshape(n, y, m, d);
+  }
+  n->out[0] = y;
+  return true;
+}
+
+static bool op_gemm(ox_node *n) {
+  kiln_value a = ox_in(n, 0), b = ox_in(n, 1);
+  if (a == KILN_NO_VALUE || b == KILN_NO_VALUE) return false;
+  double alpha = ox_attr_f(n, "alpha", 1.0), beta = ox_attr_f(n, "beta", 1.0);
+  kiln_attr at[2] = {kiln_attr_bool("transpose_a", ox_attr_i(n, "transA", 0) != 0),
+                     kiln_attr_bool("transpose_b", ox_attr_i(n, "transB", 0) != 0)};
+  kiln_value in[2] = {a, b};
+  kiln_value y = kiln_op(G, "matmul", 2, in, 2, at);
+  if (alpha != 1.0) y = kiln_mul(G, y, ox_scalar_like(n, a, alpha));
+  if (ox_has(n, 2)) {
+    kiln_value c = ox_in(n, 2);
+    if (beta != 1.0) c = kiln_mul(G, c, ox_scalar_like(n, a, beta));
+    y = kiln_add(G, y, c);
+  }
+  n->out[0] = y;
+  return true;
+}
+
+/* ---------------------------------------------------------- conv and pools */
+
+/* Geometry of a 1-D or 2-D window op, as 2-D: kernel, stride, dilation, pads [t, l, b, r]. */
+typedef struct window {
+  int sp; /* spatial rank of the ONNX op: 1 or 2 */
+  int64_t k[2], s[2], d[2], pad[4];
+  int64_t out_pad[2];
+} window;
+
+static bool read_pair(ox_node *n, const char *name, int sp, int64_t def, int64_t out[2]) {
+  size_t c;
+  const int64_t *v = ox_attr_ints(n, name, &c);
+  out[0] = out[1] = def;
+  if (!v) return true;
+  if (c != (size_t)sp) return ox_fail(n, KILN_ERR_PARSE, "%s has %zu entries, not %d", name, c, sp);
+  if (sp == 1)
+    out[1] = v[0];
+  else
+    out[0] = v[0], out[1] = v[1];
+  return true;
+}
+
+/* The window of node n over x (rank 3 or 4); kernel from `kernel` if given, else the attribute. */
+static bool read_window(ox_node *n, kiln_value x, const int64_t *kernel, bool transposed,
+                        window *w) {
+  int r = ox_vrank(n, x);
+  if (r != 3 && r != 4)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "input of rank %d (Kiln maps 1-D and 2-D windows)", r);
+  w->sp = r - 2;
+  if (kernel) {
+    w->k[0] = w->sp == 1 ? 1 : kernel[0];
+    w->k[1] = kernel[w->sp - 1];
+  } else if (!read_pair(n, "kernel_shape", w->sp, -1, w->k)) {
+    return false;
+  }
+  if (w->sp == 1) w->k[0] = 1;
+  if (w->k[0] < 1 || w->k[1] < 1) return ox_fail(n, KILN_ERR_PARSE, "no kernel_shape");
+  if (!read_pair(n, "strides", w->sp, 1, w->s) || !read_pair(n, "dilations", w->sp, 1, w->d) ||
+      !read_pair(n, "output_padding", w->sp, 0, w->out_pad))
+    return false;
+  size_t c;
+  const int64_t *p = ox_attr_ints(n, "pads", &c);
+  memset(w->pad, 0, sizeof w->pad);
+  if (p) {
+    if (c != (size_t)(2 * w->sp))
+      return ox_fail(n, KILN_ERR_PARSE, "pads has %zu entries, not %d", c, 2 * w->sp);
+    if (w->sp == 1)
+      w->pad[1] = p[0], w->pad[3] = p[1];
+    else
+      memcpy(w->pad, p, 4 * sizeof *p);
+  }
+  const char *ap = ox_attr_s(n, "auto_pad", "NOTSET");
+  if (!strcmp(ap, "VALID")) {
+    memset(w->pad, 0, sizeof w->pad);
+  } else if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) {
+    for (int a = 2 - w->sp; a < 2; a++) {
+      kiln_dim in = ox_vdim(n, x, a + w->sp);
+      if (in < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "auto_pad %s on a symbolic dim", ap);
+      int64_t ext = (w->k[a] - 1) * w->d[a] + 1, total;
+      if (transposed) {
+        total = w->s[a] * (in - 1) + w->out_pad[a] + ext - in * w->s[a];
+      } else {
+        int64_t out = (in + w->s[a] - 1) / w->s[a];
+        total = (out - 1) * w->s[a] + ext - in;
+      }
+      if (total < 0) total = 0;
+      bool upper = !strcmp(ap, "SAME_UPPER");
+      w->pad[a] = upper ? total / 2 : total - total / 2;
+      w->pad[a + 2] = total - w->pad[a];
+    }
+  } else if (strcmp(ap, "NOTSET")) {
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "auto_pad '%s'", ap);
+  }
+  return true;
+}
+
+/* x[B, C, L] as x[B, C, 1, L]; rank-4 values pass through. */
+static kiln_value to_2d(ox_node *n, kiln_value x, const window *w) {
+  if (w->sp == 2) return x;
+  kiln_dim d[4] = {ox_vdim(n, x, 0), ox_vdim(n, x, 1), 1, ox_vdim(n, x, 2)};
+  return ox_reshape(n, x, 4, d);
+}
+
+static kiln_value from_2d(ox_node *n, kiln_value y, const window *w) {
+  if (w->sp == 2 || y == KILN_NO_VALUE) return y;
+  kiln_dim d[3] = {ox_vdim(n, y, 0), ox_vdim(n, y, 1), ox_vdim(n, y, 3)};
+  return ox_reshape(n, y, 3, d);
+}
+
+static kiln_value add_channel_bias(ox_node *n, kiln_value y, size_t k, int rank) {
+  if (!ox_has(n, k)) return y;
+  kiln_value b = ox_in(n, k);
+  if (b == KILN_NO_VALUE) return KILN_NO_VALUE;
+  kiln_dim d[KILN_MAX_RANK] = {ox_vdim(n, b, 0)};
+  for (int j = 1; j < rank - 1; j++)
+    d[j] = 1;
+  return kiln_add(G, y, ox_reshape(n, b, rank - 1, d));
+}
+
+static bool op_conv(ox_node *n) {
+  kiln_value x = ox_in(n, 0), wt = ox_in(n, 1);
+  if (x == KILN_NO_VALUE || wt == KILN_NO_VALUE) return false;
+  window w;
+  kiln_dim wd[KILN_MAX_RANK];
+  int wr = ox_dims_of(n, wt, wd);
+  if (wr != ox_vrank(n, x))
+    return ox_fail(n, KILN_ERR_PARSE, "weight rank %d, input rank %d", wr, ox_vrank(n, x));
+  if (!read_window(n, x, wd + 2, false, &w)) return false;
+  kiln_attr a[4] = {kiln_attr_ints("stride", 2, w.s), kiln_attr_ints("padding", 4, w.pad),
+                    kiln_attr_ints("dilation", 2, w.d),
+                    kiln_attr_int("groups", ox_attr_i(n, "group", 1))};
+  kiln_value in[2] = {to_2d(n, x, &w), to_2d(n, wt, &w)};
+  kiln_value y = from_2d(n, kiln_op(G, "conv2d", 2, in, 4, a), &w);
+  n->out[0] = add_channel_bias(n, y, 2, ox_vrank(n, x));
+  return true;
+}
+
+static bool op_conv_transpose(ox_node *n) {
+  kiln_value x = ox_in(n, 0), wt = ox_in(n, 1);
+  if (x == KILN_NO_VALUE || wt == KILN_NO_VALUE) return false;
+  window w;
+  kiln_dim wd[KILN_MAX_RANK];
+  int wr = ox_dims_of(n, wt, wd);
+  if (wr != ox_vrank(n, x))
+    return ox_fail(n, KILN_ERR_PARSE, "weight rank %d, input rank %d", wr, ox_vrank(n, x));
+  if (!read_window(n, x, wd + 2, true, &w)) return false;
+  int64_t size[2] = {1, 1}, os[2], lo[KILN_MAX_RANK] = {0}, hi[KILN_MAX_RANK] = {0};
+  bool extra = false;
+  bool has_os = ox_attr(n, "output_shape") != NULL;
+  if (has_os && !read_pair(n, "output_shape", w.sp, 1, os)) return false;
+  for (int a = 2 - w.sp; a < 2; a++) {
+    kiln_dim in = ox_vdim(n, x, a + w.sp);
+    if (in < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "ConvTranspose over a symbolic dim");
+    int64_t full = w.s[a] * (in - 1) + w.out_pad[a] + (w.k[a] - 1) * w.d[a] + 1;
+    if (has_os) {
+      int64_t total = full - os[a];
+      bool upper = strcmp(ox_attr_s(n, "auto_pad", "NOTSET"), "SAME_LOWER") != 0;
+      w.pad[a] = upper ? total / 2 : total - total / 2;
+      w.pad[a + 2] = total - w.pad[a];
+      for (int e = 0; e < 2; e++) /* an output_shape beyond the full output: zeros there */
+        if (w.pad[a + 2 * e] < 0) {
+          (e ? hi : lo)[a + w.sp] = -w.pad[a + 2 * e];
+          w.pad[a + 2 * e] = 0;
+          extra = true;
+        }
+    }
+    size[a] = full - w.pad[a] - w.pad[a + 2];
+    if (w.out_pad[a] >= w.s[a] && w.out_pad[a] >= w.d[a])
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "output_padding %lld not below the stride",
+                     (long long)w.out_pad[a]);
+  }
+  kiln_attr at[5] = {kiln_attr_ints("stride", 2, w.s), kiln_attr_ints("padding", 4, w.pad),
+                     kiln_attr_ints("dilation", 2, w.d),
+                     kiln_attr_int("groups", ox_attr_i(n, "group", 1)),
+                     kiln_attr_ints("input_size", 2, size)};
+  kiln_value in[2] = {to_2d(n, x, &w), to_2d(n, wt, &w)};
+  kiln_value y = from_2d(n, kiln_op(G, "conv2d_grad_input", 2, in, 5, at), &w);
+  if (extra) {
+    size_t r = (size_t)ox_vrank(n, x);
+    kiln_attr pa[2] = {kiln_attr_ints("low", r, lo), kiln_attr_ints("high", r, hi)};
+    y = kiln_op(G, "pad", 1, &y, 2, pa);
+  }
+  n->out[0] = add_channel_bias(n, y, 2, ox_vrank(n, x));
+  return true;
+}
+
+/* ceil_mode as extra padding at the end, so that the last partial window counts. */
+static bool ceil_pads(ox_node *n, kiln_value x, window *w) {
+  for (int a = 2 - w->sp; a < 2; a++) {
+    kiln_dim in = ox_vdim(n, x, a + w->sp);
+    if (in < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "ceil_mode over a symbolic dim");
+    int64_t span = in + w->pad[a] + w->pad[a + 2] - w->k[a];
+    if (span < 0) continue;
+    int64_t out = (span + w->s[a] - 1) / w->s[a] + 1;
+    if ((out - 1) * w->s[a] >= in + w->pad[a]) out--; /* the last window must start inside */
+    int64_t extra = (out - 1) * w->s[a] + w->k[a] - (in + w->pad[a] + w->pad[a + 2]);
+    if (extra > 0) w->pad[a + 2] += extra;
+  }
+  return true;
+}
+
+/* A dilated MaxPool over the 2-D view x2: the input padded with -inf, and
+ * the max over the kernel's taps of strided slices starting at each tap. */
+static kiln_value dilated_max_pool(ox_node *n, kiln_value x2, const window *w) {
+  kiln_dim d[4];
+  ox_dims_of(n, x2, d);
+  int64_t lo[4] = {0, 0, w->pad[0], w->pad[1]}, hi[4] = {0, 0, w->pad[2], w->pad[3]}, out[2];
+  kiln_attr pa[3] = {kiln_attr_ints("low", 4, lo), kiln_attr_ints("high", 4, hi),
+                     kiln_attr_float("value", -INFINITY)};
+  kiln_value xp = kiln_op(G, "pad", 1, &x2, 3, pa), y = KILN_NO_VALUE;
+  for (int a = 0; a < 2; a++) {
+    int64_t span = d[a + 2] + w->pad[a] + w->pad[a + 2] - (w->k[a] - 1) * w->d[a] - 1;
+    if (span < 0) {
+      ox_fail(n, KILN_ERR_PARSE, "the dilated kernel is larger than the padded input");
+      return KILN_NO_VALUE;
+    }
+    out[a] = span / w->s[a] + 1;
+  }
+  for (int64_t i = 0; i < w->k[0]; i++)
+    for (int64_t j = 0; j < w->k[1]; j++) {
+      int64_t st[4] = {0, 0, i * w->d[0], j * w->d[1]}, step[4] = {1, 1, w->s[0], w->s[1]};
+      int64_t sp[4] = {d[0], d[1], st[2] + (out[0] - 1) * w->s[0] + 1,
+                       st[3] + (out[1] - 1) * w->s[1] + 1};
+      kiln_attr a[3] = {kiln_attr_ints("start", 4, st), kiln_attr_ints("stop", 4, sp),
+                        kiln_attr_ints("step", 4, step)};
+      kiln_value t = kiln_op(G, "slice", 1, &xp, 3, a);
+      y = y == KILN_NO_VALUE ? t : kiln_binary(G, "max", y, t);
+    }
+  return y;
+}
+
+static bool pool(ox_node *n, bool max) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  window w;
+  if (!read_window(n, x, NULL, false, &w)) return false;
+  bool dilated = w.d[0] != 1 || w.d[1] != 1;
+  if (dilated && (!max || ox_attr_i(n, "ceil_mode", 0)))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "dilated AveragePool, or dilations with ceil_mode");
+  if (max && ox_wants(n, 1)) return ox_fail(n, KILN_ERR_UNSUPPORTED, "MaxPool's Indices output");
+  bool include = ox_attr_i(n, "count_include_pad", 0) != 0;
+  if (ox_attr_i(n, "ceil_mode", 0)) {
+    if (!max && include)
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "ceil_mode with count_include_pad");
+    if (!ceil_pads(n, x, &w)) return false;
+  }
+  kiln_value x2 = to_2d(n, x, &w);
+  kiln_dtype dt = ox_vdtype(n, x);
+  bool is_int = dt != KILN_F32 && dt != KILN_F64 && dt != KILN_F16 && dt != KILN_BF16;
+  if (is_int && !max) return ox_fail(n, KILN_ERR_UNSUPPORTED, "AveragePool of integers");
+  if (is_int) x2 = kiln_cast(G, x2, KILN_F64); /* exact for every integer Kiln has but i64 */
+  /* Kiln's pools ox_take at most half a kernel of padding: pad explicitly beyond that. */
+  bool wide = false;
+  for (int k = 0; k < 4; k++)
+    wide |= 2 * w.pad[k] > w.k[k % 2];
+  kiln_value y;
+  if (dilated) {
+    if ((y = dilated_max_pool(n, x2, &w)) == KILN_NO_VALUE) return false;
+  } else if (!wide) {
+    kiln_attr a[4] = {kiln_attr_ints("kernel", 2, w.k), kiln_attr_ints("stride", 2, w.s),
+                      kiln_attr_ints("padding", 4, w.pad),
+                      kiln_attr_bool("count_include_pad", include)};
+    y = kiln_op(G, max ? "max_pool2d" : "avg_pool2d", 1, &x2, max ? 3 : 4, a);
+  } else {
+    int64_t lo[4] = {0, 0, w.pad[0], w.pad[1]}, hi[4] = {0, 0, w.pad[2], w.pad[3]}, none[4] = {0};
+    kiln_attr pa[3] = {kiln_attr_ints("low", 4, lo), kiln_attr_ints("high", 4, hi),
+                       kiln_attr_float("value", max ? -INFINITY : 0)};
+    kiln_attr a[4] = {kiln_attr_ints("kernel", 2, w.k), kiln_attr_ints("stride", 2, w.s),
+                      kiln_attr_ints("padding", 4, none),
+                      kiln_attr_bool("count_include_pad", true)};
+    kiln_value xp = kiln_op(G, "pad", 1, &x2, 3, pa);
+    y = kiln_op(G, max ? "max_pool2d" : "avg_pool2d", 1, &xp, max ? 3 : 4, a);
+    if (!max && !include) { /* divide by the share of real elements in each window */
+      kiln_dim d[4];
+      ox_dims_of(n, x2, d);
+      kiln_value ones = ox_broadcast_to(n, kiln_scalar(G, dt, 1), 4, d);
+      kiln_value mp = kiln_op(G, "pad", 1, &ones, 3, pa);
+      y = kiln_binary(G, "div", y, kiln_op(G, "avg_pool2d", 1, &mp, 4, a));
+    }
+  }
+  if (is_int) y = kiln_cast(G, y, dt);
+  n->out[0] = from_2d(n, y, &w);
+  return true;
+}
+static bool op_max_pool(ox_node *n) { return pool(n, true); }
+static bool op_average_pool(ox_node *n) { return pool(n, false); }
+
+/* MaxUnpool: x scattered to the flat positions `indices` (MaxPool's, over
+ * the whole tensor) of the shape the pool came from, zeros elsewhere; an
+ * output_shape beyond it pads zeros at the end of each axis. Repeated
+ * indices (overlapping windows) hold the same value: their sum is divided
+ * by their count. */
+static bool op_max_unpool(ox_node *n) {
+  kiln_value x = ox_in0(n), idx = ox_in(n, 1);
+  if (x == KILN_NO_VALUE || idx == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK], od[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d), sp = r - 2;
+  size_t nk, ns, np;
+  const int64_t *kern = ox_attr_ints(n, "kernel_shape", &nk), *st = ox_attr_ints(n, "strides", &ns),
+                *pads = ox_attr_ints(n, "pads", &np);
+  if (sp < 1 || nk != (size_t)sp || (st && ns != (size_t)sp) || (pads && np != 2 * (size_t)sp))
+    return ox_fail(n, KILN_ERR_PARSE, "kernel_shape, strides or pads do not match rank %d", r);
+  int64_t total = 1, lo[KILN_MAX_RANK] = {0}, hi[KILN_MAX_RANK] = {0}, numel = 1;
+  bool extra = false;
+  const int64_t *os = NULL;
+  size_t nos = 0;
+  if (ox_has(n, 2)) {
+    if (!ox_known_ints(n, 2, &os, &nos, NULL)) return false;
+    if (nos != (size_t)r) return ox_fail(n, KILN_ERR_PARSE, "output_shape of %zu dims", nos);
+  }
+  for (int k = 0; k < r; k++) {
+    if (d[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
+    od[k] = d[k];
+    if (k >= 2) {
+      int s = k - 2;
+      od[k] = (d[k] - 1) * (st ? st[s] : 1) + kern[s] - (pads ? pads[s] + pads[s + sp] : 0);
+    }
+    if (od[k] < 1) return ox_fail(n, KILN_ERR_PARSE, "output dim %d is %lld", k, (long long)od[k]);
+    if (os && os[k] != od[k]) {
+      if (os[k] < od[k] || k < 2)
+        return ox_fail(n, KILN_ERR_UNSUPPORTED, "output_shape dim %d: %lld, the pool's %lld", k,
+                       (long long)os[k], (long long)od[k]);
+      hi[k] = os[k] - od[k];
+      extra = true;
+    }
+    total *= od[k];
+    numel *= d[k];
+  }
+  kiln_dim flat = total, cnt = numel;
+  kiln_value zeros = ox_broadcast_to(n, ox_scalar_like(n, x, 0), 1, &flat);
+  kiln_value lin = ox_reshape(n, kiln_cast(G, idx, KILN_I64), 1, &cnt);
+  kiln_value ones = ox_broadcast_to(n, ox_scalar_like(n, x, 1), 1, &cnt);
+  kiln_attr a = kiln_attr_int("axis", 0);
+  kiln_value in_v[3] = {zeros, lin, ox_reshape(n, x, 1, &cnt)}, in_c[3] = {zeros, lin, ones};
+  kiln_value put = kiln_op(G, "scatter_add", 3, in_v, 1, &a);
+  kiln_value num = kiln_op(G, "scatter_add", 3, in_c, 1, &a);
+  num = kiln_binary(G, "max", num, ox_scalar_like(n, x, 1));
+  kiln_value y = ox_reshape(n, kiln_binary(G, "div", put, num), r, od);
+  if (extra) {
+    kiln_attr pa[2] = {kiln_attr_ints("low", (size_t)r, lo), kiln_attr_ints("high", (size_t)r, hi)};
+    y = kiln_op(G, "pad", 1, &y, 2, pa);
+  }
+  n->out[0] = y;
+  return true;
+}
+
+/* GridSample (2-D) as PyTorch's grid_sample computes it, in f64: the grid's
+ * [-1, 1] coordinates are unnormalized (align_corners or not); nearest and
+ * bilinear first pad the coordinate (border: clip; reflection: reflect,
+ * then clip), bicubic pads each of its 4 x 4 taps (A = -0.75). Each tap is
+ * a gather from the flattened input, 0 outside it. */
+typedef struct gs {
+  kiln_value flat; /* the input, flattened, f64 */
+  kiln_value nc;   /* i64 (n * C + c) * H over [N, C, Ho, Wo] */
+  int64_t H, W;
+  bool align;
+  int pad;        /* 0 zeros, 1 border, 2 reflection */
+  kiln_dim od[4]; /* N, C, Ho, Wo */
+} gs;
+
+static kiln_value gs_c(ox_node *n, double v) { return kiln_scalar(G, KILN_F64, v); }
+
+static kiln_value gs_clip(ox_node *n, kiln_value v, int64_t size) {
+  return kiln_binary(G, "min", kiln_binary(G, "max", v, gs_c(n, 0)), gs_c(n, (double)(size - 1)));
+}
+
+/* PyTorch's reflect_coordinates over [twice_lo / 2, twice_hi / 2]. */
+static kiln_value gs_reflect(ox_node *n, kiln_value v, double twice_lo, double twice_hi) {
+  if (twice_lo == twice_hi) return kiln_mul(G, v, gs_c(n, 0));
+  double lo = twice_lo / 2, span = (twice_hi - twice_lo) / 2;
+  v = kiln_unary(G, "abs", kiln_binary(G, "sub", v, gs_c(n, lo)));
+  kiln_value flips = kiln_unary(G, "floor", kiln_binary(G, "div", v, gs_c(n, span)));
+  kiln_value extra = kiln_binary(G, "sub", v, kiln_mul(G, flips, gs_c(n, span)));
+  kiln_value half = kiln_unary(G, "floor", kiln_mul(G, flips, gs_c(n, 0.5)));
+  kiln_value even = kiln_binary(G, "eq", flips, kiln_mul(G, half, gs_c(n, 2)));
+  return ox_select3(n, even, kiln_add(G, extra, gs_c(n, lo)),
+                    kiln_binary(G, "sub", gs_c(n, span + lo), extra));
+}
+
+static kiln_value gs_pad(ox_node *n, const gs *s, kiln_value v, int64_t size) {
+  if (s->pad == 1) return gs_clip(n, v, size);
+  if (s->pad == 2) {
+    v = s->align ? gs_reflect(n, v, 0, 2.0 * (double)(size - 1))
+                 : gs_reflect(n, v, -1, 2.0 * (double)size - 1);
+    return gs_clip(n, v, size);
+  }
+  return v;
+}
+
+/* The input at integer coordinates (x, y), 0 outside. */
+static kiln_value gs_tap(ox_node *n, const gs *s, kiln_value x, kiln_value y) {
+  x = kiln_unary(G, "floor", x);
+  y = kiln_unary(G, "floor", y);
+  kiln_value in = kiln_binary(G, "logical_and", kiln_binary(G, "ge", x, gs_c(n, 0)),
+                              kiln_binary(G, "le", x, gs_c(n, (double)(s->W - 1))));
+  in = kiln_binary(G, "logical_and", in, kiln_binary(G, "ge", y, gs_c(n, 0)));
+  in = kiln_binary(G, "logical_and", in, kiln_binary(G, "le", y, gs_c(n, (double)(s->H - 1))));
+  kiln_value xi = kiln_cast(G, gs_clip(n, x, s->W), KILN_I64);
+  kiln_value yi = kiln_cast(G, gs_clip(n, y, s->H), KILN_I64);
+  kiln_value lin = kiln_mul(G, kiln_add(G, s->nc, yi), kiln_scalar(G, KILN_I64, (double)s->W));
+  lin = ox_broadcast_to(n, kiln_add(G, lin, xi), 4, s->od);
+  kiln_value g[2] = {s->flat, lin};
+  kiln_attr a = kiln_attr_int("axis", 0);
+  return ox_select3(n, in, kiln_op(G, "gather", 2, g, 1, &a), gs_c(n, 0));
+}
+
+static void gs_cubic(ox_node *n, kiln_value t, kiln_value w[4]) {
+  const double A = -0.75;
+  kiln_value one = gs_c(n, 1);
+  kiln_value d[4] = {kiln_add(G, t, one), t, kiln_binary(G, "sub", one, t),
+                     kiln_binary(G, "sub", gs_c(n, 2), t)};
+  for (int k = 0; k < 4; k++) {
+    kiln_value x = d[k], p;
+    if (k == 1 || k == 2) { /* ((A + 2) x - (A + 3)) x^2 + 1 */
+      p = kiln_binary(G, "sub", kiln_mul(G, x, gs_c(n, A + 2)), gs_c(n, A + 3));
+      w[k] = kiln_add(G, kiln_mul(G, kiln_mul(G, p, x), x), one);
+    } else { /* ((A x - 5A) x + 8A) x - 4A */
+      p = kiln_binary(G, "sub", kiln_mul(G, x, gs_c(n, A)), gs_c(n, 5 * A));
+      p = kiln_add(G, kiln_mul(G, p, x), gs_c(n, 8 * A));
+      w[k] = kiln_binary(G, "sub", kiln_mul(G, p, x), gs_c(n, 4 * A));
+    }
+  }
+}
+
+static bool op_grid_sample(ox_node *n) {
+  kiln_value x = ox_in0(n), grid = ox_in(n, 1);
+  if (x == KILN_NO_VALUE || grid == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK], gd[KILN_MAX_RANK];
+  if (ox_dims_of(n, x, d) != 4 || ox_dims_of(n, grid, gd) != 4 || gd[3] != 2)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "GridSample beyond 2-D");
+  for (int k = 0; k < 4; k++)
+    if (d[k] < 0 || gd[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
+  char mode[32], pad[32];
+  snprintf(mode, sizeof mode, "%s", ox_attr_s(n, "mode", "bilinear"));
+  snprintf(pad, sizeof pad, "%s", ox_attr_s(n, "padding_mode", "zeros"));
+  gs s = {.H = d[2],
+          .W = d[3],
+          .align = ox_attr_i(n, "align_corners", 0) != 0,
+          .pad = !strcmp(pad, "border")       ? 1
+                 : !strcmp(pad, "reflection") ? 2
+                                              : 0,
+          .od = {d[0], d[1], gd[1], gd[2]}};
+  if (s.pad == 0 && strcmp(pad, "zeros"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "padding_mode '%s'", pad);
+  int m = !strcmp(mode, "nearest")    ? 0
+          : !strcmp(mode, "bilinear") ? 1
+          : !strcmp(mode, "bicubic")  ? 2
+                                      : -1;
+  if (m < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "mode '%s'", mode);
+  kiln_dim flat = d[0] * d[1] * d[2] * d[3], nc[4] = {d[0], d[1], 1, 1};
+  s.flat = ox_reshape(n, kiln_cast(G, x, KILN_F64), 1, &flat);
+  kiln_value ni = ox_iota_i64(n, 4, nc, 0), ci = ox_iota_i64(n, 4, nc, 1);
+  s.nc = kiln_mul(G, kiln_add(G, kiln_mul(G, ni, kiln_scalar(G, KILN_I64, (double)d[1])), ci),
+                  kiln_scalar(G, KILN_I64, (double)d[2]));
+  kiln_dim pd[4] = {gd[0], 1, gd[1], gd[2]};
+  kiln_value g64 = kiln_cast(G, grid, KILN_F64), c[2];
+  for (int k = 0; k < 2; k++) { /* c[0] = x (width), c[1] = y (height) */
+    int64_t size = k ? s.H : s.W;
+    kiln_value v = ox_reshape(n, ox_slice_axis(n, g64, 3, k, k + 1), 4, pd);
+    v = kiln_add(G, v, gs_c(n, 1));
+    if (s.align)
+      v = kiln_mul(G, v, gs_c(n, (double)(size - 1) / 2));
+    else
+      v = kiln_mul(G, kiln_binary(G, "sub", kiln_mul(G, v, gs_c(n, (double)size)), gs_c(n, 1)),
+                   gs_c(n, 0.5));
+    c[k] = m == 2 ? v : gs_pad(n, &s, v, size);
+  }
+  kiln_value y;
+  if (m == 0) {
+    y = gs_tap(n, &s, kiln_unary(G, "round", c[0]), kiln_unary(G, "round", c[1]));
+  } else if (m == 1) {
+    kiln_value x0 = kiln_unary(G, "floor", c[0]), y0 = kiln_unary(G, "floor", c[1]);
+    kiln_value x1 = kiln_add(G, x0, gs_c(n, 1)), y1 = kiln_add(G, y0, gs_c(n, 1));
+    kiln_value wx1 = kiln_binary(G, "sub", c[0], x0), wy1 = kiln_binary(G, "sub", c[1], y0);
+    kiln_value wx0 = kiln_binary(G, "sub", gs_c(n, 1), wx1),
+               wy0 = kiln_binary(G, "sub", gs_c(n, 1), wy1);
+    y = kiln_mul(G, gs_tap(n, &s, x0, y0), kiln_mul(G, wx0, wy0));
+    y = kiln_add(G, y, kiln_mul(G, gs_tap(n, &s, x1, y0), kiln_mul(G, wx1, wy0)));
+    y = kiln_add(G, y, kiln_mul(G, gs_tap(n, &s, x0, y1), kiln_mul(G, wx0, wy1)));
+    y = kiln_add(G, y, kiln_mul(G, gs_tap(n, &s, x1, y1), kiln_mul(G, wx1, wy1)));
+  } else {
+    kiln_value x0 = kiln_unary(G, "floor", c[0]), y0 = kiln_unary(G, "floor", c[1]);
+    kiln_value wx[4], wy[4];
+    gs_cubic(n, kiln_binary(G, "sub", c[0], x0), wx);
+    gs_cubic(n, kiln_binary(G, "sub", c[1], y0), wy);
+    y = KILN_NO_VALUE;
+    for (int j = 0; j < 4; j++) {
+      kiln_value ty = gs_pad(n, &s, kiln_add(G, y0, gs_c(n, j - 1)), s.H), row = KILN_NO_VALUE;
+      for (int i = 0; i < 4; i++) {
+        kiln_value tx = gs_pad(n, &s, kiln_add(G, x0, gs_c(n, i - 1)), s.W);
+        kiln_value t = kiln_mul(G, gs_tap(n, &s, tx, ty), wx[i]);
+        row = row == KILN_NO_VALUE ? t : kiln_add(G, row, t);
+      }
+      row = kiln_mul(G, row, wy[j]);
+      y = y == KILN_NO_VALUE ? row : kiln_add(G, y, row);
+    }
+  }
+  n->out[0] = kiln_cast(G, y, ox_vdtype(n, x));
+  return true;
+}
+
+/* A constant of x's dtype with dims d (rank r) holding v. */
+static kiln_value const_like(ox_node *n, kiln_value x, int r, const kiln_dim *d, size_t cnt,
+                             const double *v) {
+  kiln_attr a[3] = {kiln_attr_dtype("dtype", ox_vdtype(n, x)),
+                    kiln_attr_dims("shape", (size_t)r, d), kiln_attr_floats("value", cnt, v)};
+  return kiln_op(G, "constant", 0, NULL, 3, a);
+}
+
+/* DFT (opset 17) as two matmuls with cos / sin matrices along the axis,
+ * moved last: forward Y = (C xr + S xi) + i (C xi - S xr), inverse with the
+ * signs of S flipped and a 1/N; onesided keeps N/2 + 1 frequencies. */
+static bool op_dft(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  if (n->opset < 17) return ox_fail(n, KILN_ERR_UNSUPPORTED, "DFT before opset 17");
+  kiln_dim d[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d), axis;
+  if (r < 2 || (d[r - 1] != 1 && d[r - 1] != 2))
+    return ox_fail(n, KILN_ERR_PARSE, "the last axis must hold 1 (real) or 2 (complex) values");
+  if (!ox_norm_axis(n, ox_attr_i(n, "axis", 1), r - 1, &axis)) return false;
+  bool inverse = ox_attr_i(n, "inverse", 0) != 0, onesided = ox_attr_i(n, "onesided", 0) != 0;
+  int64_t N = d[axis];
+  if (N < 1 || N > 1024)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "a DFT of %lld points", (long long)N);
+  if (ox_has(n, 1)) {
+    const ox_const *c = ox_known(n, 1);
+    if (!c) return ox_need_known(n, 1);
+    if (c->n != 1 || c->d[0] != (double)N)
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "dft_length other than the axis length");
+  }
+  if (onesided && inverse) return ox_fail(n, KILN_ERR_UNSUPPORTED, "onesided inverse DFT");
+  int64_t K = onesided ? N / 2 + 1 : N;
+  double *cs = malloc((size_t)(2 * N * K) * sizeof *cs);
+  if (!cs) return ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+  double scale = inverse ? 1.0 / (double)N : 1.0;
+  for (int64_t j = 0; j < N; j++)
+    for (int64_t k = 0; k < K; k++) { /* [N, K]: x (.., N) @ m -> (.., K) */
+      double t = 2 * M_PI * (double)((j * k) % N) / (double)N;
+      cs[j * K + k] = cos(t) * scale;
+      cs[N * K + j * K + k] = sin(t) * scale * (inverse ? -1 : 1);
+    }
+  kiln_dim md[2] = {N, K};
+  kiln_value C = const_like(n, x, 2, md, (size_t)(N * K), cs);
+  kiln_value S = const_like(n, x, 2, md, (size_t)(N * K), cs + N * K);
+  free(cs);
+  /* xr, xi: [.., N] with the axis last */
+  int64_t perm[KILN_MAX_RANK], inv[KILN_MAX_RANK];
+  int m = 0;
+  for (int j = 0; j < r - 1; j++)
+    if (j != axis) perm[m++] = j;
+  perm[m++] = axis;
+  for (int j = 0; j < r - 1; j++)
+    inv[perm[j]] = j;
+  kiln_dim pd[KILN_MAX_RANK];
+  for (int j = 0; j < r - 1; j++)
+    pd[j] = d[j];
+  kiln_value part[2];
+  for (int c = 0; c < 2; c++) {
+    if (c == 1 && d[r - 1] == 1) {
+      part[1] = KILN_NO_VALUE;
+      break;
+    }
+    kiln_value v = ox_reshape(n, ox_slice_axis(n, x, r - 1, c, c + 1), r - 1, pd);
+    part[c] = kiln_transpose(G, v, (size_t)(r - 1), perm);
+  }
+  kiln_value yr = kiln_matmul(G, part[0], C),
+             yi = kiln_mul(G, kiln_matmul(G, part[0], S), ox_scalar_like(n, x, -1));
+  if (part[1] != KILN_NO_VALUE) {
+    yr = kiln_add(G, yr, kiln_matmul(G, part[1], S));
+    yi = kiln_add(G, yi, kiln_matmul(G, part[1], C));
+  }
+  kiln_dim od[KILN_MAX_RANK];
+  for (int j = 0; j < r - 1; j++)
+    od[j] = j == axis ? K : d[j];
+  od[r - 1] = 1;
+  kiln_value ys[2] = {yr, yi};
+  for (int c = 0; c < 2; c++)
+    ys[c] = ox_reshape(n, kiln_transpose(G, ys[c], (size_t)(r - 1), inv), r, od);
+  kiln_attr a = kiln_attr_int("axis", r - 1);
+  n->out[0] = kiln_op(G, "concat", 2, ys, 1, &a);
+  return true;
+}
+
+static bool global_pool(ox_node *n, const char *op) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  int64_t axes[KILN_MAX_RANK];
+  int r = ox_vrank(n, x);
+  for (int k = 2; k < r; k++)
+    axes[k - 2] = k;
+  n->out[0] = kiln_reduce(G, op, x, (size_t)(r - 2), axes, 1);
+  return true;
+}
+static bool op_global_pool(ox_node *n) { return global_pool(n, n->op->ir); }
+
+/* ---------------------------------------------------------- normalization */
+
+static bool op_batch_norm(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  int r = ox_vrank(n, x);
+  if (r < 2) return ox_fail(n, KILN_ERR_PARSE, "input of rank %d", r);
+  double eps = ox_attr_f(n, "epsilon", 1e-5);
+  kiln_value scale = ox_in(n, 1), bias = ox_in(n, 2), mean = ox_in(n, 3), var = ox_in(n, 4);
+  if (ox_attr_i(n, "training_mode", 0)) {
+    /* the batch's statistics (population variance) normalize; the running
+     * ones come out blended with them by `momentum` */
+    if (n->opset < 14 || ox_wants(n, 3) || ox_wants(n, 4))
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "training mode before opset 14, or saved statistics");
+    int64_t axes[KILN_MAX_RANK] = {0};
+    for (int k = 2; k < r; k++)
+      axes[k - 1] = k;
+    double mom = ox_attr_f(n, "momentum", 0.9);
+    kiln_value bm = kiln_reduce(G, "reduce_mean", x, (size_t)(r - 1), axes, 0);
+    kiln_value c = kiln_binary(G, "sub", x, ox_per_channel(n, bm, r));
+    kiln_value bv = kiln_reduce(G, "reduce_mean", kiln_mul(G, c, c), (size_t)(r - 1), axes, 0);
+    if (ox_wants(n, 1))
+      n->out[1] = kiln_add(G, kiln_mul(G, mean, ox_scalar_like(n, x, mom)),
+                           kiln_mul(G, bm, ox_scalar_like(n, x, 1 - mom)));
+    if (ox_wants(n, 2))
+      n->out[2] = kiln_add(G, kiln_mul(G, var, ox_scalar_like(n, x, mom)),
+                           kiln_mul(G, bv, ox_scalar_like(n, x, 1 - mom)));
+    mean = bm;
+    var = bv;
+  } else if (ox_wants(n, 1) || ox_wants(n, 2)) {
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "running statistics outside training mode");
+  }
+  kiln_value a =
+      kiln_mul(G, scale, kiln_unary(G, "rsqrt", kiln_add(G, var, ox_scalar_like(n, x, eps))));
+  kiln_value b = kiln_binary(G, "sub", bias, kiln_mul(G, mean, a));
+  n->out[0] = kiln_add(G, kiln_mul(G, x, ox_per_channel(n, a, r)), ox_per_channel(n, b, r));
+  return true;
+}
+
+static bool op_instance_norm(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  int r = ox_vrank(n, x);
+  int64_t axes[KILN_MAX_RANK];
+  for (int k = 2; k < r; k++)
+    axes[k - 2] = k;
+  double eps = ox_attr_f(n, "epsilon", 1e-5);
+  kiln_value m = kiln_reduce(G, "reduce_mean", x, (size_t)(r - 2), axes, 1);
+  kiln_value c = kiln_binary(G, "sub", x, m);
+  kiln_value v = kiln_reduce(G, "reduce_mean", kiln_mul(G, c, c), (size_t)(r - 2), axes, 1);
+  kiln_value y = kiln_mul(G, c, kiln_unary(G, "rsqrt", kiln_add(G, v, ox_scalar_like(n, x, eps))));
+  y = kiln_mul(G, y, ox_per_channel(n, ox_in(n, 1), r));
+  n->out[0] = kiln_add(G, y, ox_per_channel(n, ox_in(n, 2), r));
+  return true;
+}
+
+/* MeanVarianceNormalization: (x - mean) / (std + 1e-9) over `axes`, as
+ * ONNX's function body computes it (std of the population). */
+static bool op_mvn(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  int r = ox_vrank(n, x);
+  size_t cnt;
+  const int64_t *ax = ox_attr_ints(n, "axes", &cnt);
+  static const int64_t def[3] = {0, 2, 3};
+  if (!ax) {
+    ax = def;
+    cnt = 3;
+  }
+  int64_t axes[KILN_MAX_RANK];
+  if (cnt > (size_t)r) return ox_fail(n, KILN_ERR_PARSE, "%zu axes for rank %d", cnt, r);
+  for (size_t k = 0; k < cnt; k++) {
+    int a;
+    if (!ox_norm_axis(n, ax[k], r, &a)) return false;
+    axes[k] = a;
+  }
+  kiln_value m = kiln_reduce(G, "reduce_mean", x, cnt, axes, 1);
+  kiln_value c = kiln_binary(G, "sub", x, m);
+  kiln_value v = kiln_reduce(G, "reduce_mean", kiln_mul(G, c, c), cnt, axes, 1);
+  kiln_value sd = kiln_add(G, kiln_unary(G, "sqrt", v), ox_scalar_like(n, x, 1e-9));
+  n->out[0] = kiln_binary(G, "div", c, sd);
+  return true;
+}
+
+static bool op_layer_norm(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d), axis;
+  if (!ox_norm_axis(n, ox_attr_i(n, "axis", -1), r, &axis)) return false;
+  double eps = ox_attr_f(n, "epsilon", 1e-5);
+  kiln_value gamma = ox_broadcast_to(n, ox_in(n, 1), r - axis, d + axis);
+  kiln_value beta = ox_has(n, 2) ? ox_broadcast_to(n, ox_in(n, 2), r - axis, d + axis)
+                                 : ox_broadcast_to(n, ox_scalar_like(n, x, 0), r - axis, d + axis);
+  if (!ox_wants(n, 1) && !ox_wants(n, 2)) {
+    kiln_value in[3] = {x, gamma, beta};
+    kiln_attr a[2] = {kiln_attr_int("axis", axis), kiln_attr_float("eps", eps)};
+    n->out[0] = kiln_op(G, "layer_norm", 3, in, 2, a);
+    return true;
+  }
+  int64_t axes[KILN_MAX_RANK];
+  for (int k = axis; k < r; k++)
+    axes[k - axis] = k;
+  size_t na = (size_t)(r - axis);
+  kiln_value m = kiln_reduce(G, "reduce_mean", x, na, axes, 1);
+  kiln_value c = kiln_binary(G, "sub", x, m);
+  kiln_value v = kiln_reduce(G, "reduce_mean", kiln_mul(G, c, c), na, axes, 1);
+  kiln_value inv = kiln_unary(G, "rsqrt", kiln_add(G, v, ox_scalar_like(n, x, eps)));
+  n->out[0] = kiln_add(G, kiln_mul(G, kiln_mul(G, c, inv), gamma), beta);
+  n->out[1] = m;
+  n->out[2] = inv;
+  return true;
+}
+
+static bool op_lp_norm(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  int axis;
+  if (!ox_norm_axis(n, ox_attr_i(n, "axis", -1), ox_vrank(n, x), &axis)) return false;
+  int64_t p = ox_attr_i(n, "p", 2), ax = axis;
+  kiln_value norm;
+  if (p == 2)
+    norm = kiln_unary(G, "sqrt", kiln_reduce(G, "reduce_sum", kiln_mul(G, x, x), 1, &ax, 1));
+  else if (p == 1)
+    norm = kiln_reduce(G, "reduce_sum", kiln_unary(G, "abs", x), 1, &ax, 1);
+  else
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "p = %lld", (long long)p);
+  n->out[0] = kiln_binary(G, "div", x, norm);
+  return true;
+}
+
+/* Softmax and LogSoftmax; before opset 13 the input is seen as 2-D at `axis`. */
+static bool softmax(ox_node *n, const char *op) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d), axis;
+  if (!ox_norm_axis(n, ox_attr_i(n, "axis", n->opset < 13 ? 1 : -1), r, &axis)) return false;
+  if (n->opset >= 13 || axis == r - 1) {
+    kiln_attr a = kiln_attr_int("axis", axis);
+    n->out[0] = kiln_op(G, op, 1, &x, 1, &a);
+    return true;
+  }
+  kiln_dim d2[2];
+  if (!ox_dims_product(n, d, 0, axis, &d2[0]) || !ox_dims_product(n, d, axis, r, &d2[1]))
+    return false;
+  kiln_attr a = kiln_attr_int("axis", 1);
+  kiln_value y = ox_reshape(n, x, 2, d2);
+  n->out[0] = ox_reshape(n, kiln_op(G, op, 1, &y, 1, &a), r, d);
+  return true;
+}
+static bool op_softmax(ox_node *n) { return softmax(n, n->op->ir); }
+
+/* NegativeLogLikelihoodLoss over log-probabilities lp (N, C, d1...) and
+ * targets (N, d1...): the picked entry and its class weight come from a
+ * one-hot of the targets (an iota over C compared with them), so targets
+ * equal to ignore_index, in range or not, weigh 0. `mean` divides by the
+ * summed weights, as ONNX does. */
+static bool nll(ox_node *n, kiln_value lp, kiln_value target, size_t wk, kiln_value *out) {
+  kiln_dim d[KILN_MAX_RANK], td[KILN_MAX_RANK];
+  int r = ox_dims_of(n, lp, d);
+  if (r < 2 || ox_dims_of(n, target, td) != r - 1)
+    return ox_fail(n, KILN_ERR_PARSE, "input of rank %d and target of another shape", r);
+  for (int k = 0; k < r; k++)
+    if (d[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
+  const char *red = ox_attr_s(n, "reduction", "mean");
+  if (strcmp(red, "none") && strcmp(red, "sum") && strcmp(red, "mean"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "reduction '%s'", red);
+  kiln_dtype ft = ox_vdtype(n, lp);
+  kiln_value t64 = kiln_cast(G, target, KILN_I64);
+  kiln_dim t1[KILN_MAX_RANK];
+  for (int k = 0; k < r; k++)
+    t1[k] = k == 1 ? 1 : d[k];
+  kiln_value onehot = kiln_binary(G, "eq", ox_iota_i64(n, r, d, 1), ox_reshape(n, t64, r, t1));
+  const Onnx__AttributeProto *iia = ox_attr(n, "ignore_index");
+  if (iia) {
+    kiln_value keep = kiln_binary(G, "ne", t64, kiln_scalar(G, KILN_I64, (double)iia->i));
+    onehot =
+        kiln_binary(G, "logical_and", onehot, ox_broadcast_to(n, ox_reshape(n, keep, r, t1), r, d));
+  }
+  int64_t ax1 = 1;
+  kiln_value zero = kiln_scalar(G, ft, 0);
+  kiln_value picked = kiln_reduce(G, "reduce_sum", ox_select3(n, onehot, lp, zero), 1, &ax1, 0);
+  kiln_value w = KILN_NO_VALUE;
+  if (ox_has(n, wk)) {
+    kiln_value wv = ox_in(n, wk);
+    if (wv == KILN_NO_VALUE) return false;
+    if (ox_vrank(n, wv) != 1) return ox_fail(n, KILN_ERR_PARSE, "weights must be 1-D");
+    kiln_dim wd[KILN_MAX_RANK];
+    for (int k = 0; k < r; k++)
+      wd[k] = k == 1 ? d[1] : 1;
+    wv = ox_reshape(n, kiln_cast(G, wv, ft), r, wd);
+    w = kiln_reduce(G, "reduce_sum", ox_select3(n, onehot, wv, zero), 1, &ax1, 0);
+  } else if (iia) {
+    w = kiln_reduce(G, "reduce_sum", kiln_cast(G, onehot, ft), 1, &ax1, 0);
+  }
+  kiln_value loss = kiln_unary(G, "neg", w == KILN_NO_VALUE ? picked : kiln_mul(G, picked, w));
+  if (!strcmp(red, "none")) {
+    *out = loss;
+    return true;
+  }
+  int64_t all[KILN_MAX_RANK];
+  for (int k = 0; k < r - 1; k++)
+    all[k] = k;
+  size_t tr = (size_t)(r - 1);
+  if (!strcmp(red, "sum")) {
+    *out = kiln_reduce(G, "reduce_sum", loss, tr, all, 0);
+  } else if (w == KILN_NO_VALUE) {
+    *out = kiln_reduce(G, "reduce_mean", loss, tr, all, 0);
+  } else {
+    *out = kiln_binary(G, "div", kiln_reduce(G, "reduce_sum", loss, tr, all, 0),
+                       kiln_reduce(G, "reduce_sum", w, tr, all, 0));
+  }
+  return true;
+}
+
+static bool op_nll_loss(ox_node *n) {
+  kiln_value x = ox_in0(n), t = ox_in(n, 1);
+  if (x == KILN_NO_VALUE || t == KILN_NO_VALUE) return false;
+  return nll(n, x, t, 2, &n->out[0]);
+}
+
+/* SoftmaxCrossEntropyLoss: NLL of the log-softmax over axis 1, which is
+ * also the optional second output. */
+static bool op_sce_loss(ox_node *n) {
+  kiln_value x = ox_in0(n), t = ox_in(n, 1);
+  if (x == KILN_NO_VALUE || t == KILN_NO_VALUE) return false;
+  if (ox_vrank(n, x) < 2) return ox_fail(n, KILN_ERR_PARSE, "scores need rank >= 2");
+  kiln_attr a = kiln_attr_int("axis", 1);
+  kiln_value lp = kiln_op(G, "log_softmax", 1, &x, 1, &a);
+  if (!nll(n, lp, t, 2, &n->out[0])) return false;
+  if (ox_wants(n, 1)) n->out[1] = lp;
+  return true;
+}
+
+/* ---------------------------------------------------------- Resize */
+
+/* Where output position x of an axis samples the input, as ONNX's reference
+ * computes it (`width` is scale * in, not the rounded output size). */
+static double resize_coord(const char *mode, double x, double scale, double in, double width) {
+  if (!strcmp(mode, "align_corners")) return width == 1 ? 0 : x * (in - 1) / (width - 1);
+  if (!strcmp(mode, "asymmetric")) return x / scale;
+  if (!strcmp(mode, "pytorch_half_pixel")) return width == 1 ? -0.5 : (x + 0.5) / scale - 0.5;
+  if (!strcmp(mode, "tf_half_pixel_for_nn")) return (x + 0.5) / scale;
+  return (x + 0.5) / scale - 0.5; /* half_pixel */
+}
+
+/* The taps of one output position: *cnt indices (before edge clamping,
+ * from base - cnt/2 + 1) and their weights. An integral coordinate counts
+ * as ratio 1 from the index below it, which is how the reference picks its
+ * neighbours. */
+static void resize_taps(const char *mode, const char *nearest, double cubic_a, double xo,
+                        int64_t *base, int *cnt, double *w) {
+  double fl = floor(xo), ratio = xo - fl;
+  if (ratio == 0) ratio = 1, fl -= 1;
+  *base = (int64_t)fl;
+  if (!strcmp(mode, "cubic")) {
+    double A = cubic_a, r = ratio, s = 1 - ratio;
+    *cnt = 4;
+    w[0] = ((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A;
+    w[1] = ((A + 2) * r - (A + 3)) * r * r + 1;
+    w[2] = ((A + 2) * s - (A + 3)) * s * s + 1;
+    w[3] = ((A * (s + 1) - 5 * A) * (s + 1) + 8 * A) * (s + 1) - 4 * A;
+    return;
+  }
+  *cnt = 2;
+  if (!strcmp(mode, "linear")) {
+    w[0] = 1 - ratio, w[1] = ratio;
+    return;
+  }
+  bool right;
+  if (ratio == 1)
+    right = true;
+  else if (!strcmp(nearest, "round_prefer_ceil"))
+    right = ratio >= 0.5;
+  else if (!strcmp(nearest, "floor"))
+    right = false;
+  else if (!strcmp(nearest, "ceil"))
+    right = true;
+  else
+    right = ratio > 0.5; /* round_prefer_floor */
+  w[0] = !right, w[1] = right;
+}
+
+/* A constant of x's dtype holding v along `axis` of a rank-r shape of 1s. */
+static kiln_value axis_const(ox_node *n, kiln_value x, int r, int axis, int64_t len,
+                             const double *v) {
+  kiln_dim d[KILN_MAX_RANK];
+  for (int k = 0; k < r; k++)
+    d[k] = k == axis ? len : 1;
+  kiln_attr a[3] = {kiln_attr_dtype("dtype", ox_vdtype(n, x)),
+                    kiln_attr_dims("shape", (size_t)r, d),
+                    kiln_attr_floats("value", (size_t)len, v)};
+  return kiln_op(G, "constant", 0, NULL, 3, a);
+}
+
+/* Resize one axis from `in` to `out` entries: each tap is a gather of x
+ * along the axis times a per-position weight (nearest is one gather). */
+static bool resize_axis(ox_node *n, kiln_value *x, int r, int axis, int64_t in, int64_t out,
+                        double scale, const char *mode, const char *coord, const char *nearest,
+                        double cubic_a, bool exclude) {
+  int64_t *idx = malloc((size_t)(4 * out + 1) * sizeof *idx);
+  double *w = malloc((size_t)(4 * out + 1) * sizeof *w);
+  if (!idx || !w) {
+    free(idx), free(w);
+    return ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+  }
+  int taps = 2;
+  bool identity = in == out;
+  for (int64_t i = 0; i < out; i++) {
+    double xo = resize_coord(coord, (double)i, scale, (double)in, scale * (double)in), tw[4];
+    int64_t base;
+    resize_taps(mode, nearest, cubic_a, xo, &base, &taps, tw);
+    double sum = 0;
+    for (int t = 0; t < taps; t++) {
+      int64_t j = base - taps / 2 + 1 + t;
+      if (exclude && (j < 0 || j >= in)) tw[t] = 0;
+      sum += tw[t];
+      idx[t * out + i] = ox_clamp64(j, 0, in - 1);
+    }
+    for (int t = 0; t < taps; t++) {
+      w[t * out + i] = exclude && sum != 0 ? tw[t] / sum : tw[t];
+      if (w[t * out + i] != 0 && (w[t * out + i] != 1 || idx[t * out + i] != i)) identity = false;
+    }
+  }
+  if (identity) {
+    free(idx), free(w);
+    return true;
+  }
+  kiln_value acc = KILN_NO_VALUE;
+  bool one_hot = !strcmp(mode, "nearest");
+  if (one_hot) { /* fold the two taps into the one chosen index */
+    for (int64_t i = 0; i < out; i++)
+      if (w[out + i] != 0) idx[i] = idx[out + i];
+    acc = ox_take(n, *x, axis, (size_t)out, idx);
+  } else {
+    for (int t = 0; t < taps; t++) {
+      bool any = false;
+      for (int64_t i = 0; i < out && !any; i++)
+        any = w[t * out + i] != 0;
+      if (!any) continue;
+      kiln_value p = kiln_mul(G, ox_take(n, *x, axis, (size_t)out, idx + t * out),
+                              axis_const(n, *x, r, axis, out, w + t * out));
+      acc = acc == KILN_NO_VALUE ? p : kiln_add(G, acc, p);
+    }
+  }
+  free(idx), free(w);
+  if (acc == KILN_NO_VALUE) return ox_fail(n, KILN_ERR_PARSE, "all resize weights are 0");
+  *x = acc;
+  return true;
+}
+
+static bool resize_to(ox_node *n, kiln_value x, const char *mode, const char *coord,
+                      const char *nearest, const ox_const *sc, const ox_const *sz, double cubic_a,
+                      bool exclude);
+
+static bool op_resize(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  if (n->opset < 11) return ox_fail(n, KILN_ERR_UNSUPPORTED, "Resize before opset 11");
+  /* ox_attr_s returns one shared buffer: copy each string. */
+  char mode[64], coord[64], nearest[64];
+  snprintf(mode, sizeof mode, "%s", ox_attr_s(n, "mode", "nearest"));
+  snprintf(coord, sizeof coord, "%s", ox_attr_s(n, "coordinate_transformation_mode", "half_pixel"));
+  snprintf(nearest, sizeof nearest, "%s", ox_attr_s(n, "nearest_mode", "round_prefer_floor"));
+  if (strcmp(mode, "nearest") && strcmp(mode, "linear") && strcmp(mode, "cubic"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "mode '%s'", mode);
+  static const char *const coords[] = {"half_pixel", "pytorch_half_pixel", "align_corners",
+                                       "asymmetric", "tf_half_pixel_for_nn"};
+  bool known_coord = false;
+  for (size_t k = 0; k < sizeof coords / sizeof *coords; k++)
+    known_coord |= !strcmp(coord, coords[k]);
+  if (!known_coord)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "coordinate_transformation_mode '%s'", coord);
+  static const char *const nmodes[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+  bool known_nearest = false;
+  for (size_t k = 0; k < 4; k++)
+    known_nearest |= !strcmp(nearest, nmodes[k]);
+  if (!known_nearest) return ox_fail(n, KILN_ERR_UNSUPPORTED, "nearest_mode '%s'", nearest);
+  if (ox_attr(n, "axes") || ox_attr_i(n, "antialias", 0) ||
+      strcmp(ox_attr_s(n, "keep_aspect_ratio_policy", "stretch"), "stretch"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "axes, antialias or keep_aspect_ratio_policy");
+  if (strcmp(mode, "nearest") && !ox_is_float(ox_vdtype(n, x)))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "%s resizing of an integer tensor", mode);
+  const ox_const *sc = ox_has(n, 2) ? ox_known(n, 2) : NULL,
+                 *sz = ox_has(n, 3) ? ox_known(n, 3) : NULL;
+  if (ox_has(n, 2) && !sc) return ox_need_known(n, 2);
+  if (ox_has(n, 3) && !sz) return ox_need_known(n, 3);
+  if (sc && sc->n == 0) sc = NULL;
+  if (sz && sz->n == 0) sz = NULL;
+  if (!sc == !sz) return ox_fail(n, KILN_ERR_PARSE, "needs exactly one of scales and sizes");
+  double cubic_a = ox_attr_f(n, "cubic_coeff_a", -0.75);
+  bool exclude = ox_attr_i(n, "exclude_outside", 0) != 0;
+  return resize_to(n, x, mode, coord, nearest, sc, sz, cubic_a, exclude);
+}
+
+/* Upsample (opsets 7 and 9, Resize's predecessor): nearest (floor) or
+ * linear over asymmetric coordinates, as ONNX Runtime maps it. */
+static bool op_upsample(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  char mode[64];
+  snprintf(mode, sizeof mode, "%s", ox_attr_s(n, "mode", "nearest"));
+  if (strcmp(mode, "nearest") && strcmp(mode, "linear"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "mode '%s'", mode);
+  if (strcmp(mode, "nearest") && !ox_is_float(ox_vdtype(n, x)))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "linear upsampling of an integer tensor");
+  ox_const attr = {.dtype = KILN_F32, .rank = 1};
+  double v[KILN_MAX_RANK];
+  const ox_const *sc = &attr;
+  if (n->opset >= 9) {
+    if (!(sc = ox_known(n, 1))) return ox_need_known(n, 1);
+  } else {
+    const Onnx__AttributeProto *a = ox_attr(n, "scales");
+    if (!a || a->n_floats > KILN_MAX_RANK) return ox_fail(n, KILN_ERR_PARSE, "scales");
+    for (size_t k = 0; k < a->n_floats; k++)
+      v[k] = a->floats[k];
+    attr.n = a->n_floats;
+    attr.dims[0] = (int64_t)a->n_floats;
+    attr.d = v;
+  }
+  return resize_to(n, x, mode, "asymmetric", "floor", sc, NULL, -0.75, false);
+}
+
+/* Resizes x by scales sc or to sizes sz (one of them NULL). */
+static bool resize_to(ox_node *n, kiln_value x, const char *mode, const char *coord,
+                      const char *nearest, const ox_const *sc, const ox_const *sz, double cubic_a,
+                      bool exclude) {
+  kiln_dim d[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d);
+  const ox_const *c = sc ? sc : sz;
+  if ((int)c->n != r || c->sym)
+    return ox_fail(n, KILN_ERR_PARSE, "%zu scales or sizes for rank %d", c->n, r);
+  if (sz && !sz->i) return ox_fail(n, KILN_ERR_PARSE, "sizes must be integers");
+  for (int k = 0; k < r; k++) {
+    int64_t out;
+    double scale;
+    if (sz) {
+      out = sz->i[k];
+      if (d[k] < 0 && out == d[k]) continue;
+      scale = d[k] > 0 ? (double)out / (double)d[k] : 0;
+    } else {
+      scale = sc->d[k];
+      if (d[k] < 0 && scale == 1) continue;
+      out = (int64_t)(scale * (double)d[k]);
+    }
+    if (d[k] <= 0 || !(scale > 0) || out < 1 || out > ((int64_t)1 << 24))
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "resizing axis %d of %lld to %lld", k,
+                     (long long)d[k], (long long)out);
+    if (!resize_axis(n, &x, r, k, d[k], out, scale, mode, coord, nearest, cubic_a, exclude))
+      return false;
+  }
+  n->out[0] = x;
+  return true;
+}
+
+/* LRN across channels: the window sum of squares is `size` shifted slices
+ * of the zero-padded squares. */
+static bool op_lrn(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d);
+  int64_t size = ox_attr_i(n, "size", 0);
+  if (r < 3 || d[1] < 0)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "needs rank >= 3 and a static channel axis");
+  if (size < 1 || size > OX_MAX_IO)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "size %lld", (long long)size);
+  double alpha = ox_attr_f(n, "alpha", 1e-4), beta = ox_attr_f(n, "beta", 0.75),
+         bias = ox_attr_f(n, "bias", 1);
+  int64_t lo[KILN_MAX_RANK] = {0}, hi[KILN_MAX_RANK] = {0};
+  lo[1] = (size - 1) / 2;
+  hi[1] = size - 1 - lo[1];
+  kiln_attr a[3] = {kiln_attr_ints("low", (size_t)r, lo), kiln_attr_ints("high", (size_t)r, hi),
+                    kiln_attr_float("value", 0)};
+  kiln_value sq = kiln_mul(G, x, x);
+  sq = kiln_op(G, "pad", 1, &sq, 3, a);
+  kiln_value sum = KILN_NO_VALUE;
+  for (int64_t j = 0; j < size; j++) {
+    kiln_value s = ox_slice_axis(n, sq, 1, j, j + d[1]);
+    sum = sum == KILN_NO_VALUE ? s : kiln_add(G, sum, s);
+  }
+  kiln_value den = kiln_add(G, kiln_mul(G, sum, ox_scalar_like(n, x, alpha / (double)size)),
+                            ox_scalar_like(n, x, bias));
+  n->out[0] = kiln_binary(G, "div", x, kiln_binary(G, "pow", den, ox_scalar_like(n, x, beta)));
+  return true;
+}
+/* ---------------------------------------------------------- Einsum */
+
+#define EIN_MAX (KILN_MAX_RANK * 2)
+
+/* One Einsum term: its labels (0-51 letters, 52+ ellipsis axes) per axis. */
+typedef struct {
+  int n, lab[EIN_MAX];
+} ein_term;
+
+static int ein_label(char ch) {
+  if (ch >= 'a' && ch <= 'z') return ch - 'a';
+  if (ch >= 'A' && ch <= 'Z') return 26 + ch - 'A';
+  return -1;
+}
+
+/* Parses one term of `len` characters for an operand of `rank` axes (rank
+ * < 0 for the output, whose ellipsis has `ell` axes). */
+static bool ein_term_parse(ox_node *n, const char *s, size_t len, int rank, int ell, ein_term *t) {
+  int letters = 0;
+  bool dots = false;
+  for (size_t k = 0; k < len; k++)
+    letters += ein_label(s[k]) >= 0;
+  if (rank >= 0 && memchr(s, '.', len)) ell = rank - letters;
+  t->n = 0;
+  for (size_t k = 0; k < len; k++) {
+    int l = ein_label(s[k]);
+    if (l >= 0) {
+      if (t->n >= EIN_MAX)
+        return ox_fail(n, KILN_ERR_UNSUPPORTED, "too many axes in an Einsum term");
+      t->lab[t->n++] = l;
+    } else if (s[k] == '.' && !dots && k + 2 < len && s[k + 1] == '.' && s[k + 2] == '.') {
+      if (ell < 0 || t->n + ell > EIN_MAX)
+        return ox_fail(n, KILN_ERR_PARSE, "a bad ellipsis in the equation");
+      for (int j = 0; j < ell; j++)
+        t->lab[t->n++] = 52 + (KILN_MAX_RANK - ell) + j;
+      dots = true;
+      k += 2;
+    } else {
+      return ox_fail(n, KILN_ERR_PARSE, "character '%c' in the equation", s[k]);
+    }
+  }
+  if (rank >= 0 && t->n != rank)
+    return ox_fail(n, KILN_ERR_PARSE, "an equation term of %d axes for an input of rank %d", t->n,
+                   rank);
+  return true;
+}
+
+/* Repeated labels in one operand: keep the diagonal (mask, then sum one axis away). */
+static kiln_value ein_diagonal(ox_node *n, kiln_value x, ein_term *t) {
+  for (int p = 0; p < t->n; p++)
+    for (int q = p + 1; q < t->n; q++) {
+      if (t->lab[p] != t->lab[q]) continue;
+      kiln_dim d[KILN_MAX_RANK];
+      int r = ox_dims_of(n, x, d);
+      kiln_value eq = kiln_binary(G, "eq", ox_iota_i64(n, r, d, p), ox_iota_i64(n, r, d, q));
+      int64_t ax = q;
+      x = kiln_reduce(G, "reduce_sum", ox_select3(n, eq, x, ox_scalar_like(n, x, 0)), 1, &ax, 0);
+      for (int j = q; j + 1 < t->n; j++)
+        t->lab[j] = t->lab[j + 1];
+      t->n--;
+      q--;
+    }
+  return x;
+}
+
+/* Einsum as broadcasting: every operand is transposed and reshaped onto
+ * one axis per label (output labels first), the product is summed over the
+ * labels the output lacks. Simple and exact, but the product spans every
+ * label: contractions of big operands want MatMul instead. */
+static bool op_einsum(ox_node *n) {
+  const Onnx__AttributeProto *ea = ox_attr(n, "equation");
+  if (ea && ea->has_s && ea->s.len >= 63) /* ox_attr_s keeps 63 bytes */
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "an equation of %zu characters", ea->s.len);
+  const char *eq = ox_attr_s(n, "equation", "");
+  char buf[64];
+  snprintf(buf, sizeof buf, "%s", eq);
+  char sp[64];
+  size_t m = 0;
+  for (size_t k = 0; buf[k]; k++)
+    if (buf[k] != ' ') sp[m++] = buf[k];
+  sp[m] = 0;
+  if (!n->nin || n->nin > KILN_MAX_RANK)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "%zu inputs", n->nin);
+  const char *arrow = strstr(sp, "->");
+  size_t lhs_len = arrow ? (size_t)(arrow - sp) : m;
+  ein_term in[KILN_MAX_RANK], out;
+  kiln_value x[KILN_MAX_RANK];
+  int ell = 0;
+  size_t at = 0;
+  for (size_t k = 0; k < n->nin; k++) {
+    const char *c = memchr(sp + at, ',', lhs_len - at);
+    size_t end = c ? (size_t)(c - sp) : lhs_len;
+    if ((k + 1 < n->nin) != (c != NULL))
+      return ox_fail(n, KILN_ERR_PARSE, "the equation has another number of inputs");
+    if ((x[k] = ox_in(n, k)) == KILN_NO_VALUE) return false;
+    if (!ein_term_parse(n, sp + at, end - at, ox_vrank(n, x[k]), -1, &in[k])) return false;
+    int letters = 0;
+    for (size_t j = at; j < end; j++)
+      letters += ein_label(sp[j]) >= 0;
+    if (in[k].n - letters > ell) ell = in[k].n - letters;
+    x[k] = ein_diagonal(n, x[k], &in[k]);
+    at = end + 1;
+  }
+  /* The output term: given, or the ellipsis then the letters seen once, in order. */
+  if (arrow) {
+    if (!ein_term_parse(n, arrow + 2, strlen(arrow + 2), -1, ell, &out)) return false;
+  } else {
+    int cnt[52] = {0};
+    for (size_t k = 0; k < n->nin; k++)
+      for (int j = 0; j < in[k].n; j++)
+        if (in[k].lab[j] < 52) cnt[in[k].lab[j]]++;
+    out.n = 0;
+    for (int j = 0; j < ell; j++)
+      out.lab[out.n++] = 52 + (KILN_MAX_RANK - ell) + j;
+    for (int l = 0; l < 52; l++)
+      if (cnt[l] == 1) out.lab[out.n++] = l;
+  }
+  /* All labels: the output's, then the summed ones. */
+  int all[EIN_MAX], na = 0;
+  for (int j = 0; j < out.n; j++)
+    all[na++] = out.lab[j];
+  for (size_t k = 0; k < n->nin; k++)
+    for (int j = 0; j < in[k].n; j++) {
+      bool seen = false;
+      for (int i = 0; i < na && !seen; i++)
+        seen = all[i] == in[k].lab[j];
+      if (!seen) {
+        if (na >= KILN_MAX_RANK)
+          return ox_fail(n, KILN_ERR_UNSUPPORTED, "more than %d labels", KILN_MAX_RANK);
+        all[na++] = in[k].lab[j];
+      }
+    }
+  if (na > KILN_MAX_RANK)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "more than %d labels", KILN_MAX_RANK);
+  kiln_value prod = KILN_NO_VALUE;
+  for (size_t k = 0; k < n->nin; k++) {
+    kiln_dim d[KILN_MAX_RANK], nd[KILN_MAX_RANK];
+    int r = ox_dims_of(n, x[k], d);
+    int64_t perm[KILN_MAX_RANK];
+    int np = 0;
+    for (int i = 0; i < na; i++) {
+      nd[i] = 1;
+      for (int j = 0; j < r; j++)
+        if (in[k].lab[j] == all[i]) perm[np++] = j, nd[i] = d[j];
+    }
+    if (np != r) return ox_fail(n, KILN_ERR_PARSE, "an output label missing from the inputs");
+    kiln_value v = r > 1 ? kiln_transpose(G, x[k], (size_t)r, perm) : x[k];
+    v = ox_reshape(n, v, na, nd);
+    prod = prod == KILN_NO_VALUE ? v : kiln_mul(G, prod, v);
+  }
+  for (int j = 0; j < out.n; j++) {
+    bool found = false;
+    for (size_t k = 0; k < n->nin && !found; k++)
+      for (int i = 0; i < in[k].n && !found; i++)
+        found = in[k].lab[i] == out.lab[j];
+    if (!found) return ox_fail(n, KILN_ERR_PARSE, "output label not in any input");
+  }
+  if (na > out.n) {
+    int64_t ax[KILN_MAX_RANK];
+    for (int i = out.n; i < na; i++)
+      ax[i - out.n] = i;
+    prod = kiln_reduce(G, "reduce_sum", prod, (size_t)(na - out.n), ax, 0);
+  }
+  n->out[0] = prod;
+  return true;
+}
+
+/* ---------------------------------------------------------- the table */
+
+const ox_op ox_ops_nn[] = {
+    {"AveragePool", op_average_pool, 0, NULL},
+    {"BatchNormalization", op_batch_norm, 0, NULL},
+    {"Conv", op_conv, 0, NULL},
+    {"ConvTranspose", op_conv_transpose, 0, NULL},
+    {"Einsum", op_einsum, 1, NULL},
+    {"Gemm", op_gemm, 0, NULL},
+    {"GlobalAveragePool", op_global_pool, 0, "reduce_mean"},
+    {"GlobalMaxPool", op_global_pool, 0, "reduce_max"},
+    {"InstanceNormalization", op_instance_norm, 0, NULL},
+    {"LRN", op_lrn, 0, NULL},
+    {"LayerNormalization", op_layer_norm, 0, NULL},
+    {"LogSoftmax", op_softmax, 1, "log_softmax"},
+    {"LpNormalization", op_lp_norm, 1, NULL},
+    {"MatMul", op_matmul, 0, NULL},
+    {"MaxPool", op_max_pool, 0, NULL},
+    {"MaxUnpool", op_max_unpool, 0, NULL},
+    {"MeanVarianceNormalization", op_mvn, 1, NULL},
+    {"NegativeLogLikelihoodLoss", op_nll_loss, 0, NULL},
+    {"Resize", op_resize, 0, NULL},
+    {"Upsample", op_upsample, 0, NULL},
+    {"GridSample", op_grid_sample, 0, NULL},
+    {"DFT", op_dft, 0, NULL},
+    {"Softmax", op_softmax, 1, "softmax"},
+    {"SoftmaxCrossEntropyLoss", op_sce_loss, 0, NULL},
+};
+const size_t ox_n_ops_nn = sizeof ox_ops_nn / sizeof *ox_ops_nn;

@@ -1,0 +1,1285 @@
+/*
+ * onnx_ops_tensor.c — ONNX ops that reduce, reshape, slice, gather and scatter tensors, and those
+ * known at import.
+ *
+ * Ops that reduce, reshape, slice, pad, gather and scatter tensors, and the
+ * ones whose results are known at import (Shape, Size, Constant,
+ * ConstantOfShape, Range). Inputs that Kiln needs as attributes (Reshape's
+ * shape, Slice's starts, the axes of opset-13 reductions, Pad's pads) must be
+ * known at import, which they are in exported models once shape
+ * computations are folded.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/onnx_ops.h"
+
+/* ---------------------------------------------------------- reductions */
+
+typedef enum {
+  R_SUM,
+  R_MEAN,
+  R_MAX,
+  R_MIN,
+  R_PROD,
+  R_L1,
+  R_L2,
+  R_LOGSUM,
+  R_LOGSUMEXP,
+  R_SUMSQ
+} rkind;
+
+static bool reduce(ox_node *n, rkind kind) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d), axes[KILN_MAX_RANK];
+  size_t na;
+  bool given;
+  if (!ox_axes_arg(n, 1, r, axes, &na, &given)) return false;
+  int keep = ox_attr_i(n, "keepdims", 1) != 0;
+  if (!na) {
+    if (ox_attr_i(n, "noop_with_empty_axes", 0)) {
+      n->out[0] = x;
+      return true;
+    }
+    for (int k = 0; k < r; k++)
+      axes[k] = k;
+    na = (size_t)r;
+  }
+  qsort(axes, na, sizeof *axes, ox_cmp_int);
+  int64_t ax[KILN_MAX_RANK];
+  size_t m = 0;
+  for (size_t k = 0; k < na; k++)
+    if (!m || ax[m - 1] != axes[k]) ax[m++] = axes[k];
+  static const char *const ops[] = {"reduce_sum",  "reduce_mean", "reduce_max", "reduce_min",
+                                    "reduce_prod", "reduce_sum",  "reduce_sum", "reduce_sum",
+                                    "reduce_sum",  "reduce_sum"};
+  kiln_value t = x;
+  if (kind == R_L1) t = kiln_unary(G, "abs", x);
+  if (kind == R_L2 || kind == R_SUMSQ) t = kiln_mul(G, x, x);
+  if (kind == R_LOGSUMEXP) {
+    kiln_value mx = kiln_reduce(G, "reduce_max", x, m, ax, 1);
+    kiln_value s =
+        kiln_reduce(G, "reduce_sum", kiln_unary(G, "exp", kiln_binary(G, "sub", x, mx)), m, ax, 1);
+    kiln_value y = kiln_add(G, kiln_unary(G, "log", s), mx);
+    if (!keep) {
+      kiln_dim od[KILN_MAX_RANK];
+      int orank = 0;
+      for (int k = 0, j = 0; k < r; k++) {
+        if ((size_t)j < m && ax[j] == k)
+          j++;
+        else
+          od[orank++] = d[k];
+      }
+      y = ox_reshape(n, y, orank, od);
+    }
+    n->out[0] = y;
+    return true;
+  }
+  kiln_value y = kiln_reduce(G, ops[kind], t, m, ax, keep);
+  if (kind == R_L2) y = kiln_unary(G, "sqrt", y);
+  if (kind == R_LOGSUM) y = kiln_unary(G, "log", y);
+  n->out[0] = y;
+  return true;
+}
+static bool op_reduce_sum(ox_node *n) { return reduce(n, R_SUM); }
+static bool op_reduce_mean(ox_node *n) { return reduce(n, R_MEAN); }
+static bool op_reduce_max(ox_node *n) { return reduce(n, R_MAX); }
+static bool op_reduce_min(ox_node *n) { return reduce(n, R_MIN); }
+static bool op_reduce_prod(ox_node *n) { return reduce(n, R_PROD); }
+static bool op_reduce_l1(ox_node *n) { return reduce(n, R_L1); }
+static bool op_reduce_l2(ox_node *n) { return reduce(n, R_L2); }
+static bool op_reduce_log_sum(ox_node *n) { return reduce(n, R_LOGSUM); }
+static bool op_reduce_log_sum_exp(ox_node *n) { return reduce(n, R_LOGSUMEXP); }
+static bool op_reduce_sum_square(ox_node *n) { return reduce(n, R_SUMSQ); }
+
+static bool arg_reduce(ox_node *n, const char *op) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  int axis;
+  if (!ox_norm_axis(n, ox_attr_i(n, "axis", 0), ox_vrank(n, x), &axis)) return false;
+  kiln_attr a[2] = {kiln_attr_int("axis", axis),
+                    kiln_attr_bool("keepdims", ox_attr_i(n, "keepdims", 1) != 0)};
+  if (!ox_attr_i(n, "select_last_index", 0)) {
+    n->out[0] = kiln_op(G, op, 1, &x, 2, a);
+    return true;
+  }
+  /* The last extremum is the first one of the reversed axis: L - 1 - that index. */
+  kiln_dim len = ox_vdim(n, x, axis);
+  if (len <= 0)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "select_last_index over a symbolic or empty axis");
+  int64_t *idx = malloc((size_t)len * sizeof *idx);
+  if (!idx) return ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+  for (int64_t j = 0; j < len; j++)
+    idx[j] = len - 1 - j;
+  kiln_value rx = ox_take(n, x, axis, (size_t)len, idx);
+  free(idx);
+  kiln_value i = kiln_op(G, op, 1, &rx, 2, a);
+  n->out[0] = kiln_binary(G, "sub", kiln_scalar(G, ox_vdtype(n, i), (double)(len - 1)), i);
+  return true;
+}
+static bool op_arg_reduce(ox_node *n) { return arg_reduce(n, n->op->ir); }
+
+/* ---------------------------------------------------------- shapes */
+
+/* Reshape's target: 0 copies the input dim (unless allowzero), -1 is inferred. */
+static bool op_reshape(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  const int64_t *v;
+  const uint8_t *sym;
+  size_t c;
+  if (n->opset < 5) {
+    v = ox_attr_ints(n, "shape", &c);
+    sym = NULL;
+  } else if (!ox_known_ints(n, 1, &v, &c, &sym)) {
+    return false;
+  }
+  if (c > KILN_MAX_RANK) return ox_fail(n, KILN_ERR_UNSUPPORTED, "rank %zu", c);
+  kiln_dim xd[KILN_MAX_RANK], d[KILN_MAX_RANK];
+  int xr = ox_dims_of(n, x, xd), infer = -1;
+  bool allowzero = ox_attr_i(n, "allowzero", 0) != 0;
+  for (size_t k = 0; k < c; k++) {
+    if (sym && sym[k])
+      d[k] = (kiln_dim)v[k];
+    else if (v[k] == 0 && !allowzero) {
+      if ((int)k >= xr)
+        return ox_fail(n, KILN_ERR_PARSE, "shape entry %zu is 0 past the input's rank", k);
+      d[k] = xd[k];
+    } else if (v[k] == -1) {
+      if (infer >= 0) return ox_fail(n, KILN_ERR_PARSE, "two -1 entries in the shape");
+      infer = (int)k;
+      d[k] = 1;
+    } else if (v[k] < 0) {
+      return ox_fail(n, KILN_ERR_PARSE, "shape entry %zu is %lld", k, (long long)v[k]);
+    } else {
+      d[k] = v[k];
+    }
+  }
+  if (infer >= 0) {
+    /* What the input has that the rest of the target lacks: a static factor, or one symbol. */
+    int64_t px = 1, pt = 1;
+    kiln_dim extra = 0;
+    int nextra = 0;
+    bool used[KILN_MAX_RANK] = {0};
+    for (int k = 0; k < xr; k++) {
+      if (xd[k] >= 0) {
+        px *= xd[k];
+        continue;
+      }
+      bool found = false;
+      for (size_t j = 0; j < c && !found; j++)
+        if ((int)j != infer && d[j] == xd[k] && !used[j]) used[j] = found = true;
+      if (!found) extra = xd[k], nextra++;
+    }
+    for (size_t j = 0; j < c; j++)
+      if (d[j] >= 0)
+        pt *= d[j];
+      else if (!used[j])
+        return ox_fail(n, KILN_ERR_PARSE, "the target holds a symbol the input lacks");
+    if (nextra == 0 && pt && px % pt == 0)
+      d[infer] = px / pt;
+    else if (nextra == 1 && px == pt)
+      d[infer] = extra;
+    else if (nextra == 0 && pt == 0 && px == 0)
+      d[infer] = 0;
+    else
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "cannot infer the -1 entry of the shape");
+  }
+  n->out[0] = ox_reshape(n, x, (int)c, d);
+  return true;
+}
+
+static bool op_flatten(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK], d2[2];
+  int r = ox_dims_of(n, x, d);
+  int64_t axis = ox_attr_i(n, "axis", 1);
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis > r) return ox_fail(n, KILN_ERR_PARSE, "axis outside [-%d, %d]", r, r);
+  if (!ox_dims_product(n, d, 0, (int)axis, &d2[0]) || !ox_dims_product(n, d, (int)axis, r, &d2[1]))
+    return false;
+  n->out[0] = ox_reshape(n, x, 2, d2);
+  return true;
+}
+
+static bool op_transpose(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  int r = ox_vrank(n, x);
+  size_t c;
+  const int64_t *p = ox_attr_ints(n, "perm", &c);
+  int64_t perm[KILN_MAX_RANK];
+  if (p && c != (size_t)r)
+    return ox_fail(n, KILN_ERR_PARSE, "perm has %zu entries for rank %d", c, r);
+  for (int k = 0; k < r; k++)
+    perm[k] = p ? p[k] : r - 1 - k;
+  n->out[0] = kiln_transpose(G, x, (size_t)r, perm);
+  return true;
+}
+
+static bool op_squeeze(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK], od[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d), axes[KILN_MAX_RANK], orank = 0;
+  size_t na;
+  bool given, drop[KILN_MAX_RANK] = {0};
+  if (!ox_axes_arg(n, 1, r, axes, &na, &given)) return false;
+  for (size_t k = 0; k < na; k++) {
+    if (d[axes[k]] != 1)
+      return ox_fail(n, KILN_ERR_PARSE, "axis %d has size %lld, not 1", axes[k],
+                     (long long)d[axes[k]]);
+    drop[axes[k]] = true;
+  }
+  if (!na)
+    for (int k = 0; k < r; k++)
+      drop[k] = d[k] == 1;
+  for (int k = 0; k < r; k++)
+    if (!drop[k]) od[orank++] = d[k];
+  n->out[0] = ox_reshape(n, x, orank, od);
+  return true;
+}
+
+static bool op_unsqueeze(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK], od[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d), axes[KILN_MAX_RANK];
+  const int64_t *v;
+  size_t na;
+  if (ox_has(n, 1)) {
+    if (!ox_known_ints(n, 1, &v, &na, NULL)) return false;
+  } else {
+    v = ox_attr_ints(n, "axes", &na);
+  }
+  int orank = r + (int)na;
+  if (orank > KILN_MAX_RANK) return ox_fail(n, KILN_ERR_UNSUPPORTED, "rank %d", orank);
+  bool ins[KILN_MAX_RANK] = {0};
+  for (size_t k = 0; k < na; k++) {
+    if (!ox_norm_axis(n, v[k], orank, &axes[k])) return false;
+    if (ins[axes[k]]) return ox_fail(n, KILN_ERR_PARSE, "axis %d repeated", axes[k]);
+    ins[axes[k]] = true;
+  }
+  for (int k = 0, j = 0; k < orank; k++)
+    od[k] = ins[k] ? 1 : d[j++];
+  n->out[0] = ox_reshape(n, x, orank, od);
+  return true;
+}
+
+static bool op_concat(ox_node *n) {
+  kiln_value in[OX_MAX_IO];
+  size_t m = 0;
+  for (size_t k = 0; k < n->nin; k++)
+    if (ox_has(n, k) && (in[m++] = ox_in(n, k)) == KILN_NO_VALUE) return false;
+  if (!m) return ox_fail(n, KILN_ERR_PARSE, "no inputs");
+  int axis;
+  if (!ox_norm_axis(n, ox_attr_i(n, "axis", 0), ox_vrank(n, in[0]), &axis)) return false;
+  kiln_attr a = kiln_attr_int("axis", axis);
+  n->out[0] = m == 1 ? in[0] : kiln_op(G, "concat", m, in, 1, &a);
+  return true;
+}
+
+static bool op_split(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  int axis;
+  if (!ox_norm_axis(n, ox_attr_i(n, "axis", 0), ox_vrank(n, x), &axis)) return false;
+  kiln_dim dim = ox_vdim(n, x, axis);
+  if (dim < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "Split along a symbolic dim");
+  const int64_t *sz;
+  size_t c;
+  if (ox_has(n, 1)) {
+    if (!ox_known_ints(n, 1, &sz, &c, NULL)) return false;
+  } else {
+    sz = ox_attr_ints(n, "split", &c);
+  }
+  if (sz && c != n->nout)
+    return ox_fail(n, KILN_ERR_PARSE, "%zu split sizes for %zu outputs", c, n->nout);
+  int64_t chunk = (dim + (int64_t)n->nout - 1) / (int64_t)(n->nout ? n->nout : 1), at = 0;
+  for (size_t k = 0; k < n->nout; k++) {
+    int64_t len = sz ? sz[k] : (at + chunk > dim ? dim - at : chunk);
+    if (len < 0 || at + len > dim) return ox_fail(n, KILN_ERR_PARSE, "split sizes exceed the axis");
+    n->out[k] = ox_slice_axis(n, x, axis, at, at + len);
+    at += len;
+  }
+  if (at != dim)
+    return ox_fail(n, KILN_ERR_PARSE, "split sizes sum to %lld, the axis is %lld", (long long)at,
+                   (long long)dim);
+  return true;
+}
+
+static bool op_slice(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d);
+  const int64_t *starts, *ends, *axv = NULL, *steps = NULL;
+  size_t ns, ne, na = 0, nst = 0;
+  if (n->opset < 10) {
+    starts = ox_attr_ints(n, "starts", &ns);
+    ends = ox_attr_ints(n, "ends", &ne);
+    axv = ox_attr_ints(n, "axes", &na);
+  } else {
+    if (!ox_known_ints(n, 1, &starts, &ns, NULL) || !ox_known_ints(n, 2, &ends, &ne, NULL))
+      return false;
+    if (ox_has(n, 3) && !ox_known_ints(n, 3, &axv, &na, NULL)) return false;
+    if (ox_has(n, 4) && !ox_known_ints(n, 4, &steps, &nst, NULL)) return false;
+  }
+  if (ns != ne || (axv && na != ns) || (steps && nst != ns) || ns > KILN_MAX_RANK)
+    return ox_fail(n, KILN_ERR_PARSE, "starts, ends, axes and steps differ in length");
+  int64_t st[KILN_MAX_RANK], sp[KILN_MAX_RANK], step[KILN_MAX_RANK], rstart[KILN_MAX_RANK],
+      rstep[KILN_MAX_RANK];
+  bool rev[KILN_MAX_RANK] = {0}, seen[KILN_MAX_RANK] = {0};
+  for (int k = 0; k < r; k++)
+    st[k] = 0, sp[k] = d[k], step[k] = 1;
+  for (size_t j = 0; j < ns; j++) {
+    int a;
+    if (!ox_norm_axis(n, axv ? axv[j] : (int64_t)j, r, &a)) return false;
+    if (seen[a]) return ox_fail(n, KILN_ERR_PARSE, "axis %d repeated", a);
+    seen[a] = true;
+    int64_t s = steps ? steps[j] : 1, b = starts[j], e = ends[j], dim = d[a];
+    if (s == 0) return ox_fail(n, KILN_ERR_PARSE, "step 0");
+    if (dim < 0) {
+      if (b == 0 && s == 1 && e >= INT32_MAX) continue; /* the whole symbolic axis */
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "a partial slice of symbolic axis %d", a);
+    }
+    if (b < 0) b += dim;
+    if (e < 0) e += dim;
+    if (s > 0) {
+      b = ox_clamp64(b, 0, dim);
+      e = ox_clamp64(e, 0, dim);
+      st[a] = b;
+      sp[a] = e < b ? b : e;
+      step[a] = s;
+    } else {
+      b = ox_clamp64(b, -1, dim - 1);
+      e = ox_clamp64(e, -1, dim - 1);
+      rev[a] = true;
+      rstart[a] = b;
+      rstep[a] = s;
+      sp[a] = e < b ? b - e : 0; /* the count, for the gather below */
+    }
+  }
+  kiln_value y = x;
+  bool any = false;
+  for (int k = 0; k < r && !any; k++)
+    any = !rev[k] && (st[k] || sp[k] != d[k] || step[k] != 1);
+  if (any) {
+    int64_t st2[KILN_MAX_RANK], sp2[KILN_MAX_RANK], sv[KILN_MAX_RANK];
+    for (int k = 0; k < r; k++) {
+      st2[k] = rev[k] ? 0 : st[k];
+      sp2[k] = rev[k] ? d[k] : sp[k];
+      sv[k] = rev[k] ? 1 : step[k];
+    }
+    kiln_attr a[3] = {kiln_attr_ints("start", (size_t)r, st2),
+                      kiln_attr_ints("stop", (size_t)r, sp2),
+                      kiln_attr_ints("step", (size_t)r, sv)};
+    y = kiln_op(G, "slice", 1, &y, 3, a);
+  }
+  for (int k = 0; k < r; k++) {
+    if (!rev[k]) continue;
+    int64_t span = sp[k], cnt = (span + (-rstep[k]) - 1) / (-rstep[k]);
+    int64_t *idx = malloc((size_t)(cnt ? cnt : 1) * sizeof *idx);
+    if (!idx) return ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+    for (int64_t j = 0; j < cnt; j++)
+      idx[j] = rstart[k] + j * rstep[k];
+    y = ox_take(n, y, k, (size_t)cnt, idx);
+    free(idx);
+  }
+  n->out[0] = y;
+  return true;
+}
+
+static bool op_gather(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  int axis;
+  if (!ox_norm_axis(n, ox_attr_i(n, "axis", 0), ox_vrank(n, x), &axis)) return false;
+  kiln_dim dim = ox_vdim(n, x, axis);
+  const ox_const *c = ox_known(n, 1);
+  bool negative = !c || !c->i;
+  for (size_t k = 0; !negative && k < c->n; k++)
+    negative = c->i[k] < 0;
+  kiln_value idx = ox_in(n, 1);
+  if (idx == KILN_NO_VALUE) return false;
+  if (dim >= 0 && negative) { /* negative indices count from the end */
+    kiln_value zero = kiln_scalar(G, ox_vdtype(n, idx), 0);
+    kiln_value wrap = kiln_add(G, idx, kiln_scalar(G, ox_vdtype(n, idx), (double)dim));
+    idx = ox_select3(n, kiln_binary(G, "lt", idx, zero), wrap, idx);
+  }
+  kiln_value in[2] = {x, idx};
+  kiln_attr a = kiln_attr_int("axis", axis);
+  n->out[0] = kiln_op(G, "gather", 2, in, 1, &a);
+  return true;
+}
+
+/* out[i] = x[..., idx[i], ...] along `axis`, as one gather from the flattened x. */
+static bool op_gather_elements(ox_node *n) {
+  kiln_value x = ox_in0(n), idx = ox_in(n, 1);
+  if (x == KILN_NO_VALUE || idx == KILN_NO_VALUE) return false;
+  kiln_dim xd[KILN_MAX_RANK], id[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, xd), axis;
+  if (ox_dims_of(n, idx, id) != r) return ox_fail(n, KILN_ERR_PARSE, "indices of another rank");
+  if (!ox_norm_axis(n, ox_attr_i(n, "axis", 0), r, &axis)) return false;
+  int64_t stride[KILN_MAX_RANK], total = 1;
+  for (int k = r - 1; k >= 0; k--) {
+    if (xd[k] < 0 || id[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
+    stride[k] = total;
+    total *= xd[k];
+  }
+  kiln_value i64 = kiln_cast(G, idx, KILN_I64);
+  i64 = ox_select3(n, kiln_binary(G, "lt", i64, kiln_scalar(G, KILN_I64, 0)),
+                   kiln_add(G, i64, kiln_scalar(G, KILN_I64, (double)xd[axis])), i64);
+  kiln_value lin = kiln_mul(G, i64, kiln_scalar(G, KILN_I64, (double)stride[axis]));
+  for (int k = 0; k < r; k++) {
+    if (k == axis || xd[k] == 1) continue;
+    kiln_attr a[3] = {kiln_attr_dtype("dtype", KILN_I64), kiln_attr_dims("shape", (size_t)r, id),
+                      kiln_attr_int("axis", k)};
+    kiln_value io = kiln_op(G, "iota", 0, NULL, 3, a);
+    lin = kiln_add(G, lin, kiln_mul(G, io, kiln_scalar(G, KILN_I64, (double)stride[k])));
+  }
+  kiln_dim flat = total;
+  kiln_value in[2] = {ox_reshape(n, x, 1, &flat), lin};
+  kiln_attr a = kiln_attr_int("axis", 0);
+  n->out[0] = kiln_op(G, "gather", 2, in, 1, &a);
+  return true;
+}
+
+/* numpy broadcasting of x's dims with a shape (which may hold symbolic dims). */
+static bool op_expand(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  const int64_t *v;
+  const uint8_t *sym;
+  size_t c;
+  if (!ox_known_ints(n, 1, &v, &c, &sym)) return false;
+  kiln_dim xd[KILN_MAX_RANK], d[KILN_MAX_RANK];
+  int xr = ox_dims_of(n, x, xd), r = xr > (int)c ? xr : (int)c;
+  if (r > KILN_MAX_RANK) return ox_fail(n, KILN_ERR_UNSUPPORTED, "rank %d", r);
+  for (int k = 0; k < r; k++) {
+    int kx = k - (r - xr), ks = k - (r - (int)c);
+    kiln_dim a = kx >= 0 ? xd[kx] : 1;
+    kiln_dim b = ks >= 0 ? (kiln_dim)v[ks] : 1;
+    bool bsym = ks >= 0 && sym && sym[ks];
+    if (!bsym && b < 0) return ox_fail(n, KILN_ERR_PARSE, "shape entry %lld", (long long)b);
+    if (!bsym && b == 1)
+      d[k] = a;
+    else if (a == 1 || a == b)
+      d[k] = b;
+    else
+      return ox_fail(n, KILN_ERR_TYPE, "cannot broadcast dim %d", k);
+  }
+  n->out[0] = ox_broadcast_to(n, x, r, d);
+  return true;
+}
+
+/* Tile as concatenations of copies along each repeated axis. */
+static bool op_tile(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  const int64_t *rep;
+  size_t c;
+  if (!ox_known_ints(n, 1, &rep, &c, NULL)) return false;
+  int r = ox_vrank(n, x);
+  if ((int)c != r) return ox_fail(n, KILN_ERR_PARSE, "%zu repeats for rank %d", c, r);
+  kiln_value y = x;
+  for (int k = 0; k < r; k++) {
+    if (rep[k] < 0 || rep[k] > OX_MAX_IO)
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "repeat %lld (Kiln tiles up to %d times)",
+                     (long long)rep[k], OX_MAX_IO);
+    if (rep[k] == 1) continue;
+    if (rep[k] == 0) {
+      y = ox_slice_axis(n, y, k, 0, 0);
+      continue;
+    }
+    kiln_value parts[OX_MAX_IO];
+    for (int64_t j = 0; j < rep[k]; j++)
+      parts[j] = y;
+    kiln_attr a = kiln_attr_int("axis", k);
+    y = kiln_op(G, "concat", (size_t)rep[k], parts, 1, &a);
+  }
+  n->out[0] = y;
+  return true;
+}
+
+/* Indices along an axis of size dim for reflect/edge padding. */
+static int64_t pad_index(const char *mode, int64_t j, int64_t dim) {
+  if (!strcmp(mode, "edge")) return ox_clamp64(j, 0, dim - 1);
+  int64_t period = 2 * (dim - 1); /* reflect */
+  if (period == 0) return 0;
+  j = ((j % period) + period) % period;
+  return j < dim ? j : period - j;
+}
+
+static bool op_pad(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d);
+  const char *mode = ox_attr_s(n, "mode", "constant");
+  const int64_t *p, *axv = NULL;
+  size_t c, na = 0;
+  double value = 0;
+  if (n->opset < 11) {
+    p = ox_attr_ints(n, n->opset < 2 ? "paddings" : "pads", &c);
+    value = ox_attr_f(n, "value", 0);
+  } else {
+    if (!ox_known_ints(n, 1, &p, &c, NULL)) return false;
+    if (ox_has(n, 2)) {
+      const ox_const *cv = ox_known(n, 2);
+      if (!cv) return ox_need_known(n, 2);
+      if (cv->n != 1) return ox_fail(n, KILN_ERR_PARSE, "constant_value must be a scalar");
+      value = cv->d[0];
+    }
+    if (ox_has(n, 3) && !ox_known_ints(n, 3, &axv, &na, NULL)) return false;
+  }
+  int64_t lo[KILN_MAX_RANK] = {0}, hi[KILN_MAX_RANK] = {0};
+  size_t np = axv ? na : (size_t)r;
+  if (c != 2 * np) return ox_fail(n, KILN_ERR_PARSE, "%zu pads for %zu axes", c, np);
+  for (size_t j = 0; j < np; j++) {
+    int a;
+    if (!ox_norm_axis(n, axv ? axv[j] : (int64_t)j, r, &a)) return false;
+    lo[a] = p[j];
+    hi[a] = p[j + np];
+  }
+  /* Negative pads crop first. */
+  bool crop = false;
+  int64_t st[KILN_MAX_RANK], sp[KILN_MAX_RANK], one[KILN_MAX_RANK];
+  for (int k = 0; k < r; k++) {
+    st[k] = 0, sp[k] = d[k], one[k] = 1;
+    if (lo[k] < 0 || hi[k] < 0) {
+      if (d[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "cropping a symbolic axis");
+      crop = true;
+      if (lo[k] < 0) st[k] = -lo[k], lo[k] = 0;
+      if (hi[k] < 0) sp[k] = d[k] + hi[k], hi[k] = 0;
+      if (sp[k] < st[k]) return ox_fail(n, KILN_ERR_PARSE, "pads crop more than axis %d", k);
+      d[k] = sp[k] - st[k];
+    }
+  }
+  if (crop) {
+    kiln_attr a[3] = {kiln_attr_ints("start", (size_t)r, st), kiln_attr_ints("stop", (size_t)r, sp),
+                      kiln_attr_ints("step", (size_t)r, one)};
+    x = kiln_op(G, "slice", 1, &x, 3, a);
+  }
+  if (!strcmp(mode, "constant")) {
+    kiln_attr a[3] = {kiln_attr_ints("low", (size_t)r, lo), kiln_attr_ints("high", (size_t)r, hi),
+                      kiln_attr_float("value", value)};
+    n->out[0] = kiln_op(G, "pad", 1, &x, 3, a);
+    return true;
+  }
+  if (strcmp(mode, "reflect") && strcmp(mode, "edge"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "mode '%s'", mode);
+  for (int k = 0; k < r; k++) {
+    if (!lo[k] && !hi[k]) continue;
+    if (d[k] <= 0)
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "%s padding of a symbolic or empty axis", mode);
+    if (!strcmp(mode, "reflect") && (lo[k] >= d[k] || hi[k] >= d[k]))
+      return ox_fail(n, KILN_ERR_PARSE, "reflect pads of %lld/%lld on an axis of %lld",
+                     (long long)lo[k], (long long)hi[k], (long long)d[k]);
+    int64_t cnt = lo[k] + d[k] + hi[k];
+    int64_t *idx = malloc((size_t)cnt * sizeof *idx);
+    if (!idx) return ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+    for (int64_t j = 0; j < cnt; j++)
+      idx[j] = pad_index(mode, j - lo[k], d[k]);
+    x = ox_take(n, x, k, (size_t)cnt, idx);
+    free(idx);
+  }
+  n->out[0] = x;
+  return true;
+}
+
+/* DepthToSpace (DCR or CRD) and SpaceToDepth as ox_reshape, transpose, ox_reshape. */
+static bool op_depth_to_space(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  if (ox_dims_of(n, x, d) != 4) return ox_fail(n, KILN_ERR_PARSE, "needs rank 4");
+  int64_t b = ox_attr_i(n, "blocksize", 0);
+  if (b < 1 || d[1] < 0 || d[1] % (b * b))
+    return ox_fail(n, KILN_ERR_PARSE, "blocksize %lld", (long long)b);
+  bool crd = !strcmp(ox_attr_s(n, "mode", "DCR"), "CRD");
+  kiln_dim c = d[1] / (b * b);
+  kiln_dim t[6] = {d[0], b, b, c, d[2], d[3]}, t2[6] = {d[0], c, b, b, d[2], d[3]};
+  static const int64_t dcr[6] = {0, 3, 4, 1, 5, 2}, crdp[6] = {0, 1, 4, 2, 5, 3};
+  kiln_value y = kiln_transpose(G, ox_reshape(n, x, 6, crd ? t2 : t), 6, crd ? crdp : dcr);
+  kiln_dim o[4] = {d[0], c, d[2] < 0 ? -1 : d[2] * b, d[3] < 0 ? -1 : d[3] * b};
+  if (o[2] < 0 || o[3] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic spatial dims");
+  n->out[0] = ox_reshape(n, y, 4, o);
+  return true;
+}
+
+static bool op_space_to_depth(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  if (ox_dims_of(n, x, d) != 4) return ox_fail(n, KILN_ERR_PARSE, "needs rank 4");
+  int64_t b = ox_attr_i(n, "blocksize", 0);
+  if (b < 1 || d[2] < 0 || d[3] < 0 || d[2] % b || d[3] % b || d[1] < 0)
+    return ox_fail(n, KILN_ERR_PARSE, "blocksize %lld", (long long)b);
+  kiln_dim t[6] = {d[0], d[1], d[2] / b, b, d[3] / b, b};
+  static const int64_t perm[6] = {0, 3, 5, 1, 2, 4};
+  kiln_value y = kiln_transpose(G, ox_reshape(n, x, 6, t), 6, perm);
+  kiln_dim o[4] = {d[0], d[1] * b * b, d[2] / b, d[3] / b};
+  n->out[0] = ox_reshape(n, y, 4, o);
+  return true;
+}
+
+/* ---------------------------------------------------------- known at import */
+
+static ox_const *new_i64(ox_node *n, size_t cnt, bool vector) {
+  int64_t dim = (int64_t)cnt;
+  ox_const *c = ox_const_new(n->im, KILN_I64, vector ? 1 : 0, &dim);
+  if (c && !(c->sym = calloc(cnt ? cnt : 1, 1))) {
+    ox_const_free(c);
+    ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+    return NULL;
+  }
+  return c;
+}
+
+static void put_dim(ox_const *c, size_t k, kiln_dim d) {
+  c->i[k] = d;
+  c->d[k] = (double)d;
+  c->sym[k] = d < 0;
+}
+
+static bool op_shape(ox_node *n) {
+  const ox_const *k = ox_known(n, 0);
+  kiln_dim d[KILN_MAX_RANK];
+  int r;
+  if (k) {
+    r = k->rank;
+    for (int j = 0; j < r; j++)
+      d[j] = k->dims[j];
+  } else {
+    kiln_value x = ox_in0(n);
+    if (x == KILN_NO_VALUE) return false;
+    r = ox_dims_of(n, x, d);
+  }
+  int64_t start = ox_attr_i(n, "start", 0), end = ox_attr_i(n, "end", r);
+  if (start < 0) start += r;
+  if (end < 0) end += r;
+  start = ox_clamp64(start, 0, r);
+  end = ox_clamp64(end, start, r);
+  ox_const *c = new_i64(n, (size_t)(end - start), true);
+  if (!c) return false;
+  for (int64_t j = start; j < end; j++)
+    put_dim(c, (size_t)(j - start), d[j]);
+  n->cout[0] = c;
+  return true;
+}
+
+static bool op_size(ox_node *n) {
+  const ox_const *k = ox_known(n, 0);
+  int64_t total = 1;
+  if (k) {
+    total = (int64_t)k->n;
+  } else {
+    kiln_value x = ox_in0(n);
+    if (x == KILN_NO_VALUE) return false;
+    kiln_dim d[KILN_MAX_RANK];
+    int r = ox_dims_of(n, x, d);
+    for (int j = 0; j < r; j++) {
+      if (d[j] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "Size of a tensor with symbolic dims");
+      total *= d[j];
+    }
+  }
+  ox_const *c = new_i64(n, 1, false);
+  if (!c) return false;
+  put_dim(c, 0, total);
+  n->cout[0] = c;
+  return true;
+}
+
+/* A one-element tensor attribute's value and dtype (ConstantOfShape's `value`). */
+static bool scalar_attr(ox_node *n, const char *name, kiln_dtype *dt, double *v) {
+  const Onnx__AttributeProto *a = ox_attr(n, name);
+  *dt = KILN_F32;
+  *v = 0;
+  if (!a) return true;
+  if (!a->t) return ox_fail(n, KILN_ERR_PARSE, "attribute '%s' is not a tensor", name);
+  ox_const c;
+  char what[64];
+  snprintf(what, sizeof what, "attribute '%s'", name);
+  if (!ox_tensor_decode(n->im, a->t, what, &c)) return false;
+  bool ok = c.n == 1;
+  *dt = c.dtype;
+  if (ok) *v = c.d[0];
+  free(c.d);
+  free(c.i);
+  free(c.sym);
+  return ok ? true : ox_fail(n, KILN_ERR_PARSE, "attribute '%s' must hold one value", name);
+}
+
+static bool op_constant_of_shape(ox_node *n) {
+  const int64_t *v;
+  const uint8_t *sym;
+  size_t c;
+  kiln_dtype dt;
+  double value;
+  if (!ox_known_ints(n, 0, &v, &c, &sym) || !scalar_attr(n, "value", &dt, &value)) return false;
+  if (c > KILN_MAX_RANK) return ox_fail(n, KILN_ERR_UNSUPPORTED, "rank %zu", c);
+  kiln_dim d[KILN_MAX_RANK];
+  bool dynamic = false;
+  int64_t total = 1;
+  for (size_t k = 0; k < c; k++) {
+    d[k] = (kiln_dim)v[k];
+    if (sym && sym[k])
+      dynamic = true;
+    else if (v[k] < 0)
+      return ox_fail(n, KILN_ERR_PARSE, "negative dim %lld", (long long)v[k]);
+    else if (total <= ((int64_t)1 << 20))
+      total *= v[k];
+  }
+  if (dynamic || total > ((int64_t)1 << 20)) {
+    n->out[0] = ox_broadcast_to(n, kiln_scalar(G, dt, value), (int)c, d);
+    return true;
+  }
+  ox_const *k = ox_const_new(n->im, dt, (int)c, v);
+  if (!k) return false;
+  for (size_t j = 0; j < k->n; j++) {
+    k->d[j] = value;
+    if (k->i) k->i[j] = (int64_t)value;
+  }
+  n->cout[0] = k;
+  return true;
+}
+
+static bool op_constant(ox_node *n) {
+  const Onnx__AttributeProto *a = n->p->n_attribute == 1 ? n->p->attribute[0] : NULL;
+  if (!a) return ox_fail(n, KILN_ERR_PARSE, "needs exactly one attribute");
+  const char *name = a->name ? a->name : "";
+  ox_const *c = NULL;
+  if (!strcmp(name, "value") && a->t) {
+    if (!(c = calloc(1, sizeof *c))) return ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+    if (!ox_tensor_decode(n->im, a->t, "attribute 'value'", c)) {
+      free(c);
+      return false;
+    }
+  } else if (!strcmp(name, "value_float") || !strcmp(name, "value_int")) {
+    bool f = name[6] == 'f';
+    if (!(c = ox_const_new(n->im, f ? KILN_F32 : KILN_I64, 0, NULL))) return false;
+    c->d[0] = f ? a->f : (double)a->i;
+    if (c->i) c->i[0] = a->i;
+  } else if (!strcmp(name, "value_floats") || !strcmp(name, "value_ints")) {
+    bool f = name[6] == 'f';
+    int64_t cnt = f ? (int64_t)a->n_floats : (int64_t)a->n_ints;
+    if (!(c = ox_const_new(n->im, f ? KILN_F32 : KILN_I64, 1, &cnt))) return false;
+    for (size_t k = 0; k < c->n; k++) {
+      c->d[k] = f ? a->floats[k] : (double)a->ints[k];
+      if (c->i) c->i[k] = a->ints[k];
+    }
+  } else {
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "attribute '%s'", name);
+  }
+  n->cout[0] = c;
+  return true;
+}
+
+static bool op_range(ox_node *n) {
+  const ox_const *s = ox_known(n, 0), *l = ox_known(n, 1), *dl = ox_known(n, 2);
+  for (size_t k = 0; k < 3; k++)
+    if (!ox_known(n, k)) return ox_need_known(n, k);
+  if (s->sym || l->sym || dl->sym || s->n != 1 || l->n != 1 || dl->n != 1)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED,
+                   "start, limit and delta must be scalars known at import");
+  double cnt = ceil((l->d[0] - s->d[0]) / dl->d[0]);
+  if (!(cnt >= 0)) cnt = 0;
+  if (cnt > (double)((int64_t)1 << 24)) return ox_fail(n, KILN_ERR_UNSUPPORTED, "%g elements", cnt);
+  int64_t m = (int64_t)cnt;
+  ox_const *c = ox_const_new(n->im, s->dtype, 1, &m);
+  if (!c) return false;
+  for (int64_t k = 0; k < m; k++) {
+    if (c->i) {
+      c->i[k] = s->i[0] + k * dl->i[0];
+      c->d[k] = (double)c->i[k];
+    } else {
+      c->d[k] = s->d[0] + (double)k * dl->d[0];
+    }
+  }
+  n->cout[0] = c;
+  return true;
+}
+
+/* ---------------------------------------------------------- masks, losses, scans */
+
+/* Trilu: keep x where col - row >= k (upper) or <= k (lower), as one select
+ * against a mask built from two iotas over the last two axes. */
+static bool op_trilu(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d);
+  if (r < 2) return ox_fail(n, KILN_ERR_PARSE, "needs rank >= 2");
+  if (d[r - 2] < 0 || d[r - 1] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic matrix dims");
+  /* k: a scalar or one-element tensor, known at import or not. */
+  kiln_value k = kiln_scalar(G, KILN_I64, 0);
+  if (ox_has(n, 1)) {
+    kiln_value kv = ox_in(n, 1);
+    if (kv == KILN_NO_VALUE) return false;
+    kiln_dim kd[KILN_MAX_RANK];
+    int kr = ox_dims_of(n, kv, kd);
+    for (int j = 0; j < kr; j++)
+      if (kd[j] != 1) return ox_fail(n, KILN_ERR_PARSE, "k must hold one value");
+    k = ox_reshape(n, kiln_cast(G, kv, KILN_I64), 0, kd);
+  }
+  bool upper = ox_attr_i(n, "upper", 1) != 0;
+  kiln_value row = ox_iota_i64(n, 2, d + r - 2, 0), col = ox_iota_i64(n, 2, d + r - 2, 1);
+  kiln_value diff = kiln_binary(G, "sub", col, row);
+  kiln_value keep = kiln_binary(G, upper ? "ge" : "le", diff, k);
+  n->out[0] = ox_select3(n, ox_broadcast_to(n, keep, r, d), x, ox_scalar_like(n, x, 0));
+  return true;
+}
+
+/* Mod in f64 (exact for the integer types up to 2^53): fmod truncates,
+ * the integer form floors, so the result takes the divisor's sign. */
+
+/* CumSum along a known axis as a masked sum: x gets a second copy of the
+ * axis (j at `axis`, i at axis + 1), the mask keeps j <= i (< when
+ * exclusive, >= / > when reversed), and the sum over j leaves i. */
+static bool op_cumsum(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d), axis;
+  const ox_const *c = ox_known(n, 1);
+  if (r == 1) { /* the only axis, whatever the (maybe run-time) axis input says */
+    axis = 0;
+  } else {
+    if (!c) return ox_need_known(n, 1);
+    if (!c->i || c->n != 1) return ox_fail(n, KILN_ERR_PARSE, "axis must be an integer scalar");
+    if (!ox_norm_axis(n, c->i[0], r, &axis)) return false;
+  }
+  if (r + 1 > KILN_MAX_RANK) return ox_fail(n, KILN_ERR_UNSUPPORTED, "rank %d", r);
+  kiln_dim L = d[axis];
+  if (L < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "a symbolic scan axis");
+  bool excl = ox_attr_i(n, "exclusive", 0) != 0, rev = ox_attr_i(n, "reverse", 0) != 0;
+  kiln_dim e[KILN_MAX_RANK], xe[KILN_MAX_RANK];
+  for (int k = 0; k <= r; k++) {
+    e[k] = k <= axis ? d[k] : d[k - 1];
+    xe[k] = k == axis + 1 ? 1 : e[k];
+  }
+  kiln_dim sq[2] = {L, L};
+  kiln_value jv = ox_iota_i64(n, 2, sq, 0), iv = ox_iota_i64(n, 2, sq, 1);
+  const char *cmp = rev ? (excl ? "gt" : "ge") : (excl ? "lt" : "le");
+  kiln_value mask = kiln_binary(G, cmp, jv, iv);
+  kiln_dim md[KILN_MAX_RANK];
+  for (int k = 0; k <= r; k++)
+    md[k] = (k == axis || k == axis + 1) ? L : 1;
+  mask = ox_broadcast_to(n, ox_reshape(n, mask, r + 1, md), r + 1, e);
+  kiln_value xb = ox_broadcast_to(n, ox_reshape(n, x, r + 1, xe), r + 1, e);
+  kiln_value t = ox_select3(n, mask, xb, ox_scalar_like(n, x, 0));
+  int64_t ax = axis;
+  n->out[0] = kiln_reduce(G, "reduce_sum", t, 1, &ax, 0);
+  return true;
+}
+
+/* Hardmax: one-hot of the first maximum along the axis (2-D view before opset 13). */
+static bool op_hardmax(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d), axis;
+  if (!ox_norm_axis(n, ox_attr_i(n, "axis", n->opset < 13 ? 1 : -1), r, &axis)) return false;
+  kiln_value v = x;
+  kiln_dim vd[KILN_MAX_RANK];
+  int vr = r, va = axis;
+  for (int k = 0; k < r; k++)
+    vd[k] = d[k];
+  if (n->opset < 13) {
+    if (!ox_dims_product(n, d, 0, axis, &vd[0]) || !ox_dims_product(n, d, axis, r, &vd[1]))
+      return false;
+    vr = 2, va = 1;
+    v = ox_reshape(n, x, 2, vd);
+  }
+  kiln_attr a[2] = {kiln_attr_int("axis", va), kiln_attr_bool("keepdims", true)};
+  kiln_value am = kiln_cast(G, kiln_op(G, "argmax", 1, &v, 2, a), KILN_I64);
+  kiln_value hit = kiln_binary(G, "eq", ox_iota_i64(n, vr, vd, va), am);
+  kiln_value y = kiln_cast(G, hit, ox_vdtype(n, x));
+  n->out[0] = vr == r ? y : ox_reshape(n, y, r, d);
+  return true;
+}
+
+/* TopK by ranks: an element's rank along the axis is the number of
+ * elements that come before it (larger first, or smaller; ties by the lower
+ * index, as ONNX orders them), from an L x L comparison; output p is the
+ * element of rank p, picked by a select and a sum with zeros (exact). */
+static bool op_topk(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d), axis;
+  if (r + 1 > KILN_MAX_RANK) return ox_fail(n, KILN_ERR_UNSUPPORTED, "rank %d", r);
+  if (!ox_norm_axis(n, ox_attr_i(n, "axis", -1), r, &axis)) return false;
+  int64_t k;
+  if (n->opset < 10) {
+    k = ox_attr_i(n, "k", -1);
+  } else {
+    const int64_t *v;
+    size_t c;
+    if (!ox_known_ints(n, 1, &v, &c, NULL)) return false;
+    if (c != 1) return ox_fail(n, KILN_ERR_PARSE, "k must hold one value");
+    k = v[0];
+  }
+  int64_t L = d[axis];
+  if (L < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "TopK along a symbolic axis");
+  if (k < 1 || k > L)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "k = %lld of %lld", (long long)k, (long long)L);
+  if (L > 4096)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "TopK along %lld elements (at most 4096)",
+                   (long long)L);
+  bool largest = ox_attr_i(n, "largest", 1) != 0;
+  int64_t perm[KILN_MAX_RANK], inv[KILN_MAX_RANK];
+  int m = 0;
+  for (int j = 0; j < r; j++)
+    if (j != axis) perm[m++] = j;
+  perm[r - 1] = axis;
+  for (int j = 0; j < r; j++)
+    inv[perm[j]] = j;
+  kiln_value xt = kiln_transpose(G, x, (size_t)r, perm);
+  kiln_dim di[KILN_MAX_RANK], dj[KILN_MAX_RANK], sq[KILN_MAX_RANK], pk[KILN_MAX_RANK];
+  for (int j = 0; j < r - 1; j++)
+    di[j] = dj[j] = sq[j] = pk[j] = d[perm[j]];
+  di[r - 1] = dj[r] = sq[r - 1] = sq[r] = pk[r - 1] = L;
+  di[r] = dj[r - 1] = 1;
+  pk[r] = k;
+  kiln_value xi = ox_reshape(n, xt, r + 1, di), xj = ox_reshape(n, xt, r + 1, dj);
+  kiln_value ii = ox_iota_i64(n, r + 1, sq, r - 1), jj = ox_iota_i64(n, r + 1, sq, r);
+  kiln_value before = kiln_binary(G, largest ? "gt" : "lt", xj, xi);
+  kiln_value tie =
+      kiln_binary(G, "logical_and", kiln_binary(G, "eq", xj, xi), kiln_binary(G, "lt", jj, ii));
+  before = kiln_binary(G, "logical_or", before, tie);
+  int64_t last = r;
+  kiln_value rank = kiln_reduce(G, "reduce_sum", kiln_cast(G, before, KILN_I64), 1, &last, 1);
+  kiln_value hit = kiln_binary(G, "eq", rank, ox_iota_i64(n, r + 1, pk, r)); /* [..., L, k] */
+  int64_t along = r - 1;
+  kiln_value vals = ox_select3(n, hit, xi, ox_scalar_like(n, x, 0));
+  kiln_value idx =
+      ox_select3(n, hit, ox_iota_i64(n, r + 1, pk, r - 1), kiln_scalar(G, KILN_I64, 0));
+  vals = kiln_reduce(G, "reduce_sum", vals, 1, &along, 0);
+  idx = kiln_reduce(G, "reduce_sum", idx, 1, &along, 0);
+  n->out[0] = kiln_transpose(G, vals, (size_t)r, inv);
+  if (ox_wants(n, 1)) n->out[1] = kiln_transpose(G, idx, (size_t)r, inv);
+  return true;
+}
+
+/* OneHot: values[1] where an iota along the new axis equals the index
+ * (negative ones counted from the end), values[0] elsewhere; depth must be
+ * known at import, since it is a dim of the result. */
+static bool op_onehot(ox_node *n) {
+  kiln_value idx = ox_in0(n), vals = ox_in(n, 2);
+  if (idx == KILN_NO_VALUE || vals == KILN_NO_VALUE) return false;
+  const ox_const *dc = ox_known(n, 1);
+  if (!dc) return ox_need_known(n, 1);
+  if (dc->n != 1) return ox_fail(n, KILN_ERR_PARSE, "depth must hold one value");
+  int64_t depth = (int64_t)dc->d[0];
+  if (depth < 1 || depth > ((int64_t)1 << 24))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "depth %lld", (long long)depth);
+  if (ox_vrank(n, vals) != 1 || ox_vdim(n, vals, 0) != 2)
+    return ox_fail(n, KILN_ERR_PARSE, "values must be [off, on]");
+  kiln_dim d[KILN_MAX_RANK], od[KILN_MAX_RANK], id[KILN_MAX_RANK];
+  int r = ox_dims_of(n, idx, d), axis;
+  if (r + 1 > KILN_MAX_RANK) return ox_fail(n, KILN_ERR_UNSUPPORTED, "rank %d", r);
+  if (!ox_norm_axis(n, ox_attr_i(n, "axis", -1), r + 1, &axis)) return false;
+  for (int j = 0, s = 0; j <= r; j++) {
+    od[j] = j == axis ? depth : d[s];
+    id[j] = j == axis ? 1 : d[s];
+    if (j != axis) s++;
+  }
+  kiln_value i = kiln_cast(G, idx, KILN_I64);
+  i = ox_select3(n, kiln_binary(G, "lt", i, kiln_scalar(G, KILN_I64, 0)),
+                 kiln_add(G, i, kiln_scalar(G, KILN_I64, (double)depth)), i);
+  kiln_value hit =
+      kiln_binary(G, "eq", ox_iota_i64(n, r + 1, od, axis), ox_reshape(n, i, r + 1, id));
+  n->out[0] = ox_select3(n, hit, ox_slice_axis(n, vals, 0, 1, 2), ox_slice_axis(n, vals, 0, 0, 1));
+  return true;
+}
+
+/* EyeLike: ones where col - row == k, in `dtype` or the input's type. */
+static bool op_eye_like(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  if (ox_dims_of(n, x, d) != 2 || d[0] < 0 || d[1] < 0)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "needs a static 2-D input");
+  kiln_dtype t = ox_vdtype(n, x);
+  if (ox_attr(n, "dtype") && !ox_dtype((int32_t)ox_attr_i(n, "dtype", 0), &t))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "dtype %s",
+                   ox_dtype_name((int32_t)ox_attr_i(n, "dtype", 0)));
+  kiln_value diff = kiln_binary(G, "sub", ox_iota_i64(n, 2, d, 1), ox_iota_i64(n, 2, d, 0));
+  kiln_value on =
+      kiln_binary(G, "eq", diff, kiln_scalar(G, KILN_I64, (double)ox_attr_i(n, "k", 0)));
+  n->out[0] = kiln_cast(G, on, t);
+  return true;
+}
+/* ---------------------------------------------------------- ScatterElements */
+
+/* ScatterElements (and the older Scatter) on the flattened data: each index
+ * becomes a linear position (its own coordinates elsewhere, the index along
+ * `axis`), and scatter_add puts the updates there. Without a reduction a
+ * second scatter_add of ones marks the positions the updates replace. */
+static bool op_scatter_elements(ox_node *n) {
+  kiln_value x = ox_in0(n), idx = ox_in(n, 1), upd = ox_in(n, 2);
+  if (x == KILN_NO_VALUE || idx == KILN_NO_VALUE || upd == KILN_NO_VALUE) return false;
+  kiln_dim xd[KILN_MAX_RANK], id[KILN_MAX_RANK], ud[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, xd), axis;
+  if (ox_dims_of(n, idx, id) != r || ox_dims_of(n, upd, ud) != r)
+    return ox_fail(n, KILN_ERR_PARSE, "indices or updates of another rank");
+  for (int k = 0; k < r; k++)
+    if (id[k] != ud[k]) return ox_fail(n, KILN_ERR_PARSE, "indices and updates differ in shape");
+  if (!ox_norm_axis(n, ox_attr_i(n, "axis", 0), r, &axis)) return false;
+  const char *red = ox_attr_s(n, "reduction", "none");
+  bool add = !strcmp(red, "add");
+  if (!add && strcmp(red, "none")) return ox_fail(n, KILN_ERR_UNSUPPORTED, "reduction '%s'", red);
+  int64_t stride[KILN_MAX_RANK], total = 1;
+  for (int k = r - 1; k >= 0; k--) {
+    if (xd[k] < 0 || id[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
+    stride[k] = total;
+    total *= xd[k];
+  }
+  kiln_value i64 = kiln_cast(G, idx, KILN_I64);
+  i64 = ox_select3(n, kiln_binary(G, "lt", i64, kiln_scalar(G, KILN_I64, 0)),
+                   kiln_add(G, i64, kiln_scalar(G, KILN_I64, (double)xd[axis])), i64);
+  kiln_value lin = kiln_mul(G, i64, kiln_scalar(G, KILN_I64, (double)stride[axis]));
+  for (int k = 0; k < r; k++) {
+    if (k == axis || id[k] == 1) continue;
+    lin = kiln_add(
+        G, lin, kiln_mul(G, ox_iota_i64(n, r, id, k), kiln_scalar(G, KILN_I64, (double)stride[k])));
+  }
+  kiln_dim flat = total;
+  kiln_value fx = ox_reshape(n, x, 1, &flat);
+  kiln_attr a = kiln_attr_int("axis", 0);
+  if (add) {
+    kiln_value in[3] = {fx, lin, upd};
+    n->out[0] = ox_reshape(n, kiln_op(G, "scatter_add", 3, in, 1, &a), r, xd);
+    return true;
+  }
+  kiln_value zeros = ox_broadcast_to(n, ox_scalar_like(n, x, 0), 1, &flat);
+  kiln_value ones = ox_broadcast_to(n, ox_scalar_like(n, x, 1), r, id);
+  kiln_value in_u[3] = {zeros, lin, upd}, in_c[3] = {zeros, lin, ones};
+  kiln_value put = kiln_op(G, "scatter_add", 3, in_u, 1, &a);
+  kiln_value hit =
+      kiln_binary(G, "gt", kiln_op(G, "scatter_add", 3, in_c, 1, &a), ox_scalar_like(n, x, 0));
+  n->out[0] = ox_reshape(n, ox_select3(n, hit, put, fx), r, xd);
+  return true;
+}
+
+/* ---------------------------------------------------------- GatherND, ScatterND */
+
+/* The linear position, in data seen as (prod(d[:b + m]), d[b + m:]...), of
+ * each index tuple (the last axis of idx, m long) after b batch axes:
+ * batch coordinates from iotas, tuple entries wrapped when negative. */
+static bool nd_index(ox_node *n, kiln_value idx, const kiln_dim *d, int r, int b, kiln_value *lin,
+                     kiln_dim *outer, int *m_out) {
+  kiln_dim id[KILN_MAX_RANK];
+  int q = ox_dims_of(n, idx, id);
+  if (q < 1 || id[q - 1] < 1 || b < 0 || b >= q || b + id[q - 1] > r)
+    return ox_fail(n, KILN_ERR_PARSE, "indices of shape rank %d for data of rank %d", q, r);
+  int m = (int)id[q - 1];
+  int64_t stride[KILN_MAX_RANK], total = 1;
+  for (int k = b + m - 1; k >= 0; k--) {
+    if (d[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
+    stride[k] = total;
+    total *= d[k];
+  }
+  for (int k = 0; k < q; k++)
+    if (id[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
+  kiln_value i64 = kiln_cast(G, idx, KILN_I64), acc = kiln_scalar(G, KILN_I64, 0);
+  for (int k = 0; k < b; k++)
+    acc = kiln_add(
+        G, acc,
+        kiln_mul(G, ox_iota_i64(n, q - 1, id, k), kiln_scalar(G, KILN_I64, (double)stride[k])));
+  for (int k = 0; k < m; k++) {
+    kiln_value c = ox_reshape(n, ox_slice_axis(n, i64, q - 1, k, k + 1), q - 1, id);
+    kiln_value dim = kiln_scalar(G, KILN_I64, (double)d[b + k]);
+    c = ox_select3(n, kiln_binary(G, "lt", c, kiln_scalar(G, KILN_I64, 0)), kiln_add(G, c, dim), c);
+    acc = kiln_add(G, acc, kiln_mul(G, c, kiln_scalar(G, KILN_I64, (double)stride[b + k])));
+  }
+  *lin = ox_broadcast_to(n, acc, q - 1, id);
+  *outer = total;
+  *m_out = m;
+  return true;
+}
+
+static bool op_gather_nd(ox_node *n) {
+  kiln_value x = ox_in0(n), idx = ox_in(n, 1);
+  if (x == KILN_NO_VALUE || idx == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK], fd[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d), m, b = (int)ox_attr_i(n, "batch_dims", 0);
+  kiln_value lin;
+  if (!nd_index(n, idx, d, r, b, &lin, &fd[0], &m)) return false;
+  int fr = 1;
+  for (int k = b + m; k < r; k++)
+    fd[fr++] = d[k];
+  kiln_value in[2] = {ox_reshape(n, x, fr, fd), lin};
+  kiln_attr a = kiln_attr_int("axis", 0);
+  n->out[0] = kiln_op(G, "gather", 2, in, 1, &a);
+  return true;
+}
+
+static bool op_scatter_nd(ox_node *n) {
+  kiln_value x = ox_in0(n), idx = ox_in(n, 1), upd = ox_in(n, 2);
+  if (x == KILN_NO_VALUE || idx == KILN_NO_VALUE || upd == KILN_NO_VALUE) return false;
+  const char *red = ox_attr_s(n, "reduction", "none");
+  bool add = !strcmp(red, "add");
+  if (!add && strcmp(red, "none")) return ox_fail(n, KILN_ERR_UNSUPPORTED, "reduction '%s'", red);
+  kiln_dim d[KILN_MAX_RANK], fd[KILN_MAX_RANK], ud[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d), m;
+  kiln_value lin;
+  if (!nd_index(n, idx, d, r, 0, &lin, &fd[0], &m)) return false;
+  int fr = 1;
+  for (int k = m; k < r; k++)
+    fd[fr++] = d[k];
+  int ur = ox_dims_of(n, upd, ud);
+  kiln_value fx = ox_reshape(n, x, fr, fd);
+  kiln_attr a = kiln_attr_int("axis", 0);
+  if (add) {
+    kiln_value in[3] = {fx, lin, upd};
+    n->out[0] = ox_reshape(n, kiln_op(G, "scatter_add", 3, in, 1, &a), r, d);
+    return true;
+  }
+  kiln_value zeros = ox_broadcast_to(n, ox_scalar_like(n, x, 0), fr, fd);
+  kiln_value ones = ox_broadcast_to(n, ox_scalar_like(n, x, 1), ur, ud);
+  kiln_value in_u[3] = {zeros, lin, upd}, in_c[3] = {zeros, lin, ones};
+  kiln_value put = kiln_op(G, "scatter_add", 3, in_u, 1, &a);
+  kiln_value hit =
+      kiln_binary(G, "gt", kiln_op(G, "scatter_add", 3, in_c, 1, &a), ox_scalar_like(n, x, 0));
+  n->out[0] = ox_reshape(n, ox_select3(n, hit, put, fx), r, d);
+  return true;
+}
+
+/* ---------------------------------------------------------- ReverseSequence */
+
+/* ReverseSequence: along the time axis, position i of batch entry b reads
+ * len[b] - 1 - i while i < len[b]; one gather from the flattened input. */
+static bool op_reverse_sequence(ox_node *n) {
+  kiln_value x = ox_in0(n), lens = ox_in(n, 1);
+  if (x == KILN_NO_VALUE || lens == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d), ba, ta;
+  if (r < 2) return ox_fail(n, KILN_ERR_PARSE, "needs rank >= 2");
+  if (!ox_norm_axis(n, ox_attr_i(n, "batch_axis", 1), r, &ba) ||
+      !ox_norm_axis(n, ox_attr_i(n, "time_axis", 0), r, &ta))
+    return false;
+  if (ba == ta || ba > 1 || ta > 1)
+    return ox_fail(n, KILN_ERR_PARSE, "batch_axis and time_axis must be 0 and 1");
+  int64_t stride[KILN_MAX_RANK], total = 1;
+  for (int k = r - 1; k >= 0; k--) {
+    if (d[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
+    stride[k] = total;
+    total *= d[k];
+  }
+  if (ox_vrank(n, lens) != 1) return ox_fail(n, KILN_ERR_PARSE, "sequence_lens must be 1-D");
+  kiln_dim ld[KILN_MAX_RANK];
+  for (int k = 0; k < r; k++)
+    ld[k] = k == ba ? d[ba] : 1;
+  kiln_value len = ox_reshape(n, kiln_cast(G, lens, KILN_I64), r, ld);
+  kiln_value t = ox_iota_i64(n, r, d, ta);
+  kiln_value rev =
+      kiln_binary(G, "sub", kiln_binary(G, "sub", len, kiln_scalar(G, KILN_I64, 1)), t);
+  kiln_value src = ox_select3(n, kiln_binary(G, "lt", t, len), rev, t);
+  kiln_value lin = kiln_mul(G, src, kiln_scalar(G, KILN_I64, (double)stride[ta]));
+  for (int k = 0; k < r; k++)
+    if (k != ta && d[k] != 1)
+      lin = kiln_add(
+          G, lin,
+          kiln_mul(G, ox_iota_i64(n, r, d, k), kiln_scalar(G, KILN_I64, (double)stride[k])));
+  kiln_dim flat = total;
+  kiln_value in[2] = {ox_reshape(n, x, 1, &flat), lin};
+  kiln_attr a = kiln_attr_int("axis", 0);
+  n->out[0] = kiln_op(G, "gather", 2, in, 1, &a);
+  return true;
+}
+
+/* ---------------------------------------------------------- Det */
+
+/* Det of matrices up to 3 x 3 by cofactor expansion (no pivoting needed). */
+static kiln_value det_entry(ox_node *n, kiln_value x, int r, const kiln_dim *d, int i, int j) {
+  kiln_value e = ox_slice_axis(n, ox_slice_axis(n, x, r - 2, i, i + 1), r - 1, j, j + 1);
+  return ox_reshape(n, e, r - 2, d);
+}
+
+static bool op_det(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d);
+  if (r < 2 || d[r - 1] != d[r - 2] || d[r - 1] < 1 || d[r - 1] > 3)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "Det of other than 1x1 to 3x3 matrices");
+  int m = (int)d[r - 1];
+  kiln_value e[3][3];
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < m; j++)
+      e[i][j] = det_entry(n, x, r, d, i, j);
+  kiln_value y;
+  if (m == 1) {
+    y = e[0][0];
+  } else if (m == 2) {
+    y = kiln_binary(G, "sub", kiln_mul(G, e[0][0], e[1][1]), kiln_mul(G, e[0][1], e[1][0]));
+  } else {
+    y = KILN_NO_VALUE;
+    for (int j = 0; j < 3; j++) {
+      int a = (j + 1) % 3, b = (j + 2) % 3; /* cyclic cofactors carry their sign */
+      kiln_value minor =
+          kiln_binary(G, "sub", kiln_mul(G, e[1][a], e[2][b]), kiln_mul(G, e[1][b], e[2][a]));
+      kiln_value t = kiln_mul(G, e[0][j], minor);
+      y = y == KILN_NO_VALUE ? t : kiln_add(G, y, t);
+    }
+  }
+  n->out[0] = y;
+  return true;
+}
+
+/* ---------------------------------------------------------- the table */
+
+const ox_op ox_ops_tensor[] = {
+    {"ArgMax", op_arg_reduce, 1, "argmax"},
+    {"ArgMin", op_arg_reduce, 1, "argmin"},
+    {"Concat", op_concat, 2, NULL},
+    {"Constant", op_constant, 0, NULL},
+    {"ConstantOfShape", op_constant_of_shape, 0, NULL},
+    {"CumSum", op_cumsum, 1, NULL},
+    {"DepthToSpace", op_depth_to_space, 1, NULL},
+    {"Det", op_det, 1, NULL},
+    {"Expand", op_expand, 1, NULL},
+    {"EyeLike", op_eye_like, 1, NULL},
+    {"Flatten", op_flatten, 2, NULL},
+    {"Gather", op_gather, 2, NULL},
+    {"GatherElements", op_gather_elements, 1, NULL},
+    {"GatherND", op_gather_nd, 1, NULL},
+    {"Hardmax", op_hardmax, 1, NULL},
+    {"OneHot", op_onehot, 1, NULL},
+    {"Pad", op_pad, 1, NULL},
+    {"Range", op_range, 0, NULL},
+    {"ReduceL1", op_reduce_l1, 1, NULL},
+    {"ReduceL2", op_reduce_l2, 1, NULL},
+    {"ReduceLogSum", op_reduce_log_sum, 1, NULL},
+    {"ReduceLogSumExp", op_reduce_log_sum_exp, 1, NULL},
+    {"ReduceMax", op_reduce_max, 1, NULL},
+    {"ReduceMean", op_reduce_mean, 1, NULL},
+    {"ReduceMin", op_reduce_min, 1, NULL},
+    {"ReduceProd", op_reduce_prod, 1, NULL},
+    {"ReduceSum", op_reduce_sum, 1, NULL},
+    {"ReduceSumSquare", op_reduce_sum_square, 1, NULL},
+    {"Reshape", op_reshape, 2, NULL},
+    {"ReverseSequence", op_reverse_sequence, 1, NULL},
+    {"Scatter", op_scatter_elements, 1, NULL},
+    {"ScatterElements", op_scatter_elements, 1, NULL},
+    {"ScatterND", op_scatter_nd, 1, NULL},
+    {"Shape", op_shape, 0, NULL},
+    {"Size", op_size, 0, NULL},
+    {"Slice", op_slice, 2, NULL},
+    {"SpaceToDepth", op_space_to_depth, 1, NULL},
+    {"Split", op_split, 2, NULL},
+    {"Squeeze", op_squeeze, 2, NULL},
+    {"Tile", op_tile, 1, NULL},
+    {"TopK", op_topk, 0, NULL},
+    {"Transpose", op_transpose, 2, NULL},
+    {"Trilu", op_trilu, 1, NULL},
+    {"Unsqueeze", op_unsqueeze, 2, NULL},
+};
+const size_t ox_n_ops_tensor = sizeof ox_ops_tensor / sizeof *ox_ops_tensor;
