@@ -305,6 +305,113 @@ static const char body[] =
     " if (col < z.D) fa_st(dq, (bh * z.T + i) * z.D + col, gq[c]); }\n"
     "}\n";
 
+/*
+ * The tensor-core forward (f16, bf16 on sm_80+): the same algorithm as
+ * fa_fwd with q k^T and p v as WMMA 16x16x16 products (f32 accumulate) out
+ * of shared memory, the scores and the p v of a tile going through a shared
+ * f32 buffer so that the softmax stays with fa_fwd's thread layout; p is
+ * rounded to the storage type for the product (l is summed unrounded), as
+ * FlashAttention does. Included only where FA_TC is defined.
+ */
+static const char body_tc[] =
+    "#ifdef FA_TC\n"
+    "#ifndef FA_EMU\n#include <mma.h>\n#endif\n"
+    "using namespace nvcuda;\n"
+    "template <typename T> struct fa_wt;\n"
+    "template <> struct fa_wt<fa_f16> { typedef __half t; };\n"
+    "template <> struct fa_wt<fa_bf16> { typedef __nv_bfloat16 t; };\n"
+    "FAD unsigned short fa_bits(const fa_f16 *, float p) { return fa_f2h(p); }\n"
+    "FAD unsigned short fa_bits(const fa_bf16 *, float p) { return fa_f2b(p); }\n"
+    "template <int ROWS, int DM>\n"
+    "FAD void fa_stage16(unsigned short *dst, const unsigned short *src, long long rows,"
+    " long long cols) {\n"
+    "  for (int e = threadIdx.x; e < ROWS * DM; e += blockDim.x) {\n"
+    "    int r = e / DM, d = e % DM;\n"
+    "    dst[r * (DM + 8) + d] = r < rows && d < cols ? src[r * cols + d] : (unsigned short)0;\n"
+    "  } }\n"
+    "template <typename T, typename M, typename L, int DM, int BR, int BC, bool CAUSAL, bool MASK>\n"
+    "__device__ void fa_fwd_tc(const T *q, const T *k, const T *v, const M *mask, T *out, L *lse,"
+    " fa_dims z, float scale) {\n"
+    "  typedef typename fa_wt<T>::t W;\n"
+    "  constexpr int TPR = 128 / BR, NS = (BC + TPR - 1) / TPR, NO = (DM + TPR - 1) / TPR;\n"
+    "  constexpr int HS = DM + 8, PS = BC + 8, SS = BC + 4, OS = DM + 4;\n"
+    "  constexpr int SF = BR * SS > BR * OS ? BR * SS : BR * OS;\n"
+    "  __shared__ __align__(32) unsigned short sq[BR * HS];\n"
+    "  __shared__ __align__(32) unsigned short skv[BC * HS];\n"
+    "  __shared__ __align__(32) unsigned short sp[BR * PS];\n"
+    "  __shared__ __align__(32) float sf[SF];\n"
+    "  long long BH = z.B * z.H, nqt = (z.T + BR - 1) / BR, blk = blockIdx.x;\n"
+    "  long long bh = blk % BH, qt = nqt - 1 - blk / BH, b = bh / z.H, h = bh % z.H;\n"
+    "  long long i0 = qt * BR, n = fa_min(BR, z.T - i0), i = i0 + threadIdx.x / TPR;\n"
+    "  long long kvb = (b * z.Hk + h / (z.H / z.Hk)) * z.S;\n"
+    "  int r = threadIdx.x / TPR, t = threadIdx.x % TPR, warp = threadIdx.x / 32;\n"
+    "  fa_stage16<BR, DM>(sq, (const unsigned short *)(q + (bh * z.T + i0) * z.D), n, z.D);\n"
+    "  float o[NO], mrow = fa_ninf<float>(), lrow = 0;\n"
+    "  for (int c = 0; c < NO; c++) o[c] = 0;\n"
+    "  long long send = CAUSAL ? fa_min(i0 + n, z.S) : z.S;\n"
+    "  for (long long j0 = 0; j0 < send; j0 += BC) {\n"
+    "    long long m = fa_min(BC, send - j0);\n"
+    "    __syncthreads();\n"
+    "    fa_stage16<BC, DM>(skv, (const unsigned short *)(k + (kvb + j0) * z.D), m, z.D);\n"
+    "    __syncthreads();\n"
+    "    for (int tile = warp; tile < (BR / 16) * (BC / 16); tile += 4) {\n"
+    "      int ti = tile / (BC / 16), tj = tile % (BC / 16);\n"
+    "      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;\n"
+    "      wmma::fill_fragment(acc, 0.0f);\n"
+    "      for (int kk = 0; kk < DM; kk += 16) {\n"
+    "        wmma::fragment<wmma::matrix_a, 16, 16, 16, W, wmma::row_major> fa;\n"
+    "        wmma::fragment<wmma::matrix_b, 16, 16, 16, W, wmma::col_major> fb;\n"
+    "        wmma::load_matrix_sync(fa, (const W *)sq + ti * 16 * HS + kk, HS);\n"
+    "        wmma::load_matrix_sync(fb, (const W *)skv + tj * 16 * HS + kk, HS);\n"
+    "        wmma::mma_sync(acc, fa, fb, acc);\n"
+    "      }\n"
+    "      wmma::store_matrix_sync(sf + ti * 16 * SS + tj * 16, acc, SS, wmma::mem_row_major);\n"
+    "    }\n"
+    "    __syncthreads();\n"
+    "    float s[NS], mt = fa_ninf<float>();\n"
+    "    for (int x = 0; x < NS; x++) { int jj = t + x * TPR;\n"
+    "      s[x] = r < n && jj < m ? fa_score<float, M, CAUSAL, MASK>(sf[r * SS + jj], scale, mask,"
+    " z, b, h, i, j0 + jj) : fa_ninf<float>();\n"
+    "      mt = s[x] > mt ? s[x] : mt; }\n"
+    "    mt = fa_gmax<TPR>(mt);\n"
+    "    float mn = mrow > mt ? mrow : mt, alpha = 1, sum = 0;\n"
+    "    bool any = mn != fa_ninf<float>();\n"
+    "    if (any) alpha = fa_exp(mrow - mn);\n"
+    "    for (int x = 0; x < NS; x++) { int jj = t + x * TPR;\n"
+    "      float p = any ? fa_exp(s[x] - mn) : 0.0f;\n"
+    "      sum += p;\n"
+    "      if (jj < BC) sp[r * PS + jj] = fa_bits(q, p); }\n"
+    "    sum = fa_gsum<TPR>(sum);\n"
+    "    if (any) { lrow = lrow * alpha + sum; mrow = mn;\n"
+    "      for (int c = 0; c < NO; c++) o[c] *= alpha; }\n"
+    "    __syncthreads();\n"
+    "    fa_stage16<BC, DM>(skv, (const unsigned short *)(v + (kvb + j0) * z.Dv), m, z.Dv);\n"
+    "    __syncthreads();\n"
+    "    for (int tile = warp; tile < (BR / 16) * (DM / 16); tile += 4) {\n"
+    "      int ti = tile / (DM / 16), tc = tile % (DM / 16);\n"
+    "      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;\n"
+    "      wmma::fill_fragment(acc, 0.0f);\n"
+    "      for (int kk = 0; kk < BC; kk += 16) {\n"
+    "        wmma::fragment<wmma::matrix_a, 16, 16, 16, W, wmma::row_major> fa;\n"
+    "        wmma::fragment<wmma::matrix_b, 16, 16, 16, W, wmma::row_major> fb;\n"
+    "        wmma::load_matrix_sync(fa, (const W *)sp + ti * 16 * PS + kk, PS);\n"
+    "        wmma::load_matrix_sync(fb, (const W *)skv + kk * HS + tc * 16, HS);\n"
+    "        wmma::mma_sync(acc, fa, fb, acc);\n"
+    "      }\n"
+    "      wmma::store_matrix_sync(sf + ti * 16 * OS + tc * 16, acc, OS, wmma::mem_row_major);\n"
+    "    }\n"
+    "    __syncthreads();\n"
+    "    for (int c = 0; c < NO; c++) { int col = t + c * TPR; if (col < DM) o[c] += sf[r * OS + col]; }\n"
+    "  }\n"
+    "  if (r < n) {\n"
+    "    float inv = 1.0f / lrow;\n"
+    "    for (int c = 0; c < NO; c++) { int col = t + c * TPR;"
+    " if (col < z.Dv) fa_st(out, (bh * z.T + i) * z.Dv + col, o[c] * inv); }\n"
+    "    if (t == 0) fa_st(lse, bh * z.T + i, mrow + fa_log(lrow));\n"
+    "  }\n"
+    "}\n"
+    "#endif\n";
+
 /* ---- tiles ---- */
 
 static bool is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
@@ -315,12 +422,16 @@ static bool is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
  * words) stay within 64.
  */
 void kcg_attention_gpu_tiles(kcg_attn_gpu_kernel kind, int es, int dm, int *br, int *bc) {
-  int best = 0;
-  *br = *bc = 8;
-  for (int r = 8; r <= 64; r *= 2)
-    for (int c = 8; c <= 64; c *= 2) {
+  int best = 0, lo = kind == KCG_ATTN_GPU_FWD_TC ? 16 : 8;
+  *br = *bc = lo;
+  for (int r = lo; r <= 64; r *= 2)
+    for (int c = lo; c <= 64; c *= 2) {
       int64_t ks = dm + 1, words, smem;
-      if (kind == KCG_ATTN_GPU_DKV) {
+      if (kind == KCG_ATTN_GPU_FWD_TC) {
+        int tpr = FA_THREADS / r, sf = r * (c + 4) > r * (dm + 4) ? r * (c + 4) : r * (dm + 4);
+        smem = (r * (dm + 8) + c * (dm + 8) + r * (c + 8)) * 2 + sf * 4;
+        words = (c + tpr - 1) / tpr + (dm + tpr - 1) / tpr;
+      } else if (kind == KCG_ATTN_GPU_DKV) {
         int tpk = FA_THREADS / c;
         smem = (2 * c * ks + 2 * r * ks + 2 * r * (c + 1) + 2 * r) * es;
         words = (2 * ((r + tpk - 1) / tpk) + 2 * ((dm + tpk - 1) / tpk)) * es / 4;
@@ -437,13 +548,19 @@ static void put(sbuf *b, const char *fmt, ...) {
 }
 
 void kcg_attention_gpu_kernel_name(kcg_attn_gpu_kernel kind, int dm, char *buf, size_t n) {
-  static const char *const names[] = {"fwd", "delta", "dkv", "dq"};
+  static const char *const names[] = {"fwd", "delta", "dkv", "dq", "fwd_tc"};
   if (kind == KCG_ATTN_GPU_DELTA) snprintf(buf, n, "kiln_fa_delta");
   else snprintf(buf, n, "kiln_fa_%s_d%d", names[kind], dm);
 }
 
+/* Whether the forward runs on tensor cores (WMMA): f16 and bf16 on CUDA sm_80+. */
+static bool use_tc(const kcg_gpu_target *target, const fa_step *f, bool hip) {
+  return !f->backward && (f->t == KILN_F16 || f->t == KILN_BF16) && target && !target->hip &&
+         !hip && target->tensor_cores && target->sm >= 80;
+}
+
 /* The wrappers of one head-dim bucket. */
-static void put_bucket(sbuf *b, const fa_step *f, int dm) {
+static void put_bucket(sbuf *b, const fa_step *f, int dm, bool tc) {
   const char *t = ctype(f->t), *m = ctype(f->m), *l = ctype(f->l);
   const char *acc = f->t == KILN_F64 ? "double" : "float";
   int es = f->t == KILN_F64 ? 8 : 4, br, bc;
@@ -457,6 +574,17 @@ static void put_bucket(sbuf *b, const fa_step *f, int dm) {
   if (f->has_mask) snprintf(maskp, sizeof maskp, "const %s *mask, ", m);
   const char *maskarg = f->has_mask ? "mask" : "(const fa_mask_t *)0";
   put(b, "typedef %s fa_mask_t;\n", m);
+  if (tc) {
+    kcg_attention_gpu_tiles(KCG_ATTN_GPU_FWD_TC, es, dm, &br, &bc);
+    kcg_attention_gpu_kernel_name(KCG_ATTN_GPU_FWD_TC, dm, name, sizeof name);
+    put(b,
+        "extern \"C\" __global__ void __launch_bounds__(128) %s(const %s *q, const %s *k, "
+        "const %s *v, %s%s *out, %s *lse, %s) {\n  %s\n"
+        "  fa_fwd_tc<%s, %s, %s, %d, %d, %d, %s, %s>(q, k, v, %s, out, lse, z, "
+        "(float)__longlong_as_double(scale)); }\n",
+        name, t, t, t, maskp, t, l, dims, zinit, t, m, l, dm, br, bc, cz, mz, maskarg);
+    return;
+  }
   if (!f->backward) {
     kcg_attention_gpu_tiles(KCG_ATTN_GPU_FWD, es, dm, &br, &bc);
     kcg_attention_gpu_kernel_name(KCG_ATTN_GPU_FWD, dm, name, sizeof name);
@@ -502,7 +630,10 @@ kiln_status kcg_attention_gpu_source(kiln_ctx *ctx, const kcg_c_dialect *dialect
       f.backward ? "backward" : "forward");
   put(&b, "%s\n", hip ? "#define FA_SHFL(v, o) __shfl_xor((v), (o))"
                       : "#define FA_SHFL(v, o) __shfl_xor_sync(0xffffffffu, (v), (o))");
+  bool tc = use_tc(target, &f, hip);
+  if (tc) put(&b, "#define FA_TC 1\n");
   put(&b, "%s", body);
+  if (tc) put(&b, "%s", body_tc);
   if (f.backward) {
     const char *t = ctype(f.t), *acc = f.t == KILN_F64 ? "double" : "float";
     put(&b,
@@ -514,7 +645,7 @@ kiln_status kcg_attention_gpu_source(kiln_ctx *ctx, const kcg_c_dialect *dialect
   for (int dm = 16; dm <= 128; dm *= 2)
     if (f.dmax < 0 || bucket(f.dmax) == dm) {
       put(&b, "namespace fa_d%d {\n", dm);
-      put_bucket(&b, &f, dm);
+      put_bucket(&b, &f, dm, tc);
       put(&b, "}\n");
     }
   if (b.oom) {
@@ -552,7 +683,6 @@ static kcg_gpu_launch *new_launch(kcg_gpu_plan *plan, const char *name, int64_t 
 kiln_status kcg_attention_gpu_plan(kiln_ctx *ctx, const kcg_gpu_target *target,
                                    const kcg_program *p, const kcg_step *st, const int64_t *sizes,
                                    kcg_gpu_plan *plan) {
-  (void)target;
   memset(plan, 0, sizeof *plan);
   fa_step f;
   kiln_status s = check_step(ctx, p, st, &f);
@@ -590,11 +720,12 @@ kiln_status kcg_attention_gpu_plan(kiln_ctx *ctx, const kcg_gpu_target *target,
   /* the size params every attention kernel ends with */
   int64_t tail[12] = {B, H, Hk, T, S, D, Dv, scale_bits, mst[0], mst[1], mst[2], mst[3]};
   if (!f.backward) {
-    kcg_attention_gpu_tiles(KCG_ATTN_GPU_FWD, es, dm, &br, &bc);
+    kcg_attn_gpu_kernel kind = use_tc(target, &f, false) ? KCG_ATTN_GPU_FWD_TC : KCG_ATTN_GPU_FWD;
+    kcg_attention_gpu_tiles(kind, es, dm, &br, &bc);
     int64_t blocks = B * H * ((T + br - 1) / br);
     if (blocks > lim) return kir_fail(ctx, KILN_ERR_UNSUPPORTED, "GPU attention: too many query tiles");
     if (blocks == 0) return KILN_OK;
-    kcg_attention_gpu_kernel_name(KCG_ATTN_GPU_FWD, dm, name, sizeof name);
+    kcg_attention_gpu_kernel_name(kind, dm, name, sizeof name);
     kcg_gpu_launch *l = new_launch(plan, name, blocks);
     for (uint32_t i = 0; i < f.nin + 2; i++) add_buf(l, i);
     for (int i = 0; i < 12; i++) add_i64(l, tail[i]);

@@ -31,7 +31,9 @@
  * line-buffered; a watchdog ends the run after 85 s. Exit status: 0 all
  * passed, 1 a failure, 2 no usable device.
  *
- * KILN_FA_EMU=1 runs the same checks (smaller cases, no timing) on the CPU
+ * KILN_FA_DTYPE=f16 (or another) checks that dtype only.
+ *
+ * KILN_FA_EMU=1 runs the same checks (smaller cases (2: all), no timing) on the CPU
  * instead: each source is compiled by g++ as C++ with a small emulation of
  * the CUDA built-ins (a thread per GPU thread, barriers for __syncthreads
  * and the warp shuffles), which is how the kernels were checked before any
@@ -162,7 +164,7 @@ static int load_driver(void) {
  * them; __syncthreads and the shuffles are barriers.
  */
 static const char emu_prelude[] =
-    "#include <math.h>\n#include <pthread.h>\n#include <string.h>\n"
+    "#include <math.h>\n#include <pthread.h>\n#include <string.h>\n#include <type_traits>\n"
     "struct fa_dim3 { unsigned x, y, z; };\n"
     "static thread_local fa_dim3 threadIdx, blockIdx;\n"
     "static fa_dim3 blockDim, gridDim;\n"
@@ -176,6 +178,39 @@ static const char emu_prelude[] =
     "static inline double __longlong_as_double(long long i) { double f; memcpy(&f, &i, 8);"
     " return f; }\n"
     "static double emu_x[1024];\n"
+    /* WMMA: every lane holds the whole 16x16 tile; lane 0 stores it (a barrier follows) */
+    "#define FA_EMU 1\n#define __align__(n) __attribute__((aligned(n)))\n"
+    "struct __half { unsigned short x; };\nstruct __nv_bfloat16 { unsigned short x; };\n"
+    "static inline float emu_f(float x) { return x; }\n"
+    "static inline float emu_f(__nv_bfloat16 b) { return __uint_as_float((unsigned)b.x << 16); }\n"
+    "static inline float emu_f(__half h) { unsigned s = ((unsigned)h.x & 0x8000u) << 16,"
+    " e = ((unsigned)h.x >> 10) & 0x1fu, m = (unsigned)h.x & 0x3ffu;\n"
+    "  if (e == 0u) { float f = (float)m * 5.9604644775390625e-8f; return s ? -f : f; }\n"
+    "  if (e == 31u) return __uint_as_float(s | 0x7f800000u | (m << 13));\n"
+    "  return __uint_as_float(s | ((e + 112u) << 23) | (m << 13)); }\n"
+    "namespace nvcuda { namespace wmma {\n"
+    "struct row_major {}; struct col_major {}; struct matrix_a {}; struct matrix_b {};"
+    " struct accumulator {};\n"
+    "enum layout_t { mem_row_major, mem_col_major };\n"
+    "template <typename U, int M, int N, int K, typename T, typename L = void> struct fragment"
+    " { float v[16][16]; };\n"
+    "template <typename F> void fill_fragment(F &f, float x) {"
+    " for (int i = 0; i < 16; i++) for (int j = 0; j < 16; j++) f.v[i][j] = x; }\n"
+    "template <typename U, typename T, typename L>\n"
+    "void load_matrix_sync(fragment<U, 16, 16, 16, T, L> &f, const T *p, unsigned ldm) {\n"
+    "  bool col = std::is_same<L, col_major>::value;\n"
+    "  for (int i = 0; i < 16; i++) for (int j = 0; j < 16; j++)"
+    " f.v[i][j] = emu_f(col ? p[j * ldm + i] : p[i * ldm + j]); }\n"
+    "template <typename A, typename B, typename C>\n"
+    "void mma_sync(C &d, const A &a, const B &b, const C &c) {\n"
+    "  float r[16][16];\n"
+    "  for (int i = 0; i < 16; i++) for (int j = 0; j < 16; j++) { float s = c.v[i][j];"
+    " for (int k = 0; k < 16; k++) s += a.v[i][k] * b.v[k][j]; r[i][j] = s; }\n"
+    "  memcpy(d.v, r, sizeof r); }\n"
+    "template <typename F> void store_matrix_sync(float *p, const F &f, unsigned ldm, layout_t) {\n"
+    "  if (threadIdx.x % 32 == 0) for (int i = 0; i < 16; i++) for (int j = 0; j < 16; j++)"
+    " p[i * ldm + j] = f.v[i][j]; }\n"
+    "} }\n"
     "template <typename T> static T __shfl_xor_sync(unsigned, T v, int o) {\n"
     "  unsigned t = threadIdx.x, w = t / 32;\n"
     "  emu_x[t] = (double)v;\n"
@@ -841,6 +876,8 @@ static void on_alarm(int sig) {
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   emu = getenv("KILN_FA_EMU") && atoi(getenv("KILN_FA_EMU")) > 0;
+  bool emu_big = emu && atoi(getenv("KILN_FA_EMU")) > 1;
+  const char *only = getenv("KILN_FA_DTYPE"); /* f64, f32, f16, bf16: only that one */
   if (!emu) {
     int rc = load_driver();
     if (rc) return rc;
@@ -872,7 +909,8 @@ int main(void) {
   int ncases = 0;
   for (int di = 0; di < 4; di++)
     for (int s = 0; s < NSHAPES; s++) {
-      if (emu && shapes[s].big) continue;
+      if (emu && shapes[s].big && !emu_big) continue;
+      if (only && strcmp(only, kiln_dtype_name(dts[di]))) continue;
       kir_dtype t = dts[di];
       cases[ncases++] = (fa_case){.dt = t, .lse_dt = t == KILN_F64 ? KILN_F64 : KILN_F32,
                                   .causal = shapes[s].causal, .mask = shapes[s].mask,

@@ -151,7 +151,9 @@ static void check_plan(const fa_case *c, const fa_prog *fp, const char *src, con
     }
     const char *name = l->kernel;
     if (strstr(name, "fwd")) {
-      kcg_attention_gpu_tiles(KCG_ATTN_GPU_FWD, es, dm, &br, &bc);
+      bool tc = c->dt == KILN_F16 || c->dt == KILN_BF16;
+      CHECK(tc == (strstr(name, "fwd_tc") != NULL), "%s: %s on sm_90", where, name);
+      kcg_attention_gpu_tiles(tc ? KCG_ATTN_GPU_FWD_TC : KCG_ATTN_GPU_FWD, es, dm, &br, &bc);
       CHECK(l->grid[0] == (uint32_t)(c->B * c->H * cdiv(c->T, br)), "%s: fwd grid %u", where,
             l->grid[0]);
       uint32_t want[] = {0, 1, 2, 3, 4, 5};
@@ -284,18 +286,21 @@ static void check_refusals(void) {
 static void check_tiles(void) {
   for (int es = 4; es <= 8; es += 4)
     for (int dm = 16; dm <= 128; dm *= 2)
-      for (int kind = KCG_ATTN_GPU_FWD; kind <= KCG_ATTN_GPU_DQ; kind++) {
-        if (kind == KCG_ATTN_GPU_DELTA) continue;
+      for (int kind = KCG_ATTN_GPU_FWD; kind <= KCG_ATTN_GPU_FWD_TC; kind++) {
+        if (kind == KCG_ATTN_GPU_DELTA || (kind == KCG_ATTN_GPU_FWD_TC && es == 8)) continue;
         int br, bc;
         kcg_attention_gpu_tiles((kcg_attn_gpu_kernel)kind, es, dm, &br, &bc);
         int64_t ks = dm + 1, ps = bc + 1, smem;
         if (kind == KCG_ATTN_GPU_FWD) smem = (br * ks + bc * ks + br * ps) * es;
         else if (kind == KCG_ATTN_GPU_DQ) smem = (2 * br * ks + 2 * bc * ks + br * ps) * es;
+        else if (kind == KCG_ATTN_GPU_FWD_TC)
+          smem = (br * (dm + 8) + bc * (dm + 8) + br * (bc + 8)) * 2 +
+                 (bc > dm ? br * (bc + 4) : br * (dm + 4)) * 4;
         else smem = (2 * bc * ks + 2 * br * ks + 2 * br * ps + 2 * br) * es;
         CHECK(smem <= 48 * 1024 && br >= 8 && bc >= 8 && br <= 64 && bc <= 64,
               "tiles kind %d es %d dm %d: %dx%d, %lld B", kind, es, dm, br, bc, (long long)smem);
-        printf("tiles %s es=%d dm=%3d: br %2d bc %2d (%lld B shared)\n",
-               kind == KCG_ATTN_GPU_FWD ? "fwd" : kind == KCG_ATTN_GPU_DKV ? "dkv" : "dq ", es, dm,
+        static const char *const kn[] = {"fwd", "", "dkv", "dq ", "fwd (tensor cores)"};
+        printf("tiles %s es=%d dm=%3d: br %2d bc %2d (%lld B shared)\n", kn[kind], es, dm,
                br, bc, (long long)smem);
       }
 }
