@@ -410,6 +410,164 @@ static const char body_tc[] =
     "    if (t == 0) fa_st(lse, bh * z.T + i, mrow + fa_log(lrow));\n"
     "  }\n"
     "}\n"
+    /* backward on tensor cores: s, dp by WMMA into f32 tiles, p and ds rounded to 16 bits,
+       dk += ds^T q, dv += p^T dout (or dq += ds k) in accumulator fragments held per warp */
+    "template <typename T, int NF, int TC>\n"
+    "FAD void fa_store_frags(wmma::fragment<wmma::accumulator, 16, 16, 16, float> *acc,"
+    " float *stage, long long rows, long long cols, T *dst, long long row0) {\n"
+    "  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;\n"
+    "  for (int f = 0; f < NF; f++) {\n"
+    "    int tile = warp + 4 * f;\n"
+    "    if (tile / TC * 16 >= rows) continue;\n"
+    "    wmma::store_matrix_sync(stage, acc[f], 16, wmma::mem_row_major);\n"
+    "    __syncwarp();\n"
+    "    for (int e = lane; e < 256; e += 32) {\n"
+    "      long long r = tile / TC * 16 + e / 16, c = tile % TC * 16 + e % 16;\n"
+    "      if (r < rows && c < cols) fa_st(dst, (row0 + r) * cols + c, stage[e]); }\n"
+    "    __syncwarp();\n"
+    "  } }\n"
+    "template <typename T, typename M, typename L, int DM, int BR, int BC, bool CAUSAL, bool MASK>\n"
+    "__device__ void fa_dkv_tc(const T *q, const T *k, const T *v, const T *dout, const M *mask,"
+    " const L *lse, const float *delta, T *dk, T *dv, fa_dims z, float scale) {\n"
+    "  typedef typename fa_wt<T>::t W;\n"
+    "  typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> Acc;\n"
+    "  constexpr int HS = DM + 8, PS = BC + 8, SS = BC + 4, TC = DM / 16;\n"
+    "  constexpr int NT = (BC / 16) * TC, NF = (NT + 3) / 4;\n"
+    "  __shared__ __align__(32) unsigned short sk[BC * HS], sv[BC * HS], sq[BR * HS],"
+    " sdo[BR * HS], sp[BR * PS], sds[BR * PS];\n"
+    "  __shared__ __align__(32) float ss[BR * SS], sdp[BR * SS], stage[4][256], sl[BR], sd[BR];\n"
+    "  long long BHk = z.B * z.Hk, blk = blockIdx.x, bk = blk % BHk, j0 = blk / BHk * BC;\n"
+    "  long long b = bk / z.Hk, kvh = bk % z.Hk, group = z.H / z.Hk, m = fa_min(BC, z.S - j0);\n"
+    "  int warp = threadIdx.x / 32;\n"
+    "  fa_stage16<BC, DM>(sk, (const unsigned short *)(k + (bk * z.S + j0) * z.D), m, z.D);\n"
+    "  fa_stage16<BC, DM>(sv, (const unsigned short *)(v + (bk * z.S + j0) * z.Dv), m, z.Dv);\n"
+    "  Acc gk[NF], gv[NF];\n"
+    "  for (int f = 0; f < NF; f++) { wmma::fill_fragment(gk[f], 0.0f); wmma::fill_fragment(gv[f], 0.0f); }\n"
+    "  long long first = CAUSAL ? j0 / BR * BR : 0;\n"
+    "  for (long long g = 0; g < group; g++) {\n"
+    "    long long h = kvh * group + g, bh = b * z.H + h;\n"
+    "    for (long long i0 = first; i0 < z.T; i0 += BR) {\n"
+    "      long long n = fa_min(BR, z.T - i0), row = bh * z.T + i0;\n"
+    "      __syncthreads();\n"
+    "      fa_stage16<BR, DM>(sq, (const unsigned short *)(q + row * z.D), n, z.D);\n"
+    "      fa_stage16<BR, DM>(sdo, (const unsigned short *)(dout + row * z.Dv), n, z.Dv);\n"
+    "      for (int e = threadIdx.x; e < BR; e += blockDim.x) {\n"
+    "        sl[e] = e < n ? (float)fa_ld(lse, row + e) : 0.0f;\n"
+    "        sd[e] = e < n ? delta[row + e] : 0.0f; }\n"
+    "      __syncthreads();\n"
+    "      for (int tile = warp; tile < 2 * (BR / 16) * (BC / 16); tile += 4) {\n"
+    "        int which = tile / ((BR / 16) * (BC / 16)), u = tile % ((BR / 16) * (BC / 16));\n"
+    "        int ti = u / (BC / 16), tj = u % (BC / 16);\n"
+    "        const W *a = (const W *)(which ? sdo : sq), *bm = (const W *)(which ? sv : sk);\n"
+    "        Acc acc;\n"
+    "        wmma::fill_fragment(acc, 0.0f);\n"
+    "        for (int kk = 0; kk < DM; kk += 16) {\n"
+    "          wmma::fragment<wmma::matrix_a, 16, 16, 16, W, wmma::row_major> fa;\n"
+    "          wmma::fragment<wmma::matrix_b, 16, 16, 16, W, wmma::col_major> fb;\n"
+    "          wmma::load_matrix_sync(fa, a + ti * 16 * HS + kk, HS);\n"
+    "          wmma::load_matrix_sync(fb, bm + tj * 16 * HS + kk, HS);\n"
+    "          wmma::mma_sync(acc, fa, fb, acc); }\n"
+    "        wmma::store_matrix_sync((which ? sdp : ss) + ti * 16 * SS + tj * 16, acc, SS,"
+    " wmma::mem_row_major);\n"
+    "      }\n"
+    "      __syncthreads();\n"
+    "      for (int e = threadIdx.x; e < BR * BC; e += blockDim.x) {\n"
+    "        int ii = e / BC, jj = e % BC;\n"
+    "        float p = 0, ds = 0;\n"
+    "        if (ii < n && jj < m) {\n"
+    "          float sc = fa_score<float, M, CAUSAL, MASK>(ss[ii * SS + jj], scale, mask, z, b, h,"
+    " i0 + ii, j0 + jj);\n"
+    "          p = fa_exp(sc - sl[ii]);\n"
+    "          ds = p * (sdp[ii * SS + jj] - sd[ii]) * scale; }\n"
+    "        sp[ii * PS + jj] = fa_bits(q, p); sds[ii * PS + jj] = fa_bits(q, ds); }\n"
+    "      __syncthreads();\n"
+    "      for (int f = 0; f < NF; f++) {\n"
+    "        int tile = warp + 4 * f;\n"
+    "        if (tile >= NT) continue;\n"
+    "        int tj = tile / TC, tc = tile % TC;\n"
+    "        for (int kk = 0; kk < BR; kk += 16) {\n"
+    "          wmma::fragment<wmma::matrix_a, 16, 16, 16, W, wmma::col_major> fp, fs;\n"
+    "          wmma::fragment<wmma::matrix_b, 16, 16, 16, W, wmma::row_major> fo, fq;\n"
+    "          wmma::load_matrix_sync(fp, (const W *)sp + kk * PS + tj * 16, PS);\n"
+    "          wmma::load_matrix_sync(fs, (const W *)sds + kk * PS + tj * 16, PS);\n"
+    "          wmma::load_matrix_sync(fo, (const W *)sdo + kk * HS + tc * 16, HS);\n"
+    "          wmma::load_matrix_sync(fq, (const W *)sq + kk * HS + tc * 16, HS);\n"
+    "          wmma::mma_sync(gv[f], fp, fo, gv[f]);\n"
+    "          wmma::mma_sync(gk[f], fs, fq, gk[f]); }\n"
+    "      }\n"
+    "    }\n"
+    "  }\n"
+    "  fa_store_frags<T, NF, TC>(gk, stage[warp], m, z.D, dk, bk * z.S + j0);\n"
+    "  fa_store_frags<T, NF, TC>(gv, stage[warp], m, z.Dv, dv, bk * z.S + j0);\n"
+    "}\n"
+    "template <typename T, typename M, typename L, int DM, int BR, int BC, bool CAUSAL, bool MASK>\n"
+    "__device__ void fa_dq_tc(const T *q, const T *k, const T *v, const T *dout, const M *mask,"
+    " const L *lse, const float *delta, T *dq, fa_dims z, float scale) {\n"
+    "  typedef typename fa_wt<T>::t W;\n"
+    "  typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> Acc;\n"
+    "  constexpr int HS = DM + 8, PS = BC + 8, SS = BC + 4, TC = DM / 16;\n"
+    "  constexpr int NT = (BR / 16) * TC, NF = (NT + 3) / 4;\n"
+    "  __shared__ __align__(32) unsigned short sq[BR * HS], sdo[BR * HS], sk[BC * HS],"
+    " sv[BC * HS], sds[BR * PS];\n"
+    "  __shared__ __align__(32) float ss[BR * SS], sdp[BR * SS], stage[4][256], sl[BR], sd[BR];\n"
+    "  long long BH = z.B * z.H, nqt = (z.T + BR - 1) / BR, blk = blockIdx.x;\n"
+    "  long long bh = blk % BH, qt = nqt - 1 - blk / BH, b = bh / z.H, h = bh % z.H;\n"
+    "  long long i0 = qt * BR, n = fa_min(BR, z.T - i0);\n"
+    "  long long kvb = (b * z.Hk + h / (z.H / z.Hk)) * z.S;\n"
+    "  int warp = threadIdx.x / 32;\n"
+    "  fa_stage16<BR, DM>(sq, (const unsigned short *)(q + (bh * z.T + i0) * z.D), n, z.D);\n"
+    "  fa_stage16<BR, DM>(sdo, (const unsigned short *)(dout + (bh * z.T + i0) * z.Dv), n, z.Dv);\n"
+    "  for (int e = threadIdx.x; e < BR; e += blockDim.x) {\n"
+    "    sl[e] = e < n ? (float)fa_ld(lse, bh * z.T + i0 + e) : 0.0f;\n"
+    "    sd[e] = e < n ? delta[bh * z.T + i0 + e] : 0.0f; }\n"
+    "  Acc gq[NF];\n"
+    "  for (int f = 0; f < NF; f++) wmma::fill_fragment(gq[f], 0.0f);\n"
+    "  long long send = CAUSAL ? fa_min(i0 + n, z.S) : z.S;\n"
+    "  for (long long j0 = 0; j0 < send; j0 += BC) {\n"
+    "    long long m = fa_min(BC, send - j0);\n"
+    "    __syncthreads();\n"
+    "    fa_stage16<BC, DM>(sk, (const unsigned short *)(k + (kvb + j0) * z.D), m, z.D);\n"
+    "    fa_stage16<BC, DM>(sv, (const unsigned short *)(v + (kvb + j0) * z.Dv), m, z.Dv);\n"
+    "    __syncthreads();\n"
+    "    for (int tile = warp; tile < 2 * (BR / 16) * (BC / 16); tile += 4) {\n"
+    "      int which = tile / ((BR / 16) * (BC / 16)), u = tile % ((BR / 16) * (BC / 16));\n"
+    "      int ti = u / (BC / 16), tj = u % (BC / 16);\n"
+    "      const W *a = (const W *)(which ? sdo : sq), *bm = (const W *)(which ? sv : sk);\n"
+    "      Acc acc;\n"
+    "      wmma::fill_fragment(acc, 0.0f);\n"
+    "      for (int kk = 0; kk < DM; kk += 16) {\n"
+    "        wmma::fragment<wmma::matrix_a, 16, 16, 16, W, wmma::row_major> fa;\n"
+    "        wmma::fragment<wmma::matrix_b, 16, 16, 16, W, wmma::col_major> fb;\n"
+    "        wmma::load_matrix_sync(fa, a + ti * 16 * HS + kk, HS);\n"
+    "        wmma::load_matrix_sync(fb, bm + tj * 16 * HS + kk, HS);\n"
+    "        wmma::mma_sync(acc, fa, fb, acc); }\n"
+    "      wmma::store_matrix_sync((which ? sdp : ss) + ti * 16 * SS + tj * 16, acc, SS,"
+    " wmma::mem_row_major);\n"
+    "    }\n"
+    "    __syncthreads();\n"
+    "    for (int e = threadIdx.x; e < BR * BC; e += blockDim.x) {\n"
+    "      int ii = e / BC, jj = e % BC;\n"
+    "      float ds = 0;\n"
+    "      if (ii < n && jj < m) {\n"
+    "        float sc = fa_score<float, M, CAUSAL, MASK>(ss[ii * SS + jj], scale, mask, z, b, h,"
+    " i0 + ii, j0 + jj);\n"
+    "        ds = fa_exp(sc - sl[ii]) * (sdp[ii * SS + jj] - sd[ii]) * scale; }\n"
+    "      sds[ii * PS + jj] = fa_bits(q, ds); }\n"
+    "    __syncthreads();\n"
+    "    for (int f = 0; f < NF; f++) {\n"
+    "      int tile = warp + 4 * f;\n"
+    "      if (tile >= NT) continue;\n"
+    "      int ti = tile / TC, tc = tile % TC;\n"
+    "      for (int kk = 0; kk < BC; kk += 16) {\n"
+    "        wmma::fragment<wmma::matrix_a, 16, 16, 16, W, wmma::row_major> fs;\n"
+    "        wmma::fragment<wmma::matrix_b, 16, 16, 16, W, wmma::row_major> fk;\n"
+    "        wmma::load_matrix_sync(fs, (const W *)sds + ti * 16 * PS + kk, PS);\n"
+    "        wmma::load_matrix_sync(fk, (const W *)sk + kk * HS + tc * 16, HS);\n"
+    "        wmma::mma_sync(gq[f], fs, fk, gq[f]); }\n"
+    "    }\n"
+    "  }\n"
+    "  fa_store_frags<T, NF, TC>(gq, stage[warp], n, z.D, dq, bh * z.T + i0);\n"
+    "}\n"
     "#endif\n";
 
 /* ---- tiles ---- */
@@ -417,12 +575,13 @@ static const char body_tc[] =
 static bool is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
 /*
- * Picks BR x BC for one kernel kind: the largest area (then the larger BR)
+ * Picks BR x BC for one kernel kind: the largest area (then the larger BR,
+ * or BC for the kernels with a block per key tile)
  * whose shared memory fits FA_SMEM and whose per-thread arrays (in 32-bit
  * words) stay within 64.
  */
 void kcg_attention_gpu_tiles(kcg_attn_gpu_kernel kind, int es, int dm, int *br, int *bc) {
-  int best = 0, lo = kind == KCG_ATTN_GPU_FWD_TC ? 16 : 8;
+  int best = 0, lo = kind >= KCG_ATTN_GPU_FWD_TC ? 16 : 8;
   *br = *bc = lo;
   for (int r = lo; r <= 64; r *= 2)
     for (int c = lo; c <= 64; c *= 2) {
@@ -431,6 +590,12 @@ void kcg_attention_gpu_tiles(kcg_attn_gpu_kernel kind, int es, int dm, int *br, 
         int tpr = FA_THREADS / r, sf = r * (c + 4) > r * (dm + 4) ? r * (c + 4) : r * (dm + 4);
         smem = (r * (dm + 8) + c * (dm + 8) + r * (c + 8)) * 2 + sf * 4;
         words = (c + tpr - 1) / tpr + (dm + tpr - 1) / tpr;
+      } else if (kind == KCG_ATTN_GPU_DKV_TC || kind == KCG_ATTN_GPU_DQ_TC) {
+        bool dkv = kind == KCG_ATTN_GPU_DKV_TC;
+        int tiles = dkv ? 2 * (c / 16) * (dm / 16) : (r / 16) * (dm / 16);
+        smem = (2 * c * (dm + 8) + 2 * r * (dm + 8) + (dkv ? 2 : 1) * r * (c + 8)) * 2 +
+               (2 * r * (c + 4) + 4 * 256 + 2 * r) * 4;
+        words = (tiles + 3) / 4 * 8; /* accumulator fragments: 8 floats a lane */
       } else if (kind == KCG_ATTN_GPU_DKV) {
         int tpk = FA_THREADS / c;
         smem = (2 * c * ks + 2 * r * ks + 2 * r * (c + 1) + 2 * r) * es;
@@ -448,7 +613,9 @@ void kcg_attention_gpu_tiles(kcg_attn_gpu_kernel kind, int es, int dm, int *br, 
         }
       }
       if (smem > FA_SMEM || words > 64) continue;
-      if (r * c > best || (r * c == best && r > *br)) best = r * c, *br = r, *bc = c;
+      bool keys = kind == KCG_ATTN_GPU_DKV || kind == KCG_ATTN_GPU_DKV_TC; /* a block per key tile */
+      if (r * c > best || (r * c == best && (keys ? c > *bc : r > *br)))
+        best = r * c, *br = r, *bc = c;
     }
 }
 
@@ -548,14 +715,14 @@ static void put(sbuf *b, const char *fmt, ...) {
 }
 
 void kcg_attention_gpu_kernel_name(kcg_attn_gpu_kernel kind, int dm, char *buf, size_t n) {
-  static const char *const names[] = {"fwd", "delta", "dkv", "dq", "fwd_tc"};
+  static const char *const names[] = {"fwd", "delta", "dkv", "dq", "fwd_tc", "dkv_tc", "dq_tc"};
   if (kind == KCG_ATTN_GPU_DELTA) snprintf(buf, n, "kiln_fa_delta");
   else snprintf(buf, n, "kiln_fa_%s_d%d", names[kind], dm);
 }
 
-/* Whether the forward runs on tensor cores (WMMA): f16 and bf16 on CUDA sm_80+. */
+/* Whether the kernels run on tensor cores (WMMA): f16 and bf16 on CUDA sm_80+. */
 static bool use_tc(const kcg_gpu_target *target, const fa_step *f, bool hip) {
-  return !f->backward && (f->t == KILN_F16 || f->t == KILN_BF16) && target && !target->hip &&
+  return (f->t == KILN_F16 || f->t == KILN_BF16) && target && !target->hip &&
          !hip && target->tensor_cores && target->sm >= 80;
 }
 
@@ -574,7 +741,7 @@ static void put_bucket(sbuf *b, const fa_step *f, int dm, bool tc) {
   if (f->has_mask) snprintf(maskp, sizeof maskp, "const %s *mask, ", m);
   const char *maskarg = f->has_mask ? "mask" : "(const fa_mask_t *)0";
   put(b, "typedef %s fa_mask_t;\n", m);
-  if (tc) {
+  if (tc && !f->backward) {
     kcg_attention_gpu_tiles(KCG_ATTN_GPU_FWD_TC, es, dm, &br, &bc);
     kcg_attention_gpu_kernel_name(KCG_ATTN_GPU_FWD_TC, dm, name, sizeof name);
     put(b,
@@ -596,23 +763,29 @@ static void put_bucket(sbuf *b, const fa_step *f, int dm, bool tc) {
         "__longlong_as_double");
     return;
   }
-  kcg_attention_gpu_tiles(KCG_ATTN_GPU_DKV, es, dm, &br, &bc);
-  kcg_attention_gpu_kernel_name(KCG_ATTN_GPU_DKV, dm, name, sizeof name);
+  /* tensor cores: fa_dkv_tc<T, M, L, DM, ...>; FMA: fa_dkv<T, M, L, A, DM, ...> */
+  char targs[96];
+  snprintf(targs, sizeof targs, tc ? "%s, %s, %s" : "%s, %s, %s, %s", t, m, l, acc);
+  const char *sfx = tc ? "_tc" : "";
+  kcg_attn_gpu_kernel kd = tc ? KCG_ATTN_GPU_DKV_TC : KCG_ATTN_GPU_DKV;
+  kcg_attn_gpu_kernel kq = tc ? KCG_ATTN_GPU_DQ_TC : KCG_ATTN_GPU_DQ;
+  kcg_attention_gpu_tiles(kd, es, dm, &br, &bc);
+  kcg_attention_gpu_kernel_name(kd, dm, name, sizeof name);
   put(b,
       "extern \"C\" __global__ void __launch_bounds__(128) %s(const %s *q, const %s *k, "
       "const %s *v, const %s *dout, %sconst %s *lse, const %s *delta, %s *dk, %s *dv, %s) {\n"
-      "  %s\n  fa_dkv<%s, %s, %s, %s, %d, %d, %d, %s, %s>(q, k, v, dout, %s, lse, delta, dk, dv, "
+      "  %s\n  fa_dkv%s<%s, %d, %d, %d, %s, %s>(q, k, v, dout, %s, lse, delta, dk, dv, "
       "z, (%s)__longlong_as_double(scale)); }\n",
-      name, t, t, t, t, maskp, l, acc, t, t, dims, zinit, t, m, l, acc, dm, br, bc, cz, mz,
+      name, t, t, t, t, maskp, l, acc, t, t, dims, zinit, sfx, targs, dm, br, bc, cz, mz,
       maskarg, acc);
-  kcg_attention_gpu_tiles(KCG_ATTN_GPU_DQ, es, dm, &br, &bc);
-  kcg_attention_gpu_kernel_name(KCG_ATTN_GPU_DQ, dm, name, sizeof name);
+  kcg_attention_gpu_tiles(kq, es, dm, &br, &bc);
+  kcg_attention_gpu_kernel_name(kq, dm, name, sizeof name);
   put(b,
       "extern \"C\" __global__ void __launch_bounds__(128) %s(const %s *q, const %s *k, "
       "const %s *v, const %s *dout, %sconst %s *lse, const %s *delta, %s *dq, %s) {\n"
-      "  %s\n  fa_dq<%s, %s, %s, %s, %d, %d, %d, %s, %s>(q, k, v, dout, %s, lse, delta, dq, "
+      "  %s\n  fa_dq%s<%s, %d, %d, %d, %s, %s>(q, k, v, dout, %s, lse, delta, dq, "
       "z, (%s)__longlong_as_double(scale)); }\n",
-      name, t, t, t, t, maskp, l, acc, t, dims, zinit, t, m, l, acc, dm, br, bc, cz, mz, maskarg,
+      name, t, t, t, t, maskp, l, acc, t, dims, zinit, sfx, targs, dm, br, bc, cz, mz, maskarg,
       acc);
 }
 
@@ -741,16 +914,19 @@ kiln_status kcg_attention_gpu_plan(kiln_ctx *ctx, const kcg_gpu_target *target,
     l->params[l->nparams++] = (kcg_gpu_param){.kind = KCG_GPU_SCRATCH, .value = 0};
     add_i64(l, rows), add_i64(l, Dv);
   }
-  kcg_attention_gpu_tiles(KCG_ATTN_GPU_DKV, es, dm, &br, &bc);
+  bool tc = use_tc(target, &f, false);
+  kcg_attn_gpu_kernel kd = tc ? KCG_ATTN_GPU_DKV_TC : KCG_ATTN_GPU_DKV;
+  kcg_attn_gpu_kernel kq = tc ? KCG_ATTN_GPU_DQ_TC : KCG_ATTN_GPU_DQ;
+  kcg_attention_gpu_tiles(kd, es, dm, &br, &bc);
   int64_t kblocks = B * Hk * ((S + bc - 1) / bc);
-  kcg_attention_gpu_tiles(KCG_ATTN_GPU_DQ, es, dm, &br, &bc);
+  kcg_attention_gpu_tiles(kq, es, dm, &br, &bc);
   int64_t qblocks = B * H * ((T + br - 1) / br);
   if (kblocks > lim || qblocks > lim)
     return kir_fail(ctx, KILN_ERR_UNSUPPORTED, "GPU attention: too many tiles");
   for (int pass = 0; pass < 2; pass++) {
     int64_t blocks = pass ? qblocks : kblocks;
     if (blocks == 0) continue;
-    kcg_attention_gpu_kernel_name(pass ? KCG_ATTN_GPU_DQ : KCG_ATTN_GPU_DKV, dm, name, sizeof name);
+    kcg_attention_gpu_kernel_name(pass ? kq : kd, dm, name, sizeof name);
     kcg_gpu_launch *l = new_launch(plan, name, blocks);
     add_buf(l, 0), add_buf(l, 1), add_buf(l, 2), add_buf(l, 5);
     if (f.has_mask) add_buf(l, f.mask_arg);

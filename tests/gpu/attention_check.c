@@ -27,9 +27,13 @@
  *   cc -std=c11 -O2 -D_GNU_SOURCE -Iinclude -I. tests/gpu/attention_check.c build/lib/libkiln.a \
  *      -Wl,-Bstatic -lopenblas -Wl,-Bdynamic -lm -lpthread -ldl -lgfortran -o attention_check
  * libcuda.so.1 is opened with dlopen; NVRTC through codegen/cuda.c. Every
- * source is compiled first, in parallel threads. One line per check,
- * line-buffered; a watchdog ends the run after 85 s. Exit status: 0 all
- * passed, 1 a failure, 2 no usable device.
+ * source is compiled first, in parallel threads. The run has two phases,
+ * each a child process of its own (so that a lost CUDA context in one
+ * cannot take the other's results with it): "fma", the shared-memory FMA
+ * kernels in every dtype, then "tc", the f16/bf16 cases again with the
+ * tensor-core (WMMA) kernels, forward and backward. One line per check, line-buffered; watchdogs end a
+ * phase after its share of 88 s and the timing stops when a phase is short
+ * of time. Exit status: 0 all passed, 1 a failure, 2 no usable device.
  *
  * KILN_FA_DTYPE=f16 (or another) checks that dtype only.
  *
@@ -40,6 +44,8 @@
  * GPU was at hand.
  */
 #include <dlfcn.h>
+#include <errno.h>
+#include <sys/wait.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -172,6 +178,8 @@ static const char emu_prelude[] =
     "#define __global__\n#define __device__\n#define __forceinline__ inline\n"
     "#define __shared__ static\n#define __launch_bounds__(n)\n"
     "static inline void __syncthreads() { pthread_barrier_wait(&emu_bar); }\n"
+    "static thread_local unsigned emu_tid;\n"
+    "static inline void __syncwarp() { pthread_barrier_wait(&emu_wbar[emu_tid / 32]); }\n"
     "static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }\n"
     "static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }\n"
     "static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }\n"
@@ -228,7 +236,7 @@ static const char emu_prelude[] =
     "struct emu_job { emu_fn fn; unsigned grid, id; const unsigned long long *a; };\n"
     "static void *emu_worker(void *p) {\n"
     "  emu_job *j = (emu_job *)p; const unsigned long long *a = j->a;\n"
-    "  threadIdx.x = j->id, threadIdx.y = threadIdx.z = 0;\n"
+    "  threadIdx.x = j->id, threadIdx.y = threadIdx.z = 0; emu_tid = j->id;\n"
     "  for (unsigned b = 0; b < j->grid; b++) {\n"
     "    blockIdx.x = b, blockIdx.y = blockIdx.z = 0;\n"
     "    j->fn(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12],"
@@ -558,10 +566,10 @@ static char *case_source(const fa_case *c) {
 
 static void describe(const fa_case *c, char *buf, size_t n) {
   static const char *const masks[] = {"", " mask[T,S]", " mask[B,1,T,S]", " mask[H,T,S]"};
-  snprintf(buf, n, "%s%s B=%lld H=%lld/%lld T=%lld S=%lld D=%lld%s",
+  snprintf(buf, n, "%s%s B=%lld H=%lld/%lld T=%lld S=%lld D=%lld%s%s",
            kiln_dtype_name(c->dt), c->causal ? " causal" : "", (long long)c->B, (long long)c->H,
            (long long)c->Hk, (long long)c->T, (long long)c->S, (long long)c->D,
-           masks[c->mask]);
+           masks[c->mask], target.tensor_cores ? " [tc]" : "");
 }
 
 /*
@@ -865,27 +873,87 @@ static void time_case(const fa_case *c, int ti) {
 
 /* ------------------------------------------------------------ main */
 
+static pid_t child;
+static const char *phase = ""; /* "fma" or "tc" in a child, "" in the parent */
+static double t_start;
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static void on_alarm(int sig) {
   (void)sig;
-  static const char msg[] = "FAIL watchdog: the run took over 85 s\n";
+  static const char msg[] = "FAIL watchdog: the run took too long\n";
   ssize_t w = write(1, msg, sizeof msg - 1);
   (void)w;
+  if (child > 0) kill(child, SIGKILL);
   _exit(1);
+}
+
+/*
+ * Runs this program again as phase `name` (a child process, so that a lost
+ * CUDA context in one phase cannot take the other's results with it) and
+ * returns its exit status (1 if it crashed).
+ */
+static int run_phase(const char *name, int seconds) {
+  printf("== phase %s: %s\n", name,
+         !strcmp(name, "fma") ? "shared-memory FMA kernels, every dtype"
+                              : "f16/bf16 on tensor cores (WMMA)");
+  fflush(stdout);
+  char secs[16];
+  snprintf(secs, sizeof secs, "%d", seconds);
+  child = fork();
+  if (child < 0) return printf("FAIL fork\n"), 1;
+  if (child == 0) {
+    setenv("KILN_FA_PHASE", name, 1);
+    setenv("KILN_FA_SECONDS", secs, 1);
+    execl("/proc/self/exe", "attention_check", (char *)NULL);
+    printf("FAIL exec of /proc/self/exe\n");
+    _exit(1);
+  }
+  int st = 0;
+  while (waitpid(child, &st, 0) < 0)
+    if (errno != EINTR) return printf("FAIL waitpid\n"), 1;
+  child = 0;
+  if (WIFSIGNALED(st)) return printf("FAIL phase %s crashed: signal %d\n", name, WTERMSIG(st)), 1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 }
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
+  t_start = now_s();
   emu = getenv("KILN_FA_EMU") && atoi(getenv("KILN_FA_EMU")) > 0;
   bool emu_big = emu && atoi(getenv("KILN_FA_EMU")) > 1;
   const char *only = getenv("KILN_FA_DTYPE"); /* f64, f32, f16, bf16: only that one */
+  phase = getenv("KILN_FA_PHASE") ? getenv("KILN_FA_PHASE") : "";
+  if (!*phase) { /* the parent: the two phases, 88 s in all */
+    if (!emu) {
+      signal(SIGALRM, on_alarm);
+      alarm(88);
+    }
+    int a = run_phase("fma", 55);
+    if (a == 2) return printf("no usable CUDA device\n"), 2;
+    int left = emu ? 100000 : 86 - (int)(now_s() - t_start);
+    int b = left >= 10 ? run_phase("tc", left) : (printf("FAIL no time left for phase tc\n"), 1);
+    bool pass = a == 0 && (b == 0 || b == 2);
+    printf("%s (phase fma %d, phase tc %d)\n", pass ? "ALL PASSED" : "FAILED", a, b);
+    return pass ? 0 : 1;
+  }
+  bool tc = !strcmp(phase, "tc");
+  int seconds = getenv("KILN_FA_SECONDS") ? atoi(getenv("KILN_FA_SECONDS")) : 60;
+  if (emu) seconds = 100000;
   if (!emu) {
     int rc = load_driver();
     if (rc) return rc;
     signal(SIGALRM, on_alarm);
-    alarm(85);
+    alarm((unsigned)(seconds > 5 ? seconds : 5));
   } else {
     printf("device: CPU emulation (g++)\n");
   }
+  target.tensor_cores = tc && (emu || target.sm >= 80);
+  if (tc && !target.tensor_cores) return printf("SKIP tensor cores: %s has none\n", arch), 0;
   pool = krt_pool_create(0);
   const kir_dtype dts[4] = {KILN_F64, KILN_F32, KILN_F16, KILN_BF16};
   /* B, H, Hk, T, S, D, causal, mask */
@@ -907,7 +975,7 @@ int main(void) {
   enum { NSHAPES = sizeof shapes / sizeof shapes[0] };
   fa_case cases[4 * NSHAPES];
   int ncases = 0;
-  for (int di = 0; di < 4; di++)
+  for (int di = tc ? 2 : 0; di < 4; di++)
     for (int s = 0; s < NSHAPES; s++) {
       if (emu && shapes[s].big && !emu_big) continue;
       if (only && strcmp(only, kiln_dtype_name(dts[di]))) continue;
@@ -935,13 +1003,17 @@ int main(void) {
       free(src);
     }
   }
-  bool compiled = compile_all();
-  if (compiled) {
-    for (int i = 0; i < ncases; i++) check_case(&cases[i]);
-    for (int i = 0; i < ntimed; i++) time_case(&timed[i], i % 3);
+  compile_all(); /* a source that failed fails its cases; the others still run */
+  for (int i = 0; i < ncases; i++) check_case(&cases[i]);
+  for (int i = 0; i < ntimed; i++) {
+    if (now_s() - t_start > seconds - 12) {
+      printf("SKIP time: under 12 s left in this phase's %d s\n", seconds);
+      break;
+    }
+    time_case(&timed[i], i % 3);
   }
   if (dead) printf("FAIL the CUDA context was lost; the remaining checks did not run\n");
   krt_pool_destroy(pool);
-  printf("%s: %d failure(s)\n", failures ? "FAILED" : "all passed", failures);
+  printf("phase %s: %s: %d failure(s)\n", phase, failures ? "FAILED" : "all passed", failures);
   return failures ? 1 : 0;
 }

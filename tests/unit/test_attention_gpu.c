@@ -165,8 +165,11 @@ static void check_plan(const fa_case *c, const fa_prog *fp, const char *src, con
       CHECK((uint64_t)l->grid[0] * 4 >= (uint64_t)(c->B * c->H * c->T) || l->grid[0] == 65536,
             "%s: delta grid %u", where, l->grid[0]);
     } else {
-      bool dkv = strstr(name, "dkv") != NULL;
-      kcg_attention_gpu_tiles(dkv ? KCG_ATTN_GPU_DKV : KCG_ATTN_GPU_DQ, es, dm, &br, &bc);
+      bool dkv = strstr(name, "dkv") != NULL, tc = c->dt == KILN_F16 || c->dt == KILN_BF16;
+      CHECK(tc == (strstr(name, "_tc") != NULL), "%s: %s on sm_90", where, name);
+      kcg_attention_gpu_tiles(dkv ? (tc ? KCG_ATTN_GPU_DKV_TC : KCG_ATTN_GPU_DKV)
+                                  : (tc ? KCG_ATTN_GPU_DQ_TC : KCG_ATTN_GPU_DQ),
+                              es, dm, &br, &bc);
       int64_t want = dkv ? c->B * c->Hk * cdiv(c->S, bc) : c->B * c->H * cdiv(c->T, br);
       CHECK(l->grid[0] == (uint32_t)want, "%s: %s grid %u, want %lld", where, name, l->grid[0],
             (long long)want);
@@ -286,8 +289,8 @@ static void check_refusals(void) {
 static void check_tiles(void) {
   for (int es = 4; es <= 8; es += 4)
     for (int dm = 16; dm <= 128; dm *= 2)
-      for (int kind = KCG_ATTN_GPU_FWD; kind <= KCG_ATTN_GPU_FWD_TC; kind++) {
-        if (kind == KCG_ATTN_GPU_DELTA || (kind == KCG_ATTN_GPU_FWD_TC && es == 8)) continue;
+      for (int kind = KCG_ATTN_GPU_FWD; kind <= KCG_ATTN_GPU_DQ_TC; kind++) {
+        if (kind == KCG_ATTN_GPU_DELTA || (kind >= KCG_ATTN_GPU_FWD_TC && es == 8)) continue;
         int br, bc;
         kcg_attention_gpu_tiles((kcg_attn_gpu_kernel)kind, es, dm, &br, &bc);
         int64_t ks = dm + 1, ps = bc + 1, smem;
@@ -296,10 +299,17 @@ static void check_tiles(void) {
         else if (kind == KCG_ATTN_GPU_FWD_TC)
           smem = (br * (dm + 8) + bc * (dm + 8) + br * (bc + 8)) * 2 +
                  (bc > dm ? br * (bc + 4) : br * (dm + 4)) * 4;
+        else
+          smem = (2 * bc * (dm + 8) + 2 * br * (dm + 8) +
+                  (kind == KCG_ATTN_GPU_DKV_TC ? 2 : 1) * br * (bc + 8)) * 2 +
+                 (2 * br * (bc + 4) + 4 * 256 + 2 * br) * 4;
+        if (kind >= KCG_ATTN_GPU_FWD_TC)
+          CHECK(br % 16 == 0 && bc % 16 == 0, "tensor-core tiles %dx%d are not of 16", br, bc);
         else smem = (2 * bc * ks + 2 * br * ks + 2 * br * ps + 2 * br) * es;
         CHECK(smem <= 48 * 1024 && br >= 8 && bc >= 8 && br <= 64 && bc <= 64,
               "tiles kind %d es %d dm %d: %dx%d, %lld B", kind, es, dm, br, bc, (long long)smem);
-        static const char *const kn[] = {"fwd", "", "dkv", "dq ", "fwd (tensor cores)"};
+        static const char *const kn[] = {"fwd", "", "dkv", "dq ", "fwd (tensor cores)",
+                                         "dkv (tensor cores)", "dq (tensor cores)"};
         printf("tiles %s es=%d dm=%3d: br %2d bc %2d (%lld B shared)\n", kn[kind], es, dm,
                br, bc, (long long)smem);
       }
