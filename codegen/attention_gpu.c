@@ -86,7 +86,8 @@ static const char body[] =
     "FAD float fa_log(float x) { return logf(x); }\n"
     "FAD double fa_log(double x) { return log(x); }\n"
     "template <typename A> FAD A fa_ninf();\n"
-    "template <> __device__ __forceinline__ float fa_ninf<float>() { return __int_as_float(0xff800000); }\n"
+    "template <> __device__ __forceinline__ float fa_ninf<float>() { return "
+    "__int_as_float(0xff800000); }\n"
     "template <> __device__ __forceinline__ double fa_ninf<double>() {"
     " return __longlong_as_double((long long)0xfff0000000000000ULL); }\n"
     "FAD long long fa_min(long long a, long long b) { return a < b ? a : b; }\n"
@@ -106,7 +107,8 @@ static const char body[] =
     "  if (MASK) s += (A)fa_ld(mask, b * z.m0 + h * z.m1 + i * z.m2 + j * z.m3);\n"
     "  if (CAUSAL && j > i) s = fa_ninf<A>();\n"
     "  return s; }\n"
-    /* rows [0, rows) x cols [0, DM) of a row-major tile into shared memory (stride DM + 1), zero-padded */
+    /* rows [0, rows) x cols [0, DM) of a row-major tile into shared memory (stride DM + 1),
+       zero-padded */
     "template <int ROWS, int DM, typename A, typename T>\n"
     "FAD void fa_stage(A *dst, const T *src, long long rows, long long cols) {\n"
     "  for (int e = threadIdx.x; e < ROWS * DM; e += blockDim.x) {\n"
@@ -180,7 +182,8 @@ static const char body[] =
     "\n"
     /* ---- backward ---- */
     "template <typename T, typename A>\n"
-    "__device__ void fa_delta(const T *out, const T *dout, A *delta, long long rows, long long dv) {\n"
+    "__device__ void fa_delta(const T *out, const T *dout, A *delta, long long rows, long long dv) "
+    "{\n"
     "  int lane = threadIdx.x % 32;\n"
     "  for (long long r = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32; r < rows;"
     " r += (long long)gridDim.x * blockDim.x / 32) {\n"
@@ -266,7 +269,8 @@ static const char body[] =
     "  int r = threadIdx.x / TPR, t = threadIdx.x % TPR;\n"
     "  fa_stage<BR, DM>(sq, q + (bh * z.T + i0) * z.D, n, z.D);\n"
     "  fa_stage<BR, DM>(sdo, dout + (bh * z.T + i0) * z.Dv, n, z.Dv);\n"
-    "  A lr = r < n ? (A)fa_ld(lse, bh * z.T + i) : (A)0, dr = r < n ? delta[bh * z.T + i] : (A)0;\n"
+    "  A lr = r < n ? (A)fa_ld(lse, bh * z.T + i) : (A)0, dr = r < n ? delta[bh * z.T + i] : "
+    "(A)0;\n"
     "  A gq[NO];\n"
     "  for (int c = 0; c < NO; c++) gq[c] = 0;\n"
     "  long long send = CAUSAL ? fa_min(i0 + n, z.S) : z.S;\n"
@@ -329,7 +333,8 @@ static const char body_tc[] =
     "    int r = e / DM, d = e % DM;\n"
     "    dst[r * (DM + 8) + d] = r < rows && d < cols ? src[r * cols + d] : (unsigned short)0;\n"
     "  } }\n"
-    "template <typename T, typename M, typename L, int DM, int BR, int BC, bool CAUSAL, bool MASK>\n"
+    "template <typename T, typename M, typename L, int DM, int BR, int BC, bool CAUSAL, bool "
+    "MASK>\n"
     "__device__ void fa_fwd_tc(const T *q, const T *k, const T *v, const M *mask, T *out, L *lse,"
     " fa_dims z, float scale) {\n"
     "  typedef typename fa_wt<T>::t W;\n"
@@ -401,7 +406,8 @@ static const char body_tc[] =
     "      wmma::store_matrix_sync(sf + ti * 16 * OS + tc * 16, acc, OS, wmma::mem_row_major);\n"
     "    }\n"
     "    __syncthreads();\n"
-    "    for (int c = 0; c < NO; c++) { int col = t + c * TPR; if (col < DM) o[c] += sf[r * OS + col]; }\n"
+    "    for (int c = 0; c < NO; c++) { int col = t + c * TPR; if (col < DM) o[c] += sf[r * OS + "
+    "col]; }\n"
     "  }\n"
     "  if (r < n) {\n"
     "    float inv = 1.0f / lrow;\n"
@@ -426,23 +432,32 @@ static const char body_tc[] =
     "      if (r < rows && c < cols) fa_st(dst, (row0 + r) * cols + c, stage[e]); }\n"
     "    __syncwarp();\n"
     "  } }\n"
-    "template <typename T, typename M, typename L, int DM, int BR, int BC, bool CAUSAL, bool MASK>\n"
+    "template <typename T, typename M, typename L, int DM, int BR, int BC, bool CAUSAL, bool "
+    "MASK>\n"
     "__device__ void fa_dkv_tc(const T *q, const T *k, const T *v, const T *dout, const M *mask,"
     " const L *lse, const float *delta, T *dk, T *dv, fa_dims z, float scale) {\n"
     "  typedef typename fa_wt<T>::t W;\n"
     "  typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> Acc;\n"
     "  constexpr int HS = DM + 8, PS = BC + 8, SS = BC + 4, TC = DM / 16;\n"
     "  constexpr int NT = (BC / 16) * TC, NF = (NT + 3) / 4;\n"
-    "  __shared__ __align__(32) unsigned short sk[BC * HS], sv[BC * HS], sq[BR * HS],"
-    " sdo[BR * HS], sp[BR * PS], sds[BR * PS];\n"
-    "  __shared__ __align__(32) float ss[BR * SS], sdp[BR * SS], stage[4][256], sl[BR], sd[BR];\n"
+    "  __shared__ __align__(32) unsigned short sk[BC * HS];\n"
+    "  __shared__ __align__(32) unsigned short sv[BC * HS];\n"
+    "  __shared__ __align__(32) unsigned short sq[BR * HS];\n"
+    "  __shared__ __align__(32) unsigned short sdo[BR * HS];\n"
+    "  __shared__ __align__(32) unsigned short sp[BR * PS];\n"
+    "  __shared__ __align__(32) unsigned short sds[BR * PS];\n"
+    "  __shared__ __align__(32) float ss[BR * SS];\n"
+    "  __shared__ __align__(32) float sdp[BR * SS];\n"
+    "  __shared__ __align__(32) float stage[4][256];\n"
+    "  __shared__ float sl[BR], sd[BR];\n"
     "  long long BHk = z.B * z.Hk, blk = blockIdx.x, bk = blk % BHk, j0 = blk / BHk * BC;\n"
     "  long long b = bk / z.Hk, kvh = bk % z.Hk, group = z.H / z.Hk, m = fa_min(BC, z.S - j0);\n"
     "  int warp = threadIdx.x / 32;\n"
     "  fa_stage16<BC, DM>(sk, (const unsigned short *)(k + (bk * z.S + j0) * z.D), m, z.D);\n"
     "  fa_stage16<BC, DM>(sv, (const unsigned short *)(v + (bk * z.S + j0) * z.Dv), m, z.Dv);\n"
     "  Acc gk[NF], gv[NF];\n"
-    "  for (int f = 0; f < NF; f++) { wmma::fill_fragment(gk[f], 0.0f); wmma::fill_fragment(gv[f], 0.0f); }\n"
+    "  for (int f = 0; f < NF; f++) { wmma::fill_fragment(gk[f], 0.0f); wmma::fill_fragment(gv[f], "
+    "0.0f); }\n"
     "  long long first = CAUSAL ? j0 / BR * BR : 0;\n"
     "  for (long long g = 0; g < group; g++) {\n"
     "    long long h = kvh * group + g, bh = b * z.H + h;\n"
@@ -500,16 +515,23 @@ static const char body_tc[] =
     "  fa_store_frags<T, NF, TC>(gk, stage[warp], m, z.D, dk, bk * z.S + j0);\n"
     "  fa_store_frags<T, NF, TC>(gv, stage[warp], m, z.Dv, dv, bk * z.S + j0);\n"
     "}\n"
-    "template <typename T, typename M, typename L, int DM, int BR, int BC, bool CAUSAL, bool MASK>\n"
+    "template <typename T, typename M, typename L, int DM, int BR, int BC, bool CAUSAL, bool "
+    "MASK>\n"
     "__device__ void fa_dq_tc(const T *q, const T *k, const T *v, const T *dout, const M *mask,"
     " const L *lse, const float *delta, T *dq, fa_dims z, float scale) {\n"
     "  typedef typename fa_wt<T>::t W;\n"
     "  typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> Acc;\n"
     "  constexpr int HS = DM + 8, PS = BC + 8, SS = BC + 4, TC = DM / 16;\n"
     "  constexpr int NT = (BR / 16) * TC, NF = (NT + 3) / 4;\n"
-    "  __shared__ __align__(32) unsigned short sq[BR * HS], sdo[BR * HS], sk[BC * HS],"
-    " sv[BC * HS], sds[BR * PS];\n"
-    "  __shared__ __align__(32) float ss[BR * SS], sdp[BR * SS], stage[4][256], sl[BR], sd[BR];\n"
+    "  __shared__ __align__(32) unsigned short sq[BR * HS];\n"
+    "  __shared__ __align__(32) unsigned short sdo[BR * HS];\n"
+    "  __shared__ __align__(32) unsigned short sk[BC * HS];\n"
+    "  __shared__ __align__(32) unsigned short sv[BC * HS];\n"
+    "  __shared__ __align__(32) unsigned short sds[BR * PS];\n"
+    "  __shared__ __align__(32) float ss[BR * SS];\n"
+    "  __shared__ __align__(32) float sdp[BR * SS];\n"
+    "  __shared__ __align__(32) float stage[4][256];\n"
+    "  __shared__ float sl[BR], sd[BR];\n"
     "  long long BH = z.B * z.H, nqt = (z.T + BR - 1) / BR, blk = blockIdx.x;\n"
     "  long long bh = blk % BH, qt = nqt - 1 - blk / BH, b = bh / z.H, h = bh % z.H;\n"
     "  long long i0 = qt * BR, n = fa_min(BR, z.T - i0);\n"
@@ -613,7 +635,8 @@ void kcg_attention_gpu_tiles(kcg_attn_gpu_kernel kind, int es, int dm, int *br, 
         }
       }
       if (smem > FA_SMEM || words > 64) continue;
-      bool keys = kind == KCG_ATTN_GPU_DKV || kind == KCG_ATTN_GPU_DKV_TC; /* a block per key tile */
+      bool keys =
+          kind == KCG_ATTN_GPU_DKV || kind == KCG_ATTN_GPU_DKV_TC; /* a block per key tile */
       if (r * c > best || (r * c == best && (keys ? c > *bc : r > *br)))
         best = r * c, *br = r, *bc = c;
     }
@@ -625,16 +648,21 @@ typedef struct fa_step {
   bool backward, causal, has_mask;
   kir_dtype t, m, l; /* storage of q/k/v/out/d*, of the mask, of lse */
   uint32_t nin, mask_arg;
-  int64_t dmax;      /* static max(D, Dv), or -1 if symbolic */
+  int64_t dmax; /* static max(D, Dv), or -1 if symbolic */
 } fa_step;
 
 static const char *ctype(kir_dtype t) {
   switch (t) {
-  case KILN_F32: return "float";
-  case KILN_F64: return "double";
-  case KILN_F16: return "fa_f16";
-  case KILN_BF16: return "fa_bf16";
-  default: return NULL;
+  case KILN_F32:
+    return "float";
+  case KILN_F64:
+    return "double";
+  case KILN_F16:
+    return "fa_f16";
+  case KILN_BF16:
+    return "fa_bf16";
+  default:
+    return NULL;
   }
 }
 
@@ -642,8 +670,7 @@ static const kir_type *arg_type(const kcg_program *p, const kcg_step *st, uint32
   return &p->bufs[st->args[i]].type;
 }
 
-static kiln_status check_step(kiln_ctx *ctx, const kcg_program *p, const kcg_step *st,
-                              fa_step *f) {
+static kiln_status check_step(kiln_ctx *ctx, const kcg_program *p, const kcg_step *st, fa_step *f) {
   const kcg_attn *a = &st->attn;
   *f = (fa_step){.backward = a->backward, .causal = a->causal, .has_mask = a->has_mask};
   f->nin = a->backward ? 6u + a->has_mask : 3u + a->has_mask;
@@ -716,14 +743,16 @@ static void put(sbuf *b, const char *fmt, ...) {
 
 void kcg_attention_gpu_kernel_name(kcg_attn_gpu_kernel kind, int dm, char *buf, size_t n) {
   static const char *const names[] = {"fwd", "delta", "dkv", "dq", "fwd_tc", "dkv_tc", "dq_tc"};
-  if (kind == KCG_ATTN_GPU_DELTA) snprintf(buf, n, "kiln_fa_delta");
-  else snprintf(buf, n, "kiln_fa_%s_d%d", names[kind], dm);
+  if (kind == KCG_ATTN_GPU_DELTA)
+    snprintf(buf, n, "kiln_fa_delta");
+  else
+    snprintf(buf, n, "kiln_fa_%s_d%d", names[kind], dm);
 }
 
 /* Whether the kernels run on tensor cores (WMMA): f16 and bf16 on CUDA sm_80+. */
 static bool use_tc(const kcg_gpu_target *target, const fa_step *f, bool hip) {
-  return (f->t == KILN_F16 || f->t == KILN_BF16) && target && !target->hip &&
-         !hip && target->tensor_cores && target->sm >= 80;
+  return (f->t == KILN_F16 || f->t == KILN_BF16) && target && !target->hip && !hip &&
+         target->tensor_cores && target->sm >= 80;
 }
 
 /* The wrappers of one head-dim bucket. */
@@ -758,7 +787,8 @@ static void put_bucket(sbuf *b, const fa_step *f, int dm, bool tc) {
     put(b,
         "extern \"C\" __global__ void __launch_bounds__(128) %s(const %s *q, const %s *k, "
         "const %s *v, %s%s *out, %s *lse, %s) {\n  %s\n"
-        "  fa_fwd<%s, %s, %s, %s, %d, %d, %d, %s, %s>(q, k, v, %s, out, lse, z, (%s)%s(scale)); }\n",
+        "  fa_fwd<%s, %s, %s, %s, %d, %d, %d, %s, %s>(q, k, v, %s, out, lse, z, (%s)%s(scale)); "
+        "}\n",
         name, t, t, t, maskp, t, l, dims, zinit, t, m, l, acc, dm, br, bc, cz, mz, maskarg, acc,
         "__longlong_as_double");
     return;
@@ -776,8 +806,8 @@ static void put_bucket(sbuf *b, const fa_step *f, int dm, bool tc) {
       "const %s *v, const %s *dout, %sconst %s *lse, const %s *delta, %s *dk, %s *dv, %s) {\n"
       "  %s\n  fa_dkv%s<%s, %d, %d, %d, %s, %s>(q, k, v, dout, %s, lse, delta, dk, dv, "
       "z, (%s)__longlong_as_double(scale)); }\n",
-      name, t, t, t, t, maskp, l, acc, t, t, dims, zinit, sfx, targs, dm, br, bc, cz, mz,
-      maskarg, acc);
+      name, t, t, t, t, maskp, l, acc, t, t, dims, zinit, sfx, targs, dm, br, bc, cz, mz, maskarg,
+      acc);
   kcg_attention_gpu_tiles(kq, es, dm, &br, &bc);
   kcg_attention_gpu_kernel_name(kq, dm, name, sizeof name);
   put(b,
@@ -801,8 +831,9 @@ kiln_status kcg_attention_gpu_source(kiln_ctx *ctx, const kcg_c_dialect *dialect
   put(&b, "%s", dialect && dialect->header ? dialect->header : "");
   put(&b, "// Kiln flash attention (%s), codegen/attention_gpu.c\n",
       f.backward ? "backward" : "forward");
-  put(&b, "%s\n", hip ? "#define FA_SHFL(v, o) __shfl_xor((v), (o))"
-                      : "#define FA_SHFL(v, o) __shfl_xor_sync(0xffffffffu, (v), (o))");
+  put(&b, "%s\n",
+      hip ? "#define FA_SHFL(v, o) __shfl_xor((v), (o))"
+          : "#define FA_SHFL(v, o) __shfl_xor_sync(0xffffffffu, (v), (o))");
   bool tc = use_tc(target, &f, hip);
   if (tc) put(&b, "#define FA_TC 1\n");
   put(&b, "%s", body);
@@ -882,7 +913,8 @@ kiln_status kcg_attention_gpu_plan(kiln_ctx *ctx, const kcg_gpu_target *target,
       int j = i - (4 - t->rank);
       int64_t d = j >= 0 ? kcg_dim_value(t->dims[j], sizes) : 1;
       if (d != 1 && d != full[i])
-        return kir_fail(ctx, KILN_ERR_RUNTIME, "attention: the mask does not broadcast to the scores");
+        return kir_fail(ctx, KILN_ERR_RUNTIME,
+                        "attention: the mask does not broadcast to the scores");
       mst[i] = d != 1 ? stride : 0;
       stride *= d;
     }
@@ -896,12 +928,15 @@ kiln_status kcg_attention_gpu_plan(kiln_ctx *ctx, const kcg_gpu_target *target,
     kcg_attn_gpu_kernel kind = use_tc(target, &f, false) ? KCG_ATTN_GPU_FWD_TC : KCG_ATTN_GPU_FWD;
     kcg_attention_gpu_tiles(kind, es, dm, &br, &bc);
     int64_t blocks = B * H * ((T + br - 1) / br);
-    if (blocks > lim) return kir_fail(ctx, KILN_ERR_UNSUPPORTED, "GPU attention: too many query tiles");
+    if (blocks > lim)
+      return kir_fail(ctx, KILN_ERR_UNSUPPORTED, "GPU attention: too many query tiles");
     if (blocks == 0) return KILN_OK;
     kcg_attention_gpu_kernel_name(kind, dm, name, sizeof name);
     kcg_gpu_launch *l = new_launch(plan, name, blocks);
-    for (uint32_t i = 0; i < f.nin + 2; i++) add_buf(l, i);
-    for (int i = 0; i < 12; i++) add_i64(l, tail[i]);
+    for (uint32_t i = 0; i < f.nin + 2; i++)
+      add_buf(l, i);
+    for (int i = 0; i < 12; i++)
+      add_i64(l, tail[i]);
     return KILN_OK;
   }
   int64_t rows = B * H * T;
@@ -932,9 +967,12 @@ kiln_status kcg_attention_gpu_plan(kiln_ctx *ctx, const kcg_gpu_target *target,
     if (f.has_mask) add_buf(l, f.mask_arg);
     add_buf(l, 4);
     l->params[l->nparams++] = (kcg_gpu_param){.kind = KCG_GPU_SCRATCH, .value = 0};
-    if (pass) add_buf(l, dq);
-    else add_buf(l, dk), add_buf(l, dv);
-    for (int i = 0; i < 12; i++) add_i64(l, tail[i]);
+    if (pass)
+      add_buf(l, dq);
+    else
+      add_buf(l, dk), add_buf(l, dv);
+    for (int i = 0; i < 12; i++)
+      add_i64(l, tail[i]);
   }
   return KILN_OK;
 }

@@ -10,10 +10,10 @@
 #include <stddef.h>
 
 typedef enum kcg_attn_gpu_kernel {
-  KCG_ATTN_GPU_FWD,   /* forward: a block per (query tile, batch * head) */
-  KCG_ATTN_GPU_DELTA, /* backward 1: delta = rowsum(dout * out) into scratch */
-  KCG_ATTN_GPU_DKV,   /* backward 2: a block per (key tile, batch * kv head) */
-  KCG_ATTN_GPU_DQ,    /* backward 3: a block per (query tile, batch * head) */
+  KCG_ATTN_GPU_FWD,    /* forward: a block per (query tile, batch * head) */
+  KCG_ATTN_GPU_DELTA,  /* backward 1: delta = rowsum(dout * out) into scratch */
+  KCG_ATTN_GPU_DKV,    /* backward 2: a block per (key tile, batch * kv head) */
+  KCG_ATTN_GPU_DQ,     /* backward 3: a block per (query tile, batch * head) */
   KCG_ATTN_GPU_FWD_TC, /* forward on tensor cores (f16, bf16; CUDA sm_80+): as FWD */
   KCG_ATTN_GPU_DKV_TC, /* backward 2 on tensor cores: as DKV */
   KCG_ATTN_GPU_DQ_TC   /* backward 3 on tensor cores: as DQ */

@@ -26,8 +26,8 @@ typedef struct fa_case {
   bool backward, causal;
   fa_mask_kind mask;
   int64_t B, H, Hk, T, S, D, Dv;
-  double scale;         /* 0: 1/sqrt(D) */
-  bool symbolic;        /* dims as symbols 0..6 = B, H, Hk, T, S, D, Dv */
+  double scale;  /* 0: 1/sqrt(D) */
+  bool symbolic; /* dims as symbols 0..6 = B, H, Hk, T, S, D, Dv */
 } fa_case;
 
 typedef struct fa_prog {
@@ -40,7 +40,8 @@ typedef struct fa_prog {
 
 static inline kir_type fa_type(kir_dtype dt, int rank, const int64_t *dims) {
   kir_type t = {.dtype = dt, .rank = (uint8_t)rank};
-  for (int i = 0; i < rank; i++) t.dims[i] = dims[i];
+  for (int i = 0; i < rank; i++)
+    t.dims[i] = dims[i];
   return t;
 }
 
@@ -66,23 +67,36 @@ static inline void fa_build(const fa_case *c, fa_prog *fp) {
   list[n++] = tq, list[n++] = tk, list[n++] = tv;
   if (c->backward) list[n++] = to, list[n++] = tl, list[n++] = to;
   if (c->mask) list[n++] = tm;
-  if (c->backward) list[n++] = tq, list[n++] = tk, list[n++] = tv;
-  else list[n++] = to, list[n++] = tl;
+  if (c->backward)
+    list[n++] = tq, list[n++] = tk, list[n++] = tv;
+  else
+    list[n++] = to, list[n++] = tl;
   for (uint32_t i = 0; i < n; i++) {
     fp->bufs[i] = (kcg_pbuf){.type = list[i], .kind = KCG_PBUF_TEMP};
     fp->args[i] = i;
   }
-  fp->st = (kcg_step){.kind = KCG_STEP_ATTENTION, .args = fp->args, .nargs = n,
-                      .attn = {.dtype = c->dt, .backward = c->backward, .causal = c->causal,
-                               .has_mask = c->mask != FA_MASK_NONE, .scale = c->scale}};
-  fp->p = (kcg_program){.nsyms = 7, .bufs = fp->bufs, .nbufs = n, .capbufs = n,
-                        .steps = &fp->st, .nsteps = 1, .capsteps = 1};
+  fp->st = (kcg_step){.kind = KCG_STEP_ATTENTION,
+                      .args = fp->args,
+                      .nargs = n,
+                      .attn = {.dtype = c->dt,
+                               .backward = c->backward,
+                               .causal = c->causal,
+                               .has_mask = c->mask != FA_MASK_NONE,
+                               .scale = c->scale}};
+  fp->p = (kcg_program){.nsyms = 7,
+                        .bufs = fp->bufs,
+                        .nbufs = n,
+                        .capbufs = n,
+                        .steps = &fp->st,
+                        .nsteps = 1,
+                        .capsteps = 1};
 }
 
 /* Elements of buffer i under the case's sizes. */
 static inline int64_t fa_numel(const fa_prog *fp, uint32_t i) {
   int64_t n = 1;
-  for (int a = 0; a < fp->bufs[i].type.rank; a++) n *= kcg_dim_value(fp->bufs[i].type.dims[a], fp->sizes);
+  for (int a = 0; a < fp->bufs[i].type.rank; a++)
+    n *= kcg_dim_value(fp->bufs[i].type.dims[a], fp->sizes);
   return n;
 }
 

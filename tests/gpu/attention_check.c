@@ -31,21 +31,24 @@
  * each a child process of its own (so that a lost CUDA context in one
  * cannot take the other's results with it): "fma", the shared-memory FMA
  * kernels in every dtype, then "tc", the f16/bf16 cases again with the
- * tensor-core (WMMA) kernels, forward and backward. One line per check, line-buffered; watchdogs end a
- * phase after its share of 88 s and the timing stops when a phase is short
- * of time. Exit status: 0 all passed, 1 a failure, 2 no usable device.
+ * tensor-core (WMMA) kernels, forward and backward (both phases time
+ * theirs). One line per check, line-buffered; watchdogs end a phase after
+ * its share of 88 s, and the timing stops when a phase is short of time.
+ * Exit status: 0 all passed, 1 a failure, 2 no usable device. The torch
+ * numbers printed next to f16 are the bf16 ones (f16 measured about the
+ * same).
  *
  * KILN_FA_DTYPE=f16 (or another) checks that dtype only.
  *
- * KILN_FA_EMU=1 runs the same checks (smaller cases (2: all), no timing) on the CPU
- * instead: each source is compiled by g++ as C++ with a small emulation of
- * the CUDA built-ins (a thread per GPU thread, barriers for __syncthreads
- * and the warp shuffles), which is how the kernels were checked before any
- * GPU was at hand.
+ * KILN_FA_EMU=1 runs the same checks (the smaller cases; 2: all; no
+ * timing) on the CPU instead: each source is compiled by g++ as C++ with a
+ * small emulation of the CUDA built-ins (a thread per GPU thread, barriers
+ * for __syncthreads, __syncwarp and the shuffles, WMMA on whole tiles held
+ * by every lane), which is how the kernels were checked before any GPU was
+ * at hand.
  */
 #include <dlfcn.h>
 #include <errno.h>
-#include <sys/wait.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -54,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -126,21 +130,20 @@ static bool cu_ok(int rc, const char *what) {
 static int load_driver(void) {
   void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) return printf("no CUDA device: libcuda.so.1 not found\n"), 2;
-  bool ok = sym(lib, "cuInit", &cu.init) && sym(lib, "cuDeviceGet", &cu.device_get) &&
-            sym(lib, "cuDeviceGetCount", &cu.device_count) &&
-            sym(lib, "cuDeviceGetAttribute", &cu.attr) && sym(lib, "cuDeviceGetName", &cu.name) &&
-            sym(lib, "cuDevicePrimaryCtxRetain", &cu.retain) &&
-            sym(lib, "cuCtxSetCurrent", &cu.set_current) &&
-            sym(lib, "cuModuleLoadData", &cu.load) &&
-            sym(lib, "cuModuleGetFunction", &cu.get_function) &&
-            sym(lib, "cuMemAlloc_v2", &cu.alloc) && sym(lib, "cuMemFree_v2", &cu.free) &&
-            sym(lib, "cuMemcpyHtoD_v2", &cu.htod) && sym(lib, "cuMemcpyDtoH_v2", &cu.dtoh) &&
-            sym(lib, "cuMemsetD8_v2", &cu.memset8) && sym(lib, "cuLaunchKernel", &cu.launch) &&
-            sym(lib, "cuCtxSynchronize", &cu.sync) && sym(lib, "cuEventCreate", &cu.event_create) &&
-            sym(lib, "cuEventRecord", &cu.event_record) &&
-            sym(lib, "cuEventSynchronize", &cu.event_sync) &&
-            sym(lib, "cuEventElapsedTime", &cu.event_elapsed) &&
-            sym(lib, "cuGetErrorString", &cu.error_string);
+  bool ok =
+      sym(lib, "cuInit", &cu.init) && sym(lib, "cuDeviceGet", &cu.device_get) &&
+      sym(lib, "cuDeviceGetCount", &cu.device_count) &&
+      sym(lib, "cuDeviceGetAttribute", &cu.attr) && sym(lib, "cuDeviceGetName", &cu.name) &&
+      sym(lib, "cuDevicePrimaryCtxRetain", &cu.retain) &&
+      sym(lib, "cuCtxSetCurrent", &cu.set_current) && sym(lib, "cuModuleLoadData", &cu.load) &&
+      sym(lib, "cuModuleGetFunction", &cu.get_function) && sym(lib, "cuMemAlloc_v2", &cu.alloc) &&
+      sym(lib, "cuMemFree_v2", &cu.free) && sym(lib, "cuMemcpyHtoD_v2", &cu.htod) &&
+      sym(lib, "cuMemcpyDtoH_v2", &cu.dtoh) && sym(lib, "cuMemsetD8_v2", &cu.memset8) &&
+      sym(lib, "cuLaunchKernel", &cu.launch) && sym(lib, "cuCtxSynchronize", &cu.sync) &&
+      sym(lib, "cuEventCreate", &cu.event_create) && sym(lib, "cuEventRecord", &cu.event_record) &&
+      sym(lib, "cuEventSynchronize", &cu.event_sync) &&
+      sym(lib, "cuEventElapsedTime", &cu.event_elapsed) &&
+      sym(lib, "cuGetErrorString", &cu.error_string);
   if (!ok) return printf("no CUDA device: the driver library is incomplete\n"), 2;
   int rc = cu.init(0), n = 0, dev = 0, major = 0, minor = 0;
   if (rc != 0) return printf("no CUDA device: cuInit: error %d (%s)\n", rc, cu_err(rc)), 2;
@@ -246,7 +249,8 @@ static const char emu_prelude[] =
     "extern \"C\" int emu_run(void *fn, unsigned grid, unsigned block, const unsigned long long *a)"
     " {\n"
     "  if (block > 1024 || block % 32) return 1;\n"
-    "  blockDim.x = block, blockDim.y = blockDim.z = 1, gridDim.x = grid, gridDim.y = gridDim.z = 1;\n"
+    "  blockDim.x = block, blockDim.y = blockDim.z = 1, gridDim.x = grid, gridDim.y = gridDim.z = "
+    "1;\n"
     "  pthread_barrier_init(&emu_bar, 0, block);\n"
     "  for (unsigned w = 0; w < block / 32; w++) pthread_barrier_init(&emu_wbar[w], 0, 32);\n"
     "  pthread_t th[1024]; emu_job jobs[1024]; emu_fn f; memcpy(&f, &fn, sizeof f);\n"
@@ -297,8 +301,10 @@ static bool dev_alloc(dptr *p, size_t n) {
 
 static void dev_free(dptr p) {
   if (!p) return;
-  if (emu) free((void *)(uintptr_t)p);
-  else cu_ok(cu.free(p), "cuMemFree");
+  if (emu)
+    free((void *)(uintptr_t)p);
+  else
+    cu_ok(cu.free(p), "cuMemFree");
 }
 
 static bool dev_htod(dptr d, const void *h, size_t n) {
@@ -328,7 +334,7 @@ typedef struct module {
   size_t len;
   char msg[1024];
   bool ok;
-  void *mod;         /* CUmodule or dlopen handle */
+  void *mod; /* CUmodule or dlopen handle */
   emu_run_fn run;
 } module;
 
@@ -381,7 +387,8 @@ static bool compile_all(void) {
   for (; n < want; n++)
     if (pthread_create(&th[n], NULL, compile_worker, NULL) != 0) break;
   if (n == 0) compile_worker(NULL);
-  for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < n; i++)
+    pthread_join(th[i], NULL);
   bool all = true;
   for (int i = 0; i < nmods; i++) {
     module *m = &mods[i];
@@ -394,8 +401,8 @@ static bool compile_all(void) {
     } else if (m->ok) {
       int rc = cu.load(&m->mod, m->code);
       if (rc != 0)
-        m->ok = false, snprintf(m->msg, sizeof m->msg, "cuModuleLoadData: error %d (%s)", rc,
-                                cu_err(rc));
+        m->ok = false,
+        snprintf(m->msg, sizeof m->msg, "cuModuleLoadData: error %d (%s)", rc, cu_err(rc));
     }
     if (!m->ok) {
       printf("FAIL compile source %d: %.900s\n", i, m->msg);
@@ -415,14 +422,22 @@ static bool run_plan(module *m, const kcg_gpu_plan *plan, const dptr *args, dptr
     const kcg_gpu_launch *l = &plan->launches[li];
     unsigned long long vals[24] = {0};
     void *params[KCG_GPU_MAX_PARAMS];
-    if (l->nparams > 24) return printf("FAIL %s: %u params\n", l->kernel, l->nparams), failures++, false;
+    if (l->nparams > 24)
+      return printf("FAIL %s: %u params\n", l->kernel, l->nparams), failures++, false;
     for (uint32_t i = 0; i < l->nparams; i++) {
       const kcg_gpu_param *p = &l->params[i];
       switch (p->kind) {
-      case KCG_GPU_BUF: vals[i] = args[p->index]; break;
-      case KCG_GPU_SCRATCH: vals[i] = scratch + (dptr)p->value; break;
-      case KCG_GPU_I64: vals[i] = (unsigned long long)p->value; break;
-      default: return printf("FAIL %s: an f32 param\n", l->kernel), failures++, false;
+      case KCG_GPU_BUF:
+        vals[i] = args[p->index];
+        break;
+      case KCG_GPU_SCRATCH:
+        vals[i] = scratch + (dptr)p->value;
+        break;
+      case KCG_GPU_I64:
+        vals[i] = (unsigned long long)p->value;
+        break;
+      default:
+        return printf("FAIL %s: an f32 param\n", l->kernel), failures++, false;
       }
       params[i] = &vals[i];
     }
@@ -499,19 +514,31 @@ static size_t esize(kir_dtype t) { return t == KILN_F64 ? 8 : t == KILN_F32 ? 4 
 
 static void put_val(kir_dtype t, void *p, int64_t i, double x) {
   switch (t) {
-  case KILN_F64: ((double *)p)[i] = x; break;
-  case KILN_F32: ((float *)p)[i] = (float)x; break;
-  case KILN_F16: ((uint16_t *)p)[i] = f2h((float)x); break;
-  default: ((uint16_t *)p)[i] = f2b((float)x); break;
+  case KILN_F64:
+    ((double *)p)[i] = x;
+    break;
+  case KILN_F32:
+    ((float *)p)[i] = (float)x;
+    break;
+  case KILN_F16:
+    ((uint16_t *)p)[i] = f2h((float)x);
+    break;
+  default:
+    ((uint16_t *)p)[i] = f2b((float)x);
+    break;
   }
 }
 
 static double get_val(kir_dtype t, const void *p, int64_t i) {
   switch (t) {
-  case KILN_F64: return ((const double *)p)[i];
-  case KILN_F32: return ((const float *)p)[i];
-  case KILN_F16: return h2f(((const uint16_t *)p)[i]);
-  default: return b2f(((const uint16_t *)p)[i]);
+  case KILN_F64:
+    return ((const double *)p)[i];
+  case KILN_F32:
+    return ((const float *)p)[i];
+  case KILN_F16:
+    return h2f(((const uint16_t *)p)[i]);
+  default:
+    return b2f(((const uint16_t *)p)[i]);
   }
 }
 
@@ -546,7 +573,8 @@ typedef struct arrays {
 } arrays;
 
 static void free_arrays(arrays *a) {
-  for (int i = 0; i < 12; i++) free(a->val[i]);
+  for (int i = 0; i < 12; i++)
+    free(a->val[i]);
   memset(a, 0, sizeof *a);
 }
 
@@ -566,10 +594,10 @@ static char *case_source(const fa_case *c) {
 
 static void describe(const fa_case *c, char *buf, size_t n) {
   static const char *const masks[] = {"", " mask[T,S]", " mask[B,1,T,S]", " mask[H,T,S]"};
-  snprintf(buf, n, "%s%s B=%lld H=%lld/%lld T=%lld S=%lld D=%lld%s%s",
-           kiln_dtype_name(c->dt), c->causal ? " causal" : "", (long long)c->B, (long long)c->H,
-           (long long)c->Hk, (long long)c->T, (long long)c->S, (long long)c->D,
-           masks[c->mask], target.tensor_cores ? " [tc]" : "");
+  snprintf(buf, n, "%s%s B=%lld H=%lld/%lld T=%lld S=%lld D=%lld%s%s", kiln_dtype_name(c->dt),
+           c->causal ? " causal" : "", (long long)c->B, (long long)c->H, (long long)c->Hk,
+           (long long)c->T, (long long)c->S, (long long)c->D, masks[c->mask],
+           target.tensor_cores ? " [tc]" : "");
 }
 
 /*
@@ -604,7 +632,8 @@ static bool device_step(const fa_case *c, double *const *in, double **out) {
     ok = (host[a] = malloc(bytes ? bytes : 16)) != NULL && dev_alloc(&args[a], bytes);
     if (!ok) break;
     if (a < nin) {
-      for (int64_t i = 0; i < n; i++) put_val(t, host[a], i, in[a][i]);
+      for (int64_t i = 0; i < n; i++)
+        put_val(t, host[a], i, in[a][i]);
       ok = dev_htod(args[a], host[a], bytes);
     } else {
       ok = dev_poison(args[a], bytes);
@@ -615,9 +644,11 @@ static bool device_step(const fa_case *c, double *const *in, double **out) {
     kir_dtype t = fp.bufs[a].type.dtype;
     int64_t n = fa_numel(&fp, a);
     ok = dev_dtoh(host[a], args[a], (size_t)n * esize(t));
-    for (int64_t i = 0; ok && i < n; i++) out[a][i] = get_val(t, host[a], i);
+    for (int64_t i = 0; ok && i < n; i++)
+      out[a][i] = get_val(t, host[a], i);
   }
-  for (uint32_t a = 0; a < fp.st.nargs; a++) free(host[a]), dev_free(args[a]);
+  for (uint32_t a = 0; a < fp.st.nargs; a++)
+    free(host[a]), dev_free(args[a]);
   dev_free(scratch);
   return ok;
 }
@@ -630,10 +661,13 @@ static bool reference_step(const fa_case *c, double *const *in, double **out) {
   fa_build(&r, &fp);
   void *addr[12];
   uint32_t nin = fp.st.nargs - (c->backward ? 3 : 2);
-  for (uint32_t a = 0; a < fp.st.nargs; a++) addr[a] = a < nin ? in[a] : out[a];
+  for (uint32_t a = 0; a < fp.st.nargs; a++)
+    addr[a] = a < nin ? in[a] : out[a];
   kiln_ctx *ctx = kiln_ctx_create();
-  kiln_status s = ctx ? krt_attention_run(ctx, &fp.p, &fp.st, addr, fp.sizes, pool) : KILN_ERR_NOMEM;
-  if (s != KILN_OK) printf("FAIL reference: %s\n", ctx ? kiln_ctx_error(ctx) : "no context"), failures++;
+  kiln_status s =
+      ctx ? krt_attention_run(ctx, &fp.p, &fp.st, addr, fp.sizes, pool) : KILN_ERR_NOMEM;
+  if (s != KILN_OK)
+    printf("FAIL reference: %s\n", ctx ? kiln_ctx_error(ctx) : "no context"), failures++;
   kiln_ctx_destroy(ctx);
   return s == KILN_OK;
 }
@@ -655,8 +689,8 @@ static bool alloc_arrays(const fa_case *c, arrays *a) {
   return true;
 }
 
-static void report(const char *what, const char *desc, const char *names, const double *errs,
-                   int n, double tol) {
+static void report(const char *what, const char *desc, const char *names, const double *errs, int n,
+                   double tol) {
   char line[400];
   bool pass = true;
   int at = snprintf(line, sizeof line, "%s %s:", what, desc);
@@ -688,7 +722,8 @@ static void check_case(const fa_case *base) {
   kir_dtype t = base->dt;
   uint32_t fmask = 3, bmask = 6;
   for (int a = 0; a < 3; a++)
-    for (int64_t i = 0; i < f.n[a]; i++) f.val[a][i] = round_to(t, uniform(-1.5, 1.5));
+    for (int64_t i = 0; i < f.n[a]; i++)
+      f.val[a][i] = round_to(t, uniform(-1.5, 1.5));
   if (base->mask)
     for (int64_t i = 0; i < f.n[fmask]; i++) {
       /* -inf on about one key in eight, never on key 0 (every row keeps a visible key) */
@@ -706,10 +741,14 @@ static void check_case(const fa_case *base) {
                     rel_err(fg.val[fo + 1], fr.val[fo + 1], f.n[fo + 1])};
   report("fwd", desc, "out,lse", errs, 2, tolerance(t));
   /* backward: q k v, out and lse of the reference rounded to their types, dout, mask */
-  for (int a = 0; a < 3; a++) memcpy(b.val[a], f.val[a], (size_t)f.n[a] * sizeof(double));
-  for (int64_t i = 0; i < b.n[3]; i++) b.val[3][i] = round_to(t, fr.val[fo][i]);
-  for (int64_t i = 0; i < b.n[4]; i++) b.val[4][i] = round_to(base->lse_dt, fr.val[fo + 1][i]);
-  for (int64_t i = 0; i < b.n[5]; i++) b.val[5][i] = round_to(t, uniform(-1, 1));
+  for (int a = 0; a < 3; a++)
+    memcpy(b.val[a], f.val[a], (size_t)f.n[a] * sizeof(double));
+  for (int64_t i = 0; i < b.n[3]; i++)
+    b.val[3][i] = round_to(t, fr.val[fo][i]);
+  for (int64_t i = 0; i < b.n[4]; i++)
+    b.val[4][i] = round_to(base->lse_dt, fr.val[fo + 1][i]);
+  for (int64_t i = 0; i < b.n[5]; i++)
+    b.val[5][i] = round_to(t, uniform(-1, 1));
   if (base->mask) memcpy(b.val[bmask], f.val[fmask], (size_t)f.n[fmask] * sizeof(double));
   if (!reference_step(&cb, b.val, br.val)) goto done;
   if (!device_step(&cb, b.val, bg.val)) {
@@ -717,7 +756,8 @@ static void check_case(const fa_case *base) {
     goto done;
   }
   uint32_t g0 = base->mask ? 7 : 6;
-  for (int k = 0; k < 3; k++) errs[k] = rel_err(bg.val[g0 + k], br.val[g0 + k], b.n[g0 + k]);
+  for (int k = 0; k < 3; k++)
+    errs[k] = rel_err(bg.val[g0 + k], br.val[g0 + k], b.n[g0 + k]);
   report("bwd", desc, "dq,dk,dv", errs, 3, tolerance(t));
 done:
   free_arrays(&f), free_arrays(&fr), free_arrays(&fg);
@@ -771,10 +811,12 @@ static double row_err(const fa_case *c, const void *q, const void *k, const void
     p[j] = s * scale;
     mx = p[j] > mx ? p[j] : mx;
   }
-  for (int64_t j = 0; j <= i && j < S; j++) l += p[j] = exp(p[j] - mx);
+  for (int64_t j = 0; j <= i && j < S; j++)
+    l += p[j] = exp(p[j] - mx);
   for (int64_t d = 0; d < c->Dv; d++) {
     double o = 0;
-    for (int64_t j = 0; j <= i && j < S; j++) o += p[j] * get_val(c->dt, v, (kvh * S + j) * c->Dv + d);
+    for (int64_t j = 0; j <= i && j < S; j++)
+      o += p[j] * get_val(c->dt, v, (kvh * S + j) * c->Dv + d);
     o /= l;
     double g = get_val(c->dt, out, (h * c->T + i) * c->Dv + d);
     e = fabs(g - o) > e || isnan(g) ? (isnan(g) ? INFINITY : fabs(g - o)) : e;
@@ -800,7 +842,8 @@ static void time_case(const fa_case *c, int ti) {
   if (!mf || !mb || !mf->ok || !mb->ok || !ctx ||
       kcg_attention_gpu_plan(ctx, &target, &pf.p, &pf.st, pf.sizes, &plf) != KILN_OK ||
       kcg_attention_gpu_plan(ctx, &target, &pb.p, &pb.st, pb.sizes, &plb) != KILN_OK) {
-    printf("FAIL time %s: no module or plan%s%s\n", desc, ctx ? ": " : "", ctx ? kiln_ctx_error(ctx) : "");
+    printf("FAIL time %s: no module or plan%s%s\n", desc, ctx ? ": " : "",
+           ctx ? kiln_ctx_error(ctx) : "");
     kiln_ctx_destroy(ctx);
     failures++;
     return;
@@ -810,21 +853,26 @@ static void time_case(const fa_case *c, int ti) {
   int64_t nq = c->B * c->H * c->T * c->D, nk = c->B * c->Hk * c->S * c->D;
   int64_t nl = c->B * c->H * c->T;
   size_t es = esize(c->dt);
-  size_t bytes[9] = {nq * es, nk * es, nk * es, nq * es, nl * esize(c->lse_dt), nq * es,
-                     nq * es, nk * es, nk * es};
+  size_t bytes[9] = {nq * es, nk * es, nk * es, nq * es, nl * esize(c->lse_dt),
+                     nq * es, nq * es, nk * es, nk * es};
   dptr d[9] = {0}, scratch = 0;
-  void *hq = malloc(bytes[0]), *hk = malloc(bytes[1]), *hv = malloc(bytes[2]), *ho = malloc(bytes[3]);
+  void *hq = malloc(bytes[0]), *hk = malloc(bytes[1]), *hv = malloc(bytes[2]),
+       *ho = malloc(bytes[3]);
   void *hg = malloc(bytes[5]);
   bool ok = hq && hk && hv && ho && hg && dev_alloc(&scratch, plb.scratch_bytes);
-  for (int i = 0; ok && i < 9; i++) ok = dev_alloc(&d[i], bytes[i]);
+  for (int i = 0; ok && i < 9; i++)
+    ok = dev_alloc(&d[i], bytes[i]);
   if (ok) {
-    for (int64_t i = 0; i < nq; i++) put_val(c->dt, hq, i, uniform(-1.5, 1.5));
-    for (int64_t i = 0; i < nk; i++) put_val(c->dt, hk, i, uniform(-1.5, 1.5));
-    for (int64_t i = 0; i < nk; i++) put_val(c->dt, hv, i, uniform(-1.5, 1.5));
-    for (int64_t i = 0; i < nq; i++) put_val(c->dt, hg, i, uniform(-1, 1));
+    for (int64_t i = 0; i < nq; i++)
+      put_val(c->dt, hq, i, uniform(-1.5, 1.5));
+    for (int64_t i = 0; i < nk; i++)
+      put_val(c->dt, hk, i, uniform(-1.5, 1.5));
+    for (int64_t i = 0; i < nk; i++)
+      put_val(c->dt, hv, i, uniform(-1.5, 1.5));
+    for (int64_t i = 0; i < nq; i++)
+      put_val(c->dt, hg, i, uniform(-1, 1));
     ok = dev_htod(d[0], hq, bytes[0]) && dev_htod(d[1], hk, bytes[1]) &&
-         dev_htod(d[2], hv, bytes[2]) && dev_htod(d[5], hg, bytes[5]) &&
-         dev_poison(d[3], bytes[3]);
+         dev_htod(d[2], hv, bytes[2]) && dev_htod(d[5], hg, bytes[5]) && dev_poison(d[3], bytes[3]);
   }
   dptr fargs[5] = {d[0], d[1], d[2], d[3], d[4]};
   dptr bargs[9] = {d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8]};
@@ -866,7 +914,8 @@ static void time_case(const fa_case *c, int ti) {
     printf("FAIL time %s\n", desc);
     failures++;
   }
-  for (int i = 0; i < 9; i++) dev_free(d[i]);
+  for (int i = 0; i < 9; i++)
+    dev_free(d[i]);
   dev_free(scratch);
   free(hq), free(hk), free(hv), free(ho), free(hg);
 }
@@ -980,10 +1029,16 @@ int main(void) {
       if (emu && shapes[s].big && !emu_big) continue;
       if (only && strcmp(only, kiln_dtype_name(dts[di]))) continue;
       kir_dtype t = dts[di];
-      cases[ncases++] = (fa_case){.dt = t, .lse_dt = t == KILN_F64 ? KILN_F64 : KILN_F32,
-                                  .causal = shapes[s].causal, .mask = shapes[s].mask,
-                                  .B = shapes[s].B, .H = shapes[s].H, .Hk = shapes[s].Hk,
-                                  .T = shapes[s].T, .S = shapes[s].S, .D = shapes[s].D,
+      cases[ncases++] = (fa_case){.dt = t,
+                                  .lse_dt = t == KILN_F64 ? KILN_F64 : KILN_F32,
+                                  .causal = shapes[s].causal,
+                                  .mask = shapes[s].mask,
+                                  .B = shapes[s].B,
+                                  .H = shapes[s].H,
+                                  .Hk = shapes[s].Hk,
+                                  .T = shapes[s].T,
+                                  .S = shapes[s].S,
+                                  .D = shapes[s].D,
                                   .Dv = shapes[s].D};
     }
   fa_case timed[6];
@@ -991,9 +1046,16 @@ int main(void) {
   const int64_t Ts[3] = {1024, 4096, 16384};
   for (int di = 0; !emu && di < 2; di++)
     for (int i = 0; i < 3; i++)
-      timed[ntimed++] = (fa_case){.dt = di ? KILN_F16 : KILN_BF16, .lse_dt = KILN_F32,
-                                  .causal = true, .B = 1, .H = 8, .Hk = 8, .T = Ts[i],
-                                  .S = Ts[i], .D = 64, .Dv = 64};
+      timed[ntimed++] = (fa_case){.dt = di ? KILN_F16 : KILN_BF16,
+                                  .lse_dt = KILN_F32,
+                                  .causal = true,
+                                  .B = 1,
+                                  .H = 8,
+                                  .Hk = 8,
+                                  .T = Ts[i],
+                                  .S = Ts[i],
+                                  .D = 64,
+                                  .Dv = 64};
   for (int i = 0; i < ncases + ntimed; i++) {
     fa_case c = i < ncases ? cases[i] : timed[i - ncases];
     for (int dir = 0; dir < 2; dir++) {
@@ -1004,7 +1066,8 @@ int main(void) {
     }
   }
   compile_all(); /* a source that failed fails its cases; the others still run */
-  for (int i = 0; i < ncases; i++) check_case(&cases[i]);
+  for (int i = 0; i < ncases; i++)
+    check_case(&cases[i]);
   for (int i = 0; i < ntimed; i++) {
     if (now_s() - t_start > seconds - 12) {
       printf("SKIP time: under 12 s left in this phase's %d s\n", seconds);

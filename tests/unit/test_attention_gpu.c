@@ -61,8 +61,10 @@ static int signature(const char *src, const char *name, char *kinds, int max) {
   int n = 0;
   while (*s && *s != ')') {
     const char *e = s;
-    while (*e && *e != ',' && *e != ')') e++;
-    if (n < max) kinds[n] = memchr(s, '*', (size_t)(e - s)) ? 'p' : strstr(s, "long long") < e ? 'i' : '?';
+    while (*e && *e != ',' && *e != ')')
+      e++;
+    if (n < max)
+      kinds[n] = memchr(s, '*', (size_t)(e - s)) ? 'p' : strstr(s, "long long") < e ? 'i' : '?';
     n++;
     s = *e == ',' ? e + 1 : e;
   }
@@ -90,7 +92,8 @@ static bool ptxas_accepts(const void *ptx, size_t len, char *msg, size_t msgn) {
   return ok;
 }
 
-/* Whether a compile call worked; a missing compiler turns `have` off (skip), anything else fails. */
+/* Whether a compile call worked; a missing compiler turns `have` off (skip), anything else fails.
+ */
 static bool compiled(kiln_status s, kiln_ctx *ctx, bool *have, const char *who, const char *where) {
   if (s == KILN_OK) return true;
   if (s == KILN_ERR_UNSUPPORTED && strstr(kiln_ctx_error(ctx), "not found")) {
@@ -106,7 +109,8 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 static int bucket(int64_t d) {
   int b = 16;
-  while (b < d) b *= 2;
+  while (b < d)
+    b *= 2;
   return b;
 }
 
@@ -126,8 +130,8 @@ static void check_plan(const fa_case *c, const fa_prog *fp, const char *src, con
     char kinds[64];
     int n = signature(src, l->kernel, kinds, 64);
     CHECK(n >= 0, "%s: launch %u: no function %s in the source", where, li, l->kernel);
-    CHECK(n == (int)l->nparams, "%s: %s declares %d params, the plan passes %u", where,
-          l->kernel, n, l->nparams);
+    CHECK(n == (int)l->nparams, "%s: %s declares %d params, the plan passes %u", where, l->kernel,
+          n, l->nparams);
     CHECK(l->block[0] * l->block[1] * l->block[2] == 128, "%s: block of %u threads", where,
           l->block[0] * l->block[1] * l->block[2]);
     CHECK(l->grid[1] == 1 && l->grid[2] == 1 && l->grid[0] > 0, "%s: grid", where);
@@ -177,8 +181,10 @@ static void check_plan(const fa_case *c, const fa_prog *fp, const char *src, con
       uint32_t k = 4;
       if (m) want_bufs[k++] = 6;
       want_bufs[k++] = 4, want_bufs[k++] = 99;
-      if (dkv) want_bufs[k++] = nin + 1, want_bufs[k++] = nin + 2;
-      else want_bufs[k++] = nin;
+      if (dkv)
+        want_bufs[k++] = nin + 1, want_bufs[k++] = nin + 2;
+      else
+        want_bufs[k++] = nin;
       CHECK(nb == k, "%s: %s has %u pointers", where, name, nb);
       for (uint32_t i = 0; i < k && i < nb; i++)
         CHECK(bufs[i] == want_bufs[i], "%s: %s pointer %u is arg %u, want %u", where, name, i,
@@ -244,8 +250,15 @@ static void check_refusals(void) {
   char *src = NULL;
   kcg_gpu_plan plan;
   fa_prog fp;
-  fa_case big = {.dt = KILN_F32, .lse_dt = KILN_F32, .B = 1, .H = 2, .Hk = 2, .T = 8, .S = 8,
-                 .D = 256, .Dv = 256};
+  fa_case big = {.dt = KILN_F32,
+                 .lse_dt = KILN_F32,
+                 .B = 1,
+                 .H = 2,
+                 .Hk = 2,
+                 .T = 8,
+                 .S = 8,
+                 .D = 256,
+                 .Dv = 256};
   fa_build(&big, &fp);
   kiln_status s = kcg_attention_gpu_source(ctx, &kcg_cuda_dialect, &cuda90, &fp.p, &fp.st, &src);
   CHECK(s == KILN_ERR_UNSUPPORTED && strstr(kiln_ctx_error(ctx), "over 128"), "head dim 256: %s",
@@ -255,20 +268,42 @@ static void check_refusals(void) {
   s = kcg_attention_gpu_plan(ctx, &cuda90, &fp.p, &fp.st, fp.sizes, &plan);
   CHECK(s == KILN_ERR_UNSUPPORTED && strstr(kiln_ctx_error(ctx), "over 128"),
         "symbolic head dim 256: %s", kiln_ctx_error(ctx));
-  fa_case heads = {.dt = KILN_F32, .lse_dt = KILN_F32, .B = 1, .H = 3, .Hk = 2, .T = 8, .S = 8,
-                   .D = 16, .Dv = 16, .symbolic = true};
+  fa_case heads = {.dt = KILN_F32,
+                   .lse_dt = KILN_F32,
+                   .B = 1,
+                   .H = 3,
+                   .Hk = 2,
+                   .T = 8,
+                   .S = 8,
+                   .D = 16,
+                   .Dv = 16,
+                   .symbolic = true};
   fa_build(&heads, &fp);
   s = kcg_attention_gpu_plan(ctx, &cuda90, &fp.p, &fp.st, fp.sizes, &plan);
   CHECK(s == KILN_ERR_RUNTIME && strstr(kiln_ctx_error(ctx), "multiple of the kv heads"),
         "H=3 Hk=2: %s", kiln_ctx_error(ctx));
-  fa_case i32 = {.dt = KILN_I32, .lse_dt = KILN_I32, .B = 1, .H = 1, .Hk = 1, .T = 8, .S = 8,
-                 .D = 16, .Dv = 16};
+  fa_case i32 = {.dt = KILN_I32,
+                 .lse_dt = KILN_I32,
+                 .B = 1,
+                 .H = 1,
+                 .Hk = 1,
+                 .T = 8,
+                 .S = 8,
+                 .D = 16,
+                 .Dv = 16};
   fa_build(&i32, &fp);
   s = kcg_attention_gpu_source(ctx, &kcg_cuda_dialect, &cuda90, &fp.p, &fp.st, &src);
   CHECK(s == KILN_ERR_UNSUPPORTED && strstr(kiln_ctx_error(ctx), "i32") && !src, "i32: %s",
         kiln_ctx_error(ctx));
-  fa_case ok = {.dt = KILN_F32, .lse_dt = KILN_F32, .B = 1, .H = 1, .Hk = 1, .T = 8, .S = 8,
-                .D = 16, .Dv = 16};
+  fa_case ok = {.dt = KILN_F32,
+                .lse_dt = KILN_F32,
+                .B = 1,
+                .H = 1,
+                .Hk = 1,
+                .T = 8,
+                .S = 8,
+                .D = 16,
+                .Dv = 16};
   fa_build(&ok, &fp);
   fp.st.nargs--;
   s = kcg_attention_gpu_plan(ctx, &cuda90, &fp.p, &fp.st, fp.sizes, &plan);
@@ -294,32 +329,43 @@ static void check_tiles(void) {
         int br, bc;
         kcg_attention_gpu_tiles((kcg_attn_gpu_kernel)kind, es, dm, &br, &bc);
         int64_t ks = dm + 1, ps = bc + 1, smem;
-        if (kind == KCG_ATTN_GPU_FWD) smem = (br * ks + bc * ks + br * ps) * es;
-        else if (kind == KCG_ATTN_GPU_DQ) smem = (2 * br * ks + 2 * bc * ks + br * ps) * es;
+        if (kind == KCG_ATTN_GPU_FWD)
+          smem = (br * ks + bc * ks + br * ps) * es;
+        else if (kind == KCG_ATTN_GPU_DQ)
+          smem = (2 * br * ks + 2 * bc * ks + br * ps) * es;
+        else if (kind == KCG_ATTN_GPU_DKV)
+          smem = (2 * bc * ks + 2 * br * ks + 2 * br * ps + 2 * br) * es;
         else if (kind == KCG_ATTN_GPU_FWD_TC)
           smem = (br * (dm + 8) + bc * (dm + 8) + br * (bc + 8)) * 2 +
                  (bc > dm ? br * (bc + 4) : br * (dm + 4)) * 4;
         else
           smem = (2 * bc * (dm + 8) + 2 * br * (dm + 8) +
-                  (kind == KCG_ATTN_GPU_DKV_TC ? 2 : 1) * br * (bc + 8)) * 2 +
+                  (kind == KCG_ATTN_GPU_DKV_TC ? 2 : 1) * br * (bc + 8)) *
+                     2 +
                  (2 * br * (bc + 4) + 4 * 256 + 2 * br) * 4;
         if (kind >= KCG_ATTN_GPU_FWD_TC)
           CHECK(br % 16 == 0 && bc % 16 == 0, "tensor-core tiles %dx%d are not of 16", br, bc);
-        else smem = (2 * bc * ks + 2 * br * ks + 2 * br * ps + 2 * br) * es;
         CHECK(smem <= 48 * 1024 && br >= 8 && bc >= 8 && br <= 64 && bc <= 64,
               "tiles kind %d es %d dm %d: %dx%d, %lld B", kind, es, dm, br, bc, (long long)smem);
-        static const char *const kn[] = {"fwd", "", "dkv", "dq ", "fwd (tensor cores)",
-                                         "dkv (tensor cores)", "dq (tensor cores)"};
-        printf("tiles %s es=%d dm=%3d: br %2d bc %2d (%lld B shared)\n", kn[kind], es, dm,
-               br, bc, (long long)smem);
+        static const char *const kn[] = {"fwd",
+                                         "",
+                                         "dkv",
+                                         "dq ",
+                                         "fwd (tensor cores)",
+                                         "dkv (tensor cores)",
+                                         "dq (tensor cores)"};
+        printf("tiles %s es=%d dm=%3d: br %2d bc %2d (%lld B shared)\n", kn[kind], es, dm, br, bc,
+               (long long)smem);
       }
 }
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *bin = getenv("KILN_PTXAS") ? getenv("KILN_PTXAS") : "/usr/local/cuda/bin/ptxas";
-  if (access(bin, X_OK) == 0) snprintf(ptxas, sizeof ptxas, "%s", bin);
-  else printf("skip ptxas: %s not found\n", bin);
+  if (access(bin, X_OK) == 0)
+    snprintf(ptxas, sizeof ptxas, "%s", bin);
+  else
+    printf("skip ptxas: %s not found\n", bin);
   check_tiles();
   check_refusals();
   const kir_dtype F32 = KILN_F32, F64 = KILN_F64, F16 = KILN_F16, BF = KILN_BF16;
@@ -337,8 +383,11 @@ int main(void) {
       {F32, F32, false, false, FA_MASK_TS, 3, 6, 3, 50, 70, 40, 24, 0, true},
       {F16, F16, true, false, FA_MASK_NONE, 1, 2, 2, 64, 64, 32, 32, 0, true},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i]);
-  if (failures) printf("%d failure(s)\n", failures);
-  else printf("all passed\n");
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    check_case(&cases[i]);
+  if (failures)
+    printf("%d failure(s)\n", failures);
+  else
+    printf("all passed\n");
   return failures ? 1 : 0;
 }
