@@ -997,7 +997,7 @@ int main(void) {
       alarm(88);
     }
     int a = run_phase("fma", 55);
-    if (a == 2) return printf("no usable CUDA device\n"), 2;
+    if (a == 2) return printf(emu ? "no emulation\n" : "no usable CUDA device\n"), 2;
     int left = emu ? 100000 : 86 - (int)(now_s() - t_start);
     int b = left >= 10 ? run_phase("tc", left) : (printf("FAIL no time left for phase tc\n"), 1);
     bool pass = a == 0 && (b == 0 || b == 2);
@@ -1013,6 +1013,8 @@ int main(void) {
     signal(SIGALRM, on_alarm);
     alarm((unsigned)(seconds > 5 ? seconds : 5));
   } else {
+    if (system("g++ --version > /dev/null 2>&1") != 0)
+      return printf("no emulation: g++ not found\n"), 2;
     printf("device: CPU emulation (g++)\n");
   }
   target.tensor_cores = tc && (emu || target.sm >= 80);
