@@ -199,6 +199,9 @@ static const char emu_prelude[] =
     /* WMMA: every lane holds the whole 16x16 tile; lane 0 stores it (a barrier follows) */
     "#define FA_EMU 1\n#define __align__(n) __attribute__((aligned(n)))\n"
     "struct __half { unsigned short x; };\nstruct __nv_bfloat16 { unsigned short x; };\n"
+    "struct uint4 { unsigned x, y, z, w; };\n"
+    "static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {"
+    " return uint4{x, y, z, w}; }\n"
     "static inline float emu_f(float x) { return x; }\n"
     "static inline float emu_f(__nv_bfloat16 b) { return __uint_as_float((unsigned)b.x << 16); }\n"
     "static inline float emu_f(__half h) { unsigned s = ((unsigned)h.x & 0x8000u) << 16,"
