@@ -604,9 +604,11 @@ static char *case_source(const fa_case *c) {
 
 static void describe(const fa_case *c, char *buf, size_t n) {
   static const char *const masks[] = {"", " mask[T,S]", " mask[B,1,T,S]", " mask[H,T,S]"};
-  snprintf(buf, n, "%s%s B=%lld H=%lld/%lld T=%lld S=%lld D=%lld%s%s", kiln_dtype_name(c->dt),
+  char dv[32] = "";
+  if (c->Dv != c->D) snprintf(dv, sizeof dv, " Dv=%lld", (long long)c->Dv);
+  snprintf(buf, n, "%s%s B=%lld H=%lld/%lld T=%lld S=%lld D=%lld%s%s%s", kiln_dtype_name(c->dt),
            c->causal ? " causal" : "", (long long)c->B, (long long)c->H, (long long)c->Hk,
-           (long long)c->T, (long long)c->S, (long long)c->D, masks[c->mask],
+           (long long)c->T, (long long)c->S, (long long)c->D, dv, masks[c->mask],
            target.tensor_cores ? " [tc]" : "");
 }
 
@@ -1026,19 +1028,19 @@ int main(void) {
   const kir_dtype dts[4] = {KILN_F64, KILN_F32, KILN_F16, KILN_BF16};
   /* B, H, Hk, T, S, D, causal, mask */
   static const struct {
-    int64_t B, H, Hk, T, S, D;
+    int64_t B, H, Hk, T, S, D, Dv;
     bool causal;
     fa_mask_kind mask;
     bool big; /* skipped by the emulation */
   } shapes[] = {
-      {1, 2, 1, 1, 1, 16, true, FA_MASK_NONE, false},
-      {2, 4, 2, 7, 7, 64, false, FA_MASK_TS, false},
-      {1, 4, 4, 129, 129, 128, true, FA_MASK_NONE, false},
-      {1, 2, 1, 129, 33, 64, false, FA_MASK_HTS, false},
-      {2, 2, 2, 7, 129, 16, true, FA_MASK_B1TS, false},
-      {1, 4, 2, 1000, 1000, 64, true, FA_MASK_TS, true},
-      {1, 2, 2, 1000, 129, 128, false, FA_MASK_NONE, true},
-      {1, 4, 1, 129, 1000, 16, false, FA_MASK_B1TS, true},
+      {1, 2, 1, 1, 1, 16, 16, true, FA_MASK_NONE, false},
+      {2, 4, 2, 7, 7, 64, 64, false, FA_MASK_TS, false},
+      {1, 4, 4, 129, 129, 128, 128, true, FA_MASK_NONE, false},
+      {1, 2, 1, 129, 33, 64, 32, false, FA_MASK_HTS, false},
+      {2, 2, 2, 7, 129, 16, 16, true, FA_MASK_B1TS, false},
+      {1, 4, 2, 1000, 1000, 64, 64, true, FA_MASK_TS, true},
+      {1, 2, 2, 1000, 129, 128, 128, false, FA_MASK_NONE, true},
+      {1, 4, 1, 129, 1000, 16, 16, false, FA_MASK_B1TS, true},
   };
   enum { NSHAPES = sizeof shapes / sizeof shapes[0] };
   fa_case cases[4 * NSHAPES];
@@ -1058,7 +1060,7 @@ int main(void) {
                                   .T = shapes[s].T,
                                   .S = shapes[s].S,
                                   .D = shapes[s].D,
-                                  .Dv = shapes[s].D};
+                                  .Dv = shapes[s].Dv};
     }
   fa_case timed[6];
   int ntimed = 0;
