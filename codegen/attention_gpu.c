@@ -30,6 +30,10 @@
  * query tile dq, recomputing the same. Every result element has one
  * writer: no atomics, no zeroing launch (keys no query sees get 0).
  *
+ * Tensor cores (f16, bf16 on CUDA sm_80+; see body_tc): the same kernels
+ * with q k^T, p v, dout v^T, ds^T q, p^T dout and ds k as WMMA 16x16x16
+ * products with f32 accumulation out of shared memory.
+ *
  * Tiles (docs/flash-attention.md): the largest BR x BC (BR, BC in 8..64)
  * whose tiles fit in 48 KiB of shared memory (the per-block limit every
  * CUDA device gives without an opt-in, and under HIP's 64 KiB LDS) and
