@@ -65,7 +65,7 @@ typedef struct kcg_gemm {
  * unused.
  */
 typedef struct kcg_attn {
-  kir_dtype dtype; /* f32 or f64 */
+  kir_dtype dtype; /* f32 or f64; the GPU kernels (attention_gpu.c) take f16, bf16 too */
   bool backward, causal, has_mask;
   double scale;    /* 0: 1/sqrt(D) */
 } kcg_attn;
