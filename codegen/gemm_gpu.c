@@ -11,14 +11,15 @@
  *
  *   FMA kernel (f32, f64; f16/bf16 without tensor cores, e.g. HIP): a block
  *     of 256 threads computes a BM x BN tile of C through shared-memory
- *     panels of BK columns of op(A) and rows of op(B); each thread owns a
- *     TM x TN register block whose rows and columns are strided by 16, so
- *     the shared reads of a warp hit distinct banks or broadcast. f32 and
- *     16-bit storage: 128 x 128 x 8, 8 x 8 per thread (16-bit values are
+ *     panels of BK columns of op(A) and rows of op(B), loading the next
+ *     panels into registers while it multiplies the current ones; each
+ *     thread owns a TM x TN register block. f32 and 16-bit storage:
+ *     128 x 128 x 8, 8 x 8 per thread as two 4-row and two 4-column strips
+ *     64 apart, read from shared memory as float4 (16-bit values are
  *     widened to f32 in shared memory and accumulated in f32); f64:
- *     64 x 64 x 8, 4 x 4 per thread. Products are summed with explicit
- *     fma()/fmaf() in k order (NVRTC runs with --fmad=false, so nothing
- *     else is contracted).
+ *     64 x 64 x 8, 4 x 4 per thread with rows and columns strided by 16.
+ *     Products are summed with explicit fma()/fmaf() in k order (NVRTC runs
+ *     with --fmad=false, so nothing else is contracted).
  *
  *   Tensor-core kernel (CUDA, target->tensor_cores: f16, bf16, and f32
  *     when target->tf32): nvcuda::wmma fragments (16x16x16 for f16/bf16,
@@ -123,12 +124,25 @@ static const char helpers[] =
     "  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }\n"
     "KG float kg_b2f(unsigned short b) { return __uint_as_float((unsigned)b << 16); }\n";
 
-/* The FMA kernel's body (after the KG_* defines and the signature). */
+/*
+ * The FMA kernel's body (after the KG_* defines and the signature). The
+ * next panels are loaded into registers while the current ones are
+ * multiplied. With KG_V4 (the f32-accumulating 128 x 128 tile) a thread's
+ * 8 rows are ty*4 + 0..3 and 64 + ty*4 + 0..3 (its columns likewise), read
+ * from shared memory as two float4 each; otherwise rows ty + 16 i.
+ */
 static const char fma_body[] =
-    "  __shared__ KG_ACC As[KG_BK][KG_BM];\n"
-    "  __shared__ KG_ACC Bs[KG_BK][KG_BN];\n"
+    "  __shared__ __align__(16) KG_ACC As[KG_BK][KG_BM];\n"
+    "  __shared__ __align__(16) KG_ACC Bs[KG_BK][KG_BN];\n"
     "  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;\n"
     "  const long long mt = (M + KG_BM - 1) / KG_BM;\n"
+    "#if KG_V4\n"
+    "#define KG_RI(i) ((i) < 4 ? ty * 4 + (i) : 64 + ty * 4 + (i) - 4)\n"
+    "#define KG_CJ(j) ((j) < 4 ? tx * 4 + (j) : 64 + tx * 4 + (j) - 4)\n"
+    "#else\n"
+    "#define KG_RI(i) (ty + 16 * (i))\n"
+    "#define KG_CJ(j) (tx + 16 * (j))\n"
+    "#endif\n"
     "  for (long long z = blockIdx.z; z < NB; z += gridDim.z) {\n"
     "    long long ao = 0, bo = 0;\n"
     "    KG_BATCH_OFFSETS\n"
@@ -136,44 +150,69 @@ static const char fma_body[] =
     "    KG_T *c = C + z * M * N;\n"
     "    for (long long by = blockIdx.y; by < mt; by += gridDim.y) {\n"
     "      const long long m0 = by * KG_BM, n0 = (long long)blockIdx.x * KG_BN;\n"
-    "      KG_ACC acc[KG_TM][KG_TN];\n"
+    "      KG_ACC acc[KG_TM][KG_TN], pa[KG_BM * KG_BK / 256], pb[KG_BN * KG_BK / 256];\n"
     "#pragma unroll\n"
     "      for (int i = 0; i < KG_TM; i++)\n"
     "#pragma unroll\n"
     "        for (int j = 0; j < KG_TN; j++) acc[i][j] = (KG_ACC)0;\n"
+    /* element t of a thread's share: A's (i, p) and B's (p, j) in the panels */
+    "#if KG_TA\n"
+    "#define KG_AIP(t) const int e = tid + (t) * 256, i = e % KG_BM, p = e / KG_BM;"
+    " /* A is K x M */\n"
+    "#define KG_AAT(gi, gp) a[(gp) * M + (gi)]\n"
+    "#else\n"
+    "#define KG_AIP(t) const int e = tid + (t) * 256, p = e % KG_BK, i = e / KG_BK;"
+    " /* A is M x K */\n"
+    "#define KG_AAT(gi, gp) a[(gi) * K + (gp)]\n"
+    "#endif\n"
+    "#if KG_TB\n"
+    "#define KG_BPJ(t) const int e = tid + (t) * 256, p = e % KG_BK, j = e / KG_BK;"
+    " /* B is N x K */\n"
+    "#define KG_BAT(gp, gj) b[(gj) * K + (gp)]\n"
+    "#else\n"
+    "#define KG_BPJ(t) const int e = tid + (t) * 256, j = e % KG_BN, p = e / KG_BN;"
+    " /* B is K x N */\n"
+    "#define KG_BAT(gp, gj) b[(gp) * N + (gj)]\n"
+    "#endif\n"
+    "#define KG_LOAD(k0) {\\\n"
+    "        _Pragma(\"unroll\") for (int t = 0; t < KG_BM * KG_BK / 256; t++) {\\\n"
+    "          KG_AIP(t) const long long gi = m0 + i, gp = (k0) + p;\\\n"
+    "          pa[t] = gi < M && gp < K ? KG_LD(KG_AAT(gi, gp)) : (KG_ACC)0;\\\n"
+    "        }\\\n"
+    "        _Pragma(\"unroll\") for (int t = 0; t < KG_BN * KG_BK / 256; t++) {\\\n"
+    "          KG_BPJ(t) const long long gj = n0 + j, gp = (k0) + p;\\\n"
+    "          pb[t] = gj < N && gp < K ? KG_LD(KG_BAT(gp, gj)) : (KG_ACC)0;\\\n"
+    "        } }\n"
+    "      KG_LOAD(0LL)\n"
     "      for (long long k0 = 0; k0 < K; k0 += KG_BK) {\n"
     "#pragma unroll\n"
-    "        for (int e = tid; e < KG_BM * KG_BK; e += 256) {\n"
-    "#if KG_TA\n"
-    "          const int i = e % KG_BM, p = e / KG_BM; /* A is K x M */\n"
-    "          const long long gi = m0 + i, gp = k0 + p;\n"
-    "          As[p][i] = gi < M && gp < K ? KG_LD(a[gp * M + gi]) : (KG_ACC)0;\n"
-    "#else\n"
-    "          const int p = e % KG_BK, i = e / KG_BK; /* A is M x K */\n"
-    "          const long long gi = m0 + i, gp = k0 + p;\n"
-    "          As[p][i] = gi < M && gp < K ? KG_LD(a[gi * K + gp]) : (KG_ACC)0;\n"
-    "#endif\n"
+    "        for (int t = 0; t < KG_BM * KG_BK / 256; t++) {\n"
+    "          KG_AIP(t) As[p][i] = pa[t];\n"
     "        }\n"
     "#pragma unroll\n"
-    "        for (int e = tid; e < KG_BN * KG_BK; e += 256) {\n"
-    "#if KG_TB\n"
-    "          const int p = e % KG_BK, j = e / KG_BK; /* B is N x K */\n"
-    "          const long long gj = n0 + j, gp = k0 + p;\n"
-    "          Bs[p][j] = gj < N && gp < K ? KG_LD(b[gj * K + gp]) : (KG_ACC)0;\n"
-    "#else\n"
-    "          const int j = e % KG_BN, p = e / KG_BN; /* B is K x N */\n"
-    "          const long long gj = n0 + j, gp = k0 + p;\n"
-    "          Bs[p][j] = gj < N && gp < K ? KG_LD(b[gp * N + gj]) : (KG_ACC)0;\n"
-    "#endif\n"
+    "        for (int t = 0; t < KG_BN * KG_BK / 256; t++) {\n"
+    "          KG_BPJ(t) Bs[p][j] = pb[t];\n"
     "        }\n"
     "        __syncthreads();\n"
+    "        if (k0 + KG_BK < K) KG_LOAD(k0 + KG_BK)\n"
     "#pragma unroll\n"
     "        for (int p = 0; p < KG_BK; p++) {\n"
     "          KG_ACC ra[KG_TM], rb[KG_TN];\n"
+    "#if KG_V4\n"
+    "          const float4 a0 = *reinterpret_cast<const float4 *>(&As[p][ty * 4]);\n"
+    "          const float4 a1 = *reinterpret_cast<const float4 *>(&As[p][64 + ty * 4]);\n"
+    "          const float4 b0 = *reinterpret_cast<const float4 *>(&Bs[p][tx * 4]);\n"
+    "          const float4 b1 = *reinterpret_cast<const float4 *>(&Bs[p][64 + tx * 4]);\n"
+    "          ra[0] = a0.x, ra[1] = a0.y, ra[2] = a0.z, ra[3] = a0.w;\n"
+    "          ra[4] = a1.x, ra[5] = a1.y, ra[6] = a1.z, ra[7] = a1.w;\n"
+    "          rb[0] = b0.x, rb[1] = b0.y, rb[2] = b0.z, rb[3] = b0.w;\n"
+    "          rb[4] = b1.x, rb[5] = b1.y, rb[6] = b1.z, rb[7] = b1.w;\n"
+    "#else\n"
     "#pragma unroll\n"
-    "          for (int i = 0; i < KG_TM; i++) ra[i] = As[p][ty + 16 * i];\n"
+    "          for (int i = 0; i < KG_TM; i++) ra[i] = As[p][KG_RI(i)];\n"
     "#pragma unroll\n"
-    "          for (int j = 0; j < KG_TN; j++) rb[j] = Bs[p][tx + 16 * j];\n"
+    "          for (int j = 0; j < KG_TN; j++) rb[j] = Bs[p][KG_CJ(j)];\n"
+    "#endif\n"
     "#pragma unroll\n"
     "          for (int i = 0; i < KG_TM; i++)\n"
     "#pragma unroll\n"
@@ -183,11 +222,11 @@ static const char fma_body[] =
     "      }\n"
     "#pragma unroll\n"
     "      for (int i = 0; i < KG_TM; i++) {\n"
-    "        const long long gi = m0 + ty + 16 * i;\n"
+    "        const long long gi = m0 + KG_RI(i);\n"
     "        if (gi >= M) continue;\n"
     "#pragma unroll\n"
     "        for (int j = 0; j < KG_TN; j++) {\n"
-    "          const long long gj = n0 + tx + 16 * j;\n"
+    "          const long long gj = n0 + KG_CJ(j);\n"
     "          if (gj < N) c[gi * N + gj] = KG_ST(acc[i][j]);\n"
     "        }\n"
     "      }\n"
@@ -365,7 +404,8 @@ static void put_fma(sbuf *b, const kcg_gemm *g) {
   put(b, "#define KG_T %s\n#define KG_ACC %s\n", storage_type(g->dtype), f64 ? "double" : "float");
   put(b, "#define KG_BM %d\n#define KG_BN %d\n#define KG_BK 8\n#define KG_TM %d\n#define KG_TN %d\n",
       bm, bm, bm / 16, bm / 16);
-  put(b, "#define KG_TA %d\n#define KG_TB %d\n", g->trans_a, g->trans_b);
+  put(b, "#define KG_TA %d\n#define KG_TB %d\n#define KG_V4 %d\n", g->trans_a, g->trans_b,
+      !f64);
   put(b, "#define KG_FMA(x, y, z) %s(x, y, z)\n", f64 ? "fma" : "fmaf");
   const char *ld = g->dtype == KILN_F16 ? "kg_h2f" : g->dtype == KILN_BF16 ? "kg_b2f" : "";
   const char *st = g->dtype == KILN_F16 ? "kg_f2h" : g->dtype == KILN_BF16 ? "kg_f2b" : "";

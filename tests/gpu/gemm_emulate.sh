@@ -3,8 +3,8 @@
 # (tests/gpu/emu/) compile each GEMM kernel source with g++ and run it on the CPU (cuda_emu.h),
 # with guard pages around every buffer and grid.y/grid.z clamped to 2. Checks the kernels' text
 # (indexing, predication, broadcasting, the WMMA pointer rules) and gemm_check's own logic before
-# the one run on a real GPU. Slow (minutes); cases with huge grids and the timing runs are refused
-# by the emulator and show as FAIL. Usage: tests/gpu/gemm_emulate.sh [build dir [variants, e.g. f32,tf32]]
+# the one run on a real GPU. Slow (minutes): the timing runs are refused by the emulator and show
+# as FAIL, and with EMU_QUICK=1 so are the two cases with huge grids. Usage: tests/gpu/gemm_emulate.sh [build dir [variants, e.g. f32,tf32]]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 build=${1:-build}

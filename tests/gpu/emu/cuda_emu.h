@@ -23,6 +23,7 @@
 
 struct emu_dim3 { unsigned x, y, z; };
 struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(16) float4 { float x, y, z, w; };
 static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
 
 static emu_dim3 threadIdx, blockIdx, gridDim, blockDim;
@@ -33,7 +34,7 @@ static emu_dim3 threadIdx, blockIdx, gridDim, blockDim;
 #define __launch_bounds__(n)
 #define __restrict__
 #define __shared__ static
-#define __align__(n) alignas(n)
+#define __align__(n) __attribute__((aligned(n)))
 
 static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
