@@ -127,13 +127,15 @@ static const char helpers[] =
 /*
  * The FMA kernel's body (after the KG_* defines and the signature). The
  * next panels are loaded into registers while the current ones are
- * multiplied. With KG_V4 (the f32-accumulating 128 x 128 tile) a thread's
- * 8 rows are ty*4 + 0..3 and 64 + ty*4 + 0..3 (its columns likewise), read
- * from shared memory as two float4 each; otherwise rows ty + 16 i.
+ * multiplied. The panels' rows are padded by 16 bytes, so the stores of a
+ * panel transposed on the way in do not hit one bank. With KG_V4 (the
+ * f32-accumulating 128 x 128 tile) a thread's 8 rows are ty*4 + 0..3 and
+ * 64 + ty*4 + 0..3 (its columns likewise), read from shared memory as two
+ * float4 each; otherwise rows ty + 16 i.
  */
 static const char fma_body[] =
-    "  __shared__ __align__(16) KG_ACC As[KG_BK][KG_BM];\n"
-    "  __shared__ __align__(16) KG_ACC Bs[KG_BK][KG_BN];\n"
+    "  __shared__ __align__(16) KG_ACC As[KG_BK][KG_BM + 16 / sizeof(KG_ACC)];\n"
+    "  __shared__ __align__(16) KG_ACC Bs[KG_BK][KG_BN + 16 / sizeof(KG_ACC)];\n"
     "  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;\n"
     "  const long long mt = (M + KG_BM - 1) / KG_BM;\n"
     "#if KG_V4\n"

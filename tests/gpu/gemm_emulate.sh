@@ -4,7 +4,8 @@
 # with guard pages around every buffer and grid.y/grid.z clamped to 2. Checks the kernels' text
 # (indexing, predication, broadcasting, the WMMA pointer rules) and gemm_check's own logic before
 # the one run on a real GPU. Slow (minutes): the timing runs are refused by the emulator and show
-# as FAIL, and with EMU_QUICK=1 so are the two cases with huge grids. Usage: tests/gpu/gemm_emulate.sh [build dir [variants, e.g. f32,tf32]]
+# as FAIL, and with EMU_QUICK=1 so are the two cases with huge grids.
+# Usage: tests/gpu/gemm_emulate.sh [build dir [variants, e.g. f32,tf32]]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 build=${1:-build}
