@@ -26,12 +26,14 @@
  * error is max |C - ref| / max |ref|: f64 <= 1e-12, f32 <= 1e-5, tf32,
  * bf16 <= 1e-2, f16 <= 1e-3.
  *
- * Timing: 4096^3 f64, f32 (no tf32), tf32, then 8192^3 bf16 and f16, each
+ * Timing: 4096^3 f64, f32 (no tf32), tf32, then 8192^3 bf16 and f16 (and
+ * bf16 with B transposed, a linear layer's layout), each
  * the median of 10 runs after 2 warm-up runs, timed with CUDA events, and
  * checked on 64 sampled elements; printed in TFLOP/s next to torch 2.11's
  * measured rates on the same H200 (bf16 757.7, f16 731.1, f32 48.8, tf32
  * 318.3). A SIGALRM at 58 s stops everything (GEMM_CHECK_SECONDS sets
- * another limit, 0 none); timing is skipped once 40 s have passed. An
+ * another limit, 0 none; GEMM_CHECK_TIME_N another size for the timing
+ * runs); timing is skipped once 40 s have passed. An
  * argument such as "f32,tf32" keeps only those variants.
  *
  * Output: one line per check, line-buffered. Exit status: 0 all correct,
@@ -506,7 +508,7 @@ static void check_case(const gcase *c) {
     return;
   }
   kcg_gpu_plan plan;
-  dbufs b;
+  dbufs b = {0};
   if (!make_plan(c, &plan) || !alloc_bufs(c, &b)) {
     printf("FAIL %s: setup\n", what);
     failures++;
@@ -570,7 +572,7 @@ static void time_case(const gcase *c, double peak) {
     return;
   }
   kcg_gpu_plan plan;
-  dbufs b;
+  dbufs b = {0};
   if (!make_plan(c, &plan) || !alloc_bufs(c, &b)) {
     printf("FAIL time %s: setup\n", what);
     failures++;
@@ -706,8 +708,10 @@ int main(int argc, char **argv) {
     variant v;
     int64_t n;
     double peak;
-  } timed[] = {{V_F64, 4096, 0},     {V_F32, 4096, 48.8},   {V_TF32, 4096, 318.3},
-               {V_BF16, 8192, 757.7}, {V_F16, 8192, 731.1}};
+    bool tb; /* B transposed: a linear layer's x W^T */
+  } timed[] = {{V_F64, 4096, 0, false},     {V_F32, 4096, 48.8, false},
+               {V_TF32, 4096, 318.3, false}, {V_BF16, 8192, 757.7, false},
+               {V_F16, 8192, 731.1, false},  {V_BF16, 8192, 757.7, true}};
   for (int i = 0; i < ncases; i++)
     want_module(&cases[i]);
   compile_all();
@@ -728,7 +732,10 @@ int main(int argc, char **argv) {
       printf("skip timing of %s: 40 s have passed\n", vname[timed[i].v]);
       continue;
     }
-    gcase c = plain(timed[i].v, false, false, timed[i].n, timed[i].n, timed[i].n);
+    int64_t n = timed[i].n;
+    if (getenv("GEMM_CHECK_TIME_N")) n = atoll(getenv("GEMM_CHECK_TIME_N")); /* the emulator's */
+    if (n < 1) n = 1;
+    gcase c = plain(timed[i].v, false, timed[i].tb, n, n, n);
     time_case(&c, timed[i].peak);
   }
   if (dead) {
