@@ -55,18 +55,25 @@
 /* ---- which kernel a step gets ---- */
 
 typedef struct gemm_variant {
-  bool tc;       /* tensor-core (WMMA) kernel */
-  int bm, bn;    /* C tile of a block */
+  bool tc;    /* tensor-core (WMMA) kernel */
+  int bm, bn; /* C tile of a block */
 } gemm_variant;
 
 static bool pick(const kcg_gpu_target *t, kir_dtype dt, gemm_variant *v) {
   bool tc_ok = t && !t->hip && t->tensor_cores && t->sm >= 80;
   switch (dt) {
-  case KILN_F64: *v = (gemm_variant){false, 64, 64}; return true;
-  case KILN_F32: *v = (gemm_variant){tc_ok && t->tf32, 128, 128}; return true;
+  case KILN_F64:
+    *v = (gemm_variant){false, 64, 64};
+    return true;
+  case KILN_F32:
+    *v = (gemm_variant){tc_ok && t->tf32, 128, 128};
+    return true;
   case KILN_F16:
-  case KILN_BF16: *v = (gemm_variant){tc_ok, 128, 128}; return true;
-  default: return false;
+  case KILN_BF16:
+    *v = (gemm_variant){tc_ok, 128, 128};
+    return true;
+  default:
+    return false;
   }
 }
 
@@ -386,10 +393,9 @@ static const char *storage_type(kir_dtype dt) {
 }
 
 static void put_signature(sbuf *b, int nbatch) {
-  put(b,
-      "extern \"C\" __global__ void __launch_bounds__(256)\n"
-      "kiln_gemm(const KG_T *__restrict__ A, const KG_T *__restrict__ B, KG_T *__restrict__ C,"
-      " long long M, long long N, long long K, long long NB");
+  put(b, "extern \"C\" __global__ void __launch_bounds__(256)\n"
+         "kiln_gemm(const KG_T *__restrict__ A, const KG_T *__restrict__ B, KG_T *__restrict__ C,"
+         " long long M, long long N, long long K, long long NB");
   for (int d = 0; d < nbatch; d++)
     put(b, ", long long d%d, long long as%d, long long bs%d", d, d, d);
   put(b, ") {\n");
@@ -404,10 +410,10 @@ static void put_fma(sbuf *b, const kcg_gemm *g) {
   bool f64 = g->dtype == KILN_F64;
   int bm = f64 ? 64 : 128;
   put(b, "#define KG_T %s\n#define KG_ACC %s\n", storage_type(g->dtype), f64 ? "double" : "float");
-  put(b, "#define KG_BM %d\n#define KG_BN %d\n#define KG_BK 8\n#define KG_TM %d\n#define KG_TN %d\n",
+  put(b,
+      "#define KG_BM %d\n#define KG_BN %d\n#define KG_BK 8\n#define KG_TM %d\n#define KG_TN %d\n",
       bm, bm, bm / 16, bm / 16);
-  put(b, "#define KG_TA %d\n#define KG_TB %d\n#define KG_V4 %d\n", g->trans_a, g->trans_b,
-      !f64);
+  put(b, "#define KG_TA %d\n#define KG_TB %d\n#define KG_V4 %d\n", g->trans_a, g->trans_b, !f64);
   put(b, "#define KG_FMA(x, y, z) %s(x, y, z)\n", f64 ? "fma" : "fmaf");
   const char *ld = g->dtype == KILN_F16 ? "kg_h2f" : g->dtype == KILN_BF16 ? "kg_b2f" : "";
   const char *st = g->dtype == KILN_F16 ? "kg_f2h" : g->dtype == KILN_BF16 ? "kg_f2b" : "";
@@ -424,14 +430,13 @@ static void put_tc(sbuf *b, const kcg_gemm *g) {
   put(b, "#define KG_VEC %d\n#define KG_PAD %d\n#define KG_WK %d\n#define KG_TF32 %d\n",
       tf32 ? 4 : 8, tf32 ? 4 : 8, tf32 ? 8 : 16, tf32);
   put(b, "#define KG_W %s\n#define KG_WT %s\n",
-      tf32                        ? "float"
-      : g->dtype == KILN_F16      ? "__half"
-                                  : "__nv_bfloat16",
-      tf32                        ? "wmma::precision::tf32"
-      : g->dtype == KILN_F16      ? "__half"
-                                  : "__nv_bfloat16");
-  put(b, "#define KG_OUT(x) %s(x)\n",
-      tf32 ? "" : g->dtype == KILN_F16 ? "kg_f2h" : "kg_f2b");
+      tf32                   ? "float"
+      : g->dtype == KILN_F16 ? "__half"
+                             : "__nv_bfloat16",
+      tf32                   ? "wmma::precision::tf32"
+      : g->dtype == KILN_F16 ? "__half"
+                             : "__nv_bfloat16");
+  put(b, "#define KG_OUT(x) %s(x)\n", tf32 ? "" : g->dtype == KILN_F16 ? "kg_f2h" : "kg_f2b");
   /* panels: A is 128 (m) x 32 (k), B 32 (k) x 128 (n), each in its memory layout */
   put(b, "#define KG_TA %d\n#define KG_TB %d\n", g->trans_a, g->trans_b);
   put(b, "#define KG_AO %d\n#define KG_AI %d\n#define KG_LA %s\n", g->trans_a ? 32 : 128,
@@ -492,7 +497,8 @@ kiln_status kcg_gemm_gpu_source(kiln_ctx *ctx, const kcg_c_dialect *dialect,
   return KILN_OK;
 }
 
-/* A's or B's element strides along C's batch axes (0 where it broadcasts); kernel_interp.c's rule. */
+/* A's or B's element strides along C's batch axes (0 where it broadcasts); kernel_interp.c's rule.
+ */
 static void batch_strides(const kcg_gemm *g, const kir_dim *dims, int rank, int64_t mat,
                           const int64_t *sizes, int64_t *st) {
   int64_t s = mat;

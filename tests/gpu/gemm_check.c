@@ -80,7 +80,7 @@ static struct {
   int (*error_string)(int, const char **);
 } cu;
 
-static bool dead;      /* a sticky CUDA error: nothing more can run */
+static bool dead; /* a sticky CUDA error: nothing more can run */
 static int failures, passed;
 static double t_start;
 
@@ -97,8 +97,8 @@ static bool ck(int rc, const char *what) {
   if (!cu.error_string || cu.error_string(rc, &msg) != 0 || !msg) msg = "?";
   printf("CUDA error %d (%s) in %s\n", rc, msg, what);
   /* errors after which the context is unusable */
-  if (rc == 700 || rc == 702 || rc == 714 || rc == 715 || rc == 716 || rc == 717 ||
-      rc == 718 || rc == 719 || rc == 999)
+  if (rc == 700 || rc == 702 || rc == 714 || rc == 715 || rc == 716 || rc == 717 || rc == 718 ||
+      rc == 719 || rc == 999)
     dead = true;
   return false;
 }
@@ -115,22 +115,19 @@ static int sm; /* 10 * major + minor */
 static bool load_driver(void) {
   void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) return printf("no CUDA device: libcuda.so.1 not found (%s)\n", dlerror()), false;
-  bool ok = sym(lib, "cuInit", &cu.init) && sym(lib, "cuDeviceGetCount", &cu.count) &&
-            sym(lib, "cuDeviceGet", &cu.device_get) &&
-            sym(lib, "cuDeviceGetAttribute", &cu.attr) && sym(lib, "cuDeviceGetName", &cu.name) &&
-            sym(lib, "cuDevicePrimaryCtxRetain", &cu.retain) &&
-            sym(lib, "cuCtxSetCurrent", &cu.set_current) &&
-            sym(lib, "cuModuleLoadData", &cu.load) &&
-            sym(lib, "cuModuleGetFunction", &cu.get_function) &&
-            sym(lib, "cuMemAlloc_v2", &cu.alloc) && sym(lib, "cuMemFree_v2", &cu.free) &&
-            sym(lib, "cuMemcpyHtoD_v2", &cu.htod) && sym(lib, "cuMemcpyDtoH_v2", &cu.dtoh) &&
-            sym(lib, "cuMemsetD8_v2", &cu.memset8) && sym(lib, "cuLaunchKernel", &cu.launch) &&
-            sym(lib, "cuCtxSynchronize", &cu.sync) && sym(lib, "cuEventCreate", &cu.ev_create) &&
-            sym(lib, "cuEventRecord", &cu.ev_record) &&
-            sym(lib, "cuEventSynchronize", &cu.ev_sync) &&
-            sym(lib, "cuGetErrorString", &cu.error_string);
-  if (ok && !(dlsym(lib, "cuEventElapsedTime_v2") &&
-              sym(lib, "cuEventElapsedTime_v2", &cu.ev_elapsed)))
+  bool ok =
+      sym(lib, "cuInit", &cu.init) && sym(lib, "cuDeviceGetCount", &cu.count) &&
+      sym(lib, "cuDeviceGet", &cu.device_get) && sym(lib, "cuDeviceGetAttribute", &cu.attr) &&
+      sym(lib, "cuDeviceGetName", &cu.name) && sym(lib, "cuDevicePrimaryCtxRetain", &cu.retain) &&
+      sym(lib, "cuCtxSetCurrent", &cu.set_current) && sym(lib, "cuModuleLoadData", &cu.load) &&
+      sym(lib, "cuModuleGetFunction", &cu.get_function) && sym(lib, "cuMemAlloc_v2", &cu.alloc) &&
+      sym(lib, "cuMemFree_v2", &cu.free) && sym(lib, "cuMemcpyHtoD_v2", &cu.htod) &&
+      sym(lib, "cuMemcpyDtoH_v2", &cu.dtoh) && sym(lib, "cuMemsetD8_v2", &cu.memset8) &&
+      sym(lib, "cuLaunchKernel", &cu.launch) && sym(lib, "cuCtxSynchronize", &cu.sync) &&
+      sym(lib, "cuEventCreate", &cu.ev_create) && sym(lib, "cuEventRecord", &cu.ev_record) &&
+      sym(lib, "cuEventSynchronize", &cu.ev_sync) && sym(lib, "cuGetErrorString", &cu.error_string);
+  if (ok &&
+      !(dlsym(lib, "cuEventElapsedTime_v2") && sym(lib, "cuEventElapsedTime_v2", &cu.ev_elapsed)))
     ok = sym(lib, "cuEventElapsedTime", &cu.ev_elapsed);
   if (!ok) return printf("no CUDA device: libcuda.so.1 lacks a function\n"), false;
   int n = 0, dev = 0, major = 0, minor = 0;
@@ -199,8 +196,8 @@ static const char *const vname[NV] = {"f64", "f32", "tf32", "f16", "bf16", "f16-
 static const double vtol[NV] = {1e-12, 1e-5, 1e-2, 1e-3, 1e-2, 1e-3, 1e-2};
 
 static kir_dtype vdtype(variant v) {
-  return v == V_F64 ? KILN_F64
-         : v == V_F32 || v == V_TF32 ? KILN_F32
+  return v == V_F64                     ? KILN_F64
+         : v == V_F32 || v == V_TF32    ? KILN_F32
          : v == V_F16 || v == V_F16_FMA ? KILN_F16
                                         : KILN_BF16;
 }
@@ -215,20 +212,32 @@ static void fill(void *p, kir_dtype t, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     double f = (double)(next_u64() >> 11) * 0x1p-52 - 1.0;
     switch (t) {
-    case KILN_F64: ((double *)p)[i] = f; break;
-    case KILN_F32: ((float *)p)[i] = (float)f; break;
-    case KILN_F16: ((uint16_t *)p)[i] = f2h((float)f); break;
-    default: ((uint16_t *)p)[i] = f2b((float)f); break;
+    case KILN_F64:
+      ((double *)p)[i] = f;
+      break;
+    case KILN_F32:
+      ((float *)p)[i] = (float)f;
+      break;
+    case KILN_F16:
+      ((uint16_t *)p)[i] = f2h((float)f);
+      break;
+    default:
+      ((uint16_t *)p)[i] = f2b((float)f);
+      break;
     }
   }
 }
 
 static double get(const void *p, kir_dtype t, int64_t i) {
   switch (t) {
-  case KILN_F64: return ((const double *)p)[i];
-  case KILN_F32: return ((const float *)p)[i];
-  case KILN_F16: return h2d(((const uint16_t *)p)[i]);
-  default: return b2d(((const uint16_t *)p)[i]);
+  case KILN_F64:
+    return ((const double *)p)[i];
+  case KILN_F32:
+    return ((const float *)p)[i];
+  case KILN_F16:
+    return h2d(((const uint16_t *)p)[i]);
+  default:
+    return b2d(((const uint16_t *)p)[i]);
   }
 }
 
@@ -335,8 +344,8 @@ static void want_module(const gcase *c) {
   fake f;
   make(&f, c);
   kcg_gpu_target tg = vtarget(c->v);
-  if (!ctx || kcg_gemm_gpu_source(ctx, &kcg_cuda_dialect, &tg, &f.prog, &f.step, &m->src) !=
-                  KILN_OK) {
+  if (!ctx ||
+      kcg_gemm_gpu_source(ctx, &kcg_cuda_dialect, &tg, &f.prog, &f.step, &m->src) != KILN_OK) {
     snprintf(m->err, sizeof m->err, "source: %s", ctx ? kiln_ctx_error(ctx) : "no context");
     m->failed = true;
   }
@@ -422,13 +431,18 @@ static bool launch(void *fn, const kcg_gpu_plan *plan, const dptr *bufs) {
         if (p->index >= 3) return printf("plan names arg %u\n", p->index), false;
         pv[i] = bufs[p->index], params[i] = &pv[i];
         break;
-      case KCG_GPU_I64: iv[i] = p->value, params[i] = &iv[i]; break;
-      case KCG_GPU_F32: fv[i] = p->fvalue, params[i] = &fv[i]; break;
-      default: return printf("plan has a scratch parameter\n"), false;
+      case KCG_GPU_I64:
+        iv[i] = p->value, params[i] = &iv[i];
+        break;
+      case KCG_GPU_F32:
+        fv[i] = p->fvalue, params[i] = &fv[i];
+        break;
+      default:
+        return printf("plan has a scratch parameter\n"), false;
       }
     }
-    if (!ck(cu.launch(fn, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],
-                      l->block[2], l->shmem, NULL, params, NULL),
+    if (!ck(cu.launch(fn, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2],
+                      l->shmem, NULL, params, NULL),
             "cuLaunchKernel"))
       return false;
   }
@@ -655,7 +669,7 @@ static void build_cases(void) {
     }
     add(plain(vv, false, true, 1, 300, 200));
     add(plain(vv, true, false, 300, 1, 5));
-    add(plain(vv, false, false, 17, 19, 0)); /* k = 0: C is zeros */
+    add(plain(vv, false, false, 17, 19, 0));     /* k = 0: C is zeros */
     add(plain(vv, false, false, 8400000, 1, 1)); /* more m tiles than grid.y */
     /* C[2,3,4] = A[2,1,4] x B[3,1]: size-1 axes broadcast on both sides */
     for (int s = 0; s < 2; s++) {
@@ -709,7 +723,7 @@ int main(int argc, char **argv) {
     int64_t n;
     double peak;
     bool tb; /* B transposed: a linear layer's x W^T */
-  } timed[] = {{V_F64, 4096, 0, false},     {V_F32, 4096, 48.8, false},
+  } timed[] = {{V_F64, 4096, 0, false},      {V_F32, 4096, 48.8, false},
                {V_TF32, 4096, 318.3, false}, {V_BF16, 8192, 757.7, false},
                {V_F16, 8192, 731.1, false},  {V_BF16, 8192, 757.7, true}};
   for (int i = 0; i < ncases; i++)

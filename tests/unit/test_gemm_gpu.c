@@ -130,9 +130,13 @@ static void compile_variant(kiln_ctx *ctx, const gcase *c, bool tf32) {
       continue;
     }
     bool tc = strstr(src, "wmma::mma_sync") != NULL;
-    bool want_tc = t == 0 && (c->dt == KILN_F16 || c->dt == KILN_BF16 || (tf32 && c->dt == KILN_F32));
+    bool want_tc =
+        t == 0 && (c->dt == KILN_F16 || c->dt == KILN_BF16 || (tf32 && c->dt == KILN_F32));
     if (tc != want_tc)
-      fail(where, "%s source %s tensor cores", t == 0 ? "sm_90" : t == 1 ? "sm_75" : "gfx90a",
+      fail(where, "%s source %s tensor cores",
+           t == 0   ? "sm_90"
+           : t == 1 ? "sm_75"
+                    : "gfx90a",
            tc ? "uses" : "does not use");
     if (tc && tf32 && !strstr(src, "precision::tf32")) fail(where, "tf32 without precision::tf32");
     if (!strstr(src, "kiln_gemm(")) fail(where, "no kiln_gemm in the source");
@@ -143,8 +147,7 @@ static void compile_variant(kiln_ctx *ctx, const gcase *c, bool tf32) {
       if (tg->hip && have_hiprtc)
         s = kcg_hip_compile_source(ctx, src, "gfx90a", &code, &len);
       else if (!tg->hip && have_nvrtc)
-        s = kcg_cuda_compile_source(ctx, src, tg->sm == 90 ? "sm_90" : "sm_75", false, &code,
-                                    &len);
+        s = kcg_cuda_compile_source(ctx, src, tg->sm == 90 ? "sm_90" : "sm_75", false, &code, &len);
       if (s != KILN_OK)
         fail(where, "%s: %s", tg->hip ? "HIPRTC" : "NVRTC", kiln_ctx_error(ctx));
       else if (code && len < 64)
@@ -255,7 +258,8 @@ static void test_refusals(kiln_ctx *ctx) {
 
 /* Symbolic sizes: the plan reads them from the run's symbol values. */
 static void test_symbols(kiln_ctx *ctx) {
-  gcase c = {.dt = KILN_F32, .m = 1, .n = 1, .k = 1, .nc = 1, .na = 1, .nb = 0, .cb = {1}, .ab = {1}};
+  gcase c = {
+      .dt = KILN_F32, .m = 1, .n = 1, .k = 1, .nc = 1, .na = 1, .nb = 0, .cb = {1}, .ab = {1}};
   fake f;
   make(&f, &c);
   kcg_gemm *g = &f.step.gemm;
@@ -300,15 +304,27 @@ int main(void) {
   struct {
     kir_dtype dt;
     bool tf32;
-  } dts[] = {{KILN_F64, false}, {KILN_F32, false}, {KILN_F32, true}, {KILN_F16, false},
+  } dts[] = {{KILN_F64, false},
+             {KILN_F32, false},
+             {KILN_F32, true},
+             {KILN_F16, false},
              {KILN_BF16, false}};
   clock_t t0 = clock();
   for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
     for (int tr = 0; tr < 4; tr++) {
       int nc = (int)((i + (size_t)tr) % 4);
-      gcase c = {.dt = dts[i].dt, .ta = tr & 1, .tb = tr >> 1, .m = 33, .n = 65, .k = 17,
-                 .nc = nc, .na = nc, .nb = nc > 0 ? nc - 1 : 0,
-                 .cb = {2, 3, 4, 5}, .ab = {2, 3, 4, 5}, .bb = {3, 4, 5}};
+      gcase c = {.dt = dts[i].dt,
+                 .ta = tr & 1,
+                 .tb = tr >> 1,
+                 .m = 33,
+                 .n = 65,
+                 .k = 17,
+                 .nc = nc,
+                 .na = nc,
+                 .nb = nc > 0 ? nc - 1 : 0,
+                 .cb = {2, 3, 4, 5},
+                 .ab = {2, 3, 4, 5},
+                 .bb = {3, 4, 5}};
       compile_variant(ctx, &c, dts[i].tf32);
       printf("compiled %-4s ta=%d tb=%d batch rank %d\n", dt_name(dts[i].dt, dts[i].tf32), c.ta,
              c.tb, nc);
@@ -317,15 +333,19 @@ int main(void) {
          (double)(clock() - t0) / CLOCKS_PER_SEC);
 
   /* plans: odd shapes, vectors, k = 0, empty C, broadcast batches */
-  const int64_t shapes[][3] = {{1, 1, 1},   {1, 777, 300}, {1000, 1, 33}, {129, 127, 0},
-                               {0, 5, 7},   {5, 0, 7},     {128, 128, 128}, {257, 383, 65},
+  const int64_t shapes[][3] = {{1, 1, 1},          {1, 777, 300}, {1000, 1, 33},   {129, 127, 0},
+                               {0, 5, 7},          {5, 0, 7},     {128, 128, 128}, {257, 383, 65},
                                {4096, 4096, 4096}, {100000, 3, 2}};
   int nplans = 0;
   for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
       for (int tr = 0; tr < 4; tr++) {
-        gcase c = {.dt = dts[i].dt, .ta = tr & 1, .tb = tr >> 1, .m = shapes[s][0],
-                   .n = shapes[s][1], .k = shapes[s][2]};
+        gcase c = {.dt = dts[i].dt,
+                   .ta = tr & 1,
+                   .tb = tr >> 1,
+                   .m = shapes[s][0],
+                   .n = shapes[s][1],
+                   .k = shapes[s][2]};
         switch ((s + (size_t)tr) % 5) {
         case 1: /* A batched, B broadcast as a plain matrix */
           c.nc = 1, c.na = 1, c.cb[0] = 3, c.ab[0] = 3;
@@ -345,7 +365,8 @@ int main(void) {
         case 4: /* an empty batch */
           c.nc = 1, c.na = 1, c.nb = 1, c.cb[0] = 0, c.ab[0] = 0, c.bb[0] = 1;
           break;
-        default: break;
+        default:
+          break;
         }
         check_plan(ctx, &c, dts[i].tf32);
         nplans++;

@@ -196,8 +196,8 @@ static void compile_all(collection *c, const char *type, bool hip) {
   if (hip ? !have_hiprtc : !have_nvrtc) return;
   clock_t t0 = clock();
   if (compile(c, c->k, c->nk, hip) == KILN_OK) {
-    printf("%s: %u distinct %s kernels compiled in one source (%.1f s of CPU)\n", who, c->nk,
-           type, (double)(clock() - t0) / CLOCKS_PER_SEC);
+    printf("%s: %u distinct %s kernels compiled in one source (%.1f s of CPU)\n", who, c->nk, type,
+           (double)(clock() - t0) / CLOCKS_PER_SEC);
     return;
   }
   printf("%s: the whole %s source failed (%.300s); compiling op by op\n", who, type,
