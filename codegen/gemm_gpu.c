@@ -388,12 +388,22 @@ static const char tc_body[] =
     "  }\n"
     "}\n";
 
+/*
+ * The blocks per SM the kernel is compiled for (__launch_bounds__(256, n)):
+ * 2 caps it at 128 registers, which ptxas -v shows costs the FMA and the
+ * f16/bf16 kernels a few spilled bytes (24-128) and doubles the warps an SM
+ * can switch between; the tf32 kernel would spill 300 bytes, so it gets 1
+ * (255 registers). A source can be compiled with KG_MINB defined first to
+ * try the other (tests/gpu/gemm_check.c times both).
+ */
+static int minb(kir_dtype dt, bool tc) { return tc && dt == KILN_F32 ? 1 : 2; }
+
 static const char *storage_type(kir_dtype dt) {
   return dt == KILN_F64 ? "double" : dt == KILN_F32 ? "float" : "unsigned short";
 }
 
 static void put_signature(sbuf *b, int nbatch) {
-  put(b, "extern \"C\" __global__ void __launch_bounds__(256)\n"
+  put(b, "extern \"C\" __global__ void __launch_bounds__(256, KG_MINB)\n"
          "kiln_gemm(const KG_T *__restrict__ A, const KG_T *__restrict__ B, KG_T *__restrict__ C,"
          " long long M, long long N, long long K, long long NB");
   for (int d = 0; d < nbatch; d++)
@@ -410,6 +420,7 @@ static void put_fma(sbuf *b, const kcg_gemm *g) {
   bool f64 = g->dtype == KILN_F64;
   int bm = f64 ? 64 : 128;
   put(b, "#define KG_T %s\n#define KG_ACC %s\n", storage_type(g->dtype), f64 ? "double" : "float");
+  put(b, "#ifndef KG_MINB\n#define KG_MINB %d\n#endif\n", minb(g->dtype, false));
   put(b,
       "#define KG_BM %d\n#define KG_BN %d\n#define KG_BK 8\n#define KG_TM %d\n#define KG_TN %d\n",
       bm, bm, bm / 16, bm / 16);
@@ -427,6 +438,7 @@ static void put_tc(sbuf *b, const kcg_gemm *g) {
   put(b, "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <mma.h>\n"
          "using namespace nvcuda;\n");
   put(b, "#define KG_T %s\n", storage_type(g->dtype));
+  put(b, "#ifndef KG_MINB\n#define KG_MINB %d\n#endif\n", minb(g->dtype, true));
   put(b, "#define KG_VEC %d\n#define KG_PAD %d\n#define KG_WK %d\n#define KG_TF32 %d\n",
       tf32 ? 4 : 8, tf32 ? 4 : 8, tf32 ? 8 : 16, tf32);
   put(b, "#define KG_W %s\n#define KG_WT %s\n",

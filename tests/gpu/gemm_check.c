@@ -27,7 +27,9 @@
  * bf16 <= 1e-2, f16 <= 1e-3.
  *
  * Timing: 4096^3 f64, f32 (no tf32), tf32, then 8192^3 bf16 and f16 (and
- * bf16 with B transposed, a linear layer's layout), each
+ * bf16 with B transposed, a linear layer's layout), each with the kernel's
+ * own launch bound and again compiled for the other (1 or 2 blocks per SM,
+ * KG_MINB in codegen/gemm_gpu.c), each
  * the median of 10 runs after 2 warm-up runs, timed with CUDA events, and
  * checked on 64 sampled elements; printed in TFLOP/s next to torch 2.11's
  * measured rates on the same H200 (bf16 757.7, f16 731.1, f32 48.8, tf32
@@ -249,6 +251,7 @@ typedef struct gcase {
   int64_t m, n, k;
   int nc, na, nb; /* batch ranks of C, A, B */
   int64_t cb[3], ab[3], bb[3];
+  int minb; /* 0, or the KG_MINB (blocks per SM) to compile the kernel with instead */
 } gcase;
 
 /* A one-step program for the case, as the lowering would describe it. */
@@ -317,7 +320,7 @@ enum { MAX_MODS = 64 };
 typedef struct module {
   variant v;
   bool ta, tb;
-  int nc;
+  int nc, minb;
   char *src;
   void *cubin;
   size_t len;
@@ -331,7 +334,8 @@ static char arch[16];
 
 static module *find_module(const gcase *c) {
   for (int i = 0; i < nmods; i++)
-    if (mods[i].v == c->v && mods[i].ta == c->ta && mods[i].tb == c->tb && mods[i].nc == c->nc)
+    if (mods[i].v == c->v && mods[i].ta == c->ta && mods[i].tb == c->tb && mods[i].nc == c->nc &&
+        mods[i].minb == c->minb)
       return &mods[i];
   return NULL;
 }
@@ -339,7 +343,7 @@ static module *find_module(const gcase *c) {
 static void want_module(const gcase *c) {
   if (find_module(c) || nmods == MAX_MODS) return;
   module *m = &mods[nmods++];
-  m->v = c->v, m->ta = c->ta, m->tb = c->tb, m->nc = c->nc;
+  m->v = c->v, m->ta = c->ta, m->tb = c->tb, m->nc = c->nc, m->minb = c->minb;
   kiln_ctx *ctx = kiln_ctx_create();
   fake f;
   make(&f, c);
@@ -348,6 +352,13 @@ static void want_module(const gcase *c) {
       kcg_gemm_gpu_source(ctx, &kcg_cuda_dialect, &tg, &f.prog, &f.step, &m->src) != KILN_OK) {
     snprintf(m->err, sizeof m->err, "source: %s", ctx ? kiln_ctx_error(ctx) : "no context");
     m->failed = true;
+  } else if (c->minb) { /* the source's KG_MINB default gives way to a define in front */
+    size_t n = strlen(m->src) + 64;
+    char *s = malloc(n);
+    if (s) snprintf(s, n, "#define KG_MINB %d\n%s", c->minb, m->src);
+    free(m->src);
+    m->src = s;
+    if (!s) snprintf(m->err, sizeof m->err, "out of memory"), m->failed = true;
   }
   kiln_ctx_destroy(ctx);
 }
@@ -497,6 +508,9 @@ static void describe(const gcase *c, char *buf, size_t n) {
       x += snprintf(buf + w + x, n - (size_t)(w + x), "%s%lld", d ? "," : "", (long long)c->bb[d]);
     snprintf(buf + w + x, n - (size_t)(w + x), "]");
   }
+  w = (int)strlen(buf);
+  if (c->minb && (size_t)w < n)
+    snprintf(buf + w, n - (size_t)w, " (%d block%s/SM)", c->minb, c->minb > 1 ? "s" : "");
 }
 
 static bool make_plan(const gcase *c, kcg_gpu_plan *plan) {
@@ -726,8 +740,23 @@ int main(int argc, char **argv) {
   } timed[] = {{V_F64, 4096, 0, false},      {V_F32, 4096, 48.8, false},
                {V_TF32, 4096, 318.3, false}, {V_BF16, 8192, 757.7, false},
                {V_F16, 8192, 731.1, false},  {V_BF16, 8192, 757.7, true}};
+  /* each timed product also with the other launch bound (1 or 2 blocks per SM) */
+  enum { NTIMED = sizeof timed / sizeof timed[0] };
+  gcase tcases[2 * NTIMED];
+  int ntc = 0;
+  for (int alt = 0; alt < 2; alt++) /* the kernels as they are first, then the others */
+    for (size_t i = 0; i < NTIMED; i++) {
+      if (!selected(only, timed[i].v)) continue;
+      int64_t n = timed[i].n;
+      if (getenv("GEMM_CHECK_TIME_N")) n = atoll(getenv("GEMM_CHECK_TIME_N")); /* the emulator's */
+      if (n < 1) n = 1;
+      tcases[ntc] = plain(timed[i].v, false, timed[i].tb, n, n, n);
+      tcases[ntc++].minb = !alt ? 0 : timed[i].v == V_TF32 ? 2 : 1;
+    }
   for (int i = 0; i < ncases; i++)
     want_module(&cases[i]);
+  for (int i = 0; i < ntc; i++)
+    want_module(&tcases[i]);
   compile_all();
   bool any = false;
   for (int i = 0; i < nmods; i++)
@@ -740,17 +769,15 @@ int main(int argc, char **argv) {
   for (int i = 0; i < ncases && !dead; i++)
     check_case(&cases[i]);
   printf("correctness: %d passed, %d failed (%.1f s)\n", passed, failures, now() - t_start);
-  for (size_t i = 0; i < sizeof timed / sizeof timed[0] && !dead; i++) {
-    if (!selected(only, timed[i].v)) continue;
+  for (int i = 0; i < ntc && !dead; i++) {
     if (limit > 0 && now() - t_start > 40) {
-      printf("skip timing of %s: 40 s have passed\n", vname[timed[i].v]);
+      printf("skip timing of %s: 40 s have passed\n", vname[tcases[i].v]);
       continue;
     }
-    int64_t n = timed[i].n;
-    if (getenv("GEMM_CHECK_TIME_N")) n = atoll(getenv("GEMM_CHECK_TIME_N")); /* the emulator's */
-    if (n < 1) n = 1;
-    gcase c = plain(timed[i].v, false, timed[i].tb, n, n, n);
-    time_case(&c, timed[i].peak);
+    double peak = 0;
+    for (size_t j = 0; j < NTIMED; j++)
+      if (timed[j].v == tcases[i].v) peak = timed[j].peak;
+    time_case(&tcases[i], peak);
   }
   if (dead) {
     printf("FAIL: the CUDA context died; later checks did not run\n");

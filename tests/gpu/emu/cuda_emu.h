@@ -31,7 +31,7 @@ static emu_dim3 threadIdx, blockIdx, gridDim, blockDim;
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __restrict__
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
