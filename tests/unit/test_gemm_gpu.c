@@ -1,0 +1,379 @@
+/*
+ * test_gemm_gpu.c — the hand-tiled GPU GEMM kernels (codegen/gemm_gpu.c):
+ * every variant's source compiles, and every plan is sane. Nothing runs
+ * here (CI has no GPU); tests/gpu/gemm_check.c checks results and speed on
+ * one.
+ *
+ * For each dtype (f64, f32, f32 as tf32, f16, bf16), each of the four
+ * trans_a/trans_b combinations and batch ranks 0 to 3, the step's source is
+ * compiled by NVRTC to an sm_90 cubin (the tensor-core kernel where the
+ * target has tensor cores, and the FMA kernel for a target without them,
+ * sm_75) and by HIPRTC to a gfx90a code object (always the FMA kernel).
+ * Sources that come out identical are compiled once. Then plans for many
+ * shapes (odd sizes, 1 x k, k = 0, empty, broadcast batches, more than
+ * 65535 batches) are checked against an independent computation: the grid
+ * with the kernel's grid-stride loops covers every tile of C and every
+ * batch, the parameters are the step's three buffers in order, M, N, K, the
+ * batch count and, per batch axis, the size and A's and B's element
+ * strides (0 where they broadcast), worked out here from the operands'
+ * row-major shapes. Where NVRTC or HIPRTC is absent that part is skipped.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "codegen/cuda.h"
+#include "codegen/gpu_kernels.h"
+#include "codegen/hip.h"
+
+static int failures;
+static bool have_nvrtc = true, have_hiprtc = true;
+
+static void fail(const char *where, const char *fmt, ...) KIR_PRINTF(2, 3);
+static void fail(const char *where, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  printf("FAIL %s: ", where);
+  vprintf(fmt, ap);
+  printf("\n");
+  va_end(ap);
+  failures++;
+}
+
+/* A GEMM step over buffers of the given shapes (batch dims then the matrix). */
+typedef struct gcase {
+  kir_dtype dt;
+  bool ta, tb;
+  int64_t m, n, k;
+  int nc, na, nb; /* batch ranks of C, A, B */
+  int64_t cb[4], ab[4], bb[4];
+} gcase;
+
+typedef struct fake {
+  kcg_program prog;
+  kcg_pbuf bufs[3];
+  uint32_t args[3];
+  kcg_step step;
+} fake;
+
+static void make(fake *f, const gcase *c) {
+  memset(f, 0, sizeof *f);
+  kcg_gemm *g = &f->step.gemm;
+  g->dtype = c->dt, g->trans_a = c->ta, g->trans_b = c->tb;
+  g->m = c->m, g->n = c->n, g->k = c->k;
+  g->nbatch = (uint8_t)c->nc, g->a_rank = (uint8_t)c->na, g->b_rank = (uint8_t)c->nb;
+  for (int d = 0; d < c->nc; d++)
+    g->batch[d] = c->cb[d];
+  for (int d = 0; d < c->na; d++)
+    g->a_batch[d] = c->ab[d];
+  for (int d = 0; d < c->nb; d++)
+    g->b_batch[d] = c->bb[d];
+  /* the buffers' types: batch dims, then the stored matrix */
+  const int64_t *bd[3] = {c->ab, c->bb, c->cb};
+  int br[3] = {c->na, c->nb, c->nc};
+  int64_t rows[3] = {c->ta ? c->k : c->m, c->tb ? c->n : c->k, c->m};
+  int64_t cols[3] = {c->ta ? c->m : c->k, c->tb ? c->k : c->n, c->n};
+  for (int i = 0; i < 3; i++) {
+    kir_type *t = &f->bufs[i].type;
+    t->dtype = c->dt;
+    t->rank = (uint8_t)(br[i] + 2);
+    for (int d = 0; d < br[i]; d++)
+      t->dims[d] = bd[i][d];
+    t->dims[br[i]] = rows[i], t->dims[br[i] + 1] = cols[i];
+    f->bufs[i].kind = KCG_PBUF_TEMP;
+    f->args[i] = (uint32_t)(2 - i); /* any order: the plan names args, not buffers */
+  }
+  f->prog.bufs = f->bufs, f->prog.nbufs = 3;
+  f->step.kind = KCG_STEP_GEMM, f->step.args = f->args, f->step.nargs = 3;
+}
+
+/* ---- sources ---- */
+
+enum { MAX_SEEN = 256 };
+static uint64_t seen[MAX_SEEN];
+static int nseen, ncompiled;
+
+static bool seen_before(const char *src, const char *salt) {
+  uint64_t h = 1469598103934665603u;
+  for (const char *c = salt; *c; c++)
+    h = (h ^ (unsigned char)*c) * 1099511628211u;
+  for (const char *c = src; *c; c++)
+    h = (h ^ (unsigned char)*c) * 1099511628211u;
+  for (int i = 0; i < nseen; i++)
+    if (seen[i] == h) return true;
+  if (nseen < MAX_SEEN) seen[nseen++] = h;
+  return false;
+}
+
+static const char *dt_name(kir_dtype dt, bool tf32) {
+  return tf32 && dt == KILN_F32 ? "tf32" : kiln_dtype_name(dt);
+}
+
+static void compile_variant(kiln_ctx *ctx, const gcase *c, bool tf32) {
+  fake f;
+  make(&f, c);
+  char where[96];
+  snprintf(where, sizeof where, "%s ta=%d tb=%d batch rank %d", dt_name(c->dt, tf32), c->ta, c->tb,
+           c->nc);
+  kcg_gpu_target sm90 = {.sm = 90, .tensor_cores = true, .tf32 = tf32};
+  kcg_gpu_target sm75 = {.sm = 75, .tf32 = tf32};
+  kcg_gpu_target gfx = {.hip = true, .gfx = "gfx90a", .tf32 = tf32};
+  const kcg_gpu_target *targets[3] = {&sm90, &sm75, &gfx};
+  for (int t = 0; t < 3; t++) {
+    const kcg_gpu_target *tg = targets[t];
+    const kcg_c_dialect *d = tg->hip ? &kcg_hip_dialect : &kcg_cuda_dialect;
+    char *src = NULL;
+    if (kcg_gemm_gpu_source(ctx, d, tg, &f.prog, &f.step, &src) != KILN_OK) {
+      fail(where, "source: %s", kiln_ctx_error(ctx));
+      continue;
+    }
+    bool tc = strstr(src, "wmma::mma_sync") != NULL;
+    bool want_tc =
+        t == 0 && (c->dt == KILN_F16 || c->dt == KILN_BF16 || (tf32 && c->dt == KILN_F32));
+    if (tc != want_tc)
+      fail(where, "%s source %s tensor cores",
+           t == 0   ? "sm_90"
+           : t == 1 ? "sm_75"
+                    : "gfx90a",
+           tc ? "uses" : "does not use");
+    if (tc && tf32 && !strstr(src, "precision::tf32")) fail(where, "tf32 without precision::tf32");
+    if (!strstr(src, "kiln_gemm(")) fail(where, "no kiln_gemm in the source");
+    if (!seen_before(src, tg->hip ? "hip" : "cuda")) {
+      void *code = NULL;
+      size_t len = 0;
+      kiln_status s = KILN_OK;
+      if (tg->hip && have_hiprtc)
+        s = kcg_hip_compile_source(ctx, src, "gfx90a", &code, &len);
+      else if (!tg->hip && have_nvrtc)
+        s = kcg_cuda_compile_source(ctx, src, tg->sm == 90 ? "sm_90" : "sm_75", false, &code, &len);
+      if (s != KILN_OK)
+        fail(where, "%s: %s", tg->hip ? "HIPRTC" : "NVRTC", kiln_ctx_error(ctx));
+      else if (code && len < 64)
+        fail(where, "a %zu-byte binary", len);
+      if (code) ncompiled++;
+      free(code);
+    }
+    free(src);
+  }
+}
+
+/* ---- plans ---- */
+
+static void check_plan(kiln_ctx *ctx, const gcase *c, bool tf32) {
+  fake f;
+  make(&f, c);
+  char where[160];
+  snprintf(where, sizeof where, "plan %s ta=%d tb=%d m=%lld n=%lld k=%lld batch rank %d",
+           dt_name(c->dt, tf32), c->ta, c->tb, (long long)c->m, (long long)c->n, (long long)c->k,
+           c->nc);
+  kcg_gpu_target targets[2] = {{.sm = 90, .tensor_cores = true, .tf32 = tf32},
+                               {.hip = true, .gfx = "gfx90a"}};
+  for (int t = 0; t < 2; t++) {
+    kcg_gpu_plan plan;
+    if (kcg_gemm_gpu_plan(ctx, &targets[t], &f.prog, &f.step, NULL, &plan) != KILN_OK) {
+      fail(where, "%s", kiln_ctx_error(ctx));
+      continue;
+    }
+    int64_t nbatch = 1;
+    for (int d = 0; d < c->nc; d++)
+      nbatch *= c->cb[d];
+    if (c->m == 0 || c->n == 0 || nbatch == 0) {
+      if (plan.nlaunches != 0) fail(where, "%u launches for an empty C", plan.nlaunches);
+      continue;
+    }
+    if (plan.nlaunches != 1) {
+      fail(where, "%u launches", plan.nlaunches);
+      continue;
+    }
+    const kcg_gpu_launch *l = &plan.launches[0];
+    int64_t tile = c->dt == KILN_F64 ? 64 : 128;
+    if (strcmp(l->kernel, "kiln_gemm")) fail(where, "kernel '%s'", l->kernel);
+    if (l->block[0] != 256 || l->block[1] != 1 || l->block[2] != 1)
+      fail(where, "block %u x %u x %u", l->block[0], l->block[1], l->block[2]);
+    if ((int64_t)l->grid[0] * tile < c->n || ((int64_t)l->grid[0] - 1) * tile >= c->n)
+      fail(where, "grid.x %u for n %lld", l->grid[0], (long long)c->n);
+    int64_t mt = (c->m + tile - 1) / tile;
+    if (l->grid[1] != (mt < 65535 ? mt : 65535)) fail(where, "grid.y %u for m", l->grid[1]);
+    if (l->grid[2] != (nbatch < 65535 ? nbatch : 65535) || l->grid[2] == 0)
+      fail(where, "grid.z %u for %lld batches", l->grid[2], (long long)nbatch);
+    if (l->shmem > 48 * 1024) fail(where, "%u bytes of dynamic shared memory", l->shmem);
+    if (l->nparams != 7u + 3u * (uint32_t)c->nc) {
+      fail(where, "%u params", l->nparams);
+      continue;
+    }
+    for (uint32_t i = 0; i < 3; i++)
+      if (l->params[i].kind != KCG_GPU_BUF || l->params[i].index != i ||
+          l->params[i].index >= f.step.nargs)
+        fail(where, "param %u is not buffer arg %u", i, i);
+    int64_t want[7 + 3 * 4] = {0, 0, 0, c->m, c->n, c->k, nbatch};
+    /* strides from the operands' row-major shapes, right-aligned against C's batch axes */
+    int64_t sa = c->m * c->k, sb = c->k * c->n;
+    for (int d = c->nc - 1; d >= 0; d--) {
+      int ja = d - (c->nc - c->na), jb = d - (c->nc - c->nb);
+      int64_t da = ja >= 0 ? c->ab[ja] : 1, db = jb >= 0 ? c->bb[jb] : 1;
+      want[7 + 3 * d] = c->cb[d];
+      want[8 + 3 * d] = da == 1 ? 0 : sa;
+      want[9 + 3 * d] = db == 1 ? 0 : sb;
+      sa *= da, sb *= db;
+    }
+    for (uint32_t i = 3; i < l->nparams; i++)
+      if (l->params[i].kind != KCG_GPU_I64 || l->params[i].value != want[i])
+        fail(where, "param %u is %lld, wanted %lld", i, (long long)l->params[i].value,
+             (long long)want[i]);
+  }
+}
+
+/* ---- refusals ---- */
+
+static void test_refusals(kiln_ctx *ctx) {
+  gcase c = {.dt = KILN_I32, .m = 3, .n = 4, .k = 5};
+  fake f;
+  make(&f, &c);
+  kcg_gpu_target tg = {.sm = 90, .tensor_cores = true};
+  char *src = NULL;
+  kcg_gpu_plan plan;
+  if (kcg_gemm_gpu_source(ctx, &kcg_cuda_dialect, &tg, &f.prog, &f.step, &src) !=
+          KILN_ERR_UNSUPPORTED ||
+      !strstr(kiln_ctx_error(ctx), "no tiled kernel for i32"))
+    fail("i32", "source gave '%s'", kiln_ctx_error(ctx));
+  if (src) fail("i32", "a source was returned");
+  free(src);
+  c.dt = KILN_F32;
+  make(&f, &c);
+  f.step.nargs = 2;
+  if (kcg_gemm_gpu_plan(ctx, &tg, &f.prog, &f.step, NULL, &plan) != KILN_ERR_INVALID)
+    fail("two args", "accepted");
+  f.step.nargs = 3;
+  f.args[1] = 7;
+  if (kcg_gemm_gpu_plan(ctx, &tg, &f.prog, &f.step, NULL, &plan) != KILN_ERR_INVALID ||
+      !strstr(kiln_ctx_error(ctx), "names buffer 7 of 3"))
+    fail("bad arg", "gave '%s'", kiln_ctx_error(ctx));
+  f.args[1] = 1;
+  f.step.kind = KCG_STEP_KERNEL;
+  if (kcg_gemm_gpu_plan(ctx, &tg, &f.prog, &f.step, NULL, &plan) != KILN_ERR_INVALID)
+    fail("kernel step", "accepted");
+}
+
+/* Symbolic sizes: the plan reads them from the run's symbol values. */
+static void test_symbols(kiln_ctx *ctx) {
+  gcase c = {
+      .dt = KILN_F32, .m = 1, .n = 1, .k = 1, .nc = 1, .na = 1, .nb = 0, .cb = {1}, .ab = {1}};
+  fake f;
+  make(&f, &c);
+  kcg_gemm *g = &f.step.gemm;
+  g->m = KIR_SYM_DIM(0), g->n = KIR_SYM_DIM(1), g->k = KIR_SYM_DIM(2);
+  g->batch[0] = KIR_SYM_DIM(3), g->a_batch[0] = KIR_SYM_DIM(3);
+  int64_t sizes[4] = {300, 129, 17, 5};
+  kcg_gpu_target tg = {.sm = 90, .tensor_cores = true};
+  kcg_gpu_plan plan;
+  if (kcg_gemm_gpu_plan(ctx, &tg, &f.prog, &f.step, sizes, &plan) != KILN_OK) {
+    fail("symbols", "%s", kiln_ctx_error(ctx));
+    return;
+  }
+  const kcg_gpu_launch *l = &plan.launches[0];
+  if (l->grid[0] != 2 || l->grid[1] != 3 || l->grid[2] != 5 || l->params[3].value != 300 ||
+      l->params[4].value != 129 || l->params[5].value != 17 || l->params[6].value != 5 ||
+      l->params[7].value != 5 || l->params[8].value != 300 * 17 || l->params[9].value != 0)
+    fail("symbols", "grid %u x %u x %u, params m %lld n %lld k %lld", l->grid[0], l->grid[1],
+         l->grid[2], (long long)l->params[3].value, (long long)l->params[4].value,
+         (long long)l->params[5].value);
+}
+
+int main(void) {
+  kiln_ctx *ctx = kiln_ctx_create();
+  void *code = NULL;
+  size_t len = 0;
+  if (kcg_cuda_compile_source(ctx, "extern \"C\" __global__ void f() {}", "sm_90", false, &code,
+                              &len) == KILN_ERR_UNSUPPORTED) {
+    printf("skip NVRTC: %s\n", kiln_ctx_error(ctx));
+    have_nvrtc = false;
+  }
+  free(code), code = NULL;
+  if (kcg_hip_compile_source(ctx, "extern \"C\" __global__ void f() {}", "gfx90a", &code, &len) ==
+      KILN_ERR_UNSUPPORTED) {
+    printf("skip HIPRTC: %s\n", kiln_ctx_error(ctx));
+    have_hiprtc = false;
+  }
+  free(code);
+  test_refusals(ctx);
+  test_symbols(ctx);
+
+  /* sources: every dtype x trans variant, batch ranks 0..3 spread over them */
+  struct {
+    kir_dtype dt;
+    bool tf32;
+  } dts[] = {{KILN_F64, false},
+             {KILN_F32, false},
+             {KILN_F32, true},
+             {KILN_F16, false},
+             {KILN_BF16, false}};
+  clock_t t0 = clock();
+  for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
+    for (int tr = 0; tr < 4; tr++) {
+      int nc = (int)((i + (size_t)tr) % 4);
+      gcase c = {.dt = dts[i].dt,
+                 .ta = tr & 1,
+                 .tb = tr >> 1,
+                 .m = 33,
+                 .n = 65,
+                 .k = 17,
+                 .nc = nc,
+                 .na = nc,
+                 .nb = nc > 0 ? nc - 1 : 0,
+                 .cb = {2, 3, 4, 5},
+                 .ab = {2, 3, 4, 5},
+                 .bb = {3, 4, 5}};
+      compile_variant(ctx, &c, dts[i].tf32);
+      printf("compiled %-4s ta=%d tb=%d batch rank %d\n", dt_name(dts[i].dt, dts[i].tf32), c.ta,
+             c.tb, nc);
+    }
+  printf("%d sources compiled in %.1f s of CPU\n", ncompiled,
+         (double)(clock() - t0) / CLOCKS_PER_SEC);
+
+  /* plans: odd shapes, vectors, k = 0, empty C, broadcast batches */
+  const int64_t shapes[][3] = {{1, 1, 1},          {1, 777, 300}, {1000, 1, 33},   {129, 127, 0},
+                               {0, 5, 7},          {5, 0, 7},     {128, 128, 128}, {257, 383, 65},
+                               {4096, 4096, 4096}, {100000, 3, 2}};
+  int nplans = 0;
+  for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+      for (int tr = 0; tr < 4; tr++) {
+        gcase c = {.dt = dts[i].dt,
+                   .ta = tr & 1,
+                   .tb = tr >> 1,
+                   .m = shapes[s][0],
+                   .n = shapes[s][1],
+                   .k = shapes[s][2]};
+        switch ((s + (size_t)tr) % 5) {
+        case 1: /* A batched, B broadcast as a plain matrix */
+          c.nc = 1, c.na = 1, c.cb[0] = 3, c.ab[0] = 3;
+          break;
+        case 2: /* [2,1,4] x [3,1] -> [2,3,4]: size-1 axes broadcast on both sides */
+          c.nc = 3, c.na = 3, c.nb = 2;
+          memcpy(c.cb, (int64_t[]){2, 3, 4}, 3 * sizeof(int64_t));
+          memcpy(c.ab, (int64_t[]){2, 1, 4}, 3 * sizeof(int64_t));
+          memcpy(c.bb, (int64_t[]){3, 1}, 2 * sizeof(int64_t));
+          break;
+        case 3: /* more batches than grid.z holds */
+          c.nc = 2, c.na = 2, c.nb = 2;
+          memcpy(c.cb, (int64_t[]){300, 301}, 2 * sizeof(int64_t));
+          memcpy(c.ab, (int64_t[]){300, 301}, 2 * sizeof(int64_t));
+          memcpy(c.bb, (int64_t[]){1, 301}, 2 * sizeof(int64_t));
+          break;
+        case 4: /* an empty batch */
+          c.nc = 1, c.na = 1, c.nb = 1, c.cb[0] = 0, c.ab[0] = 0, c.bb[0] = 1;
+          break;
+        default:
+          break;
+        }
+        check_plan(ctx, &c, dts[i].tf32);
+        nplans++;
+      }
+  printf("%d plans checked\n", nplans);
+  printf("NVRTC %s, HIPRTC %s; %d failures\n", have_nvrtc ? "used" : "absent (skipped)",
+         have_hiprtc ? "used" : "absent (skipped)", failures);
+  kiln_ctx_destroy(ctx);
+  return failures ? 1 : 0;
+}
