@@ -479,6 +479,17 @@ static kiln_status check_step(kiln_ctx *ctx, const kcg_gpu_target *target, const
     return kir_fail(ctx, KILN_ERR_UNSUPPORTED,
                     "GPU GEMM: no tiled kernel for %s (the step's generated kernel runs instead)",
                     kiln_dtype_name(g->dtype));
+  /* An f32 GEMM whose operand buffer holds bf16 (program.h: the CPU's bf16 GEMM reads the
+   * cast's input), or any operand not in the step's dtype: the generated kernel widens it. */
+  if (g->a_bf16 || g->b_bf16)
+    return kir_fail(ctx, KILN_ERR_UNSUPPORTED,
+                    "GPU GEMM: bf16 operands of an f32 product run the generated kernel");
+  for (uint32_t i = 0; i < 3; i++)
+    if (p->bufs[st->args[i]].type.dtype != g->dtype)
+      return kir_fail(ctx, KILN_ERR_UNSUPPORTED,
+                      "GPU GEMM: operand %u is %s in a %s product (the generated kernel runs)", i,
+                      kiln_dtype_name(p->bufs[st->args[i]].type.dtype),
+                      kiln_dtype_name(g->dtype));
   return KILN_OK;
 }
 
