@@ -132,6 +132,11 @@ static MlirValue me_const_index(me *e, int64_t v) {
   return me_op(e, "arith.constant", 0, NULL, me_index(e), 1, &a);
 }
 
+static MlirValue me_const_int(me *e, MlirType t, int64_t v) {
+  MlirNamedAttribute a = me_named(e, "value", mlirIntegerAttrGet(t, v));
+  return me_op(e, "arith.constant", 0, NULL, t, 1, &a);
+}
+
 static MlirValue me_const_scalar(me *e, kir_dtype t, double v) {
   MlirType ty = me_elem(e, t);
   MlirAttribute val;
@@ -346,6 +351,7 @@ static bool reshape_groups(const kir_type *a, const kir_type *b, int *ga, int *g
 /* x (of type from) reshaped to `to` through the common groups: a collapse, then an expand. */
 static MlirValue me_reshape(me *e, MlirValue x, const kir_type *from, const kir_type *to) {
   if (kir_type_eq(from, to)) return x;
+  if (kir_type_numel(from) == 0) return me_empty(e, to); /* no elements to move */
   MlirValue v = x;
   if (from->rank == 0 || to->rank == 0) { /* one element: a scalar from or to all-unit dims */
     MlirNamedAttribute a = me_named(e, "reassociation", reassoc_all(e, 0));
@@ -401,9 +407,31 @@ static MlirValue sc_fconst(me *e, MlirValue like, double v) {
 }
 
 /* cmpf predicates (ordered; ne is une so that NaN != NaN) and cmpi predicates. */
-enum { CMPF_OEQ = 1, CMPF_OGT, CMPF_OGE, CMPF_OLT, CMPF_OLE, CMPF_UNE = 13 };
+enum { CMPF_OEQ = 1, CMPF_OGT, CMPF_OGE, CMPF_OLT, CMPF_OLE, CMPF_ONE, CMPF_ORD, CMPF_UNE = 13,
+       CMPF_UNO };
 enum { CMPI_EQ, CMPI_NE, CMPI_SLT, CMPI_SLE, CMPI_SGT, CMPI_SGE, CMPI_ULT, CMPI_ULE, CMPI_UGT,
        CMPI_UGE };
+
+static MlirValue sc_select(me *e, MlirValue c, MlirValue a, MlirValue b) {
+  MlirValue in[3] = {c, a, b};
+  return me_op(e, "arith.select", 3, in, mlirValueGetType(a), 0, NULL);
+}
+
+/* Float max/min that propagate NaN as Kiln's do (arith.maxf lowers to llvm.maxnum in 16). */
+static MlirValue sc_fminmax(me *e, const char *name, MlirValue a, MlirValue b) {
+  return sc_select(e, sc_cmp(e, true, CMPF_UNO, a, b), sc2(e, "arith.addf", a, b),
+                   sc2(e, name, a, b));
+}
+
+/* sign(x): 1, -1, or x itself (0, -0, NaN). */
+static MlirValue sc_sign(me *e, kir_dtype t, MlirValue x) {
+  bool fl = kir_dtype_is_float(t);
+  MlirValue zero = me_const_scalar(e, t, 0), one = me_const_scalar(e, t, 1);
+  MlirValue neg = me_const_scalar(e, t, -1);
+  MlirValue gt = sc_cmp(e, fl, fl ? CMPF_OGT : CMPI_SGT, x, zero);
+  MlirValue lt = sc_cmp(e, fl, fl ? CMPF_OLT : CMPI_SLT, x, zero);
+  return sc_select(e, gt, one, sc_select(e, lt, neg, x));
+}
 
 /* One elementwise op on scalars of dtype t (the operands' dtype). Null if it has no form. */
 static MlirValue me_scalar(me *e, uint16_t op, kir_dtype t, const MlirValue *a) {
@@ -413,9 +441,27 @@ static MlirValue me_scalar(me *e, uint16_t op, kir_dtype t, const MlirValue *a) 
   case KIR_OP_add: return sc2(e, fl ? "arith.addf" : "arith.addi", a[0], a[1]);
   case KIR_OP_sub: return sc2(e, fl ? "arith.subf" : "arith.subi", a[0], a[1]);
   case KIR_OP_mul: return sc2(e, fl ? "arith.mulf" : "arith.muli", a[0], a[1]);
-  case KIR_OP_div: return fl ? sc2(e, "arith.divf", a[0], a[1]) : null;
-  case KIR_OP_max: return sc2(e, fl ? "arith.maxf" : u ? "arith.maxui" : "arith.maxsi", a[0], a[1]);
-  case KIR_OP_min: return sc2(e, fl ? "arith.minf" : u ? "arith.minui" : "arith.minsi", a[0], a[1]);
+  case KIR_OP_div: {
+    if (fl) return sc2(e, "arith.divf", a[0], a[1]);
+    /* integers: toward zero, x / 0 is 0, x / -1 is -x wrapped (never MIN / -1 in divsi) */
+    MlirValue zero = me_const_scalar(e, t, 0), one = me_const_scalar(e, t, 1);
+    MlirValue isz = sc_cmp(e, false, CMPI_EQ, a[1], zero);
+    if (u) return sc_select(e, isz, zero, sc2(e, "arith.divui", a[0], sc_select(e, isz, one, a[1])));
+    MlirValue ism = sc_cmp(e, false, CMPI_EQ, a[1], me_const_scalar(e, t, -1));
+    MlirValue safe = sc_select(e, sc2(e, "arith.ori", isz, ism), one, a[1]);
+    MlirValue q = sc2(e, "arith.divsi", a[0], safe);
+    return sc_select(e, isz, zero, sc_select(e, ism, sc2(e, "arith.subi", zero, a[0]), q));
+  }
+  case KIR_OP_max:
+    return fl ? sc_fminmax(e, "arith.maxf", a[0], a[1])
+              : sc2(e, u ? "arith.maxui" : "arith.maxsi", a[0], a[1]);
+  case KIR_OP_min:
+    return fl ? sc_fminmax(e, "arith.minf", a[0], a[1])
+              : sc2(e, u ? "arith.minui" : "arith.minsi", a[0], a[1]);
+  case KIR_OP_sign: return sc_sign(e, t, a[0]);
+  case KIR_OP_is_finite: /* ordered and |x| != inf */
+    return sc2(e, "arith.andi", sc_cmp(e, true, CMPF_ORD, a[0], a[0]),
+               sc_cmp(e, true, CMPF_ONE, sc1(e, "math.absf", a[0]), sc_fconst(e, a[0], INFINITY)));
   case KIR_OP_pow: return fl ? sc2(e, "math.powf", a[0], a[1]) : null;
   case KIR_OP_eq: return sc_cmp(e, fl, fl ? CMPF_OEQ : CMPI_EQ, a[0], a[1]);
   case KIR_OP_ne: return sc_cmp(e, fl, fl ? CMPF_UNE : CMPI_NE, a[0], a[1]);
@@ -433,11 +479,11 @@ static MlirValue me_scalar(me *e, uint16_t op, kir_dtype t, const MlirValue *a) 
   }
   case KIR_OP_neg:
     return fl ? sc1(e, "arith.negf", a[0]) : sc2(e, "arith.subi", me_const_scalar(e, t, 0), a[0]);
+  case KIR_OP_abs: return fl ? sc1(e, "math.absf", a[0]) : u ? a[0] : sc1(e, "math.absi", a[0]);
   default: break;
   }
   if (!fl) return null;
   switch (op) {
-  case KIR_OP_abs: return sc1(e, "math.absf", a[0]);
   case KIR_OP_floor: return sc1(e, "math.floor", a[0]);
   case KIR_OP_ceil: return sc1(e, "math.ceil", a[0]);
   case KIR_OP_round: return sc1(e, "math.roundeven", a[0]);
@@ -483,7 +529,17 @@ static MlirValue me_convert(me *e, MlirValue x, kir_dtype from, kir_dtype to) {
   }
   bool fu = from == KILN_U8 || from == KILN_BOOL;
   if (!ff && tf) return me_op(e, fu ? "arith.uitofp" : "arith.sitofp", 1, &x, tt, 0, NULL);
-  if (ff && !tf) return me_op(e, to == KILN_U8 ? "arith.fptoui" : "arith.fptosi", 1, &x, tt, 0, NULL);
+  if (ff && !tf) { /* toward zero, saturated to i64 (NaN gives 0), then wrapped */
+    MlirType i64 = mlirIntegerTypeGet(e->mc, 64);
+    if (from != KILN_F64) x = me_op(e, "arith.extf", 1, &x, mlirF64TypeGet(e->mc), 0, NULL);
+    MlirValue i = me_op(e, "arith.fptosi", 1, &x, i64, 0, NULL);
+    MlirValue big = sc_cmp(e, true, CMPF_OGE, x, sc_fconst(e, x, 9223372036854775808.0));
+    MlirValue small = sc_cmp(e, true, CMPF_OLT, x, sc_fconst(e, x, -9223372036854775808.0));
+    i = sc_select(e, big, me_const_int(e, i64, INT64_MAX),
+                  sc_select(e, small, me_const_int(e, i64, INT64_MIN), i));
+    i = sc_select(e, sc_cmp(e, true, CMPF_UNO, x, x), me_const_int(e, i64, 0), i);
+    return to == KILN_I64 ? i : me_op(e, "arith.trunci", 1, &i, tt, 0, NULL);
+  }
   int wf = mlirIntegerTypeGetWidth(mlirValueGetType(x)), wt = mlirIntegerTypeGetWidth(tt);
   if (wf == wt) return x;
   return me_op(e, wt < wf ? "arith.trunci" : fu ? "arith.extui" : "arith.extsi", 1, &x, tt, 0,
@@ -551,15 +607,19 @@ static MlirValue emit_broadcast(me *e, inst_view *iv) {
   return me_generic(e, 1, iv->v, me_empty(e, iv->out), mp, iv->out->rank, NULL, copy_body, NULL);
 }
 
-static MlirValue emit_transpose(me *e, inst_view *iv) {
-  const kir_attr *perm = attr_of(iv, "perm");
+/* x transposed: result axis i is axis perm[i] of x; `to` is the result type. */
+static MlirValue me_transpose(me *e, MlirValue x, const int64_t *perm, const kir_type *to) {
   int res[KIR_MAX_RANK], id[KIR_MAX_RANK];
-  for (int i = 0; i < iv->out->rank; i++) res[perm->ints[i]] = i, id[i] = i;
+  for (int i = 0; i < to->rank; i++) res[perm[i]] = i, id[i] = i;
   me_map m0, m1;
-  map_text(m0, sizeof m0, iv->out->rank, iv->out->rank, res);
-  map_text(m1, sizeof m1, iv->out->rank, iv->out->rank, id);
+  map_text(m0, sizeof m0, to->rank, to->rank, res);
+  map_text(m1, sizeof m1, to->rank, to->rank, id);
   const char *mp[2] = {m0, m1};
-  return me_generic(e, 1, iv->v, me_empty(e, iv->out), mp, iv->out->rank, NULL, copy_body, NULL);
+  return me_generic(e, 1, &x, me_empty(e, to), mp, to->rank, NULL, copy_body, NULL);
+}
+
+static MlirValue emit_transpose(me *e, inst_view *iv) {
+  return me_transpose(e, iv->v[0], attr_of(iv, "perm")->ints, iv->out);
 }
 
 /* Reductions: sum, mean, max, min, prod over `axes`, keepdims by a reshape. */
@@ -856,16 +916,34 @@ static MlirValue pad_nchw(me *e, MlirValue x, const kir_type *xt, const int64_t 
   return me_pad(e, x, xt, low, pt, v);
 }
 
+/*
+ * conv2d: linalg.conv_2d_nchw_fchw; with groups, linalg.conv_2d_ngchw_fgchw on x viewed as
+ * [B, G, C/G, H, W], w as [G, F, C/G, kh, kw] (O = G * F, group-major: MLIR 16's op reads
+ * its filter group-first despite its name) and the result [B, G, F, Ho, Wo] collapsed back
+ * to [B, O, Ho, Wo].
+ */
 static MlirValue emit_conv2d(me *e, inst_view *iv) {
   const int64_t *st = attr_of(iv, "stride")->ints, *dl = attr_of(iv, "dilation")->ints;
-  if (attr_of(iv, "groups")->i != 1)
-    return me_fail(e, "conv2d with groups > 1 has no MLIR form yet"), iv->v[0];
+  int64_t G = attr_of(iv, "groups")->i;
   kir_type pt;
   MlirValue in[2] = {pad_nchw(e, iv->v[0], iv->in[0], attr_of(iv, "padding")->ints, 0, &pt),
                      iv->v[1]};
   MlirNamedAttribute attrs[2] = {me_i64x2(e, "strides", st[0], st[1]),
                                  me_i64x2(e, "dilations", dl[0], dl[1])};
-  return me_named_linalg(e, "linalg.conv_2d_nchw_fchw", 2, in, me_full(e, iv->out, 0), 2, attrs);
+  if (G == 1)
+    return me_named_linalg(e, "linalg.conv_2d_nchw_fchw", 2, in, me_full(e, iv->out, 0), 2,
+                           attrs);
+  const kir_type *w = iv->in[1], *o = iv->out;
+  if (KIR_DIM_IS_SYM(pt.dims[1]) || KIR_DIM_IS_SYM(w->dims[0]))
+    return me_fail(e, "grouped conv2d with symbolic channels"), in[0];
+  int64_t F = w->dims[0] / G;
+  kir_type xg = {pt.dtype, 5, {pt.dims[0], G, pt.dims[1] / G, pt.dims[2], pt.dims[3]}};
+  kir_type wg = {w->dtype, 5, {G, F, w->dims[1], w->dims[2], w->dims[3]}};
+  kir_type og = {o->dtype, 5, {o->dims[0], G, F, o->dims[2], o->dims[3]}};
+  MlirValue gin[2] = {me_reshape(e, in[0], &pt, &xg), me_reshape(e, in[1], w, &wg)};
+  MlirValue r = me_named_linalg(e, "linalg.conv_2d_ngchw_fgchw", 2, gin, me_full(e, &og, 0), 2,
+                                attrs);
+  return me_reshape(e, r, &og, o);
 }
 
 static MlirValue emit_pool(me *e, inst_view *iv) {
@@ -873,10 +951,6 @@ static MlirValue emit_pool(me *e, inst_view *iv) {
   const int64_t *k = attr_of(iv, "kernel")->ints, *st = attr_of(iv, "stride")->ints;
   const int64_t *p = attr_of(iv, "padding")->ints;
   bool padded = p[0] || p[1] || p[2] || p[3];
-  if (!max && padded && !attr_of(iv, "count_include_pad")->i)
-    return me_fail(e, "avg_pool2d with count_include_pad = false and padding has no MLIR form "
-                      "yet"),
-           iv->v[0];
   kir_type pt, wt = {.dtype = iv->out->dtype, .rank = 2, .dims = {k[0], k[1]}};
   MlirValue in[2] = {pad_nchw(e, iv->v[0], iv->in[0], p, max ? -INFINITY : 0, &pt),
                      me_empty(e, &wt)};
@@ -886,7 +960,17 @@ static MlirValue emit_pool(me *e, inst_view *iv) {
                                 in, me_full(e, iv->out, max ? -INFINITY : 0), 2, attrs);
   if (max) return r;
   kir_type s = {.dtype = iv->out->dtype, .rank = 0};
-  inst_view dv = {.out = iv->out, .in = {iv->out, &s}, .v = {r, me_full(e, &s, (double)(k[0] * k[1]))}};
+  MlirValue cnt = me_full(e, &s, (double)(k[0] * k[1]));
+  if (padded && !attr_of(iv, "count_include_pad")->i) { /* count: sum-pool ones padded by 0 */
+    kir_type ones = {.dtype = s.dtype, .rank = 4, .dims = {1, 1, iv->in[0]->dims[2],
+                                                           iv->in[0]->dims[3]}}, opt, ct;
+    MlirValue w = me_empty(e, &wt);
+    MlirValue o2[2] = {pad_nchw(e, me_full(e, &ones, 1), &ones, p, 0, &opt), w};
+    ct = *iv->out, ct.dims[0] = ct.dims[1] = 1;
+    cnt = me_named_linalg(e, "linalg.pooling_nchw_sum", 2, o2, me_full(e, &ct, 0), 2, attrs);
+    s = ct;
+  }
+  inst_view dv = {.out = iv->out, .in = {iv->out, &s}, .v = {r, cnt}};
   kir_inst di = {.op = KIR_OP_div, .nin = 2};
   dv.inst = &di, dv.d = kir_op(KIR_OP_div);
   return emit_elementwise(e, &dv);
@@ -899,8 +983,7 @@ static MlirValue emit_inst(me *e, inst_view *iv) {
   case KIR_FAM_BINARY:
   case KIR_FAM_COMPARE:
   case KIR_FAM_LOGICAL:
-    if (in->op != KIR_OP_is_finite) return emit_elementwise(e, iv);
-    break;
+    return emit_elementwise(e, iv);
   default: break;
   }
   switch (in->op) {
@@ -1052,7 +1135,7 @@ kiln_status kcg_emit_mlir(kir_graph *src, FILE *out) {
   } else {
     file_writer w = {out};
     mlirOperationPrint(mlirModuleGetOperation(mod), write_out, &w);
-    fputc('\n', out);
+
   }
   mlirModuleDestroy(mod);
   mlirContextDetachDiagnosticHandler(e.mc, h);
