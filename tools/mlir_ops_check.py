@@ -2,6 +2,11 @@
 """mlir_ops_check.py — runs Kiln's per-op tests through MLIR and compares with their expectations.
 
 Usage: mlir_ops_check.py KILN OPS_DIR [OP ...]
+       mlir_ops_check.py --model KILN MODEL IN.npy... -- WANT.npy...
+
+The second form does the same for any model (.kir, .kiln, .onnx): its inputs from .npy files,
+its results compared with the expected .npy files (needs numpy); prints "mlir model: ok" or the
+first mismatch.
 
 Each case of tests/ops/<op>.kir (the module, its // INPUT, // SHAPE and // EXPECT lines, whose
 values come from numpy/PyTorch, not from Kiln) is printed with `kiln ir --emit mlir`; a driver
@@ -89,11 +94,11 @@ def split_types(s):
 
 
 def signature(mlir):
-    m = re.search(r"func\.func @main\((.*?)\)(?: -> (.*))? \{", mlir)
-    params = [p.split(":", 1)[1].strip() for p in split_types(m.group(1))] if m.group(1) else []
-    res = m.group(2) or ""
+    m = re.search(r"func\.func @(\w+)\((.*?)\)(?: -> (.*))? \{", mlir)
+    params = [p.split(":", 1)[1].strip() for p in split_types(m.group(2))] if m.group(2) else []
+    res = m.group(3) or ""
     res = res[1:-1] if res.startswith("(") else res
-    return params, split_types(res)
+    return m.group(1), params, split_types(res)
 
 
 def literal(vals, shape, et):
@@ -119,7 +124,7 @@ def literal(vals, shape, et):
     return nest(0, shape)
 
 
-def driver(params, results, inputs, shapes):
+def driver(fname, params, results, inputs, shapes):
     lines = ["  func.func @kiln_check_entry() {"]
     args = []
     for i, (pt, vals) in enumerate(zip(params, inputs)):
@@ -134,7 +139,7 @@ def driver(params, results, inputs, shapes):
             args.append("%%c%d" % i)
     n = len(results)
     lhs = "%%r:%d = " % n if n > 1 else "%r = "
-    lines.append("    %scall @main(%s) : (%s) -> (%s)" % (lhs, ", ".join(args), ", ".join(params),
+    lines.append("    %scall @%s(%s) : (%s) -> (%s)" % (lhs, fname, ", ".join(args), ", ".join(params),
                                                          ", ".join(results)))
     decls = set()
     for k, rt in enumerate(results):
@@ -148,23 +153,24 @@ def driver(params, results, inputs, shapes):
     return "\n".join(lines + sorted(decls)) + "\n}\n"
 
 
-def run_case(kiln, case, tmp):
-    path = os.path.join(tmp, "case.kir")
-    with open(path, "w") as f:
-        f.write(case["text"])
+def run_case(kiln, case, tmp, path=None):
+    if path is None:
+        path = os.path.join(tmp, "case.kir")
+        with open(path, "w") as f:
+            f.write(case["text"])
     p = subprocess.run([kiln, "ir", path, "--emit", "mlir"], capture_output=True, text=True)
     if p.returncode != 0:
         if "has no MLIR form" in p.stderr:
             return "unsupported", p.stderr.strip()
         return "failed", "kiln ir --emit mlir: " + p.stderr.strip()
-    params, results = signature(p.stdout)
+    fname, params, results = signature(p.stdout)
     if any(parse_tensor_type(t)[1] not in PRINTERS for t in params + results):
         return "skipped", "dtype"
     if len(params) != len(case["inputs"]) or len(results) != len(case["expects"]):
         return "failed", "INPUT/EXPECT lines do not match the signature"
     body = p.stdout.rstrip()
     assert body.endswith("}")
-    src = body[:-1] + driver(params, results, case["inputs"], case["shapes"])
+    src = body[:-1] + driver(fname, params, results, case["inputs"], case["shapes"])
     mod = os.path.join(tmp, "case.mlir")
     with open(mod, "w") as f:
         f.write(src)
@@ -199,7 +205,25 @@ def run_case(kiln, case, tmp):
     return "passed", ""
 
 
+def main_model(argv):
+    import numpy as np
+
+    kiln, model = argv[0], argv[1]
+    sep = argv.index("--")
+    ins = [np.load(f) for f in argv[2:sep]]
+    wants = [np.load(f) for f in argv[sep + 1:]]
+    case = {"inputs": [x.reshape(-1).astype(np.float64).tolist() for x in ins],
+            "shapes": {i: list(x.shape) for i, x in enumerate(ins)},
+            "expects": [w.reshape(-1).astype(np.float64).tolist() for w in wants], "tol": 0.0}
+    with tempfile.TemporaryDirectory() as tmp:
+        status, why = run_case(kiln, case, tmp, model)
+    print("mlir model: " + ("ok" if status == "passed" else status + ": " + why))
+    return 0 if status == "passed" else 1
+
+
 def main():
+    if sys.argv[1] == "--model":
+        return main_model(sys.argv[2:])
     kiln, ops_dir = sys.argv[1], sys.argv[2]
     only = set(sys.argv[3:])
     counts = {"passed": 0, "failed": 0, "unsupported": 0, "skipped": 0}
