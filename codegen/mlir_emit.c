@@ -142,7 +142,7 @@ static MlirValue me_const_scalar(me *e, kir_dtype t, double v) {
   MlirAttribute val;
   if (kir_dtype_is_float(t)) val = mlirFloatAttrDoubleGet(e->mc, ty, v);
   else if (t == KILN_BOOL) val = mlirIntegerAttrGet(ty, v != 0 ? -1 : 0);
-  else val = mlirIntegerAttrGet(ty, (int64_t)v);
+  else val = mlirIntegerAttrGet(ty, kir_float_to_int(t, v));
   MlirNamedAttribute a = me_named(e, "value", val);
   return me_op(e, "arith.constant", 0, NULL, ty, 1, &a);
 }
@@ -635,17 +635,21 @@ static MlirValue red_body(me *e, const MlirValue *args, void *user) {
   return u->ok ? y : args[1];
 }
 
-static double red_identity(uint16_t op, kir_dtype t) {
+/* The identity of a reduction as a scalar of dtype t: -inf / the least integer for max, ... */
+static MlirValue red_identity(me *e, uint16_t op, kir_dtype t) {
   bool fl = kir_dtype_is_float(t);
+  MlirType ty = me_elem(e, t);
   switch (op) {
   case KIR_OP_reduce_max:
-    return fl ? -INFINITY : t == KILN_I64 ? (double)INT64_MIN : t == KILN_I32 ? INT32_MIN
-                            : t == KILN_I8 ? -128 : 0;
+    if (fl) return me_const_scalar(e, t, -INFINITY);
+    return me_const_int(e, ty, t == KILN_I64 ? INT64_MIN : t == KILN_I32 ? INT32_MIN
+                               : t == KILN_I8 ? -128 : 0);
   case KIR_OP_reduce_min:
-    return fl ? INFINITY : t == KILN_I64 ? 9.2233720368547748e18 : t == KILN_I32 ? INT32_MAX
-                           : t == KILN_I8 ? 127 : 255;
-  case KIR_OP_reduce_prod: return 1;
-  default: return 0;
+    if (fl) return me_const_scalar(e, t, INFINITY);
+    return me_const_int(e, ty, t == KILN_I64 ? INT64_MAX : t == KILN_I32 ? INT32_MAX
+                               : t == KILN_I8 ? 127 : t == KILN_U8 ? 255 : 1);
+  case KIR_OP_reduce_prod: return me_const_scalar(e, t, 1);
+  default: return me_const_scalar(e, t, 0);
   }
 }
 
@@ -666,8 +670,8 @@ static MlirValue emit_reduce(me *e, inst_view *iv) {
   const char *mp[2] = {m0, m1};
   uint16_t op = iv->inst->op;
   ew_user u = {.op = op, .dt = x->dtype};
-  MlirValue r = me_generic(e, 1, iv->v, me_full(e, &rt, red_identity(op, x->dtype)), mp, x->rank,
-                           red, red_body, &u);
+  MlirValue init = me_fill(e, red_identity(e, op, x->dtype), me_empty(e, &rt));
+  MlirValue r = me_generic(e, 1, iv->v, init, mp, x->rank, red, red_body, &u);
   if (!u.ok) me_fail(e, "op '%s' on %s has no MLIR form", iv->d->name, kiln_dtype_name(x->dtype));
   if (op == KIR_OP_reduce_mean) { /* divide by the count of reduced elements */
     MlirValue cnt = me_const_index(e, 1);
@@ -814,10 +818,10 @@ static MlirValue emit_constant(me *e, inst_view *iv) {
     case KILN_F32: ((float *)buf)[i] = (float)v; break;
     case KILN_F16: ((uint16_t *)buf)[i] = kir_f64_to_f16(v); break;
     case KILN_BF16: ((uint16_t *)buf)[i] = kir_f64_to_bf16(v); break;
-    case KILN_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    case KILN_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case KILN_I8: ((int8_t *)buf)[i] = (int8_t)v; break;
-    case KILN_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    case KILN_I64: ((int64_t *)buf)[i] = kir_float_to_int(t->dtype, v); break;
+    case KILN_I32: ((int32_t *)buf)[i] = (int32_t)kir_float_to_int(t->dtype, v); break;
+    case KILN_I8: ((int8_t *)buf)[i] = (int8_t)kir_float_to_int(t->dtype, v); break;
+    case KILN_U8: ((uint8_t *)buf)[i] = (uint8_t)kir_float_to_int(t->dtype, v); break;
     default: ((int *)buf)[i] = v != 0; break;
     }
   }
