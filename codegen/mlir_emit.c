@@ -1087,6 +1087,14 @@ static bool emit_func(me *e, MlirModule mod) {
   e->blk = entry;
   for (uint32_t i = 0; i < g->nparams; i++) e->val[g->params[i]] = mlirBlockGetArgument(entry, i);
   bind_symbols(e, entry);
+  /* every symbolic dim must be an input's (checked before any op uses one) */
+  for (uint32_t v = 0; v < g->nvalues; v++)
+    for (int i = 0; i < g->values[v].type.rank; i++) {
+      kir_dim d = g->values[v].type.dims[i];
+      if (KIR_DIM_IS_SYM(d) && mlirValueIsNull(e->sym[KIR_DIM_SYM(d)]))
+        return me_fail(e, "symbolic dim '%s' is not the size of any input's dim",
+                       kir_symbol_name(g->mod, d));
+    }
   for (uint32_t i = 0; i < g->ninsts && !e->failed; i++) {
     inst_view iv = {.inst = &g->insts[i], .d = kir_op(g->insts[i].op)};
     if (g->insts[i].nin > ME_MAX_OPERANDS || g->insts[i].nout != 1)
