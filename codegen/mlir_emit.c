@@ -199,50 +199,77 @@ static MlirValue me_full(me *e, const kir_type *t, double v) {
   return me_fill(e, me_const_scalar(e, t->dtype, v), me_empty(e, t));
 }
 
+typedef MlirValue (*me_body_fn)(me *e, const MlirValue *args, void *user);
+/* A body with several outputs: writes one value per output into ys. */
+typedef void (*me_body_n_fn)(me *e, const MlirValue *args, MlirValue *ys, void *user);
+
+/* linalg.generic with `nout` outputs inits[0..nout); results into res[0..nout). */
+static void me_generic_n(me *e, int nin, const MlirValue *ins, int nout, const MlirValue *inits,
+                         const char *const *maps, int ndims, const bool *reduction,
+                         me_body_n_fn body, void *user, MlirValue *res) {
+  MlirValue ops[ME_MAX_OPERANDS];
+  MlirType argt[ME_MAX_OPERANDS], rt[4];
+  MlirLocation locs[ME_MAX_OPERANDS];
+  MlirAttribute mapattr[ME_MAX_OPERANDS], iters[KIR_MAX_RANK + 2];
+  int n = nin + nout;
+  for (int k = 0; k < nout; k++) res[k] = inits[k];
+  if (n > ME_MAX_OPERANDS || nout > 4) {
+    me_fail(e, "internal: too many operands");
+    return;
+  }
+  for (int i = 0; i < n; i++) {
+    ops[i] = i < nin ? ins[i] : inits[i - nin];
+    argt[i] = mlirShapedTypeGetElementType(mlirValueGetType(ops[i]));
+    locs[i] = e->loc;
+    mapattr[i] = me_attr(e, maps[i]);
+  }
+  for (int k = 0; k < nout; k++) rt[k] = mlirValueGetType(inits[k]);
+  for (int d = 0; d < ndims; d++)
+    iters[d] = me_attr(e, reduction && reduction[d] ? "#linalg.iterator_type<reduction>"
+                                                     : "#linalg.iterator_type<parallel>");
+  if (e->failed) return;
+  int32_t seg[2] = {nin, nout};
+  MlirNamedAttribute attrs[3] = {
+      me_named(e, "indexing_maps", mlirArrayAttrGet(e->mc, n, mapattr)),
+      me_named(e, "iterator_types", mlirArrayAttrGet(e->mc, ndims, iters)),
+      me_named(e, "operand_segment_sizes", me_segments(e, 2, seg))};
+  MlirRegion region = mlirRegionCreate();
+  MlirBlock b = mlirBlockCreate(n, argt, locs);
+  mlirRegionAppendOwnedBlock(region, b);
+  MlirValue args[ME_MAX_OPERANDS], ys[4];
+  for (int i = 0; i < n; i++) args[i] = mlirBlockGetArgument(b, i);
+  MlirOperation op;
+  me_op_r(e, "linalg.generic", n, ops, nout, rt, 3, attrs, &region, &op);
+  for (int k = 0; k < nout; k++) res[k] = mlirOperationGetResult(op, k);
+  MlirBlock outer = e->blk;
+  e->blk = b;
+  body(e, args, ys, user);
+  me_op_r(e, "linalg.yield", nout, ys, 0, NULL, 0, NULL, NULL, NULL);
+  e->blk = outer;
+}
+
+typedef struct one_body {
+  me_body_fn fn;
+  void *user;
+} one_body;
+
+static void one_body_call(me *e, const MlirValue *args, MlirValue *ys, void *user) {
+  one_body *ob = user;
+  ys[0] = ob->fn(e, args, ob->user);
+}
+
 /*
  * linalg.generic over `ndims` loops: inputs ins[0..nin) read through maps[i],
  * the output `init` through maps[nin]; reduction[d] marks reduction loops.
  * `body` appends the scalar computation to the (current) body block and
  * returns the value to yield.
  */
-typedef MlirValue (*me_body_fn)(me *e, const MlirValue *args, void *user);
-
 static MlirValue me_generic(me *e, int nin, const MlirValue *ins, MlirValue init,
                             const char *const *maps, int ndims, const bool *reduction,
                             me_body_fn body, void *user) {
-  MlirValue ops[ME_MAX_OPERANDS];
-  MlirType argt[ME_MAX_OPERANDS];
-  MlirLocation locs[ME_MAX_OPERANDS];
-  MlirAttribute mapattr[ME_MAX_OPERANDS], iters[KIR_MAX_RANK + 2];
-  if (nin + 1 > ME_MAX_OPERANDS) return me_fail(e, "internal: too many operands"), init;
-  for (int i = 0; i <= nin; i++) {
-    ops[i] = i < nin ? ins[i] : init;
-    argt[i] = mlirShapedTypeGetElementType(mlirValueGetType(ops[i]));
-    locs[i] = e->loc;
-    mapattr[i] = me_attr(e, maps[i]);
-  }
-  for (int d = 0; d < ndims; d++)
-    iters[d] = me_attr(e, reduction && reduction[d] ? "#linalg.iterator_type<reduction>"
-                                                     : "#linalg.iterator_type<parallel>");
-  if (e->failed) return init;
-  int32_t seg[2] = {nin, 1};
-  MlirNamedAttribute attrs[3] = {
-      me_named(e, "indexing_maps", mlirArrayAttrGet(e->mc, nin + 1, mapattr)),
-      me_named(e, "iterator_types", mlirArrayAttrGet(e->mc, ndims, iters)),
-      me_named(e, "operand_segment_sizes", me_segments(e, 2, seg))};
-  MlirRegion region = mlirRegionCreate();
-  MlirBlock b = mlirBlockCreate(nin + 1, argt, locs);
-  mlirRegionAppendOwnedBlock(region, b);
-  MlirValue args[ME_MAX_OPERANDS];
-  for (int i = 0; i <= nin; i++) args[i] = mlirBlockGetArgument(b, i);
-  MlirType rt = mlirValueGetType(init);
-  MlirOperation op;
-  MlirValue r = me_op_r(e, "linalg.generic", nin + 1, ops, 1, &rt, 3, attrs, &region, &op);
-  MlirBlock outer = e->blk;
-  e->blk = b;
-  MlirValue y = body(e, args, user);
-  if (!mlirValueIsNull(y)) me_op_r(e, "linalg.yield", 1, &y, 0, NULL, 0, NULL, NULL, NULL);
-  e->blk = outer;
+  one_body ob = {body, user};
+  MlirValue r;
+  me_generic_n(e, nin, ins, 1, &init, maps, ndims, reduction, one_body_call, &ob, &r);
   return r;
 }
 
@@ -689,6 +716,56 @@ static MlirValue emit_reduce(me *e, inst_view *iv) {
   return me_reshape(e, r, &rt, iv->out);
 }
 
+/* argmax / argmin: a reduction with two outputs, the best value so far and its index. */
+typedef struct arg_user {
+  bool max;
+  int axis;
+  kir_dtype dt;
+} arg_user;
+
+static void arg_body(me *e, const MlirValue *args, MlirValue *ys, void *user) {
+  arg_user *u = user;
+  bool fl = kir_dtype_is_float(u->dt), un = u->dt == KILN_U8 || u->dt == KILN_BOOL;
+  MlirValue x = args[0], best = args[1], bi = args[2];
+  int pred = fl ? (u->max ? CMPF_OGT : CMPF_OLT)
+                : u->max ? (un ? CMPI_UGT : CMPI_SGT) : (un ? CMPI_ULT : CMPI_SLT);
+  MlirValue take = sc_cmp(e, fl, pred, x, best); /* strictly better: the first one stays */
+  if (fl) /* a NaN counts as the best: the first NaN wins and stays */
+    take = sc2(e, "arith.ori", take,
+               sc2(e, "arith.andi", sc_cmp(e, true, CMPF_UNO, x, x),
+                   sc_cmp(e, true, CMPF_ORD, best, best)));
+  MlirNamedAttribute a =
+      me_named(e, "dim", mlirIntegerAttrGet(mlirIntegerTypeGet(e->mc, 64), u->axis));
+  MlirValue i = me_op(e, "linalg.index", 0, NULL, me_index(e), 1, &a);
+  i = me_op(e, "arith.index_cast", 1, &i, mlirIntegerTypeGet(e->mc, 64), 0, NULL);
+  ys[0] = sc_select(e, take, x, best);
+  ys[1] = sc_select(e, take, i, bi);
+}
+
+static MlirValue emit_arg_reduce(me *e, inst_view *iv) {
+  const kir_type *x = iv->in[0];
+  arg_user u = {iv->inst->op == KIR_OP_argmax, (int)attr_of(iv, "axis")->i, x->dtype};
+  kir_type vt = {.dtype = x->dtype}, it;
+  int res[KIR_MAX_RANK], id[KIR_MAX_RANK];
+  bool red[KIR_MAX_RANK] = {0};
+  red[u.axis] = true;
+  for (int i = 0; i < x->rank; i++) {
+    id[i] = i;
+    if (i != u.axis) res[vt.rank] = i, vt.dims[vt.rank++] = x->dims[i];
+  }
+  it = vt, it.dtype = KILN_I64;
+  me_map m0, m1;
+  map_text(m0, sizeof m0, x->rank, x->rank, id);
+  map_text(m1, sizeof m1, x->rank, vt.rank, res);
+  const char *mp[3] = {m0, m1, m1};
+  MlirValue start = kir_dtype_is_float(x->dtype)
+                        ? me_const_scalar(e, x->dtype, u.max ? -INFINITY : INFINITY)
+                        : red_identity(e, u.max ? KIR_OP_reduce_max : KIR_OP_reduce_min, x->dtype);
+  MlirValue inits[2] = {me_fill(e, start, me_empty(e, &vt)), me_full(e, &it, 0)}, r[2];
+  me_generic_n(e, 1, iv->v, 2, inits, mp, x->rank, red, arg_body, &u, r);
+  return me_reshape(e, r[1], &it, iv->out);
+}
+
 /* matmul: linalg.matmul / batch_matmul where they fit, else a linalg.generic contraction. */
 static MlirValue mm_body(me *e, const MlirValue *args, void *user) {
   ew_user *u = user;
@@ -998,6 +1075,8 @@ static MlirValue emit_inst(me *e, inst_view *iv) {
   case KIR_OP_reduce_max:
   case KIR_OP_reduce_min:
   case KIR_OP_reduce_prod: return emit_reduce(e, iv);
+  case KIR_OP_argmax:
+  case KIR_OP_argmin: return emit_arg_reduce(e, iv);
   case KIR_OP_reshape: return me_reshape(e, iv->v[0], iv->in[0], iv->out);
   case KIR_OP_transpose: return emit_transpose(e, iv);
   case KIR_OP_broadcast: return emit_broadcast(e, iv);

@@ -196,9 +196,16 @@ static void check_hand_written(kiln_ctx *ctx) {
              "  %y = conv2d(%x, %w) {padding = [1, 1, 1, 1]} : f32[N, 4, 8, 8]\n"
              "  return %y\n}\n",
              cv, NULL);
+  /* argmax: one linalg.generic with two outputs (best value, its index) */
+  static const char *const am[] = {"outs(%", "linalg.index 1", "-> (tensor<3xf32>, tensor<3xi64>)",
+                                   NULL};
   check_text(ctx, "argmax", "func @main(%x: f32[3, 4]) -> (i64[3]) {\n"
                             "  %i = argmax(%x) {axis = 1} : i64[3]\n  return %i\n}\n",
-             NULL, "op 'argmax' (%i) has no MLIR form");
+             am, NULL);
+  check_text(ctx, "scatter_add",
+             "func @main(%x: f32[5], %i: i64[3], %u: f32[3]) -> (f32[5]) {\n"
+             "  %y = scatter_add(%x, %i, %u) : f32[5]\n  return %y\n}\n",
+             NULL, "op 'scatter_add' (%y) has no MLIR form");
   check_text(ctx, "two_syms",
              "func @main(%x: f32[B, T]) -> (f32[B, T, 1]) {\n"
              "  %y = reshape(%x) {shape = [B, T, 1]} : f32[B, T, 1]\n  return %y\n}\n",
