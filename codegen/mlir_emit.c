@@ -10,7 +10,8 @@
  * pipeline (bufferize, linalg to loops, to LLVM) lowers all of it; named
  * ops where one fits (matmul, batch_matmul, fill, conv_2d_nchw_fchw,
  * pooling_nchw_max/sum), linalg.generic otherwise (elementwise, broadcast,
- * transpose, reductions with reduction iterators, general matmuls).
+ * transpose, reductions with reduction iterators, general matmuls, argmax with
+ * two outputs); scan becomes an scf.for whose body is its graph emitted inline.
  *
  * Symbolic dims become `?`; their sizes are read once at the top of the
  * function with tensor.dim from the first parameter that has them. A
@@ -1138,17 +1139,158 @@ static void bind_symbols(me *e, MlirBlock entry) {
   }
 }
 
+static bool emit_graph(me *e, kir_graph *gr, const MlirValue *params, MlirValue *results);
+
+/* A row of x (type xt) at index idx along axis 0, rank-reduced to `row`. */
+static MlirValue me_extract_row(me *e, MlirValue x, const kir_type *xt, MlirValue idx,
+                                const kir_type *row) {
+  int64_t off[KIR_MAX_RANK] = {0}, sizes[KIR_MAX_RANK], strides[KIR_MAX_RANK];
+  MlirValue ops[2 + KIR_MAX_RANK];
+  int nsz = 0;
+  ops[0] = x, ops[1] = idx;
+  off[0] = mlirShapedTypeGetDynamicStrideOrOffset();
+  for (int i = 0; i < xt->rank; i++) {
+    strides[i] = 1;
+    sizes[i] = i == 0 ? 1 : KIR_DIM_IS_SYM(xt->dims[i]) ? mlirShapedTypeGetDynamicSize() : xt->dims[i];
+    if (i > 0 && KIR_DIM_IS_SYM(xt->dims[i])) ops[2 + nsz++] = me_dim(e, xt->dims[i]);
+  }
+  int32_t seg[4] = {1, 1, nsz, 0};
+  MlirNamedAttribute attrs[4] = {
+      me_named(e, "static_offsets", mlirDenseI64ArrayGet(e->mc, xt->rank, off)),
+      me_named(e, "static_sizes", mlirDenseI64ArrayGet(e->mc, xt->rank, sizes)),
+      me_named(e, "static_strides", mlirDenseI64ArrayGet(e->mc, xt->rank, strides)),
+      me_named(e, "operand_segment_sizes", me_segments(e, 4, seg))};
+  return me_op(e, "tensor.extract_slice", 2 + nsz, ops, me_tensor(e, row), 4, attrs);
+}
+
+/* dst (type dt) with src (one row, type st) written at index idx along axis 0. */
+static MlirValue me_insert_row(me *e, MlirValue src, MlirValue dst, const kir_type *dt,
+                               MlirValue idx) {
+  int64_t off[KIR_MAX_RANK] = {0}, sizes[KIR_MAX_RANK], strides[KIR_MAX_RANK];
+  MlirValue ops[3 + KIR_MAX_RANK];
+  int nsz = 0;
+  ops[0] = src, ops[1] = dst, ops[2] = idx;
+  off[0] = mlirShapedTypeGetDynamicStrideOrOffset();
+  for (int i = 0; i < dt->rank; i++) {
+    strides[i] = 1;
+    sizes[i] = i == 0 ? 1 : KIR_DIM_IS_SYM(dt->dims[i]) ? mlirShapedTypeGetDynamicSize() : dt->dims[i];
+    if (i > 0 && KIR_DIM_IS_SYM(dt->dims[i])) ops[3 + nsz++] = me_dim(e, dt->dims[i]);
+  }
+  int32_t seg[5] = {1, 1, 1, nsz, 0};
+  MlirNamedAttribute attrs[4] = {
+      me_named(e, "static_offsets", mlirDenseI64ArrayGet(e->mc, dt->rank, off)),
+      me_named(e, "static_sizes", mlirDenseI64ArrayGet(e->mc, dt->rank, sizes)),
+      me_named(e, "static_strides", mlirDenseI64ArrayGet(e->mc, dt->rank, strides)),
+      me_named(e, "operand_segment_sizes", me_segments(e, 5, seg))};
+  return me_op(e, "tensor.insert_slice", 3 + nsz, ops, me_tensor(e, dt), 4, attrs);
+}
+
+/*
+ * scan: an scf.for over axis 0 of the scanned operands whose iteration arguments are the
+ * carries and the stacked ys (filled row by row with tensor.insert_slice); the body graph is
+ * emitted inline, its slices read with rank-reducing tensor.extract_slice.
+ */
+static bool emit_scan(me *e, inst_view *iv, MlirValue *outs) {
+  const kir_inst *in = iv->inst;
+  kir_graph *body = attr_of(iv, "body")->graph;
+  int nc = (int)attr_of(iv, "n_const")->i, nk = (int)attr_of(iv, "n_carry")->i;
+  bool rev = attr_of(iv, "reverse")->i;
+  int nx = (int)in->nin - nc - nk, ny = (int)in->nout - nk, nit = nk + ny;
+  if (nx < 1) return me_fail(e, "scan without scanned operands has no MLIR form");
+  if (nit + 3 > ME_MAX_OPERANDS || (int)body->nparams > ME_MAX_OPERANDS)
+    return me_fail(e, "scan with too many operands for the MLIR emitter");
+  MlirValue ops[ME_MAX_OPERANDS], bparams[ME_MAX_OPERANDS], bres[ME_MAX_OPERANDS];
+  MlirType rts[ME_MAX_OPERANDS], argt[ME_MAX_OPERANDS];
+  MlirLocation locs[ME_MAX_OPERANDS];
+  MlirValue trip = me_dim(e, iv->in[nc + nk]->dims[0]);
+  ops[0] = me_const_index(e, 0), ops[1] = trip, ops[2] = me_const_index(e, 1);
+  argt[0] = me_index(e), locs[0] = e->loc;
+  for (int k = 0; k < nit; k++) {
+    const kir_type *t = &e->g->values[in->out[k]].type;
+    ops[3 + k] = k < nk ? iv->v[nc + k] : me_empty(e, t);
+    rts[k] = argt[1 + k] = me_tensor(e, t), locs[1 + k] = e->loc;
+  }
+  MlirRegion region = mlirRegionCreate();
+  MlirBlock blk = mlirBlockCreate(1 + nit, argt, locs);
+  mlirRegionAppendOwnedBlock(region, blk);
+  MlirOperation op;
+  me_op_r(e, "scf.for", 3 + nit, ops, nit, rts, 0, NULL, &region, &op);
+  MlirBlock outer = e->blk;
+  e->blk = blk;
+  MlirValue idx = mlirBlockGetArgument(blk, 0);
+  if (rev) idx = sc2(e, "arith.subi", sc2(e, "arith.subi", trip, me_const_index(e, 1)), idx);
+  for (int i = 0; i < nc; i++) bparams[i] = iv->v[i];
+  for (int k = 0; k < nk; k++) bparams[nc + k] = mlirBlockGetArgument(blk, 1 + k);
+  for (int j = 0; j < nx; j++)
+    bparams[nc + nk + j] = me_extract_row(e, iv->v[nc + nk + j], iv->in[nc + nk + j], idx,
+                                          &body->values[body->params[nc + nk + j]].type);
+  bool ok = emit_graph(e, body, bparams, bres);
+  if (ok) {
+    MlirValue ys[ME_MAX_OPERANDS];
+    for (int k = 0; k < nk; k++) ys[k] = bres[k];
+    for (int j = 0; j < ny; j++)
+      ys[nk + j] = me_insert_row(e, bres[nk + j], mlirBlockGetArgument(blk, 1 + nk + j),
+                                 &e->g->values[in->out[nk + j]].type, idx);
+    me_op_r(e, "scf.yield", nit, ys, 0, NULL, 0, NULL, NULL, NULL);
+  }
+  e->blk = outer;
+  for (int k = 0; k < nit; k++) outs[k] = mlirOperationGetResult(op, k);
+  return ok;
+}
+
+/* Emits graph gr's instructions at the current block, its parameters bound to params. */
+static bool emit_graph(me *e, kir_graph *gr, const MlirValue *params, MlirValue *results) {
+  kir_graph *saved_g = e->g;
+  MlirValue *saved_val = e->val;
+  MlirValue *val = calloc(gr->nvalues + 1, sizeof *val);
+  if (!val) return me_fail(e, "out of memory");
+  e->g = gr, e->val = val;
+  for (uint32_t i = 0; i < gr->nparams; i++) val[gr->params[i]] = params[i];
+  for (uint32_t i = 0; i < gr->ninsts && !e->failed; i++) {
+    const kir_inst *in = &gr->insts[i];
+    inst_view iv = {.inst = in, .d = kir_op(in->op)};
+    if (in->nin > ME_MAX_OPERANDS || in->nout > ME_MAX_OPERANDS ||
+        (in->nout != 1 && in->op != KIR_OP_scan)) {
+      me_fail(e, "op '%s' with %u operands and %u results has no MLIR form", iv.d->name, in->nin,
+              in->nout);
+      break;
+    }
+    iv.out = &gr->values[in->out[0]].type;
+    for (uint32_t k = 0; k < in->nin; k++) {
+      iv.in[k] = &gr->values[in->in[k]].type;
+      iv.v[k] = val[in->in[k]];
+    }
+    MlirValue outs[ME_MAX_OPERANDS];
+    if (in->op == KIR_OP_scan) {
+      if (!emit_scan(e, &iv, outs)) break;
+    } else outs[0] = emit_inst(e, &iv);
+    for (uint32_t k = 0; k < in->nout; k++) val[in->out[k]] = outs[k];
+  }
+  bool ok = !e->failed;
+  for (uint32_t i = 0; ok && i < gr->nresults; i++) results[i] = val[gr->results[i]];
+  e->g = saved_g, e->val = saved_val;
+  free(val);
+  return ok;
+}
+
+/* Every symbolic dim of every graph must be an input's (checked before any op uses one). */
+static bool check_symbols(me *e, const kir_graph *gr) {
+  for (uint32_t v = 0; v < gr->nvalues; v++)
+    for (int i = 0; i < gr->values[v].type.rank; i++) {
+      kir_dim d = gr->values[v].type.dims[i];
+      if (KIR_DIM_IS_SYM(d) && mlirValueIsNull(e->sym[KIR_DIM_SYM(d)]))
+        return me_fail(e, "symbolic dim '%s' is not the size of any input's dim",
+                       kir_symbol_name(gr->mod, d));
+    }
+  return true;
+}
+
 static bool emit_func(me *e, MlirModule mod) {
   kir_graph *g = e->g;
-  if (g->mod->nbodies) {
-    for (uint32_t i = 0; i < g->ninsts; i++)
-      if (g->insts[i].op == KIR_OP_scan)
-        return me_fail(e, "op 'scan' has no MLIR form; the MLIR subset is documented in "
-                          "docs/mlir.md");
-  }
   MlirType *pt = calloc(g->nparams + g->nresults + 1, sizeof *pt);
   MlirLocation *pl = calloc(g->nparams + 1, sizeof *pl);
-  if (!pt || !pl) return free(pt), free(pl), me_fail(e, "out of memory");
+  MlirValue *args = calloc(g->nparams + g->nresults + 1, sizeof *args);
+  if (!pt || !pl || !args) return free(pt), free(pl), free(args), me_fail(e, "out of memory");
   for (uint32_t i = 0; i < g->nparams; i++)
     pt[i] = me_tensor(e, &g->values[g->params[i]].type), pl[i] = e->loc;
   for (uint32_t i = 0; i < g->nresults; i++)
@@ -1164,47 +1306,26 @@ static bool emit_func(me *e, MlirModule mod) {
   e->blk = mlirModuleGetBody(mod);
   me_op_r(e, "func.func", 0, NULL, 0, NULL, 2, fattrs, &region, NULL);
   e->blk = entry;
-  for (uint32_t i = 0; i < g->nparams; i++) e->val[g->params[i]] = mlirBlockGetArgument(entry, i);
+  for (uint32_t i = 0; i < g->nparams; i++) args[i] = mlirBlockGetArgument(entry, i);
   bind_symbols(e, entry);
-  /* every symbolic dim must be an input's (checked before any op uses one) */
-  for (uint32_t v = 0; v < g->nvalues; v++)
-    for (int i = 0; i < g->values[v].type.rank; i++) {
-      kir_dim d = g->values[v].type.dims[i];
-      if (KIR_DIM_IS_SYM(d) && mlirValueIsNull(e->sym[KIR_DIM_SYM(d)]))
-        return me_fail(e, "symbolic dim '%s' is not the size of any input's dim",
-                       kir_symbol_name(g->mod, d));
-    }
-  for (uint32_t i = 0; i < g->ninsts && !e->failed; i++) {
-    inst_view iv = {.inst = &g->insts[i], .d = kir_op(g->insts[i].op)};
-    if (g->insts[i].nin > ME_MAX_OPERANDS || g->insts[i].nout != 1)
-      return me_fail(e, "op '%s' with %u operands and %u results has no MLIR form", iv.d->name,
-                     g->insts[i].nin, g->insts[i].nout);
-    iv.out = &g->values[g->insts[i].out[0]].type;
-    for (uint32_t k = 0; k < g->insts[i].nin; k++) {
-      iv.in[k] = &g->values[g->insts[i].in[k]].type;
-      iv.v[k] = e->val[g->insts[i].in[k]];
-    }
-    e->val[g->insts[i].out[0]] = emit_inst(e, &iv);
-  }
-  if (e->failed) return false;
-  MlirValue *res = calloc(g->nresults + 1, sizeof *res);
-  if (!res) return me_fail(e, "out of memory");
-  for (uint32_t i = 0; i < g->nresults; i++) res[i] = e->val[g->results[i]];
-  me_op_r(e, "func.return", g->nresults, res, 0, NULL, 0, NULL, NULL, NULL);
-  free(res);
-  return true;
+  bool ok = check_symbols(e, g);
+  for (uint32_t b = 0; ok && b < g->mod->nbodies; b++) ok = check_symbols(e, g->mod->bodies[b]);
+  MlirValue *res = args + g->nparams;
+  if (ok && emit_graph(e, g, args, res))
+    me_op_r(e, "func.return", g->nresults, res, 0, NULL, 0, NULL, NULL, NULL);
+  free(args);
+  return !e->failed;
 }
 
-static const char *const dialects[] = {"func", "arith", "math", "linalg", "tensor"};
+static const char *const dialects[] = {"func", "arith", "math", "linalg", "tensor", "scf"};
 
 kiln_status kcg_emit_mlir(kir_graph *src, FILE *out) {
   kir_graph *g = kp_legalize(src);
   if (!g) return src->mod->status ? src->mod->status : KILN_ERR_INVALID;
   me e = {.g = g};
-  e.val = calloc(g->nvalues + 1, sizeof *e.val);
   e.sym = calloc(g->mod->nsyms + 1, sizeof *e.sym);
-  if (!e.val || !e.sym) {
-    free(e.val), free(e.sym), kiln_graph_destroy(g);
+  if (!e.sym) {
+    kiln_graph_destroy(g);
     return kir_fail(src->mod->ctx, KILN_ERR_NOMEM, "out of memory");
   }
   e.mc = mlirContextCreate();
@@ -1231,7 +1352,7 @@ kiln_status kcg_emit_mlir(kir_graph *src, FILE *out) {
   mlirModuleDestroy(mod);
   mlirContextDetachDiagnosticHandler(e.mc, h);
   mlirContextDestroy(e.mc);
-  free(e.val), free(e.sym);
+  free(e.sym);
   kiln_graph_destroy(g);
   return s;
 }
