@@ -7,27 +7,30 @@
  * (parameters by path, then the inputs), in the dtype of its float inputs
  * or --dtype, with dropout and sampling when --train is given.
  * `--print-after-all` prints the graph after each pass of the compiled
- * pipeline (legalize) and the fusion groups (passes/fusion.c). Later issues
- * add `--pipeline NAME` here, and .onnx models.
+ * pipeline (legalize) and the fusion groups (passes/fusion.c). `--emit mlir`
+ * prints the legalized graph as an MLIR module instead (codegen/mlir_emit.c).
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "cli.h"
+#include "codegen/mlir_emit.h"
 #include "passes/fusion.h"
 #include "passes/mixed_precision.h"
 
 int cmd_ir(int argc, char **argv) {
   cli_parser p = {.cmd = "ir", .argc = argc, .argv = argv, .i = 1};
-  enum { O_DTYPE, O_TRAIN, O_AFTER_ALL, O_PRECISION };
+  enum { O_DTYPE, O_TRAIN, O_AFTER_ALL, O_PRECISION, O_EMIT };
   static const cli_option opts[] = {[O_DTYPE] = {"--dtype", NULL, true},
                                     [O_TRAIN] = {"--train", NULL, false},
                                     [O_AFTER_ALL] = {"--print-after-all", NULL, false},
                                     [O_PRECISION] = {"--precision", NULL, true},
+                                    [O_EMIT] = {"--emit", NULL, true},
                                     {0}};
   kp_precision precision = KP_PREC_FP32;
   const char *model = NULL, *v;
   kiln_dtype dtype = KILN_DTYPE_COUNT;
-  bool train = false, kiln_only = false, after_all = false;
+  bool train = false, kiln_only = false, after_all = false, mlir = false;
   int k;
   while ((k = cli_next(&p, opts, &v)) != CLI_END) {
     switch (k) {
@@ -44,6 +47,11 @@ int cmd_ir(int argc, char **argv) {
         return cli_usage_error("ir", "--precision expects fp64, fp32, tf32, bf16 or fp16, got '%s'",
                                v);
       break;
+    case O_EMIT:
+      if (strcmp(v, "mlir") && strcmp(v, "kir"))
+        return cli_usage_error("ir", "--emit expects kir or mlir, got '%s'", v);
+      mlir = !strcmp(v, "mlir");
+      break;
     case CLI_ARG:
       if (model) return cli_usage_error("ir", "unexpected argument '%s'", v);
       model = v;
@@ -51,6 +59,8 @@ int cmd_ir(int argc, char **argv) {
     }
   }
   if (!model) return cli_usage_error("ir", "no model file given");
+  if (mlir && after_all)
+    return cli_usage_error("ir", "--emit mlir and --print-after-all do not go together");
   if (kiln_only && !cli_is_kiln_file(model))
     return cli_usage_error("ir", "--dtype and --train apply to .kiln model files only");
 
@@ -65,7 +75,9 @@ int cmd_ir(int argc, char **argv) {
     else kiln_graph_destroy(g), g = pg;
   }
   if (!status) {
-    kiln_status s = after_all ? kp_print_after_all(g, stdout) : kiln_graph_print(g, stdout);
+    kiln_status s = mlir        ? kcg_emit_mlir(g, stdout)
+                    : after_all ? kp_print_after_all(g, stdout)
+                                : kiln_graph_print(g, stdout);
     if (s != KILN_OK) status = cli_error("%s", kiln_ctx_error(ctx));
   }
   kiln_graph_destroy(g);

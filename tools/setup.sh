@@ -17,6 +17,7 @@ required=(
   spirv-tools spirv-headers libvulkan-dev mesa-vulkan-drivers  # the Vulkan target
   libprotobuf-c-dev protobuf-c-compiler               # ONNX import
   python3-onnx libonnx-testdata                       # onnx.proto for protoc-c; ONNX conformance tests
+  python3-torch python3-torchvision                   # bench/onnx_models.sh: export real models
   libcjson-dev                                        # safetensors headers (JSON)
   valgrind
 )
