@@ -24,7 +24,7 @@ models=("$@")
 [ ${#models[@]} -eq 0 ] && models=(resnet18 mobilenet_v2 transformer lstm)
 
 /usr/bin/python3 -c 'import torch, torchvision' ||
-  { echo "onnx_models.sh: needs python3-torch and python3-torchvision (tools/setup.sh)" >&2; exit 1; }
+  { echo "onnx_models.sh: needs python3-torch and python3-torchvision (tools/setup.sh --bench)" >&2; exit 1; }
 python3 -c 'import onnxruntime' 2>/dev/null || python3 -m pip install -q onnxruntime ||
   { echo "onnx_models.sh: cannot install onnxruntime for $(command -v python3)" >&2; exit 1; }
 if [ -z "${KILN:-}" ]; then

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # setup.sh — installs the Debian packages that Kiln and its coming issues need.
 #
+#   tools/setup.sh            what building, running and testing need (CI runs this)
+#   tools/setup.sh --bench    also what bench/ needs: PyTorch 1.13 and torchvision (the peers,
+#                             and the ONNX exports of bench/onnx_models.sh) and matplotlib (charts)
+#
 # Idempotent and quick when everything is there: it asks dpkg which packages
 # are missing and only then runs `apt-get update` and `apt-get install`.
 # Runs as root, or through sudo when it is available. The HIP packages are
@@ -17,11 +21,13 @@ required=(
   spirv-tools spirv-headers libvulkan-dev mesa-vulkan-drivers  # the Vulkan target
   libprotobuf-c-dev protobuf-c-compiler               # ONNX import
   python3-onnx libonnx-testdata                       # onnx.proto for protoc-c; ONNX conformance tests
-  python3-torch python3-torchvision                   # bench/onnx_models.sh: export real models
   libcjson-dev                                        # safetensors headers (JSON)
   valgrind
 )
 optional=(libamdhip64-dev rocm-device-libs)           # the HIP target
+# `setup.sh --bench`: what bench/ needs besides (the peers and the chart; not needed by the tests)
+bench=(python3-torch python3-torchvision python3-matplotlib)
+[[ ${1:-} == --bench ]] && required+=("${bench[@]}")
 
 # (Outputs are captured before grep -q looks at them: with pipefail, a writer
 # killed by SIGPIPE when grep stops early would fail the test.)
