@@ -980,6 +980,172 @@ static MlirValue emit_gather(me *e, inst_view *iv) {
                     &u);
 }
 
+/* ---------------------------------------------- scatter_add and segments */
+
+/*
+ * A scatter: what joins acc (type at) from each element of src (type st; NULL: the
+ * constant 1 of acc's dtype, for counting) through the indices idx (type it) along `axis`.
+ * The element at multi-index s of src goes to acc at s with the idx dims
+ * [axis, axis + rank(idx)) replaced by the one index idx[s[axis ..]]. `op` (add or max)
+ * folds it into what is there.
+ */
+typedef struct scatter_spec {
+  MlirValue acc, src, idx;
+  const kir_type *at, *st, *it;
+  int axis;
+  uint16_t op;
+} scatter_spec;
+
+/* An scf.if on cond with one result of type t: `then` from fn, `else` yields alt. */
+typedef MlirValue (*me_then_fn)(me *e, void *user);
+static MlirValue me_if(me *e, MlirValue cond, MlirType t, me_then_fn fn, void *user,
+                       MlirValue alt) {
+  MlirRegion regions[2] = {mlirRegionCreate(), mlirRegionCreate()};
+  MlirBlock blks[2] = {mlirBlockCreate(0, NULL, NULL), mlirBlockCreate(0, NULL, NULL)};
+  for (int i = 0; i < 2; i++) mlirRegionAppendOwnedBlock(regions[i], blks[i]);
+  MlirOperationState st = mlirOperationStateGet(sref("scf.if"), e->loc);
+  mlirOperationStateAddOperands(&st, 1, &cond);
+  mlirOperationStateAddResults(&st, 1, &t);
+  mlirOperationStateAddOwnedRegions(&st, 2, regions);
+  MlirOperation op = mlirOperationCreate(&st);
+  mlirBlockAppendOwnedOperation(e->blk, op);
+  MlirBlock outer = e->blk;
+  e->blk = blks[0];
+  MlirValue y = fn(e, user);
+  me_op_r(e, "scf.yield", 1, &y, 0, NULL, 0, NULL, NULL, NULL);
+  e->blk = blks[1];
+  me_op_r(e, "scf.yield", 1, &alt, 0, NULL, 0, NULL, NULL, NULL);
+  e->blk = outer;
+  return mlirOperationGetResult(op, 0);
+}
+
+typedef struct scatter_step {
+  const scatter_spec *sp;
+  MlirValue acc, s[KIR_MAX_RANK], t[KIR_MAX_RANK];
+  int trank;
+} scatter_step;
+
+/* acc with src[s] folded into acc[t]. */
+static MlirValue scatter_fold(me *e, void *user) {
+  scatter_step *p = user;
+  const scatter_spec *sp = p->sp;
+  kir_dtype dt = sp->at->dtype;
+  MlirValue ops[2 + KIR_MAX_RANK], x;
+  if (sp->src.ptr) {
+    ops[0] = sp->src;
+    for (int d = 0; d < sp->st->rank; d++) ops[1 + d] = p->s[d];
+    x = me_op(e, "tensor.extract", 1 + sp->st->rank, ops, me_elem(e, dt), 0, NULL);
+  } else x = me_const_scalar(e, dt, 1);
+  ops[0] = p->acc;
+  for (int d = 0; d < p->trank; d++) ops[1 + d] = p->t[d];
+  MlirValue ab[2] = {me_op(e, "tensor.extract", 1 + p->trank, ops, me_elem(e, dt), 0, NULL), x};
+  ops[0] = me_scalar(e, sp->op, dt, ab);
+  ops[1] = p->acc;
+  for (int d = 0; d < p->trank; d++) ops[2 + d] = p->t[d];
+  return me_op(e, "tensor.insert", 2 + p->trank, ops, mlirValueGetType(p->acc), 0, NULL);
+}
+
+/*
+ * The scatter as one scf.for over the elements of src (row-major), the accumulator its
+ * iter_arg: the loop index is split into src's multi-index with divui/remui by its dims,
+ * the target index read from idx; an index outside [0, size) skips the element (scf.if),
+ * where Kiln's interpreter and kernels stop with a run-time error.
+ */
+static MlirValue me_scatter(me *e, const scatter_spec *sp) {
+  const kir_type *st = sp->st;
+  MlirValue total = me_const_index(e, 1), dims[KIR_MAX_RANK];
+  for (int d = 0; d < st->rank; d++) {
+    dims[d] = me_dim(e, st->dims[d]);
+    total = sc2(e, "arith.muli", total, dims[d]);
+  }
+  MlirValue size = me_dim(e, sp->at->dims[sp->axis]);
+  MlirType acct = mlirValueGetType(sp->acc), it = me_index(e);
+  MlirValue ops[4] = {me_const_index(e, 0), total, me_const_index(e, 1), sp->acc};
+  MlirType argt[2] = {it, acct};
+  MlirLocation locs[2] = {e->loc, e->loc};
+  MlirRegion region = mlirRegionCreate();
+  MlirBlock blk = mlirBlockCreate(2, argt, locs);
+  mlirRegionAppendOwnedBlock(region, blk);
+  MlirOperation op;
+  me_op_r(e, "scf.for", 4, ops, 1, &acct, 0, NULL, &region, &op);
+  MlirBlock outer = e->blk;
+  e->blk = blk;
+  scatter_step p = {.sp = sp, .acc = mlirBlockGetArgument(blk, 1)};
+  MlirValue k = mlirBlockGetArgument(blk, 0);
+  for (int d = st->rank - 1; d >= 0; d--) {
+    p.s[d] = sc2(e, "arith.remui", k, dims[d]);
+    if (d) k = sc2(e, "arith.divui", k, dims[d]);
+  }
+  int irank = sp->it->rank;
+  MlirValue iops[1 + KIR_MAX_RANK];
+  iops[0] = sp->idx;
+  for (int d = 0; d < irank; d++) iops[1 + d] = p.s[sp->axis + d];
+  MlirValue id = me_op(e, "tensor.extract", 1 + irank, iops, me_elem(e, sp->it->dtype), 0, NULL);
+  id = me_op(e, "arith.index_cast", 1, &id, it, 0, NULL); /* sign-extends */
+  MlirValue ok = sc2(e, "arith.andi", sc_cmp(e, false, CMPI_SGE, id, me_const_index(e, 0)),
+                     sc_cmp(e, false, CMPI_SLT, id, size));
+  for (int d = 0; d < sp->axis; d++) p.t[p.trank++] = p.s[d];
+  p.t[p.trank++] = id;
+  for (int d = sp->axis + irank; d < st->rank; d++) p.t[p.trank++] = p.s[d];
+  MlirValue y = me_if(e, ok, acct, scatter_fold, &p, p.acc);
+  me_op_r(e, "scf.yield", 1, &y, 0, NULL, 0, NULL, NULL, NULL);
+  e->blk = outer;
+  return mlirOperationGetResult(op, 0);
+}
+
+static MlirValue emit_scatter_add(me *e, inst_view *iv) {
+  int axis = (int)attr_of(iv, "axis")->i;
+  if (axis < 0) axis += iv->in[0]->rank;
+  scatter_spec sp = {iv->v[0], iv->v[2], iv->v[1], iv->out, iv->in[2], iv->in[1], axis,
+                     KIR_OP_add};
+  return me_scatter(e, &sp);
+}
+
+/* The fix-up after a segment reduction: max gives 0 to an empty segment, mean divides by
+ * max(count, 1). args: the reduced element, the segment's count (i64). */
+typedef struct seg_user {
+  uint16_t op;
+  kir_dtype t;
+} seg_user;
+
+static MlirValue seg_body(me *e, const MlirValue *args, void *user) {
+  seg_user *u = user;
+  MlirValue zero = me_const_int(e, mlirIntegerTypeGet(e->mc, 64), 0);
+  MlirValue empty = sc_cmp(e, false, CMPI_EQ, args[1], zero);
+  if (u->op == KIR_OP_segment_max) return sc_select(e, empty, me_const_scalar(e, u->t, 0), args[0]);
+  MlirValue one = me_const_int(e, mlirIntegerTypeGet(e->mc, 64), 1);
+  MlirValue n = me_convert(e, sc_select(e, empty, one, args[1]), KILN_I64, u->t);
+  return sc2(e, "arith.divf", args[0], n);
+}
+
+/*
+ * segment_sum/mean/max(data[E, ...], ids[E]) {n}: a scatter of data into a filled
+ * [n, ...] (0 for sum and mean; -inf, or the dtype's minimum, for max), then for max and
+ * mean a second scatter counts each segment's rows and a linalg.generic applies the
+ * reference's rules for empty segments and the mean.
+ */
+static MlirValue emit_segment(me *e, inst_view *iv) {
+  uint16_t op = iv->inst->op;
+  bool max = op == KIR_OP_segment_max;
+  MlirValue init = me_fill(e, red_identity(e, max ? KIR_OP_reduce_max : KIR_OP_reduce_sum,
+                                           iv->out->dtype), me_empty(e, iv->out));
+  scatter_spec sp = {init, iv->v[0], iv->v[1], iv->out, iv->in[0], iv->in[1], 0,
+                     max ? KIR_OP_max : KIR_OP_add};
+  MlirValue r = me_scatter(e, &sp);
+  if (op == KIR_OP_segment_sum) return r;
+  kir_type ct = {.dtype = KILN_I64, .rank = 1, .dims = {iv->out->dims[0]}};
+  scatter_spec cs = {me_full(e, &ct, 0), {NULL}, iv->v[1], &ct, iv->in[1], iv->in[1], 0,
+                     KIR_OP_add};
+  MlirValue in[2] = {r, me_scatter(e, &cs)};
+  int first = 0;
+  me_map m0, m1;
+  map_broadcast(m0, sizeof m0, iv->out, iv->out);
+  map_text(m1, sizeof m1, iv->out->rank, 1, &first);
+  const char *mp[3] = {m0, m1, m0};
+  seg_user u = {op, iv->out->dtype};
+  return me_generic(e, 2, in, me_empty(e, iv->out), mp, iv->out->rank, NULL, seg_body, &u);
+}
+
 static MlirNamedAttribute me_i64x2(me *e, const char *name, int64_t a, int64_t b) {
   char text[96];
   snprintf(text, sizeof text, "dense<[%lld, %lld]> : tensor<2xi64>", (long long)a, (long long)b);
@@ -1085,6 +1251,10 @@ static MlirValue emit_inst(me *e, inst_view *iv) {
   case KIR_OP_concat: return emit_concat(e, iv);
   case KIR_OP_pad: return emit_pad(e, iv);
   case KIR_OP_gather: return emit_gather(e, iv);
+  case KIR_OP_scatter_add: return emit_scatter_add(e, iv);
+  case KIR_OP_segment_sum:
+  case KIR_OP_segment_mean:
+  case KIR_OP_segment_max: return emit_segment(e, iv);
   case KIR_OP_matmul: return emit_matmul(e, iv);
   case KIR_OP_conv2d: return emit_conv2d(e, iv);
   case KIR_OP_max_pool2d:
