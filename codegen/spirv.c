@@ -164,7 +164,7 @@ static uint32_t t_ptr(sw *s, uint32_t sc, uint32_t to) {
 static uint32_t reg_type(sw *s, kir_dtype t) {
   switch (t) {
   case KILN_F64: s->uses_f64 = true; return t_float(s, 64);
-  case KILN_F32: return t_float(s, 32);
+  case KILN_F32: case KILN_F16: case KILN_BF16: return t_float(s, 32);
   case KILN_I64: return t_i64(s);
   case KILN_BOOL: return t_bool(s);
   default: return t_i32(s); /* i32, i8, u8 */
@@ -263,6 +263,59 @@ static uint32_t wrap(sw *s, kir_dtype t, uint32_t x) {
 
 static uint32_t bool_to_int(sw *s, uint32_t b) {
   return sel(s, t_i32(s), b, c_i32(s, 1), c_i32(s, 0));
+}
+
+static bool is_half(kir_dtype t) { return t == KILN_F16 || t == KILN_BF16; }
+
+/*
+ * f32 x rounded to the nearest f16 or bf16 (ties to even), as an f32: what
+ * kir_round_to and c_render.c's kh/kb give, with integer ops on the bits so
+ * the result does not depend on the device's conversions. f16: above the
+ * largest f16 is inf, below the smallest normal is rounded on the subnormal
+ * grid (multiples of 2^-24); NaN stays NaN.
+ */
+static uint32_t narrow(sw *s, kir_dtype t, uint32_t x) {
+  if (!is_half(t)) return x;
+  uint32_t F = t_float(s, 32), U = t_u32(s), B = t_bool(s);
+  uint32_t u = op1(s, SpvOpBitcast, U, x);
+  uint32_t a = op2(s, SpvOpBitwiseAnd, U, u, c_u32(s, 0x7fffffffu));
+  uint32_t nan = op2(s, SpvOpUGreaterThan, B, a, c_u32(s, 0x7f800000u));
+  if (t == KILN_BF16) {
+    uint32_t odd = op2(s, SpvOpBitwiseAnd, U, op2(s, SpvOpShiftRightLogical, U, u, c_u32(s, 16)),
+                       c_u32(s, 1));
+    uint32_t r = op2(s, SpvOpIAdd, U, op2(s, SpvOpIAdd, U, u, c_u32(s, 0x7fffu)), odd);
+    r = sel(s, U, nan, op2(s, SpvOpBitwiseOr, U, u, c_u32(s, 0x400000u)), r);
+    return op1(s, SpvOpBitcast, F, op2(s, SpvOpBitwiseAnd, U, r, c_u32(s, 0xffff0000u)));
+  }
+  uint32_t sign = op2(s, SpvOpBitwiseAnd, U, u, c_u32(s, 0x80000000u));
+  uint32_t odd = op2(s, SpvOpBitwiseAnd, U, op2(s, SpvOpShiftRightLogical, U, a, c_u32(s, 13)),
+                     c_u32(s, 1));
+  uint32_t m = op2(s, SpvOpIAdd, U, op2(s, SpvOpIAdd, U, a, c_u32(s, 0xfffu)), odd);
+  m = op2(s, SpvOpBitwiseAnd, U, m, c_u32(s, 0xffffe000u));
+  uint32_t norm = op1(s, SpvOpBitcast, F, op2(s, SpvOpBitwiseOr, U, sign, m));
+  uint32_t sub = ext1(s, F, GLSLstd450RoundEven, op2(s, SpvOpFMul, F, x, c_float(s, KILN_F32, 0x1p24)));
+  sub = op2(s, SpvOpFMul, F, sub, c_float(s, KILN_F32, 0x1p-24));
+  uint32_t r = sel(s, F, op2(s, SpvOpULessThan, B, a, c_u32(s, 0x38800000u)), sub, norm);
+  uint32_t inf = op1(s, SpvOpBitcast, F, op2(s, SpvOpBitwiseOr, U, sign, c_u32(s, 0x7f800000u)));
+  r = sel(s, F, op2(s, SpvOpUGreaterThanEqual, B, a, c_u32(s, 0x477ff000u)), inf, r);
+  return sel(s, F, nan, x, r);
+}
+
+/*
+ * f64 x as the f32 nearest rounded to odd (c_render.c's kodd): a second
+ * rounding of it to f16 or bf16 is then the correctly rounded one.
+ */
+static uint32_t to_f32_odd(sw *s, uint32_t x) {
+  uint32_t F = t_float(s, 32), D = reg_type(s, KILN_F64), U = t_u32(s), B = t_bool(s);
+  uint32_t r = op1(s, SpvOpFConvert, F, x), back = op1(s, SpvOpFConvert, D, r);
+  uint32_t u = op1(s, SpvOpBitcast, U, r);
+  uint32_t over = op2(s, SpvOpFOrdGreaterThan, B, ext1(s, D, GLSLstd450FAbs, back),
+                      ext1(s, D, GLSLstd450FAbs, x));
+  u = sel(s, U, over, op2(s, SpvOpISub, U, u, c_u32(s, 1)), u);
+  uint32_t odd = op1(s, SpvOpBitcast, F, op2(s, SpvOpBitwiseOr, U, u, c_u32(s, 1)));
+  uint32_t exact = op2(s, SpvOpLogicalOr, B, op1(s, SpvOpIsNan, B, x),
+                       op2(s, SpvOpFOrdEqual, B, back, x));
+  return sel(s, F, exact, r, odd);
 }
 
 /* a * x + b, evaluated as two rounded ops (Horner step). */
@@ -599,7 +652,7 @@ static uint32_t f_pow(sw *s, kir_dtype t, uint32_t x, uint32_t y) {
 
 static uint32_t float_unary(sw *s, uint16_t op, kir_dtype t, uint32_t a, bool *ok) {
   uint32_t T = reg_type(s, t), B = t_bool(s), one = c_float(s, t, 1), zero = c_float(s, t, 0);
-  bool f32 = t == KILN_F32;
+  bool f32 = t != KILN_F64; /* f16 and bf16 compute in f32, rounded by the caller */
   *ok = true;
   switch (op) {
   case KIR_OP_neg: return op1(s, SpvOpFNegate, T, a);
@@ -674,7 +727,10 @@ static uint32_t int_unary(sw *s, uint16_t op, kir_dtype t, uint32_t a, bool *ok)
 static uint32_t emit_unary(sw *s, uint16_t op, kir_dtype t, uint32_t a, bool *ok) {
   *ok = false;
   if (op >= KIR_OP_COUNT) return no_code(s, op, t), 0;
-  if (kir_dtype_is_float(t)) return float_unary(s, op, t, a, ok);
+  if (kir_dtype_is_float(t)) {
+    uint32_t r = float_unary(s, op, t, a, ok);
+    return *ok && op != KIR_OP_is_finite ? narrow(s, t, r) : r;
+  }
   if (!kir_op(op)->i1) return no_code(s, op, t), 0;
   if (t != KILN_BOOL) return int_unary(s, op, t, a, ok);
   if (op == KIR_OP_logical_not) return *ok = true, op1(s, SpvOpLogicalNot, t_bool(s), a);
@@ -750,7 +806,10 @@ static uint32_t emit_binary(sw *s, uint16_t op, kir_dtype t, uint32_t a, uint32_
   *ok = false;
   if (op >= KIR_OP_COUNT) return no_code(s, op, t), 0;
   const kir_op_desc *d = kir_op(op);
-  if (kir_dtype_is_float(t)) return float_binary(s, op, t, a, b, ok);
+  if (kir_dtype_is_float(t)) {
+    uint32_t r = float_binary(s, op, t, a, b, ok);
+    return *ok && d->family != KIR_FAM_COMPARE ? narrow(s, t, r) : r;
+  }
   if (!d->i2) return no_code(s, op, t), 0;
   if (t != KILN_BOOL) return int_binary(s, op, t, a, b, ok);
   uint32_t B = t_bool(s);
@@ -791,8 +850,14 @@ static uint32_t emit_cast(sw *s, kir_dtype from, kir_dtype to, uint32_t a) {
     return ff ? op2(s, SpvOpFUnordNotEqual, B, a, c_float(s, from, 0))
               : op2(s, SpvOpINotEqual, B, a, c_of(s, from, 0, 0));
   if (from == KILN_BOOL) return sel(s, T, a, c_of(s, to, 1, 1), c_of(s, to, 0, 0));
-  if (ff && ft) return op1(s, SpvOpFConvert, T, a);
-  if (ft) return op1(s, SpvOpConvertSToF, T, a); /* u8 is 0..255 in a signed register */
+  if (ff && ft && from == KILN_F64) /* to f16/bf16 through the f32 rounded to odd */
+    return is_half(to) ? narrow(s, to, to_f32_odd(s, a)) : op1(s, SpvOpFConvert, T, a);
+  if (ff && ft) /* f32, f16, bf16 registers are all f32 */
+    return to == KILN_F64 ? op1(s, SpvOpFConvert, T, a) : narrow(s, to, a);
+  if (to == KILN_BF16 && (from == KILN_I64 || from == KILN_I32) && s->f64)
+    return narrow(s, to, to_f32_odd(s, op1(s, SpvOpConvertSToF, reg_type(s, KILN_F64), a)));
+  if (ft) /* u8 is 0..255 in a signed register */
+    return narrow(s, to, op1(s, SpvOpConvertSToF, T, a));
   uint32_t v = a;
   kir_dtype vt = from;
   if (ff) v = float_to_i64(s, from, a), vt = KILN_I64;
@@ -827,7 +892,7 @@ static uint32_t size_value(sw *s, uint32_t sym) {
 }
 
 static bool check_dtype(sw *s, kir_dtype t) {
-  if (t == KILN_F16 || t == KILN_BF16 || t >= KILN_DTYPE_COUNT)
+  if (t >= KILN_DTYPE_COUNT)
     return sw_fail(s, KILN_ERR_UNSUPPORTED, "dtype %s has no SPIR-V code",
                    t < KILN_DTYPE_COUNT ? kiln_dtype_name(t) : "?");
   if (t == KILN_F64 && !s->f64)
@@ -1390,6 +1455,7 @@ size_t kcg_spirv_elem_size(kir_dtype t) {
   switch (t) {
   case KILN_F64: case KILN_I64: return 8;
   case KILN_F32: case KILN_I32: case KILN_I8: case KILN_U8: case KILN_BOOL: return 4;
+  case KILN_F16: case KILN_BF16: return 4; /* the value as an f32 word */
   default: return 0;
   }
 }

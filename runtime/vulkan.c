@@ -19,6 +19,7 @@
 
 #include "codegen/spirv.h"
 #include "passes/fusion.h"
+#include "passes/mixed_precision.h"
 #include "passes/passes.h"
 #include "vulkan.h"
 
@@ -387,10 +388,21 @@ static kiln_status vbuf_alloc(kiln_ctx *ctx, kvk_device *d, size_t bytes, vbuf *
   return r == VK_SUCCESS ? KILN_OK : vk_fail(ctx, "binding or mapping memory", r);
 }
 
-/* Host (CPU layout) to device layout and back; 8-bit and bool elements are 32-bit words. */
+/*
+ * Host (CPU layout) to device layout and back; 8-bit and bool elements are
+ * 32-bit words, f16 and bf16 elements their value as an f32 (exact both ways:
+ * every value the device stores is already rounded to the half type).
+ */
 static void to_device(kir_dtype t, const void *src, void *dst, int64_t n) {
   int32_t *w = dst;
+  const uint16_t *h = src;
   switch (t) {
+  case KILN_F16:
+    for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = (float)kir_f16_to_f64(h[i]);
+    break;
+  case KILN_BF16:
+    for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = (float)kir_bf16_to_f64(h[i]);
+    break;
   case KILN_I8:
     for (int64_t i = 0; i < n; i++) w[i] = ((const int8_t *)src)[i];
     break;
@@ -408,7 +420,14 @@ static void to_device(kir_dtype t, const void *src, void *dst, int64_t n) {
 
 static void from_device(kir_dtype t, const void *src, void *dst, int64_t n) {
   const int32_t *w = src;
+  const float *f = src;
   switch (t) {
+  case KILN_F16:
+    for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = kir_f64_to_f16(f[i]);
+    break;
+  case KILN_BF16:
+    for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = kir_f64_to_bf16(f[i]);
+    break;
   case KILN_I8:
     for (int64_t i = 0; i < n; i++) ((int8_t *)dst)[i] = (int8_t)w[i];
     break;
@@ -859,10 +878,13 @@ kiln_status kvk_graph_run(kir_graph *g, size_t n_in, kiln_tensor *const *inputs,
                           kiln_tensor **outputs) {
   kiln_ctx *ctx = g->mod->ctx;
   for (size_t i = 0; i < n_out; i++) outputs[i] = NULL;
-  /* Attention becomes flash_attention, lowered to kernels (codegen/lower_attention.c). */
-  kir_graph *tg = kp_attention_tiling_enabled() ? kp_attention_tiling(g) : g;
+  /* f16/bf16 ops accumulate in f32, as on the CPU (runtime/compile.c); attention becomes
+     flash_attention, lowered to kernels (codegen/lower_attention.c). */
+  kir_graph *wg = kp_widen_half(g);
+  kir_graph *tg = !wg ? NULL : kp_attention_tiling_enabled() ? kp_attention_tiling(wg) : wg;
   kir_graph *lg = tg ? kp_legalize(tg) : NULL;
-  if (tg != g) kiln_graph_destroy(tg);
+  if (tg != wg) kiln_graph_destroy(tg);
+  kiln_graph_destroy(wg);
   if (!lg) return strcmp(kiln_ctx_error(ctx), "out of memory") ? KILN_ERR_INVALID : KILN_ERR_NOMEM;
   kir_arena arena = {0};
   kcg_program *p = NULL;
