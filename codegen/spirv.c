@@ -55,6 +55,7 @@ typedef struct sw {
   kiln_status status;
   const kcg_kernel *k;
   bool f64, par, uses_f64;
+  bool s16, uses_s16; /* f16/bf16 buffers of 16-bit elements (StorageBuffer16BitAccess) */
   uint32_t next;
   wvec deco, types, vars, body;
   tkey *keys;
@@ -172,6 +173,7 @@ static uint32_t reg_type(sw *s, kir_dtype t) {
 }
 
 static uint32_t mem_type(sw *s, kir_dtype t) {
+  if ((t == KILN_F16 || t == KILN_BF16) && s->s16) return s->uses_s16 = true, t_int(s, 16, 0);
   return t == KILN_BOOL ? t_i32(s) : reg_type(s, t);
 }
 
@@ -316,6 +318,49 @@ static uint32_t to_f32_odd(sw *s, uint32_t x) {
   uint32_t exact = op2(s, SpvOpLogicalOr, B, op1(s, SpvOpIsNan, B, x),
                        op2(s, SpvOpFOrdEqual, B, back, x));
   return sel(s, F, exact, r, odd);
+}
+
+/* A 16-bit element (u16) of an f16 or bf16 buffer as its f32 value (exact). */
+static uint32_t widen16(sw *s, kir_dtype t, uint32_t h) {
+  uint32_t F = t_float(s, 32), U = t_u32(s), B = t_bool(s);
+  uint32_t u = op1(s, SpvOpUConvert, U, h);
+  if (t == KILN_BF16) return op1(s, SpvOpBitcast, F, op2(s, SpvOpShiftLeftLogical, U, u, c_u32(s, 16)));
+  uint32_t sign = op2(s, SpvOpShiftLeftLogical, U, op2(s, SpvOpBitwiseAnd, U, u, c_u32(s, 0x8000u)),
+                      c_u32(s, 16));
+  uint32_t e = op2(s, SpvOpBitwiseAnd, U, op2(s, SpvOpShiftRightLogical, U, u, c_u32(s, 10)),
+                   c_u32(s, 0x1fu));
+  uint32_t m = op2(s, SpvOpBitwiseAnd, U, u, c_u32(s, 0x3ffu));
+  uint32_t m13 = op2(s, SpvOpShiftLeftLogical, U, m, c_u32(s, 13));
+  uint32_t sub = op2(s, SpvOpFMul, F, op1(s, SpvOpConvertUToF, F, m), c_float(s, KILN_F32, 0x1p-24));
+  sub = sel(s, F, op2(s, SpvOpINotEqual, B, sign, c_u32(s, 0)), op1(s, SpvOpFNegate, F, sub), sub);
+  uint32_t special = op2(s, SpvOpBitwiseOr, U, op2(s, SpvOpBitwiseOr, U, sign, c_u32(s, 0x7f800000u)), m13);
+  uint32_t exp = op2(s, SpvOpShiftLeftLogical, U, op2(s, SpvOpIAdd, U, e, c_u32(s, 112)), c_u32(s, 23));
+  uint32_t norm = op2(s, SpvOpBitwiseOr, U, op2(s, SpvOpBitwiseOr, U, sign, exp), m13);
+  norm = sel(s, U, op2(s, SpvOpIEqual, B, e, c_u32(s, 31)), special, norm);
+  return sel(s, F, op2(s, SpvOpIEqual, B, e, c_u32(s, 0)), sub, op1(s, SpvOpBitcast, F, norm));
+}
+
+/* An f32 that is an f16 or bf16 value (narrow's results) as the 16-bit element (u16). */
+static uint32_t bits16(sw *s, kir_dtype t, uint32_t x) {
+  uint32_t F = t_float(s, 32), U = t_u32(s), B = t_bool(s), H = t_int(s, 16, 0);
+  uint32_t u = op1(s, SpvOpBitcast, U, x);
+  if (t == KILN_BF16) return op1(s, SpvOpUConvert, H, op2(s, SpvOpShiftRightLogical, U, u, c_u32(s, 16)));
+  uint32_t sign = op2(s, SpvOpBitwiseAnd, U, op2(s, SpvOpShiftRightLogical, U, u, c_u32(s, 16)),
+                      c_u32(s, 0x8000u));
+  uint32_t a = op2(s, SpvOpBitwiseAnd, U, u, c_u32(s, 0x7fffffffu));
+  uint32_t norm = op2(s, SpvOpShiftRightLogical, U, op2(s, SpvOpISub, U, a, c_u32(s, 0x38000000u)),
+                      c_u32(s, 13));
+  /* below the smallest normal: a multiple of 2^-24, so |x| 2^24 is the exact mantissa (1024 is
+     the smallest normal's bits) */
+  uint32_t sub = op1(s, SpvOpConvertFToU, U,
+                     op2(s, SpvOpFMul, F, ext1(s, F, GLSLstd450FAbs, x), c_float(s, KILN_F32, 0x1p24)));
+  uint32_t nanbits = op2(s, SpvOpBitwiseOr, U, c_u32(s, 0x7e00u),
+                         op2(s, SpvOpBitwiseAnd, U, op2(s, SpvOpShiftRightLogical, U, a, c_u32(s, 13)),
+                             c_u32(s, 0x3ffu)));
+  uint32_t r = sel(s, U, op2(s, SpvOpULessThan, B, a, c_u32(s, 0x38800000u)), sub, norm);
+  r = sel(s, U, op2(s, SpvOpUGreaterThanEqual, B, a, c_u32(s, 0x47800000u)), c_u32(s, 0x7c00u), r);
+  r = sel(s, U, op2(s, SpvOpUGreaterThan, B, a, c_u32(s, 0x7f800000u)), nanbits, r);
+  return op1(s, SpvOpUConvert, H, op2(s, SpvOpBitwiseOr, U, sign, r));
 }
 
 /* a * x + b, evaluated as two rounded ops (Horner step). */
@@ -916,6 +961,7 @@ static uint32_t expr_value(sw *s, kcg_ref r) {
     uint32_t idx = s->val[e->a];
     if (e->c != KCG_NONE) idx = sel(s, t_i64(s), s->val[e->c], idx, c_i64(s, 0));
     v = load(s, mem_type(s, e->dtype), elem_ptr(s, e->var, idx));
+    if (is_half(e->dtype) && s->s16) v = widen16(s, e->dtype, v);
     if (e->dtype == KILN_BOOL) v = op2(s, SpvOpINotEqual, t_bool(s), v, c_i32(s, 0));
     if (e->c != KCG_NONE) v = sel(s, T, s->val[e->c], v, c_of(s, e->dtype, 0, 0));
     return v;
@@ -1071,6 +1117,7 @@ static bool emit_store(sw *s, const kcg_stmt *st) {
     return false;
   uint32_t v = s->val[st->b];
   if (t == KILN_BOOL) v = bool_to_int(s, v);
+  if (is_half(t) && s->s16) v = bits16(s, t, v);
   store(s, elem_ptr(s, st->var, s->val[st->a]), v);
   return true;
 }
@@ -1451,6 +1498,11 @@ double kcg_spirv_loop_trips(const kcg_kernel *k, const int64_t *sizes, int64_t p
 
 /* ---- the module ---- */
 
+size_t kcg_spirv_elem_bytes(kir_dtype t, bool storage16) {
+  if ((t == KILN_F16 || t == KILN_BF16) && storage16) return 2;
+  return kcg_spirv_elem_size(t);
+}
+
 size_t kcg_spirv_elem_size(kir_dtype t) {
   switch (t) {
   case KILN_F64: case KILN_I64: return 8;
@@ -1500,7 +1552,7 @@ static void globals(sw *s) {
   for (uint32_t b = 0; b < k->nbufs; b++) {
     kir_dtype t = k->bufs[b].dtype;
     if (!check_dtype(s, t)) return;
-    s->buf_var[b] = buffer_var(s, mem_type(s, t), (uint32_t)kcg_spirv_elem_size(t), b);
+    s->buf_var[b] = buffer_var(s, mem_type(s, t), (uint32_t)kcg_spirv_elem_bytes(t, s->s16), b);
   }
   s->err_var = buffer_var(s, t_u32(s), 4, k->nbufs);
   s->gid_var = builtin_var(s, SpvBuiltInGlobalInvocationId);
@@ -1563,6 +1615,7 @@ static uint32_t *assemble(sw *s, size_t *nwords) {
   INS(&m, SpvOpCapability, SpvCapabilityShader);
   INS(&m, SpvOpCapability, SpvCapabilityInt64);
   if (s->uses_f64) INS(&m, SpvOpCapability, SpvCapabilityFloat64);
+  if (s->uses_s16) INS(&m, SpvOpCapability, SpvCapabilityStorageBuffer16BitAccess);
   uint32_t w[16];
   size_t n = str_words("GLSL.std.450", w + 1, 15);
   w[0] = s->glsl;
@@ -1621,8 +1674,14 @@ kiln_status kcg_spirv_validate(kiln_ctx *ctx, const uint32_t *words, size_t nwor
 
 kiln_status kcg_spirv_render(kiln_ctx *ctx, const kcg_kernel *k, bool f64, uint32_t **words,
                              size_t *nwords) {
+  kcg_spirv_features f = {.f64 = f64};
+  return kcg_spirv_render_for(ctx, k, &f, words, nwords);
+}
+
+kiln_status kcg_spirv_render_for(kiln_ctx *ctx, const kcg_kernel *k, const kcg_spirv_features *f,
+                                 uint32_t **words, size_t *nwords) {
   *words = NULL, *nwords = 0;
-  sw s = {.ctx = ctx, .k = k, .f64 = f64, .next = 1};
+  sw s = {.ctx = ctx, .k = k, .f64 = f->f64, .s16 = f->storage16, .next = 1};
   if (k->oom) return kir_fail(ctx, KILN_ERR_NOMEM, "kernel %s ran out of memory", k->name);
   if (kcg_spirv_push_size(k) > 128)
     return kir_fail(ctx, KILN_ERR_UNSUPPORTED,

@@ -380,7 +380,9 @@ int main(int argc, char **argv) {
     kiln_ctx_destroy(ctx);
     return s == KILN_ERR_UNSUPPORTED ? 0 : 1;
   }
-  printf("device: %s\n", kvk_device_name(dev));
+  printf("device: %s, storageBuffer16BitAccess %s\n", kvk_device_name(dev),
+         kvk_device_has_storage16(dev) ? "yes" : "no");
+  bool s16 = kvk_device_has_storage16(dev);
   kvk_device_close(dev);
   kiln_ctx_destroy(ctx);
   for (uint16_t op = 0; op < KIR_OP_COUNT; op++)
@@ -388,6 +390,16 @@ int main(int argc, char **argv) {
   if (!only) {
     printf("%d f16/bf16 runs on the device\n", total_runs);
     if (total_runs < 100) printf("FAIL too few runs\n"), failures++;
+  }
+  /* The layout of a device without 16-bit storage: f16/bf16 values in f32 words */
+  static const char *const fallback[] = {"cast", "exp", "mul", "matmul", "reduce_max", "gather"};
+  if (s16 && (!only || !strcmp(only, "--fallback"))) {
+    setenv("KILN_VK_NO_STORAGE16", "1", 1);
+    printf("without 16-bit storage (KILN_VK_NO_STORAGE16=1):\n");
+    for (size_t i = 0; i < sizeof fallback / sizeof *fallback; i++)
+      for (uint16_t op = 0; op < KIR_OP_COUNT; op++)
+        if (!strcmp(fallback[i], kir_op(op)->name)) run_op(op);
+    unsetenv("KILN_VK_NO_STORAGE16");
   }
   if (failures) printf("test_vulkan_half: %d failures\n", failures);
   return failures != 0;
