@@ -370,6 +370,75 @@ static void run_op(uint16_t op) {
 }
 
 
+/*
+ * The rounding and the 16-bit layouts bit by bit: f32 -> f16 and f32 -> bf16
+ * casts of special and random f32 bit patterns (ties, overflow to inf,
+ * subnormals, NaN) must give kir_f64_to_f16/bf16's bits, and neg of every one
+ * of the 65536 f16 and bf16 bit patterns the pattern with its sign flipped
+ * (NaN stays NaN).
+ */
+static void test_bits(void) {
+  static const char text[] = "func @main(%x: f32[N], %h: f16[N], %b: bf16[N]) -> (f16[N], "
+                             "bf16[N], f16[N], bf16[N]) {\n"
+                             "  %a = cast(%x) {dtype = f16} : f16[N]\n"
+                             "  %c = cast(%x) {dtype = bf16} : bf16[N]\n"
+                             "  %d = neg(%h) : f16[N]\n"
+                             "  %e = neg(%b) : bf16[N]\n"
+                             "  return %a, %c, %d, %e\n"
+                             "}\n";
+  static const float special[] = {0.0f, -0.0f, 1.0f + 0x1p-11f, 1.0f + 0x1p-10f + 0x1p-11f,
+                                  1.0f + 0x1p-8f, 1.0f + 0x1p-7f + 0x1p-8f, 0x1p-24f, 0x1p-25f,
+                                  0x1.8p-25f, 0x1.8p-24f, 0x1p-14f, 0x1.ffcp-15f, 65504.0f,
+                                  65519.0f, 65520.0f, 1e6f, -3.4e38f, INFINITY, -INFINITY, NAN,
+                                  0x1.fffffep127f, 0x1p-126f, 0x1.02p-133f};
+  enum { N = 65536 };
+  kiln_ctx *ctx = kiln_ctx_create();
+  kiln_graph *g = NULL;
+  kiln_tensor *in[3] = {0}, *out[4] = {0};
+  int64_t n = N;
+  int bad = 0;
+  if (kiln_graph_parse(ctx, text, strlen(text), "bits", &g) != KILN_OK) goto fail;
+  for (int i = 0; i < 3; i++)
+    if (kiln_tensor_create(ctx, i ? (i == 1 ? KILN_F16 : KILN_BF16) : KILN_F32, 1, &n, &in[i]))
+      goto fail;
+  float *x = kiln_tensor_data(in[0]);
+  uint16_t *h = kiln_tensor_data(in[1]), *b = kiln_tensor_data(in[2]);
+  for (int i = 0; i < N; i++) {
+    uint32_t u = (uint32_t)(uniform() * 4294967296.0);
+    if (i < 4 * N / 5) u = (u & 0x80000000u) | ((u % 0x10000000u) + 0x30000000u); /* near f16 */
+    memcpy(&x[i], &u, 4);
+    if (i < (int)(sizeof special / sizeof *special)) x[i] = special[i];
+    h[i] = b[i] = (uint16_t)i;
+  }
+  if (kiln_graph_run(g, KILN_BACKEND_VULKAN, 3, in, 4, out, NULL) != KILN_OK) goto fail;
+  const uint16_t *a = kiln_tensor_data(out[0]), *c = kiln_tensor_data(out[1]);
+  const uint16_t *d = kiln_tensor_data(out[2]), *e = kiln_tensor_data(out[3]);
+  for (int i = 0; i < N; i++) {
+    uint16_t wa = kir_f64_to_f16(x[i]), wc = kir_f64_to_bf16(x[i]);
+    bool nan_a = isnan(x[i]), fl = fabsf(x[i]) < 0x1p-126f; /* a device may flush f32 subnormals */
+    bool ok_a = nan_a ? isnan(kir_f16_to_f64(a[i])) : a[i] == wa || (fl && !(a[i] & 0x7fff));
+    bool ok_c = nan_a ? isnan(kir_bf16_to_f64(c[i])) : c[i] == wc;
+    bool nan_h = isnan(kir_f16_to_f64((uint16_t)i)), nan_b = isnan(kir_bf16_to_f64((uint16_t)i));
+    bool ok_d = nan_h ? isnan(kir_f16_to_f64(d[i])) : d[i] == (i ^ 0x8000);
+    bool ok_e = nan_b ? isnan(kir_bf16_to_f64(e[i])) : e[i] == (i ^ 0x8000);
+    if (!(ok_a && ok_c && ok_d && ok_e) && bad++ < 5)
+      printf("FAIL bits %d: x %a -> f16 %04x (want %04x), bf16 %04x (want %04x); neg %04x: f16 "
+             "%04x, bf16 %04x\n", i, (double)x[i], a[i], wa, c[i], wc, i, d[i], e[i]);
+  }
+  printf("%s bits: f32 -> f16/bf16 casts and neg of every 16-bit pattern, %d wrong\n",
+         bad ? "FAIL" : "ok  ", bad);
+  failures += bad != 0;
+  goto done;
+fail:
+  printf("FAIL bits: %s\n", kiln_ctx_error(ctx));
+  failures++;
+done:
+  for (int i = 0; i < 3; i++) kiln_tensor_destroy(in[i]);
+  for (int i = 0; i < 4; i++) kiln_tensor_destroy(out[i]);
+  kiln_graph_destroy(g);
+  kiln_ctx_destroy(ctx);
+}
+
 int main(int argc, char **argv) {
   const char *only = argc > 1 ? argv[1] : NULL;
   kiln_ctx *ctx = kiln_ctx_create();
@@ -385,6 +454,14 @@ int main(int argc, char **argv) {
   bool s16 = kvk_device_has_storage16(dev);
   kvk_device_close(dev);
   kiln_ctx_destroy(ctx);
+  if (!only || !strcmp(only, "--bits")) {
+    test_bits();
+    if (s16) { /* and in the f32-word layout */
+      setenv("KILN_VK_NO_STORAGE16", "1", 1);
+      test_bits();
+      unsetenv("KILN_VK_NO_STORAGE16");
+    }
+  }
   for (uint16_t op = 0; op < KIR_OP_COUNT; op++)
     if (!only || !strcmp(only, kir_op(op)->name)) run_op(op);
   if (!only) {
