@@ -14,16 +14,24 @@
  * reference that overflows the type must give inf. A case the device
  * refuses (KILN_ERR_UNSUPPORTED: a scan step) is counted as skipped with
  * its reason; test_vulkan.c checks that refusals are the f32 ones.
- * `test_vulkan_half OP` runs one op. Without a Vulkan device the test
- * prints why and passes.
+ * Also: the f32 -> f16/bf16 rounding and all 65536 f16 and bf16 bit
+ * patterns through the device bit for bit (test_bits), a few ops again in
+ * the layout of a device without 16-bit storage (KILN_VK_NO_STORAGE16=1:
+ * values in f32 words), and every model of examples/models under the bf16
+ * policy on the device against the same graph compiled for the CPU.
+ * `test_vulkan_half OP` runs one op (`--bits`, `--fallback`, `models`).
+ * Without a Vulkan device the test prints why and passes.
  */
 #include <ctype.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ir/kir.h"
+#include "kiln/kiln.h"
+#include "passes/mixed_precision.h"
 #include "runtime/vulkan.h"
 
 static int failures, total_runs;
@@ -439,6 +447,132 @@ done:
   kiln_ctx_destroy(ctx);
 }
 
+static kiln_tensor *ints(kiln_ctx *ctx, const int64_t *v, int64_t n) {
+  kiln_tensor *t = NULL;
+  kiln_tensor_create(ctx, KILN_I64, 1, &n, &t);
+  for (int64_t i = 0; t && i < n; i++) kiln_tensor_set(t, (size_t)i, (double)v[i]);
+  return t;
+}
+
+/* The size a symbol takes here (as test_models.c). */
+static int64_t sym_size(const char *s) {
+  return !strcmp(s, "T") ? 5 : !strcmp(s, "N") ? 6 : !strcmp(s, "G") ? 2 : 3;
+}
+
+/* Inputs of a model graph: its parameters, a ring graph for GNN inputs, random data. */
+static bool model_inputs(kiln_ctx *ctx, kiln_graph *g, kiln_params *p, kiln_tensor **in,
+                         size_t n) {
+  static const int64_t src[] = {0, 1, 2, 3, 4, 5, 1, 2, 0, 4, 5, 3, 0, 1, 2, 3, 4, 5};
+  static const int64_t dst[] = {1, 2, 0, 4, 5, 3, 0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5};
+  static const int64_t batch[] = {0, 0, 0, 1, 1, 1}, graphs[] = {0, 1};
+  size_t np = kiln_params_count(p);
+  for (size_t i = 0; i < n; i++) {
+    kiln_value v = kiln_graph_get_param(g, i);
+    const char *name = kiln_value_name(g, v);
+    size_t len = strlen(name);
+    if (i < np) in[i] = kiln_params_tensor(p, i);
+    else if (len > 4 && !strcmp(name + len - 4, ".src")) in[i] = ints(ctx, src, 18);
+    else if (len > 4 && !strcmp(name + len - 4, ".dst")) in[i] = ints(ctx, dst, 18);
+    else if (len > 6 && !strcmp(name + len - 6, ".batch")) in[i] = ints(ctx, batch, 6);
+    else if (len > 7 && !strcmp(name + len - 7, ".graphs")) in[i] = ints(ctx, graphs, 2);
+    else {
+      int64_t dims[8];
+      size_t r = kiln_value_rank(g, v);
+      for (size_t k = 0; k < r && k < 8; k++) {
+        kiln_dim d = kiln_value_dim(g, v, k);
+        dims[k] = d >= 0 ? d : sym_size(kiln_dim_symbol_name(g, d));
+      }
+      kiln_dtype t = kiln_value_dtype(g, v);
+      if (r > 8 || kiln_tensor_create(ctx, t, r, dims, &in[i])) return false;
+      for (size_t e = 0; e < kiln_tensor_numel(in[i]); e++)
+        kiln_tensor_set(in[i], e, t == KILN_I64 ? floor(5 * uniform()) : 2 * uniform() - 1);
+    }
+    if (!in[i]) return false;
+  }
+  return true;
+}
+
+/*
+ * One model file built in f32 and given the `pr` (bf16 or fp16) policy of
+ * passes/mixed_precision.c (matmul and conv operands rounded to the type):
+ * the device against the same graph compiled for the CPU. Both round the
+ * same values; they differ where the device's f32 exp, log, tanh, ... are an
+ * f32 ulp off the CPU's across a rounding boundary, which propagates, so the
+ * bound is a few ulps of the type.
+ */
+static void check_model(const char *dir, const char *file, kp_precision pr) {
+  kiln_dtype t = kp_precision_low_dtype(pr);
+  kiln_ctx *ctx = kiln_ctx_create();
+  char path[1024];
+  kiln_model_file *m = NULL;
+  kiln_graph *g = NULL, *f32g = NULL;
+  kiln_params *p = NULL;
+  kiln_compiled *cm = NULL;
+  kiln_tensor *in[128] = {0}, *a[8] = {0}, *b[8] = {0};
+  size_t n = 0, nout = 0;
+  double worst = 0, tol = t == KILN_BF16 ? 3e-2 : 4e-3;
+  if (snprintf(path, sizeof path, "%s/%s", dir, file) >= (int)sizeof path ||
+      kiln_model_file_read(ctx, path, &m))
+    goto fail;
+  size_t nin = kiln_model_file_num_inputs(m);
+  kiln_build_opts bo = {KILN_F32, 0};
+  if (nin > 8 || kiln_layer_build(ctx, kiln_model_file_layer(m), nin, kiln_model_file_inputs(m),
+                                  &bo, &f32g) ||
+      kiln_layer_init(ctx, kiln_model_file_layer(m), 3, KILN_F32, &p) ||
+      !(g = kp_mixed_precision(f32g, pr)))
+    goto fail;
+  n = kiln_graph_num_params(g), nout = kiln_graph_num_results(g);
+  if (n > 128 || nout > 8 || !model_inputs(ctx, g, p, in, n)) goto fail;
+  if (kiln_compile(g, NULL, &cm) || kiln_compiled_run(cm, ctx, n, in, nout, a, NULL)) goto fail;
+  kiln_status s = kiln_graph_run(g, KILN_BACKEND_VULKAN, n, in, nout, b, NULL);
+  if (s == KILN_ERR_UNSUPPORTED) {
+    printf("unsupported model %-28s %s: %s\n", file, kiln_dtype_name(t), kiln_ctx_error(ctx));
+    goto done;
+  }
+  if (s) goto fail;
+  for (size_t k = 0; k < nout; k++)
+    for (size_t e = 0; e < kiln_tensor_numel(a[k]); e++) {
+      double x = kiln_tensor_get(a[k], e), y = kiln_tensor_get(b[k], e);
+      double rel = fabs(x - y) / (1 + fabs(x));
+      if (!(rel <= worst))
+        worst = isnan(rel) && isnan(x) && isnan(y) ? worst : isnan(rel) ? INFINITY : rel;
+    }
+  printf("%s model %-28s %s, %zu output%s, largest difference from the CPU %.2g\n",
+         worst <= tol ? "ok  " : "FAIL", file, kiln_dtype_name(t), nout, nout == 1 ? "" : "s",
+         worst);
+  failures += !(worst <= tol);
+  goto done;
+fail:
+  printf("FAIL model %s %s: %s\n", file, kiln_dtype_name(t), kiln_ctx_error(ctx));
+  failures++;
+done:
+  for (size_t i = p ? kiln_params_count(p) : 0; i < n; i++) kiln_tensor_destroy(in[i]);
+  for (size_t k = 0; k < 8; k++) kiln_tensor_destroy(a[k]), kiln_tensor_destroy(b[k]);
+  kiln_compiled_destroy(cm);
+  kiln_graph_destroy(g);
+  kiln_graph_destroy(f32g);
+  kiln_params_destroy(p);
+  kiln_model_file_destroy(m);
+  kiln_ctx_destroy(ctx);
+}
+
+static void check_models(void) {
+  const char *dir = KILN_SOURCE_DIR "/examples/models";
+  DIR *d = opendir(dir);
+  struct dirent *de;
+  char names[64][256];
+  int n = 0;
+  while (d && (de = readdir(d)) && n < 64) {
+    size_t len = strlen(de->d_name);
+    if (len > 5 && !strcmp(de->d_name + len - 5, ".kiln"))
+      snprintf(names[n++], sizeof names[0], "%s", de->d_name);
+  }
+  if (d) closedir(d);
+  qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
+  for (int i = 0; i < n; i++) check_model(dir, names[i], KP_PREC_BF16);
+  if (!n) printf("FAIL no model in %s\n", dir), failures++;
+}
+
 int main(int argc, char **argv) {
   const char *only = argc > 1 ? argv[1] : NULL;
   kiln_ctx *ctx = kiln_ctx_create();
@@ -478,6 +612,7 @@ int main(int argc, char **argv) {
         if (!strcmp(fallback[i], kir_op(op)->name)) run_op(op);
     unsetenv("KILN_VK_NO_STORAGE16");
   }
+  if (!only || !strcmp(only, "models")) check_models();
   if (failures) printf("test_vulkan_half: %d failures\n", failures);
   kvk_device_close(dev);
   kiln_ctx_destroy(ctx);
