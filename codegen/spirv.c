@@ -283,19 +283,20 @@ static uint32_t narrow(sw *s, kir_dtype t, uint32_t x) {
   uint32_t a = op2(s, SpvOpBitwiseAnd, U, u, c_u32(s, 0x7fffffffu));
   uint32_t nan = op2(s, SpvOpUGreaterThan, B, a, c_u32(s, 0x7f800000u));
   if (t == KILN_BF16) {
-    uint32_t odd = op2(s, SpvOpBitwiseAnd, U, op2(s, SpvOpShiftRightLogical, U, u, c_u32(s, 16)),
-                       c_u32(s, 1));
+    uint32_t odd =
+        op2(s, SpvOpBitwiseAnd, U, op2(s, SpvOpShiftRightLogical, U, u, c_u32(s, 16)), c_u32(s, 1));
     uint32_t r = op2(s, SpvOpIAdd, U, op2(s, SpvOpIAdd, U, u, c_u32(s, 0x7fffu)), odd);
     r = sel(s, U, nan, op2(s, SpvOpBitwiseOr, U, u, c_u32(s, 0x400000u)), r);
     return op1(s, SpvOpBitcast, F, op2(s, SpvOpBitwiseAnd, U, r, c_u32(s, 0xffff0000u)));
   }
   uint32_t sign = op2(s, SpvOpBitwiseAnd, U, u, c_u32(s, 0x80000000u));
-  uint32_t odd = op2(s, SpvOpBitwiseAnd, U, op2(s, SpvOpShiftRightLogical, U, a, c_u32(s, 13)),
-                     c_u32(s, 1));
+  uint32_t odd =
+      op2(s, SpvOpBitwiseAnd, U, op2(s, SpvOpShiftRightLogical, U, a, c_u32(s, 13)), c_u32(s, 1));
   uint32_t m = op2(s, SpvOpIAdd, U, op2(s, SpvOpIAdd, U, a, c_u32(s, 0xfffu)), odd);
   m = op2(s, SpvOpBitwiseAnd, U, m, c_u32(s, 0xffffe000u));
   uint32_t norm = op1(s, SpvOpBitcast, F, op2(s, SpvOpBitwiseOr, U, sign, m));
-  uint32_t sub = ext1(s, F, GLSLstd450RoundEven, op2(s, SpvOpFMul, F, x, c_float(s, KILN_F32, 0x1p24)));
+  uint32_t sub =
+      ext1(s, F, GLSLstd450RoundEven, op2(s, SpvOpFMul, F, x, c_float(s, KILN_F32, 0x1p24)));
   sub = op2(s, SpvOpFMul, F, sub, c_float(s, KILN_F32, 0x1p-24));
   uint32_t r = sel(s, F, op2(s, SpvOpULessThan, B, a, c_u32(s, 0x38800000u)), sub, norm);
   uint32_t inf = op1(s, SpvOpBitcast, F, op2(s, SpvOpBitwiseOr, U, sign, c_u32(s, 0x7f800000u)));
@@ -315,8 +316,8 @@ static uint32_t to_f32_odd(sw *s, uint32_t x) {
                       ext1(s, D, GLSLstd450FAbs, x));
   u = sel(s, U, over, op2(s, SpvOpISub, U, u, c_u32(s, 1)), u);
   uint32_t odd = op1(s, SpvOpBitcast, F, op2(s, SpvOpBitwiseOr, U, u, c_u32(s, 1)));
-  uint32_t exact = op2(s, SpvOpLogicalOr, B, op1(s, SpvOpIsNan, B, x),
-                       op2(s, SpvOpFOrdEqual, B, back, x));
+  uint32_t exact =
+      op2(s, SpvOpLogicalOr, B, op1(s, SpvOpIsNan, B, x), op2(s, SpvOpFOrdEqual, B, back, x));
   return sel(s, F, exact, r, odd);
 }
 
@@ -324,17 +325,21 @@ static uint32_t to_f32_odd(sw *s, uint32_t x) {
 static uint32_t widen16(sw *s, kir_dtype t, uint32_t h) {
   uint32_t F = t_float(s, 32), U = t_u32(s), B = t_bool(s);
   uint32_t u = op1(s, SpvOpUConvert, U, h);
-  if (t == KILN_BF16) return op1(s, SpvOpBitcast, F, op2(s, SpvOpShiftLeftLogical, U, u, c_u32(s, 16)));
+  if (t == KILN_BF16)
+    return op1(s, SpvOpBitcast, F, op2(s, SpvOpShiftLeftLogical, U, u, c_u32(s, 16)));
   uint32_t sign = op2(s, SpvOpShiftLeftLogical, U, op2(s, SpvOpBitwiseAnd, U, u, c_u32(s, 0x8000u)),
                       c_u32(s, 16));
   uint32_t e = op2(s, SpvOpBitwiseAnd, U, op2(s, SpvOpShiftRightLogical, U, u, c_u32(s, 10)),
                    c_u32(s, 0x1fu));
   uint32_t m = op2(s, SpvOpBitwiseAnd, U, u, c_u32(s, 0x3ffu));
   uint32_t m13 = op2(s, SpvOpShiftLeftLogical, U, m, c_u32(s, 13));
-  uint32_t sub = op2(s, SpvOpFMul, F, op1(s, SpvOpConvertUToF, F, m), c_float(s, KILN_F32, 0x1p-24));
+  uint32_t sub =
+      op2(s, SpvOpFMul, F, op1(s, SpvOpConvertUToF, F, m), c_float(s, KILN_F32, 0x1p-24));
   sub = sel(s, F, op2(s, SpvOpINotEqual, B, sign, c_u32(s, 0)), op1(s, SpvOpFNegate, F, sub), sub);
-  uint32_t special = op2(s, SpvOpBitwiseOr, U, op2(s, SpvOpBitwiseOr, U, sign, c_u32(s, 0x7f800000u)), m13);
-  uint32_t exp = op2(s, SpvOpShiftLeftLogical, U, op2(s, SpvOpIAdd, U, e, c_u32(s, 112)), c_u32(s, 23));
+  uint32_t special =
+      op2(s, SpvOpBitwiseOr, U, op2(s, SpvOpBitwiseOr, U, sign, c_u32(s, 0x7f800000u)), m13);
+  uint32_t exp =
+      op2(s, SpvOpShiftLeftLogical, U, op2(s, SpvOpIAdd, U, e, c_u32(s, 112)), c_u32(s, 23));
   uint32_t norm = op2(s, SpvOpBitwiseOr, U, op2(s, SpvOpBitwiseOr, U, sign, exp), m13);
   norm = sel(s, U, op2(s, SpvOpIEqual, B, e, c_u32(s, 31)), special, norm);
   return sel(s, F, op2(s, SpvOpIEqual, B, e, c_u32(s, 0)), sub, op1(s, SpvOpBitcast, F, norm));
@@ -344,7 +349,8 @@ static uint32_t widen16(sw *s, kir_dtype t, uint32_t h) {
 static uint32_t bits16(sw *s, kir_dtype t, uint32_t x) {
   uint32_t F = t_float(s, 32), U = t_u32(s), B = t_bool(s), H = t_int(s, 16, 0);
   uint32_t u = op1(s, SpvOpBitcast, U, x);
-  if (t == KILN_BF16) return op1(s, SpvOpUConvert, H, op2(s, SpvOpShiftRightLogical, U, u, c_u32(s, 16)));
+  if (t == KILN_BF16)
+    return op1(s, SpvOpUConvert, H, op2(s, SpvOpShiftRightLogical, U, u, c_u32(s, 16)));
   uint32_t sign = op2(s, SpvOpBitwiseAnd, U, op2(s, SpvOpShiftRightLogical, U, u, c_u32(s, 16)),
                       c_u32(s, 0x8000u));
   uint32_t a = op2(s, SpvOpBitwiseAnd, U, u, c_u32(s, 0x7fffffffu));
@@ -352,11 +358,12 @@ static uint32_t bits16(sw *s, kir_dtype t, uint32_t x) {
                       c_u32(s, 13));
   /* below the smallest normal: a multiple of 2^-24, so |x| 2^24 is the exact mantissa (1024 is
      the smallest normal's bits) */
-  uint32_t sub = op1(s, SpvOpConvertFToU, U,
-                     op2(s, SpvOpFMul, F, ext1(s, F, GLSLstd450FAbs, x), c_float(s, KILN_F32, 0x1p24)));
+  uint32_t sub =
+      op1(s, SpvOpConvertFToU, U,
+          op2(s, SpvOpFMul, F, ext1(s, F, GLSLstd450FAbs, x), c_float(s, KILN_F32, 0x1p24)));
   uint32_t nanbits = op2(s, SpvOpBitwiseOr, U, c_u32(s, 0x7e00u),
-                         op2(s, SpvOpBitwiseAnd, U, op2(s, SpvOpShiftRightLogical, U, a, c_u32(s, 13)),
-                             c_u32(s, 0x3ffu)));
+                         op2(s, SpvOpBitwiseAnd, U,
+                             op2(s, SpvOpShiftRightLogical, U, a, c_u32(s, 13)), c_u32(s, 0x3ffu)));
   uint32_t r = sel(s, U, op2(s, SpvOpULessThan, B, a, c_u32(s, 0x38800000u)), sub, norm);
   r = sel(s, U, op2(s, SpvOpUGreaterThanEqual, B, a, c_u32(s, 0x47800000u)), c_u32(s, 0x7c00u), r);
   r = sel(s, U, op2(s, SpvOpUGreaterThan, B, a, c_u32(s, 0x7f800000u)), nanbits, r);

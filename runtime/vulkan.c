@@ -25,9 +25,9 @@
 
 #define VK_INSTANCE_FNS(X)                                                               \
   X(vkDestroyInstance) X(vkEnumeratePhysicalDevices) X(vkGetPhysicalDeviceProperties)    \
-  X(vkGetPhysicalDeviceFeatures) X(vkGetPhysicalDeviceFeatures2)                        \
-  X(vkGetPhysicalDeviceQueueFamilyProperties)            \
-  X(vkGetPhysicalDeviceMemoryProperties) X(vkCreateDevice) X(vkGetDeviceProcAddr)
+  X(vkGetPhysicalDeviceFeatures) X(vkGetPhysicalDeviceFeatures2)                         \
+  X(vkGetPhysicalDeviceQueueFamilyProperties) X(vkGetPhysicalDeviceMemoryProperties)     \
+  X(vkCreateDevice) X(vkGetDeviceProcAddr)
 
 #define VK_DEVICE_FNS(X)                                                                 \
   X(vkDestroyDevice) X(vkGetDeviceQueue) X(vkCreateBuffer) X(vkDestroyBuffer)            \
@@ -415,10 +415,12 @@ static void to_device(const kvk_device *d, kir_dtype t, const void *src, void *d
   const uint16_t *h = src;
   switch (d->s16 && (t == KILN_F16 || t == KILN_BF16) ? KILN_F32 : t) { /* 16 bits: as they are */
   case KILN_F16:
-    for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = (float)kir_f16_to_f64(h[i]);
+    for (int64_t i = 0; i < n; i++)
+      ((float *)dst)[i] = (float)kir_f16_to_f64(h[i]);
     break;
   case KILN_BF16:
-    for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = (float)kir_bf16_to_f64(h[i]);
+    for (int64_t i = 0; i < n; i++)
+      ((float *)dst)[i] = (float)kir_bf16_to_f64(h[i]);
     break;
   case KILN_I8:
     for (int64_t i = 0; i < n; i++) w[i] = ((const int8_t *)src)[i];
@@ -435,16 +437,17 @@ static void to_device(const kvk_device *d, kir_dtype t, const void *src, void *d
   }
 }
 
-static void from_device(const kvk_device *d, kir_dtype t, const void *src, void *dst,
-                        int64_t n) {
+static void from_device(const kvk_device *d, kir_dtype t, const void *src, void *dst, int64_t n) {
   const int32_t *w = src;
   const float *f = src;
   switch (d->s16 && (t == KILN_F16 || t == KILN_BF16) ? KILN_F32 : t) {
   case KILN_F16:
-    for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = kir_f64_to_f16(f[i]);
+    for (int64_t i = 0; i < n; i++)
+      ((uint16_t *)dst)[i] = kir_f64_to_f16(f[i]);
     break;
   case KILN_BF16:
-    for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = kir_f64_to_bf16(f[i]);
+    for (int64_t i = 0; i < n; i++)
+      ((uint16_t *)dst)[i] = kir_f64_to_bf16(f[i]);
     break;
   case KILN_I8:
     for (int64_t i = 0; i < n; i++) ((int8_t *)dst)[i] = (int8_t)w[i];
@@ -705,8 +708,7 @@ static kiln_status record_scan(vrun *r, vframe *f, uint32_t i) {
   int64_t len = kcg_dim_value(st->length, r->sizes);
   for (uint32_t c = 0; c < ncar; c++) {
     uint32_t pb = body->params[nc + c];
-    copy(r, &f->bufs[st->args[nc + c]], 0, &bf->bufs[pb], 0,
-         dev_bytes(r, &body->bufs[pb].type));
+    copy(r, &f->bufs[st->args[nc + c]], 0, &bf->bufs[pb], 0, dev_bytes(r, &body->bufs[pb].type));
   }
   barrier(r);
   for (int64_t it = 0; it < len; it++) {
@@ -737,8 +739,7 @@ static kiln_status record_scan(vrun *r, vframe *f, uint32_t i) {
   }
   for (uint32_t c = 0; c < ncar; c++) {
     uint32_t pb = body->params[nc + c];
-    copy(r, &bf->bufs[pb], 0, &f->bufs[st->args[nin + c]], 0,
-         dev_bytes(r, &body->bufs[pb].type));
+    copy(r, &bf->bufs[pb], 0, &f->bufs[st->args[nin + c]], 0, dev_bytes(r, &body->bufs[pb].type));
   }
   barrier(r);
   return KILN_OK;

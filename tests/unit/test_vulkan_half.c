@@ -288,7 +288,8 @@ static void run_low(op_stats *st, int k, int which, const char *text, const char
   if (s == KILN_ERR_UNSUPPORTED) { /* a scan step, an op with no SPIR-V code: test_vulkan's */
     if (!st->refused[0]) snprintf(st->refused, sizeof st->refused, "%s", kiln_ctx_error(ctx));
     st->skipped++;
-    for (uint32_t r = 0; r < lg->nresults; r++) kir_tensor_free(want[r]);
+    for (uint32_t r = 0; r < lg->nresults; r++)
+      kir_tensor_free(want[r]);
     goto done;
   }
   st->runs[which]++;
@@ -377,7 +378,6 @@ static void run_op(uint16_t op) {
   free(text);
 }
 
-
 /*
  * The rounding and the 16-bit layouts bit by bit: f32 -> f16 and f32 -> bf16
  * casts of special and random f32 bit patterns (ties, overflow to inf,
@@ -394,11 +394,29 @@ static void test_bits(void) {
                              "  %e = neg(%b) : bf16[N]\n"
                              "  return %a, %c, %d, %e\n"
                              "}\n";
-  static const float special[] = {0.0f, -0.0f, 1.0f + 0x1p-11f, 1.0f + 0x1p-10f + 0x1p-11f,
-                                  1.0f + 0x1p-8f, 1.0f + 0x1p-7f + 0x1p-8f, 0x1p-24f, 0x1p-25f,
-                                  0x1.8p-25f, 0x1.8p-24f, 0x1p-14f, 0x1.ffcp-15f, 65504.0f,
-                                  65519.0f, 65520.0f, 1e6f, -3.4e38f, INFINITY, -INFINITY, NAN,
-                                  0x1.fffffep127f, 0x1p-126f, 0x1.02p-133f};
+  static const float special[] = {0.0f,
+                                  -0.0f,
+                                  1.0f + 0x1p-11f,
+                                  1.0f + 0x1p-10f + 0x1p-11f,
+                                  1.0f + 0x1p-8f,
+                                  1.0f + 0x1p-7f + 0x1p-8f,
+                                  0x1p-24f,
+                                  0x1p-25f,
+                                  0x1.8p-25f,
+                                  0x1.8p-24f,
+                                  0x1p-14f,
+                                  0x1.ffcp-15f,
+                                  65504.0f,
+                                  65519.0f,
+                                  65520.0f,
+                                  1e6f,
+                                  -3.4e38f,
+                                  INFINITY,
+                                  -INFINITY,
+                                  NAN,
+                                  0x1.fffffep127f,
+                                  0x1p-126f,
+                                  0x1.02p-133f};
   enum { N = 65536 };
   kiln_ctx *ctx = kiln_ctx_create();
   kiln_graph *g = NULL;
@@ -431,7 +449,8 @@ static void test_bits(void) {
     bool ok_e = nan_b ? isnan(kir_bf16_to_f64(e[i])) : e[i] == (i ^ 0x8000);
     if (!(ok_a && ok_c && ok_d && ok_e) && bad++ < 5)
       printf("FAIL bits %d: x %a -> f16 %04x (want %04x), bf16 %04x (want %04x); neg %04x: f16 "
-             "%04x, bf16 %04x\n", i, (double)x[i], a[i], wa, c[i], wc, i, d[i], e[i]);
+             "%04x, bf16 %04x\n",
+             i, (double)x[i], a[i], wa, c[i], wc, i, d[i], e[i]);
   }
   printf("%s bits: f32 -> f16/bf16 casts and neg of every 16-bit pattern, %d wrong\n",
          bad ? "FAIL" : "ok  ", bad);
@@ -441,8 +460,10 @@ fail:
   printf("FAIL bits: %s\n", kiln_ctx_error(ctx));
   failures++;
 done:
-  for (int i = 0; i < 3; i++) kiln_tensor_destroy(in[i]);
-  for (int i = 0; i < 4; i++) kiln_tensor_destroy(out[i]);
+  for (int i = 0; i < 3; i++)
+    kiln_tensor_destroy(in[i]);
+  for (int i = 0; i < 4; i++)
+    kiln_tensor_destroy(out[i]);
   kiln_graph_destroy(g);
   kiln_ctx_destroy(ctx);
 }
@@ -450,7 +471,8 @@ done:
 static kiln_tensor *ints(kiln_ctx *ctx, const int64_t *v, int64_t n) {
   kiln_tensor *t = NULL;
   kiln_tensor_create(ctx, KILN_I64, 1, &n, &t);
-  for (int64_t i = 0; t && i < n; i++) kiln_tensor_set(t, (size_t)i, (double)v[i]);
+  for (int64_t i = 0; t && i < n; i++)
+    kiln_tensor_set(t, (size_t)i, (double)v[i]);
   return t;
 }
 
@@ -460,8 +482,7 @@ static int64_t sym_size(const char *s) {
 }
 
 /* Inputs of a model graph: its parameters, a ring graph for GNN inputs, random data. */
-static bool model_inputs(kiln_ctx *ctx, kiln_graph *g, kiln_params *p, kiln_tensor **in,
-                         size_t n) {
+static bool model_inputs(kiln_ctx *ctx, kiln_graph *g, kiln_params *p, kiln_tensor **in, size_t n) {
   static const int64_t src[] = {0, 1, 2, 3, 4, 5, 1, 2, 0, 4, 5, 3, 0, 1, 2, 3, 4, 5};
   static const int64_t dst[] = {1, 2, 0, 4, 5, 3, 0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5};
   static const int64_t batch[] = {0, 0, 0, 1, 1, 1}, graphs[] = {0, 1};
@@ -470,11 +491,16 @@ static bool model_inputs(kiln_ctx *ctx, kiln_graph *g, kiln_params *p, kiln_tens
     kiln_value v = kiln_graph_get_param(g, i);
     const char *name = kiln_value_name(g, v);
     size_t len = strlen(name);
-    if (i < np) in[i] = kiln_params_tensor(p, i);
-    else if (len > 4 && !strcmp(name + len - 4, ".src")) in[i] = ints(ctx, src, 18);
-    else if (len > 4 && !strcmp(name + len - 4, ".dst")) in[i] = ints(ctx, dst, 18);
-    else if (len > 6 && !strcmp(name + len - 6, ".batch")) in[i] = ints(ctx, batch, 6);
-    else if (len > 7 && !strcmp(name + len - 7, ".graphs")) in[i] = ints(ctx, graphs, 2);
+    if (i < np)
+      in[i] = kiln_params_tensor(p, i);
+    else if (len > 4 && !strcmp(name + len - 4, ".src"))
+      in[i] = ints(ctx, src, 18);
+    else if (len > 4 && !strcmp(name + len - 4, ".dst"))
+      in[i] = ints(ctx, dst, 18);
+    else if (len > 6 && !strcmp(name + len - 6, ".batch"))
+      in[i] = ints(ctx, batch, 6);
+    else if (len > 7 && !strcmp(name + len - 7, ".graphs"))
+      in[i] = ints(ctx, graphs, 2);
     else {
       int64_t dims[8];
       size_t r = kiln_value_rank(g, v);
@@ -516,8 +542,8 @@ static void check_model(const char *dir, const char *file, kp_precision pr) {
     goto fail;
   size_t nin = kiln_model_file_num_inputs(m);
   kiln_build_opts bo = {KILN_F32, 0};
-  if (nin > 8 || kiln_layer_build(ctx, kiln_model_file_layer(m), nin, kiln_model_file_inputs(m),
-                                  &bo, &f32g) ||
+  if (nin > 8 ||
+      kiln_layer_build(ctx, kiln_model_file_layer(m), nin, kiln_model_file_inputs(m), &bo, &f32g) ||
       kiln_layer_init(ctx, kiln_model_file_layer(m), 3, KILN_F32, &p) ||
       !(g = kp_mixed_precision(f32g, pr)))
     goto fail;
@@ -546,8 +572,10 @@ fail:
   printf("FAIL model %s %s: %s\n", file, kiln_dtype_name(t), kiln_ctx_error(ctx));
   failures++;
 done:
-  for (size_t i = p ? kiln_params_count(p) : 0; i < n; i++) kiln_tensor_destroy(in[i]);
-  for (size_t k = 0; k < 8; k++) kiln_tensor_destroy(a[k]), kiln_tensor_destroy(b[k]);
+  for (size_t i = p ? kiln_params_count(p) : 0; i < n; i++)
+    kiln_tensor_destroy(in[i]);
+  for (size_t k = 0; k < 8; k++)
+    kiln_tensor_destroy(a[k]), kiln_tensor_destroy(b[k]);
   kiln_compiled_destroy(cm);
   kiln_graph_destroy(g);
   kiln_graph_destroy(f32g);
@@ -569,7 +597,8 @@ static void check_models(void) {
   }
   if (d) closedir(d);
   qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
-  for (int i = 0; i < n; i++) check_model(dir, names[i], KP_PREC_BF16);
+  for (int i = 0; i < n; i++)
+    check_model(dir, names[i], KP_PREC_BF16);
   if (!n) printf("FAIL no model in %s\n", dir), failures++;
 }
 
