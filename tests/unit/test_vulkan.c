@@ -11,7 +11,9 @@
  * the interpreter, and always for EXPECT-ERROR cases) and at sizes grown by
  * two when the case has symbols; each result is compared with kir_interp_run
  * on the same values: f32 within 1e-5 relative (times the longest reduction
- * over 8 for ops that reduce), f64 within 1e-12, integers and bools exactly.
+ * over 8 for ops that reduce), f64 within 1e-12, cases written in f16/bf16
+ * within 1e-3/1e-2 (test_vulkan_half.c retypes every case to them),
+ * integers and bools exactly.
  * Where the interpreter fails, the device run must fail with
  * KILN_ERR_RUNTIME.
  *
