@@ -55,6 +55,7 @@ typedef struct sw {
   kiln_status status;
   const kcg_kernel *k;
   bool f64, par, uses_f64;
+  bool s16, uses_s16; /* f16/bf16 buffers of 16-bit elements (StorageBuffer16BitAccess) */
   uint32_t next;
   wvec deco, types, vars, body;
   tkey *keys;
@@ -164,7 +165,7 @@ static uint32_t t_ptr(sw *s, uint32_t sc, uint32_t to) {
 static uint32_t reg_type(sw *s, kir_dtype t) {
   switch (t) {
   case KILN_F64: s->uses_f64 = true; return t_float(s, 64);
-  case KILN_F32: return t_float(s, 32);
+  case KILN_F32: case KILN_F16: case KILN_BF16: return t_float(s, 32);
   case KILN_I64: return t_i64(s);
   case KILN_BOOL: return t_bool(s);
   default: return t_i32(s); /* i32, i8, u8 */
@@ -172,6 +173,7 @@ static uint32_t reg_type(sw *s, kir_dtype t) {
 }
 
 static uint32_t mem_type(sw *s, kir_dtype t) {
+  if ((t == KILN_F16 || t == KILN_BF16) && s->s16) return s->uses_s16 = true, t_int(s, 16, 0);
   return t == KILN_BOOL ? t_i32(s) : reg_type(s, t);
 }
 
@@ -263,6 +265,109 @@ static uint32_t wrap(sw *s, kir_dtype t, uint32_t x) {
 
 static uint32_t bool_to_int(sw *s, uint32_t b) {
   return sel(s, t_i32(s), b, c_i32(s, 1), c_i32(s, 0));
+}
+
+static bool is_half(kir_dtype t) { return t == KILN_F16 || t == KILN_BF16; }
+
+/*
+ * f32 x rounded to the nearest f16 or bf16 (ties to even), as an f32: what
+ * kir_round_to and c_render.c's kh/kb give, with integer ops on the bits so
+ * the result does not depend on the device's conversions. f16: above the
+ * largest f16 is inf, below the smallest normal is rounded on the subnormal
+ * grid (multiples of 2^-24); NaN stays NaN.
+ */
+static uint32_t narrow(sw *s, kir_dtype t, uint32_t x) {
+  if (!is_half(t)) return x;
+  uint32_t F = t_float(s, 32), U = t_u32(s), B = t_bool(s);
+  uint32_t u = op1(s, SpvOpBitcast, U, x);
+  uint32_t a = op2(s, SpvOpBitwiseAnd, U, u, c_u32(s, 0x7fffffffu));
+  uint32_t nan = op2(s, SpvOpUGreaterThan, B, a, c_u32(s, 0x7f800000u));
+  if (t == KILN_BF16) {
+    uint32_t odd =
+        op2(s, SpvOpBitwiseAnd, U, op2(s, SpvOpShiftRightLogical, U, u, c_u32(s, 16)), c_u32(s, 1));
+    uint32_t r = op2(s, SpvOpIAdd, U, op2(s, SpvOpIAdd, U, u, c_u32(s, 0x7fffu)), odd);
+    r = sel(s, U, nan, op2(s, SpvOpBitwiseOr, U, u, c_u32(s, 0x400000u)), r);
+    return op1(s, SpvOpBitcast, F, op2(s, SpvOpBitwiseAnd, U, r, c_u32(s, 0xffff0000u)));
+  }
+  uint32_t sign = op2(s, SpvOpBitwiseAnd, U, u, c_u32(s, 0x80000000u));
+  uint32_t odd =
+      op2(s, SpvOpBitwiseAnd, U, op2(s, SpvOpShiftRightLogical, U, a, c_u32(s, 13)), c_u32(s, 1));
+  uint32_t m = op2(s, SpvOpIAdd, U, op2(s, SpvOpIAdd, U, a, c_u32(s, 0xfffu)), odd);
+  m = op2(s, SpvOpBitwiseAnd, U, m, c_u32(s, 0xffffe000u));
+  uint32_t norm = op1(s, SpvOpBitcast, F, op2(s, SpvOpBitwiseOr, U, sign, m));
+  uint32_t sub =
+      ext1(s, F, GLSLstd450RoundEven, op2(s, SpvOpFMul, F, x, c_float(s, KILN_F32, 0x1p24)));
+  sub = op2(s, SpvOpFMul, F, sub, c_float(s, KILN_F32, 0x1p-24));
+  uint32_t r = sel(s, F, op2(s, SpvOpULessThan, B, a, c_u32(s, 0x38800000u)), sub, norm);
+  uint32_t inf = op1(s, SpvOpBitcast, F, op2(s, SpvOpBitwiseOr, U, sign, c_u32(s, 0x7f800000u)));
+  r = sel(s, F, op2(s, SpvOpUGreaterThanEqual, B, a, c_u32(s, 0x477ff000u)), inf, r);
+  return sel(s, F, nan, x, r);
+}
+
+/*
+ * f64 x as the f32 nearest rounded to odd (c_render.c's kodd): a second
+ * rounding of it to f16 or bf16 is then the correctly rounded one.
+ */
+static uint32_t to_f32_odd(sw *s, uint32_t x) {
+  uint32_t F = t_float(s, 32), D = reg_type(s, KILN_F64), U = t_u32(s), B = t_bool(s);
+  uint32_t r = op1(s, SpvOpFConvert, F, x), back = op1(s, SpvOpFConvert, D, r);
+  uint32_t u = op1(s, SpvOpBitcast, U, r);
+  uint32_t over = op2(s, SpvOpFOrdGreaterThan, B, ext1(s, D, GLSLstd450FAbs, back),
+                      ext1(s, D, GLSLstd450FAbs, x));
+  u = sel(s, U, over, op2(s, SpvOpISub, U, u, c_u32(s, 1)), u);
+  uint32_t odd = op1(s, SpvOpBitcast, F, op2(s, SpvOpBitwiseOr, U, u, c_u32(s, 1)));
+  uint32_t exact =
+      op2(s, SpvOpLogicalOr, B, op1(s, SpvOpIsNan, B, x), op2(s, SpvOpFOrdEqual, B, back, x));
+  return sel(s, F, exact, r, odd);
+}
+
+/* A 16-bit element (u16) of an f16 or bf16 buffer as its f32 value (exact). */
+static uint32_t widen16(sw *s, kir_dtype t, uint32_t h) {
+  uint32_t F = t_float(s, 32), U = t_u32(s), B = t_bool(s);
+  uint32_t u = op1(s, SpvOpUConvert, U, h);
+  if (t == KILN_BF16)
+    return op1(s, SpvOpBitcast, F, op2(s, SpvOpShiftLeftLogical, U, u, c_u32(s, 16)));
+  uint32_t sign = op2(s, SpvOpShiftLeftLogical, U, op2(s, SpvOpBitwiseAnd, U, u, c_u32(s, 0x8000u)),
+                      c_u32(s, 16));
+  uint32_t e = op2(s, SpvOpBitwiseAnd, U, op2(s, SpvOpShiftRightLogical, U, u, c_u32(s, 10)),
+                   c_u32(s, 0x1fu));
+  uint32_t m = op2(s, SpvOpBitwiseAnd, U, u, c_u32(s, 0x3ffu));
+  uint32_t m13 = op2(s, SpvOpShiftLeftLogical, U, m, c_u32(s, 13));
+  uint32_t sub =
+      op2(s, SpvOpFMul, F, op1(s, SpvOpConvertUToF, F, m), c_float(s, KILN_F32, 0x1p-24));
+  sub = sel(s, F, op2(s, SpvOpINotEqual, B, sign, c_u32(s, 0)), op1(s, SpvOpFNegate, F, sub), sub);
+  uint32_t special =
+      op2(s, SpvOpBitwiseOr, U, op2(s, SpvOpBitwiseOr, U, sign, c_u32(s, 0x7f800000u)), m13);
+  uint32_t exp =
+      op2(s, SpvOpShiftLeftLogical, U, op2(s, SpvOpIAdd, U, e, c_u32(s, 112)), c_u32(s, 23));
+  uint32_t norm = op2(s, SpvOpBitwiseOr, U, op2(s, SpvOpBitwiseOr, U, sign, exp), m13);
+  norm = sel(s, U, op2(s, SpvOpIEqual, B, e, c_u32(s, 31)), special, norm);
+  return sel(s, F, op2(s, SpvOpIEqual, B, e, c_u32(s, 0)), sub, op1(s, SpvOpBitcast, F, norm));
+}
+
+/* An f32 that is an f16 or bf16 value (narrow's results) as the 16-bit element (u16). */
+static uint32_t bits16(sw *s, kir_dtype t, uint32_t x) {
+  uint32_t F = t_float(s, 32), U = t_u32(s), B = t_bool(s), H = t_int(s, 16, 0);
+  uint32_t u = op1(s, SpvOpBitcast, U, x);
+  if (t == KILN_BF16)
+    return op1(s, SpvOpUConvert, H, op2(s, SpvOpShiftRightLogical, U, u, c_u32(s, 16)));
+  uint32_t sign = op2(s, SpvOpBitwiseAnd, U, op2(s, SpvOpShiftRightLogical, U, u, c_u32(s, 16)),
+                      c_u32(s, 0x8000u));
+  uint32_t a = op2(s, SpvOpBitwiseAnd, U, u, c_u32(s, 0x7fffffffu));
+  uint32_t norm = op2(s, SpvOpShiftRightLogical, U, op2(s, SpvOpISub, U, a, c_u32(s, 0x38000000u)),
+                      c_u32(s, 13));
+  /* below the smallest normal: a multiple of 2^-24, so |x| 2^24 is the exact mantissa (1024 is
+     the smallest normal's bits) */
+  uint32_t sub =
+      op1(s, SpvOpConvertFToU, U,
+          op2(s, SpvOpFMul, F, ext1(s, F, GLSLstd450FAbs, x), c_float(s, KILN_F32, 0x1p24)));
+  uint32_t nanbits = op2(s, SpvOpBitwiseOr, U, c_u32(s, 0x7e00u),
+                         op2(s, SpvOpBitwiseAnd, U,
+                             op2(s, SpvOpShiftRightLogical, U, a, c_u32(s, 13)), c_u32(s, 0x3ffu)));
+  uint32_t r = sel(s, U, op2(s, SpvOpULessThan, B, a, c_u32(s, 0x38800000u)), sub, norm);
+  r = sel(s, U, op2(s, SpvOpUGreaterThanEqual, B, a, c_u32(s, 0x47800000u)), c_u32(s, 0x7c00u), r);
+  r = sel(s, U, op2(s, SpvOpUGreaterThan, B, a, c_u32(s, 0x7f800000u)), nanbits, r);
+  return op1(s, SpvOpUConvert, H, op2(s, SpvOpBitwiseOr, U, sign, r));
 }
 
 /* a * x + b, evaluated as two rounded ops (Horner step). */
@@ -599,7 +704,7 @@ static uint32_t f_pow(sw *s, kir_dtype t, uint32_t x, uint32_t y) {
 
 static uint32_t float_unary(sw *s, uint16_t op, kir_dtype t, uint32_t a, bool *ok) {
   uint32_t T = reg_type(s, t), B = t_bool(s), one = c_float(s, t, 1), zero = c_float(s, t, 0);
-  bool f32 = t == KILN_F32;
+  bool f32 = t != KILN_F64; /* f16 and bf16 compute in f32, rounded by the caller */
   *ok = true;
   switch (op) {
   case KIR_OP_neg: return op1(s, SpvOpFNegate, T, a);
@@ -674,7 +779,10 @@ static uint32_t int_unary(sw *s, uint16_t op, kir_dtype t, uint32_t a, bool *ok)
 static uint32_t emit_unary(sw *s, uint16_t op, kir_dtype t, uint32_t a, bool *ok) {
   *ok = false;
   if (op >= KIR_OP_COUNT) return no_code(s, op, t), 0;
-  if (kir_dtype_is_float(t)) return float_unary(s, op, t, a, ok);
+  if (kir_dtype_is_float(t)) {
+    uint32_t r = float_unary(s, op, t, a, ok);
+    return *ok && op != KIR_OP_is_finite ? narrow(s, t, r) : r;
+  }
   if (!kir_op(op)->i1) return no_code(s, op, t), 0;
   if (t != KILN_BOOL) return int_unary(s, op, t, a, ok);
   if (op == KIR_OP_logical_not) return *ok = true, op1(s, SpvOpLogicalNot, t_bool(s), a);
@@ -750,7 +858,10 @@ static uint32_t emit_binary(sw *s, uint16_t op, kir_dtype t, uint32_t a, uint32_
   *ok = false;
   if (op >= KIR_OP_COUNT) return no_code(s, op, t), 0;
   const kir_op_desc *d = kir_op(op);
-  if (kir_dtype_is_float(t)) return float_binary(s, op, t, a, b, ok);
+  if (kir_dtype_is_float(t)) {
+    uint32_t r = float_binary(s, op, t, a, b, ok);
+    return *ok && d->family != KIR_FAM_COMPARE ? narrow(s, t, r) : r;
+  }
   if (!d->i2) return no_code(s, op, t), 0;
   if (t != KILN_BOOL) return int_binary(s, op, t, a, b, ok);
   uint32_t B = t_bool(s);
@@ -791,8 +902,14 @@ static uint32_t emit_cast(sw *s, kir_dtype from, kir_dtype to, uint32_t a) {
     return ff ? op2(s, SpvOpFUnordNotEqual, B, a, c_float(s, from, 0))
               : op2(s, SpvOpINotEqual, B, a, c_of(s, from, 0, 0));
   if (from == KILN_BOOL) return sel(s, T, a, c_of(s, to, 1, 1), c_of(s, to, 0, 0));
-  if (ff && ft) return op1(s, SpvOpFConvert, T, a);
-  if (ft) return op1(s, SpvOpConvertSToF, T, a); /* u8 is 0..255 in a signed register */
+  if (ff && ft && from == KILN_F64) /* to f16/bf16 through the f32 rounded to odd */
+    return is_half(to) ? narrow(s, to, to_f32_odd(s, a)) : op1(s, SpvOpFConvert, T, a);
+  if (ff && ft) /* f32, f16, bf16 registers are all f32 */
+    return to == KILN_F64 ? op1(s, SpvOpFConvert, T, a) : narrow(s, to, a);
+  if (to == KILN_BF16 && (from == KILN_I64 || from == KILN_I32) && s->f64)
+    return narrow(s, to, to_f32_odd(s, op1(s, SpvOpConvertSToF, reg_type(s, KILN_F64), a)));
+  if (ft) /* u8 is 0..255 in a signed register */
+    return narrow(s, to, op1(s, SpvOpConvertSToF, T, a));
   uint32_t v = a;
   kir_dtype vt = from;
   if (ff) v = float_to_i64(s, from, a), vt = KILN_I64;
@@ -827,7 +944,7 @@ static uint32_t size_value(sw *s, uint32_t sym) {
 }
 
 static bool check_dtype(sw *s, kir_dtype t) {
-  if (t == KILN_F16 || t == KILN_BF16 || t >= KILN_DTYPE_COUNT)
+  if (t >= KILN_DTYPE_COUNT)
     return sw_fail(s, KILN_ERR_UNSUPPORTED, "dtype %s has no SPIR-V code",
                    t < KILN_DTYPE_COUNT ? kiln_dtype_name(t) : "?");
   if (t == KILN_F64 && !s->f64)
@@ -851,6 +968,7 @@ static uint32_t expr_value(sw *s, kcg_ref r) {
     uint32_t idx = s->val[e->a];
     if (e->c != KCG_NONE) idx = sel(s, t_i64(s), s->val[e->c], idx, c_i64(s, 0));
     v = load(s, mem_type(s, e->dtype), elem_ptr(s, e->var, idx));
+    if (is_half(e->dtype) && s->s16) v = widen16(s, e->dtype, v);
     if (e->dtype == KILN_BOOL) v = op2(s, SpvOpINotEqual, t_bool(s), v, c_i32(s, 0));
     if (e->c != KCG_NONE) v = sel(s, T, s->val[e->c], v, c_of(s, e->dtype, 0, 0));
     return v;
@@ -1006,6 +1124,7 @@ static bool emit_store(sw *s, const kcg_stmt *st) {
     return false;
   uint32_t v = s->val[st->b];
   if (t == KILN_BOOL) v = bool_to_int(s, v);
+  if (is_half(t) && s->s16) v = bits16(s, t, v);
   store(s, elem_ptr(s, st->var, s->val[st->a]), v);
   return true;
 }
@@ -1386,10 +1505,16 @@ double kcg_spirv_loop_trips(const kcg_kernel *k, const int64_t *sizes, int64_t p
 
 /* ---- the module ---- */
 
+size_t kcg_spirv_elem_bytes(kir_dtype t, bool storage16) {
+  if ((t == KILN_F16 || t == KILN_BF16) && storage16) return 2;
+  return kcg_spirv_elem_size(t);
+}
+
 size_t kcg_spirv_elem_size(kir_dtype t) {
   switch (t) {
   case KILN_F64: case KILN_I64: return 8;
   case KILN_F32: case KILN_I32: case KILN_I8: case KILN_U8: case KILN_BOOL: return 4;
+  case KILN_F16: case KILN_BF16: return 4; /* the value as an f32 word */
   default: return 0;
   }
 }
@@ -1434,7 +1559,7 @@ static void globals(sw *s) {
   for (uint32_t b = 0; b < k->nbufs; b++) {
     kir_dtype t = k->bufs[b].dtype;
     if (!check_dtype(s, t)) return;
-    s->buf_var[b] = buffer_var(s, mem_type(s, t), (uint32_t)kcg_spirv_elem_size(t), b);
+    s->buf_var[b] = buffer_var(s, mem_type(s, t), (uint32_t)kcg_spirv_elem_bytes(t, s->s16), b);
   }
   s->err_var = buffer_var(s, t_u32(s), 4, k->nbufs);
   s->gid_var = builtin_var(s, SpvBuiltInGlobalInvocationId);
@@ -1497,6 +1622,7 @@ static uint32_t *assemble(sw *s, size_t *nwords) {
   INS(&m, SpvOpCapability, SpvCapabilityShader);
   INS(&m, SpvOpCapability, SpvCapabilityInt64);
   if (s->uses_f64) INS(&m, SpvOpCapability, SpvCapabilityFloat64);
+  if (s->uses_s16) INS(&m, SpvOpCapability, SpvCapabilityStorageBuffer16BitAccess);
   uint32_t w[16];
   size_t n = str_words("GLSL.std.450", w + 1, 15);
   w[0] = s->glsl;
@@ -1555,8 +1681,14 @@ kiln_status kcg_spirv_validate(kiln_ctx *ctx, const uint32_t *words, size_t nwor
 
 kiln_status kcg_spirv_render(kiln_ctx *ctx, const kcg_kernel *k, bool f64, uint32_t **words,
                              size_t *nwords) {
+  kcg_spirv_features f = {.f64 = f64};
+  return kcg_spirv_render_for(ctx, k, &f, words, nwords);
+}
+
+kiln_status kcg_spirv_render_for(kiln_ctx *ctx, const kcg_kernel *k, const kcg_spirv_features *f,
+                                 uint32_t **words, size_t *nwords) {
   *words = NULL, *nwords = 0;
-  sw s = {.ctx = ctx, .k = k, .f64 = f64, .next = 1};
+  sw s = {.ctx = ctx, .k = k, .f64 = f->f64, .s16 = f->storage16, .next = 1};
   if (k->oom) return kir_fail(ctx, KILN_ERR_NOMEM, "kernel %s ran out of memory", k->name);
   if (kcg_spirv_push_size(k) > 128)
     return kir_fail(ctx, KILN_ERR_UNSUPPORTED,

@@ -13,7 +13,10 @@
  *     of its elements in the device layout of kcg_spirv_elem_size: f32, f64
  *     and i64 as themselves, i32 as i32, and i8, u8 and bool widened to one
  *     32-bit word each (i8 sign-extended, u8 0..255, bool 0/1), so no 8-bit
- *     storage feature is needed; the runtime converts at the host boundary;
+ *     storage feature is needed; f16 and bf16 as their 16 bits (u16
+ *     elements, the StorageBuffer16BitAccess capability) where the device
+ *     has storageBuffer16BitAccess (kcg_spirv_features.storage16), else as
+ *     their value in an f32 word; the runtime converts at the host boundary;
  *   - binding nbufs: the error words (u32); a failed CHECK stores its
  *     code + 1 into word `errslot` with an atomic compare-exchange (the first
  *     one wins) and its invocation returns;
@@ -31,7 +34,17 @@
  * them in f32. f64 is used only with `f64` (the device's shaderFloat64);
  * GLSL.std.450 has no f64 exp, log, sin, ..., so spirv.c computes those
  * itself (range reduction and series, Payne-Hanek for large sin/cos
- * arguments), within a few ulp. f16 and bf16 are KILN_ERR_UNSUPPORTED.
+ * arguments), within a few ulp.
+ *
+ * f16 and bf16 are computed as codegen/c_render.c computes them: registers
+ * are f32, every f16/bf16 result (arithmetic, math functions, casts) is
+ * rounded to its type to nearest even with integer ops on its bits (a cast
+ * from f64 through the f32 rounded to odd), so a result is the f32 op
+ * rounded once, as on the CPU after kp_widen_half. The Float16 capability
+ * (f16 arithmetic) is not used even where the device has shaderFloat16:
+ * f16 ops evaluated in f32 and rounded once are the correctly rounded f16
+ * results for + - * / sqrt, which a device's f16 arithmetic need not give,
+ * and bf16 has no SPIR-V arithmetic type at all.
  */
 #ifndef KCG_SPIRV_H
 #define KCG_SPIRV_H
@@ -42,6 +55,14 @@ enum { KCG_SPIRV_GROUP = 64, KCG_SPIRV_UNROLL = 16 };
 
 /* Bytes per element of a buffer of dtype `t` in device memory; 0 if unsupported. */
 size_t kcg_spirv_elem_size(kir_dtype t);
+/* The same for a module rendered with `storage16` (f16 and bf16 are 2 bytes there). */
+size_t kcg_spirv_elem_bytes(kir_dtype t, bool storage16);
+
+/* What the device offers a module. */
+typedef struct kcg_spirv_features {
+  bool f64;       /* shaderFloat64: f64 registers and buffers */
+  bool storage16; /* storageBuffer16BitAccess: f16/bf16 buffers of 16-bit elements */
+} kcg_spirv_features;
 
 /* Bytes of the push constants of kernel `k` (sizes, lo, hi, errslot). */
 uint32_t kcg_spirv_push_size(const kcg_kernel *k);
@@ -69,6 +90,9 @@ double kcg_spirv_loop_trips(const kcg_kernel *k, const int64_t *sizes, int64_t p
  */
 kiln_status kcg_spirv_render(kiln_ctx *ctx, const kcg_kernel *k, bool f64, uint32_t **words,
                              size_t *nwords);
+/* kcg_spirv_render for a device with features `f`. */
+kiln_status kcg_spirv_render_for(kiln_ctx *ctx, const kcg_kernel *k, const kcg_spirv_features *f,
+                                 uint32_t **words, size_t *nwords);
 
 /* Runs SPIRV-Tools' validator for Vulkan 1.2; a rejection is KILN_ERR_INVALID with its message. */
 kiln_status kcg_spirv_validate(kiln_ctx *ctx, const uint32_t *words, size_t nwords);

@@ -19,13 +19,15 @@
 
 #include "codegen/spirv.h"
 #include "passes/fusion.h"
+#include "passes/mixed_precision.h"
 #include "passes/passes.h"
 #include "vulkan.h"
 
 #define VK_INSTANCE_FNS(X)                                                               \
   X(vkDestroyInstance) X(vkEnumeratePhysicalDevices) X(vkGetPhysicalDeviceProperties)    \
-  X(vkGetPhysicalDeviceFeatures) X(vkGetPhysicalDeviceQueueFamilyProperties)             \
-  X(vkGetPhysicalDeviceMemoryProperties) X(vkCreateDevice) X(vkGetDeviceProcAddr)
+  X(vkGetPhysicalDeviceFeatures) X(vkGetPhysicalDeviceFeatures2)                         \
+  X(vkGetPhysicalDeviceQueueFamilyProperties) X(vkGetPhysicalDeviceMemoryProperties)     \
+  X(vkCreateDevice) X(vkGetDeviceProcAddr)
 
 #define VK_DEVICE_FNS(X)                                                                 \
   X(vkDestroyDevice) X(vkGetDeviceQueue) X(vkCreateBuffer) X(vkDestroyBuffer)            \
@@ -57,6 +59,7 @@ struct kvk_device {
   uint32_t max_groups;
   uint32_t loop_limit; /* loop iterations an invocation may run; 0: no known limit */
   bool f64;
+  bool s16; /* storageBuffer16BitAccess, enabled: f16/bf16 buffers of 16-bit elements */
   char name[VK_MAX_PHYSICAL_DEVICE_NAME_SIZE];
 };
 
@@ -162,6 +165,14 @@ static kiln_status pick_device(kiln_ctx *ctx, kvk_device *d, int index) {
                      VK_API_VERSION_MINOR(props.apiVersion));
   if (!feats.shaderInt64) return no_device(ctx, "%s has no shaderInt64", d->name);
   d->f64 = feats.shaderFloat64;
+  /* 16-bit storage (Vulkan 1.1 core); KILN_VK_NO_STORAGE16=1 uses the 32-bit words instead */
+  VkPhysicalDevice16BitStorageFeatures s16 = {
+      .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
+  VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                                  .pNext = &s16};
+  d->vkGetPhysicalDeviceFeatures2(d->phys, &f2);
+  const char *no16 = getenv("KILN_VK_NO_STORAGE16");
+  d->s16 = s16.storageBuffer16BitAccess && !(no16 && *no16 && strcmp(no16, "0"));
   d->max_groups = props.limits.maxComputeWorkGroupCount[0];
   if (props.limits.maxPushConstantsSize < 128)
     return no_device(ctx, "%s has %u bytes of push constants", d->name,
@@ -177,7 +188,11 @@ static kiln_status create_device(kiln_ctx *ctx, kvk_device *d) {
                                 .queueCount = 1,
                                 .pQueuePriorities = &prio};
   VkPhysicalDeviceFeatures feats = {.shaderInt64 = VK_TRUE, .shaderFloat64 = d->f64};
+  VkPhysicalDevice16BitStorageFeatures s16 = {
+      .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES,
+      .storageBuffer16BitAccess = VK_TRUE};
   VkDeviceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                           .pNext = d->s16 ? &s16 : NULL,
                            .queueCreateInfoCount = 1,
                            .pQueueCreateInfos = &qi,
                            .pEnabledFeatures = &feats};
@@ -221,6 +236,7 @@ void kvk_device_close(kvk_device *d) {
 
 const char *kvk_device_name(const kvk_device *d) { return d->name; }
 bool kvk_device_has_f64(const kvk_device *d) { return d->f64; }
+bool kvk_device_has_storage16(const kvk_device *d) { return d->s16; }
 
 /* ---- pipelines ---- */
 
@@ -235,7 +251,8 @@ static kiln_status kernel_create(kiln_ctx *ctx, kvk_device *d, const kcg_kernel 
                                  kvk_kernel *k) {
   uint32_t *words = NULL;
   size_t n = 0;
-  kiln_status s = kcg_spirv_render(ctx, kk, d->f64, &words, &n);
+  kcg_spirv_features f = {.f64 = d->f64, .storage16 = d->s16};
+  kiln_status s = kcg_spirv_render_for(ctx, kk, &f, &words, &n);
   if (s != KILN_OK) return s;
   VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                  .codeSize = n * 4,
@@ -387,10 +404,24 @@ static kiln_status vbuf_alloc(kiln_ctx *ctx, kvk_device *d, size_t bytes, vbuf *
   return r == VK_SUCCESS ? KILN_OK : vk_fail(ctx, "binding or mapping memory", r);
 }
 
-/* Host (CPU layout) to device layout and back; 8-bit and bool elements are 32-bit words. */
-static void to_device(kir_dtype t, const void *src, void *dst, int64_t n) {
+/*
+ * Host (CPU layout) to device layout and back; 8-bit and bool elements are
+ * 32-bit words; f16 and bf16 elements are their 16 bits on a device with
+ * storageBuffer16BitAccess, else their value as an f32 (exact both ways:
+ * every value the device stores is already rounded to the half type).
+ */
+static void to_device(const kvk_device *d, kir_dtype t, const void *src, void *dst, int64_t n) {
   int32_t *w = dst;
-  switch (t) {
+  const uint16_t *h = src;
+  switch (d->s16 && (t == KILN_F16 || t == KILN_BF16) ? KILN_F32 : t) { /* 16 bits: as they are */
+  case KILN_F16:
+    for (int64_t i = 0; i < n; i++)
+      ((float *)dst)[i] = (float)kir_f16_to_f64(h[i]);
+    break;
+  case KILN_BF16:
+    for (int64_t i = 0; i < n; i++)
+      ((float *)dst)[i] = (float)kir_bf16_to_f64(h[i]);
+    break;
   case KILN_I8:
     for (int64_t i = 0; i < n; i++) w[i] = ((const int8_t *)src)[i];
     break;
@@ -406,9 +437,18 @@ static void to_device(kir_dtype t, const void *src, void *dst, int64_t n) {
   }
 }
 
-static void from_device(kir_dtype t, const void *src, void *dst, int64_t n) {
+static void from_device(const kvk_device *d, kir_dtype t, const void *src, void *dst, int64_t n) {
   const int32_t *w = src;
-  switch (t) {
+  const float *f = src;
+  switch (d->s16 && (t == KILN_F16 || t == KILN_BF16) ? KILN_F32 : t) {
+  case KILN_F16:
+    for (int64_t i = 0; i < n; i++)
+      ((uint16_t *)dst)[i] = kir_f64_to_f16(f[i]);
+    break;
+  case KILN_BF16:
+    for (int64_t i = 0; i < n; i++)
+      ((uint16_t *)dst)[i] = kir_f64_to_bf16(f[i]);
+    break;
   case KILN_I8:
     for (int64_t i = 0; i < n; i++) ((int8_t *)dst)[i] = (int8_t)w[i];
     break;
@@ -461,8 +501,8 @@ static int64_t numel(const kir_type *t, const int64_t *sizes) {
   return n;
 }
 
-static size_t dev_bytes(const kir_type *t, const int64_t *sizes) {
-  return (size_t)numel(t, sizes) * kcg_spirv_elem_size(t->dtype);
+static size_t dev_bytes(const vrun *r, const kir_type *t) {
+  return (size_t)numel(t, r->sizes) * kcg_spirv_elem_bytes(t->dtype, r->vp->d->s16);
 }
 
 /* Descriptor sets and descriptors the frame tree of `p` needs. */
@@ -573,13 +613,13 @@ static kiln_status frame_new(vrun *r, const kcg_program *p, void *const *inputs,
       f->borrowed[b] = true;
       continue;
     }
-    kiln_status s = vbuf_alloc(r->ctx, d, dev_bytes(&pb->type, r->sizes), &f->bufs[b]);
+    kiln_status s = vbuf_alloc(r->ctx, d, dev_bytes(r, &pb->type), &f->bufs[b]);
     if (s != KILN_OK) return s;
     f->bufs[b].numel = n;
     if (pb->kind == KCG_PBUF_INPUT && !parent)
-      to_device(pb->type.dtype, inputs[pb->index], f->bufs[b].map, n);
+      to_device(d, pb->type.dtype, inputs[pb->index], f->bufs[b].map, n);
     else if (pb->kind == KCG_PBUF_CONST)
-      to_device(pb->type.dtype, pb->data, f->bufs[b].map, n);
+      to_device(d, pb->type.dtype, pb->data, f->bufs[b].map, n);
   }
   for (uint32_t i = 0; i < p->nsteps; i++) {
     const kcg_step *st = &p->steps[i];
@@ -596,7 +636,7 @@ static kiln_status frame_new(vrun *r, const kcg_program *p, void *const *inputs,
         s = kir_fail(r->ctx, KILN_ERR_NOMEM, "out of memory");
       for (uint32_t c = 0; c < st->n_carry && s == KILN_OK; c++) {
         const kir_type *t = &st->body->bufs[st->body->params[st->n_const + c]].type;
-        s = vbuf_alloc(r->ctx, d, dev_bytes(t, r->sizes), &f->stage[i][c]);
+        s = vbuf_alloc(r->ctx, d, dev_bytes(r, t), &f->stage[i][c]);
       }
     }
     if (s != KILN_OK) return s;
@@ -668,15 +708,14 @@ static kiln_status record_scan(vrun *r, vframe *f, uint32_t i) {
   int64_t len = kcg_dim_value(st->length, r->sizes);
   for (uint32_t c = 0; c < ncar; c++) {
     uint32_t pb = body->params[nc + c];
-    copy(r, &f->bufs[st->args[nc + c]], 0, &bf->bufs[pb], 0,
-         dev_bytes(&body->bufs[pb].type, r->sizes));
+    copy(r, &f->bufs[st->args[nc + c]], 0, &bf->bufs[pb], 0, dev_bytes(r, &body->bufs[pb].type));
   }
   barrier(r);
   for (int64_t it = 0; it < len; it++) {
     size_t t = (size_t)(st->reverse ? len - 1 - it : it);
     for (uint32_t x = nc + ncar; x < nin; x++) {
       uint32_t pb = body->params[x];
-      size_t n = dev_bytes(&body->bufs[pb].type, r->sizes);
+      size_t n = dev_bytes(r, &body->bufs[pb].type);
       copy(r, &f->bufs[st->args[x]], t * n, &bf->bufs[pb], 0, n);
     }
     barrier(r);
@@ -684,24 +723,23 @@ static kiln_status record_scan(vrun *r, vframe *f, uint32_t i) {
     if (s != KILN_OK) return s;
     for (uint32_t y = 0; y < nys; y++) {
       uint32_t rb = body->results[ncar + y];
-      size_t n = dev_bytes(&body->bufs[rb].type, r->sizes);
+      size_t n = dev_bytes(r, &body->bufs[rb].type);
       copy(r, &bf->bufs[rb], 0, &f->bufs[st->args[nin + ncar + y]], t * n, n);
     }
     for (uint32_t c = 0; c < ncar; c++) { /* through staging: results may be other carries */
       uint32_t rb = body->results[c];
-      copy(r, &bf->bufs[rb], 0, &f->stage[i][c], 0, dev_bytes(&body->bufs[rb].type, r->sizes));
+      copy(r, &bf->bufs[rb], 0, &f->stage[i][c], 0, dev_bytes(r, &body->bufs[rb].type));
     }
     barrier(r);
     for (uint32_t c = 0; c < ncar; c++) {
       uint32_t pb = body->params[nc + c];
-      copy(r, &f->stage[i][c], 0, &bf->bufs[pb], 0, dev_bytes(&body->bufs[pb].type, r->sizes));
+      copy(r, &f->stage[i][c], 0, &bf->bufs[pb], 0, dev_bytes(r, &body->bufs[pb].type));
     }
     barrier(r);
   }
   for (uint32_t c = 0; c < ncar; c++) {
     uint32_t pb = body->params[nc + c];
-    copy(r, &bf->bufs[pb], 0, &f->bufs[st->args[nin + c]], 0,
-         dev_bytes(&body->bufs[pb].type, r->sizes));
+    copy(r, &bf->bufs[pb], 0, &f->bufs[st->args[nin + c]], 0, dev_bytes(r, &body->bufs[pb].type));
   }
   barrier(r);
   return KILN_OK;
@@ -770,7 +808,8 @@ static kiln_status read_back(vrun *r, void *const *outputs) {
   for (uint32_t i = 0; i < p->nresults; i++) {
     uint32_t b = p->results[i];
     if (b >= p->nbufs) return kir_fail(r->ctx, KILN_ERR_INVALID, "Vulkan: result %u", i);
-    from_device(p->bufs[b].type.dtype, r->top->bufs[b].map, outputs[i], r->top->bufs[b].numel);
+    from_device(r->vp->d, p->bufs[b].type.dtype, r->top->bufs[b].map, outputs[i],
+                r->top->bufs[b].numel);
   }
   return KILN_OK;
 }
@@ -859,10 +898,13 @@ kiln_status kvk_graph_run(kir_graph *g, size_t n_in, kiln_tensor *const *inputs,
                           kiln_tensor **outputs) {
   kiln_ctx *ctx = g->mod->ctx;
   for (size_t i = 0; i < n_out; i++) outputs[i] = NULL;
-  /* Attention becomes flash_attention, lowered to kernels (codegen/lower_attention.c). */
-  kir_graph *tg = kp_attention_tiling_enabled() ? kp_attention_tiling(g) : g;
+  /* f16/bf16 ops accumulate in f32, as on the CPU (runtime/compile.c); attention becomes
+     flash_attention, lowered to kernels (codegen/lower_attention.c). */
+  kir_graph *wg = kp_widen_half(g);
+  kir_graph *tg = !wg ? NULL : kp_attention_tiling_enabled() ? kp_attention_tiling(wg) : wg;
   kir_graph *lg = tg ? kp_legalize(tg) : NULL;
-  if (tg != g) kiln_graph_destroy(tg);
+  if (tg != wg) kiln_graph_destroy(tg);
+  kiln_graph_destroy(wg);
   if (!lg) return strcmp(kiln_ctx_error(ctx), "out of memory") ? KILN_ERR_INVALID : KILN_ERR_NOMEM;
   kir_arena arena = {0};
   kcg_program *p = NULL;

@@ -15,7 +15,9 @@
  * (a dispatch per step, a barrier between steps), submits it, waits, and
  * reads the results and the error words back. Buffers cross the host
  * boundary in the CPU layout of program.h and are converted to the device
- * layout of spirv.h (8-bit and bool elements are 32-bit words there).
+ * layout of spirv.h (8-bit and bool elements are 32-bit words there; f16 and
+ * bf16 are 16-bit where the device has storageBuffer16BitAccess, which is
+ * then enabled, else their value in an f32 word).
  *
  * Not yet supported: scan steps (KILN_ERR_UNSUPPORTED); GEMM steps run their
  * generated kernel.
@@ -39,6 +41,9 @@ void kvk_device_close(kvk_device *d);
 /* The device's name ("llvmpipe (LLVM 15.0.7, 256 bits)") and whether it has shaderFloat64. */
 const char *kvk_device_name(const kvk_device *d);
 bool kvk_device_has_f64(const kvk_device *d);
+/* Whether f16/bf16 buffers are 16-bit on it (storageBuffer16BitAccess, unless
+ * $KILN_VK_NO_STORAGE16). */
+bool kvk_device_has_storage16(const kvk_device *d);
 
 /*
  * Compiles every kernel of `p` into a pipeline on `d`. `p` must outlive the

@@ -1,0 +1,649 @@
+/*
+ * test_vulkan_half.c — every op in f16 and bf16 on a Vulkan device (lavapipe
+ * where there is no GPU), against the f64 reference interpreter.
+ *
+ * As test_precision.c does for the CPU: each case of tests/ops/<op>.kir that
+ * has a float type is rewritten with every float type made f16 (then bf16),
+ * run through kiln_graph_run with KILN_BACKEND_VULKAN (kp_widen_half, then
+ * legalized, lowered, rendered as SPIR-V: f32 arithmetic on f16/bf16 values,
+ * every result rounded to its type) on random well-scaled inputs (the
+ * case's range clipped to [-8, 8], rounded to the type), and compared with
+ * the same case made f64 run by the reference interpreter on the same
+ * values: a float result within 1e-3 (f16) or 1e-2 (bf16) relative to
+ * max(|reference|, the RMS of the result); integers and bools equal; a
+ * reference that overflows the type must give inf. A case the device
+ * refuses (KILN_ERR_UNSUPPORTED: a scan step) is counted as skipped with
+ * its reason; test_vulkan.c checks that refusals are the f32 ones.
+ * Also: the f32 -> f16/bf16 rounding and all 65536 f16 and bf16 bit
+ * patterns through the device bit for bit (test_bits), a few ops again in
+ * the layout of a device without 16-bit storage (KILN_VK_NO_STORAGE16=1:
+ * values in f32 words), and every model of examples/models under the bf16
+ * policy on the device against the same graph compiled for the CPU.
+ * `test_vulkan_half OP` runs one op (`--bits`, `--fallback`, `models`).
+ * Without a Vulkan device the test prints why and passes.
+ */
+#include <ctype.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/kir.h"
+#include "kiln/kiln.h"
+#include "passes/mixed_precision.h"
+#include "runtime/vulkan.h"
+
+static int failures, total_runs;
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static double uniform(void) { /* xorshift64*, in [0, 1) */
+  rng ^= rng >> 12, rng ^= rng << 25, rng ^= rng >> 27;
+  return (double)((rng * 2685821657736338717ull) >> 11) * 0x1p-53;
+}
+
+#define MAXIN 16
+
+typedef struct {
+  double lo[MAXIN], hi[MAXIN];
+  int64_t shapes[MAXIN][KIR_MAX_RANK];
+  int shape_rank[MAXIN];
+  int ninputs;
+  bool expect_error;
+} case_spec;
+
+/* The range of the values on an INPUT line. */
+static bool parse_range(const char *s, double *lo, double *hi) {
+  *lo = INFINITY, *hi = -INFINITY;
+  while (*s == ' ')
+    s++;
+  if (*s++ != '[') return false;
+  for (;;) {
+    while (*s == ' ' || *s == ',')
+      s++;
+    if (*s == ']') return true;
+    if (!*s || *s == '\n') return false;
+    char *end;
+    double v;
+    if (!strncmp(s, "true", 4))
+      v = 1, end = (char *)s + 4;
+    else if (!strncmp(s, "false", 5))
+      v = 0, end = (char *)s + 5;
+    else
+      v = strtod(s, &end);
+    if (end == s) return false;
+    if (isfinite(v)) *lo = fmin(*lo, v), *hi = fmax(*hi, v);
+    s = end;
+  }
+}
+
+static bool parse_case(const char *text, case_spec *c) {
+  memset(c, 0, sizeof *c);
+  for (int i = 0; i < MAXIN; i++)
+    c->shape_rank[i] = -1;
+  for (const char *line = text; line && *line;
+       line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+    const char *p = line + strspn(line, " ");
+    if (strncmp(p, "//", 2)) continue;
+    p += 2 + strspn(p + 2, " ");
+    if (!strncmp(p, "INPUT:", 6)) {
+      if (c->ninputs == MAXIN || !parse_range(p + 6, &c->lo[c->ninputs], &c->hi[c->ninputs]))
+        return false;
+      c->ninputs++;
+    } else if (!strncmp(p, "SHAPE:", 6) && c->ninputs > 0) {
+      int k = c->ninputs - 1, r = 0;
+      for (const char *s = p + 6; *s && *s != '\n';) {
+        s += strspn(s, " ,");
+        if (!*s || *s == '\n') break;
+        char *end;
+        long long d = strtoll(s, &end, 10);
+        if (end == s || r == KIR_MAX_RANK) return false;
+        c->shapes[k][r++] = d;
+        s = end;
+      }
+      c->shape_rank[k] = r;
+    } else if (!strncmp(p, "EXPECT-ERROR:", 13)) {
+      c->expect_error = true;
+    }
+  }
+  return true;
+}
+
+/* `text` with every float type name made `to`, or NULL when it has none. */
+static char *retype(const char *text, const char *to) {
+  static const char *const names[] = {"bf16", "f16", "f32", "f64"};
+  size_t n = strlen(text), cap = n * 2 + 16, k = 0;
+  char *out = malloc(cap);
+  bool any = false;
+  if (!out) return NULL;
+  for (size_t i = 0; i < n;) {
+    bool hit = false;
+    bool word_start = i == 0 || !(isalnum((unsigned char)text[i - 1]) || text[i - 1] == '_' ||
+                                  text[i - 1] == '%' || text[i - 1] == '@');
+    for (int w = 0; word_start && w < 4 && !hit; w++) {
+      size_t len = strlen(names[w]);
+      if (strncmp(text + i, names[w], len) || isalnum((unsigned char)text[i + len])) continue;
+      if (k + 8 >= cap) break;
+      memcpy(out + k, to, strlen(to));
+      k += strlen(to);
+      i += len;
+      hit = any = true;
+    }
+    if (!hit) out[k++] = text[i++];
+    if (k + 8 >= cap) {
+      free(out);
+      return NULL;
+    }
+  }
+  out[k] = 0;
+  if (!any) {
+    free(out);
+    return NULL;
+  }
+  return out;
+}
+
+/* Concrete dims of every parameter from the case's shapes. */
+static bool param_dims(kir_graph *g, const case_spec *c, int64_t dims[][KIR_MAX_RANK]) {
+  int64_t sym[64];
+  for (int s = 0; s < 64; s++)
+    sym[s] = -1;
+  for (uint32_t p = 0; p < g->nparams; p++) {
+    const kir_type *t = &g->values[g->params[p]].type;
+    for (int d = 0; d < t->rank; d++) {
+      if (!KIR_DIM_IS_SYM(t->dims[d])) continue;
+      if (c->shape_rank[p] != t->rank || KIR_DIM_SYM(t->dims[d]) >= 64) return false;
+      sym[KIR_DIM_SYM(t->dims[d])] = c->shapes[p][d];
+    }
+  }
+  for (uint32_t p = 0; p < g->nparams; p++) {
+    const kir_type *t = &g->values[g->params[p]].type;
+    for (int d = 0; d < t->rank; d++)
+      dims[p][d] = KIR_DIM_IS_SYM(t->dims[d]) ? sym[KIR_DIM_SYM(t->dims[d])] : t->dims[d];
+  }
+  return true;
+}
+
+typedef struct {
+  const char *op;
+  double worst[2]; /* f16, bf16 */
+  int runs[2], skipped;
+  char refused[160]; /* the first reason the device refused a case */
+} op_stats;
+
+/* Random inputs for `low` (dtype of its params) and the same values for `ref` (f64). */
+static bool make_inputs(kir_graph *low, kir_graph *ref, const case_spec *c, kir_tensor **lin,
+                        kir_tensor **rin) {
+  int64_t dims[MAXIN][KIR_MAX_RANK];
+  if (low->nparams > MAXIN || (int)low->nparams != c->ninputs || !param_dims(low, c, dims))
+    return false;
+  for (uint32_t p = 0; p < low->nparams; p++) {
+    const kir_type *lt = &low->values[low->params[p]].type;
+    const kir_type *rt = &ref->values[ref->params[p]].type;
+    lin[p] = kir_tensor_new(lt->dtype, lt->rank, dims[p]);
+    rin[p] = kir_tensor_new(rt->dtype, rt->rank, dims[p]);
+    if (!lin[p] || !rin[p]) return false;
+    double lo = c->lo[p], hi = c->hi[p];
+    if (lo > hi) lo = -2, hi = 2;
+    bool isf = kir_dtype_is_float(lt->dtype);
+    if (isf) { /* well-scaled: the case's range clipped to [-8, 8] */
+      double l2 = fmax(lo, -8), h2 = fmin(hi, 8);
+      if (l2 < h2) lo = l2, hi = h2;
+      if (lo == hi) lo -= 1, hi += 1;
+    }
+    for (int64_t i = 0; i < lin[p]->numel; i++) {
+      if (isf) {
+        double v = lo + uniform() * (hi - lo);
+        if (v == 0) v = (hi - lo) / 7 + 1e-3;
+        lin[p]->f[i] = rin[p]->f[i] = kir_round_to(lt->dtype, v);
+      } else {
+        lin[p]->i[i] = rin[p]->i[i] =
+            kir_wrap_int(lt->dtype, (int64_t)floor(lo + uniform() * (hi - lo + 1)));
+      }
+    }
+  }
+  return true;
+}
+
+/* Compares result `got` (low dtype) with the f64 reference; the worst error goes to *worst. */
+static bool compare(const char *what, const kir_tensor *got, const kir_tensor *want, double tol,
+                    double scale, double *worst) {
+  if (got->numel != want->numel) {
+    printf("FAIL %s: %lld elements, the reference has %lld\n", what, (long long)got->numel,
+           (long long)want->numel);
+    return false;
+  }
+  if (!kir_dtype_is_float(got->dtype)) {
+    for (int64_t i = 0; i < got->numel; i++)
+      if (got->i[i] != want->i[i]) {
+        printf("FAIL %s: element %lld is %lld, the reference says %lld\n", what, (long long)i,
+               (long long)got->i[i], (long long)want->i[i]);
+        return false;
+      }
+    return true;
+  }
+  double ss = 0;
+  int64_t nf = 0;
+  for (int64_t i = 0; i < want->numel; i++)
+    if (isfinite(want->f[i])) ss += want->f[i] * want->f[i], nf++;
+  double rms = nf ? sqrt(ss / (double)nf) : 0, floor_ = fmax(fmax(rms, scale), 1e-30);
+  for (int64_t i = 0; i < got->numel; i++) {
+    double g = got->f[i], w = want->f[i], wr = kir_round_to(got->dtype, w), e;
+    if (isnan(w) || isnan(g))
+      e = isnan(w) && isnan(g) ? 0 : INFINITY;
+    else if (isinf(wr) || isinf(g))
+      e = g == wr ? 0 : INFINITY;
+    else
+      e = fabs(g - w) / fmax(fabs(w), floor_);
+    if (e > *worst) *worst = e;
+    if (e > tol) {
+      printf("FAIL %s: element %lld is %.9g, the f64 reference says %.9g (%.3g > %g)\n", what,
+             (long long)i, g, w, e, tol);
+      return false;
+    }
+  }
+  return true;
+}
+
+static void free_tensors(kir_tensor **t, int n) {
+  for (int i = 0; i < n; i++)
+    kir_tensor_free(t[i]);
+}
+
+/* One case in one low dtype (0: f16, 1: bf16). */
+static void run_low(op_stats *st, int k, int which, const char *text, const char *path,
+                    const case_spec *c) {
+  const char *tname = which ? "bf16" : "f16";
+  double tol = which ? 1e-2 : 1e-3;
+  char *lt = retype(text, tname), *rt = retype(text, "f64");
+  kiln_ctx *ctx = kiln_ctx_create();
+  kiln_graph *lg = NULL, *rg = NULL;
+  kir_tensor *lin[MAXIN] = {0}, *rin[MAXIN] = {0}, *want[64] = {0};
+  kiln_tensor *hin[MAXIN] = {0}, *hout[64] = {0};
+  int nin = 0;
+  if (!lt || !rt || kiln_graph_parse(ctx, lt, strlen(lt), path, &lg) != KILN_OK ||
+      kiln_graph_parse(ctx, rt, strlen(rt), path, &rg) != KILN_OK || lg->nresults > 64 ||
+      lg->nresults != rg->nresults) {
+    st->skipped++; /* a parse-error case, or one whose types do not survive the change */
+    goto done;
+  }
+  kiln_status s;
+  nin = (int)lg->nparams;
+  if (!make_inputs(lg, rg, c, lin, rin) || kir_interp_run(ctx, rg, rin, want) != KILN_OK) {
+    st->skipped++; /* values the op refuses (an index out of range, a segment order) */
+    goto done;
+  }
+  /* A scan chains its body's ops, and compiled code rounds each to the type (as IEEE f16
+     arithmetic does, step by step) where the reference rounds once at the end: a carry that
+     sums and cancels is measured against the scale of the operands its steps added. */
+  double scale = 0;
+  for (int i = 0; i < nin && !strcmp(st->op, "scan"); i++)
+    for (int64_t e = 0; kir_dtype_is_float(lin[i]->dtype) && e < lin[i]->numel; e++)
+      scale = fmax(scale, fabs(lin[i]->f[e]));
+  bool ok = true;
+  for (int i = 0; i < nin && ok; i++)
+    ok = (hin[i] = kir_tensor_to_host(lin[i])) != NULL;
+  s = ok ? kiln_graph_run(lg, KILN_BACKEND_VULKAN, (size_t)nin, hin, lg->nresults, hout, NULL)
+         : KILN_ERR_NOMEM;
+  if (s == KILN_ERR_UNSUPPORTED) { /* a scan step, an op with no SPIR-V code: test_vulkan's */
+    if (!st->refused[0]) snprintf(st->refused, sizeof st->refused, "%s", kiln_ctx_error(ctx));
+    st->skipped++;
+    for (uint32_t r = 0; r < lg->nresults; r++)
+      kir_tensor_free(want[r]);
+    goto done;
+  }
+  st->runs[which]++;
+  if (s != KILN_OK) {
+    printf("FAIL %s case %d (%s): run: %s\n", st->op, k, tname, kiln_ctx_error(ctx));
+    failures++;
+  } else {
+    for (uint32_t r = 0; r < lg->nresults; r++) {
+      kir_tensor *got = kir_tensor_from_host(hout[r]);
+      char what[128];
+      snprintf(what, sizeof what, "%s case %d (%s) result %u", st->op, k, tname, r);
+      if (!got || !compare(what, got, want[r], tol, scale, &st->worst[which])) failures++;
+      kir_tensor_free(got);
+    }
+  }
+  for (uint32_t r = 0; r < lg->nresults; r++) {
+    kiln_tensor_destroy(hout[r]);
+    kir_tensor_free(want[r]);
+  }
+done:
+  for (int i = 0; i < nin; i++)
+    kiln_tensor_destroy(hin[i]);
+  free_tensors(lin, MAXIN);
+  free_tensors(rin, MAXIN);
+  kiln_graph_destroy(lg);
+  kiln_graph_destroy(rg);
+  kiln_ctx_destroy(ctx);
+  free(lt);
+  free(rt);
+}
+
+static char *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    free(buf);
+    buf = NULL;
+  }
+  fclose(f);
+  if (buf) {
+    buf[n] = 0;
+    *len = (size_t)n;
+  }
+  return buf;
+}
+
+/* Every case of one op's file, each blanked out of the rest so its line numbers stay true. */
+static void run_op(uint16_t op) {
+  op_stats st = {.op = kir_op(op)->name};
+  char path[512];
+  snprintf(path, sizeof path, "%s/tests/ops/%s.kir", KILN_SOURCE_DIR, st.op);
+  size_t len;
+  char *text = read_file(path, &len);
+  if (!text) {
+    printf("FAIL no test file tests/ops/%s.kir\n", st.op);
+    failures++;
+    return;
+  }
+  int before = failures, k = 0;
+  for (size_t start = 0; start <= len;) {
+    char *sep = strstr(text + start, "\n// -----");
+    size_t end = sep ? (size_t)(sep - text) + 1 : len;
+    char *chunk = malloc(len + 1);
+    if (!chunk) break;
+    for (size_t i = 0; i < len; i++)
+      chunk[i] = (i >= start && i < end) || text[i] == '\n' ? text[i] : ' ';
+    chunk[len] = 0;
+    case_spec c;
+    if (strstr(chunk + start, "func") && parse_case(chunk, &c) && !c.expect_error) {
+      run_low(&st, k, 0, chunk, path, &c);
+      run_low(&st, k, 1, chunk, path, &c);
+    }
+    k += strstr(chunk + start, "func") != NULL;
+    free(chunk);
+    if (!sep) break;
+    start = end + strcspn(text + end, "\n") + 1;
+  }
+  printf("%s %-20s f16 %3d runs, worst %.2g; bf16 %3d runs, worst %.2g (%d skipped)%s%s\n",
+         failures == before ? "ok  " : "FAIL", st.op, st.runs[0], st.worst[0], st.runs[1],
+         st.worst[1], st.skipped, st.refused[0] ? ": " : "", st.refused);
+  total_runs += st.runs[0] + st.runs[1];
+  free(text);
+}
+
+/*
+ * The rounding and the 16-bit layouts bit by bit: f32 -> f16 and f32 -> bf16
+ * casts of special and random f32 bit patterns (ties, overflow to inf,
+ * subnormals, NaN) must give kir_f64_to_f16/bf16's bits, and neg of every one
+ * of the 65536 f16 and bf16 bit patterns the pattern with its sign flipped
+ * (NaN stays NaN).
+ */
+static void test_bits(void) {
+  static const char text[] = "func @main(%x: f32[N], %h: f16[N], %b: bf16[N]) -> (f16[N], "
+                             "bf16[N], f16[N], bf16[N]) {\n"
+                             "  %a = cast(%x) {dtype = f16} : f16[N]\n"
+                             "  %c = cast(%x) {dtype = bf16} : bf16[N]\n"
+                             "  %d = neg(%h) : f16[N]\n"
+                             "  %e = neg(%b) : bf16[N]\n"
+                             "  return %a, %c, %d, %e\n"
+                             "}\n";
+  static const float special[] = {0.0f,
+                                  -0.0f,
+                                  1.0f + 0x1p-11f,
+                                  1.0f + 0x1p-10f + 0x1p-11f,
+                                  1.0f + 0x1p-8f,
+                                  1.0f + 0x1p-7f + 0x1p-8f,
+                                  0x1p-24f,
+                                  0x1p-25f,
+                                  0x1.8p-25f,
+                                  0x1.8p-24f,
+                                  0x1p-14f,
+                                  0x1.ffcp-15f,
+                                  65504.0f,
+                                  65519.0f,
+                                  65520.0f,
+                                  1e6f,
+                                  -3.4e38f,
+                                  INFINITY,
+                                  -INFINITY,
+                                  NAN,
+                                  0x1.fffffep127f,
+                                  0x1p-126f,
+                                  0x1.02p-133f};
+  enum { N = 65536 };
+  kiln_ctx *ctx = kiln_ctx_create();
+  kiln_graph *g = NULL;
+  kiln_tensor *in[3] = {0}, *out[4] = {0};
+  int64_t n = N;
+  int bad = 0;
+  if (kiln_graph_parse(ctx, text, strlen(text), "bits", &g) != KILN_OK) goto fail;
+  for (int i = 0; i < 3; i++)
+    if (kiln_tensor_create(ctx, i ? (i == 1 ? KILN_F16 : KILN_BF16) : KILN_F32, 1, &n, &in[i]))
+      goto fail;
+  float *x = kiln_tensor_data(in[0]);
+  uint16_t *h = kiln_tensor_data(in[1]), *b = kiln_tensor_data(in[2]);
+  for (int i = 0; i < N; i++) {
+    uint32_t u = (uint32_t)(uniform() * 4294967296.0);
+    if (i < 4 * N / 5) u = (u & 0x80000000u) | ((u % 0x10000000u) + 0x30000000u); /* near f16 */
+    memcpy(&x[i], &u, 4);
+    if (i < (int)(sizeof special / sizeof *special)) x[i] = special[i];
+    h[i] = b[i] = (uint16_t)i;
+  }
+  if (kiln_graph_run(g, KILN_BACKEND_VULKAN, 3, in, 4, out, NULL) != KILN_OK) goto fail;
+  const uint16_t *a = kiln_tensor_data(out[0]), *c = kiln_tensor_data(out[1]);
+  const uint16_t *d = kiln_tensor_data(out[2]), *e = kiln_tensor_data(out[3]);
+  for (int i = 0; i < N; i++) {
+    uint16_t wa = kir_f64_to_f16(x[i]), wc = kir_f64_to_bf16(x[i]);
+    bool nan_a = isnan(x[i]), fl = fabsf(x[i]) < 0x1p-126f; /* a device may flush f32 subnormals */
+    bool ok_a = nan_a ? isnan(kir_f16_to_f64(a[i])) : a[i] == wa || (fl && !(a[i] & 0x7fff));
+    bool ok_c = nan_a ? isnan(kir_bf16_to_f64(c[i])) : c[i] == wc;
+    bool nan_h = isnan(kir_f16_to_f64((uint16_t)i)), nan_b = isnan(kir_bf16_to_f64((uint16_t)i));
+    bool ok_d = nan_h ? isnan(kir_f16_to_f64(d[i])) : d[i] == (i ^ 0x8000);
+    bool ok_e = nan_b ? isnan(kir_bf16_to_f64(e[i])) : e[i] == (i ^ 0x8000);
+    if (!(ok_a && ok_c && ok_d && ok_e) && bad++ < 5)
+      printf("FAIL bits %d: x %a -> f16 %04x (want %04x), bf16 %04x (want %04x); neg %04x: f16 "
+             "%04x, bf16 %04x\n",
+             i, (double)x[i], a[i], wa, c[i], wc, i, d[i], e[i]);
+  }
+  printf("%s bits: f32 -> f16/bf16 casts and neg of every 16-bit pattern, %d wrong\n",
+         bad ? "FAIL" : "ok  ", bad);
+  failures += bad != 0;
+  goto done;
+fail:
+  printf("FAIL bits: %s\n", kiln_ctx_error(ctx));
+  failures++;
+done:
+  for (int i = 0; i < 3; i++)
+    kiln_tensor_destroy(in[i]);
+  for (int i = 0; i < 4; i++)
+    kiln_tensor_destroy(out[i]);
+  kiln_graph_destroy(g);
+  kiln_ctx_destroy(ctx);
+}
+
+static kiln_tensor *ints(kiln_ctx *ctx, const int64_t *v, int64_t n) {
+  kiln_tensor *t = NULL;
+  kiln_tensor_create(ctx, KILN_I64, 1, &n, &t);
+  for (int64_t i = 0; t && i < n; i++)
+    kiln_tensor_set(t, (size_t)i, (double)v[i]);
+  return t;
+}
+
+/* The size a symbol takes here (as test_models.c). */
+static int64_t sym_size(const char *s) {
+  return !strcmp(s, "T") ? 5 : !strcmp(s, "N") ? 6 : !strcmp(s, "G") ? 2 : 3;
+}
+
+/* Inputs of a model graph: its parameters, a ring graph for GNN inputs, random data. */
+static bool model_inputs(kiln_ctx *ctx, kiln_graph *g, kiln_params *p, kiln_tensor **in, size_t n) {
+  static const int64_t src[] = {0, 1, 2, 3, 4, 5, 1, 2, 0, 4, 5, 3, 0, 1, 2, 3, 4, 5};
+  static const int64_t dst[] = {1, 2, 0, 4, 5, 3, 0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5};
+  static const int64_t batch[] = {0, 0, 0, 1, 1, 1}, graphs[] = {0, 1};
+  size_t np = kiln_params_count(p);
+  for (size_t i = 0; i < n; i++) {
+    kiln_value v = kiln_graph_get_param(g, i);
+    const char *name = kiln_value_name(g, v);
+    size_t len = strlen(name);
+    if (i < np)
+      in[i] = kiln_params_tensor(p, i);
+    else if (len > 4 && !strcmp(name + len - 4, ".src"))
+      in[i] = ints(ctx, src, 18);
+    else if (len > 4 && !strcmp(name + len - 4, ".dst"))
+      in[i] = ints(ctx, dst, 18);
+    else if (len > 6 && !strcmp(name + len - 6, ".batch"))
+      in[i] = ints(ctx, batch, 6);
+    else if (len > 7 && !strcmp(name + len - 7, ".graphs"))
+      in[i] = ints(ctx, graphs, 2);
+    else {
+      int64_t dims[8];
+      size_t r = kiln_value_rank(g, v);
+      for (size_t k = 0; k < r && k < 8; k++) {
+        kiln_dim d = kiln_value_dim(g, v, k);
+        dims[k] = d >= 0 ? d : sym_size(kiln_dim_symbol_name(g, d));
+      }
+      kiln_dtype t = kiln_value_dtype(g, v);
+      if (r > 8 || kiln_tensor_create(ctx, t, r, dims, &in[i])) return false;
+      for (size_t e = 0; e < kiln_tensor_numel(in[i]); e++)
+        kiln_tensor_set(in[i], e, t == KILN_I64 ? floor(5 * uniform()) : 2 * uniform() - 1);
+    }
+    if (!in[i]) return false;
+  }
+  return true;
+}
+
+/*
+ * One model file built in f32 and given the `pr` (bf16 or fp16) policy of
+ * passes/mixed_precision.c (matmul and conv operands rounded to the type):
+ * the device against the same graph compiled for the CPU. Both round the
+ * same values; they differ where the device's f32 exp, log, tanh, ... are an
+ * f32 ulp off the CPU's across a rounding boundary, which propagates, so the
+ * bound is a few ulps of the type.
+ */
+static void check_model(const char *dir, const char *file, kp_precision pr) {
+  kiln_dtype t = kp_precision_low_dtype(pr);
+  kiln_ctx *ctx = kiln_ctx_create();
+  char path[1024];
+  kiln_model_file *m = NULL;
+  kiln_graph *g = NULL, *f32g = NULL;
+  kiln_params *p = NULL;
+  kiln_compiled *cm = NULL;
+  kiln_tensor *in[128] = {0}, *a[8] = {0}, *b[8] = {0};
+  size_t n = 0, nout = 0;
+  double worst = 0, tol = t == KILN_BF16 ? 3e-2 : 4e-3;
+  if (snprintf(path, sizeof path, "%s/%s", dir, file) >= (int)sizeof path ||
+      kiln_model_file_read(ctx, path, &m))
+    goto fail;
+  size_t nin = kiln_model_file_num_inputs(m);
+  kiln_build_opts bo = {KILN_F32, 0};
+  if (nin > 8 ||
+      kiln_layer_build(ctx, kiln_model_file_layer(m), nin, kiln_model_file_inputs(m), &bo, &f32g) ||
+      kiln_layer_init(ctx, kiln_model_file_layer(m), 3, KILN_F32, &p) ||
+      !(g = kp_mixed_precision(f32g, pr)))
+    goto fail;
+  n = kiln_graph_num_params(g), nout = kiln_graph_num_results(g);
+  if (n > 128 || nout > 8 || !model_inputs(ctx, g, p, in, n)) goto fail;
+  if (kiln_compile(g, NULL, &cm) || kiln_compiled_run(cm, ctx, n, in, nout, a, NULL)) goto fail;
+  kiln_status s = kiln_graph_run(g, KILN_BACKEND_VULKAN, n, in, nout, b, NULL);
+  if (s == KILN_ERR_UNSUPPORTED) {
+    printf("unsupported model %-28s %s: %s\n", file, kiln_dtype_name(t), kiln_ctx_error(ctx));
+    goto done;
+  }
+  if (s) goto fail;
+  for (size_t k = 0; k < nout; k++)
+    for (size_t e = 0; e < kiln_tensor_numel(a[k]); e++) {
+      double x = kiln_tensor_get(a[k], e), y = kiln_tensor_get(b[k], e);
+      double rel = fabs(x - y) / (1 + fabs(x));
+      if (!(rel <= worst))
+        worst = isnan(rel) && isnan(x) && isnan(y) ? worst : isnan(rel) ? INFINITY : rel;
+    }
+  printf("%s model %-28s %s, %zu output%s, largest difference from the CPU %.2g\n",
+         worst <= tol ? "ok  " : "FAIL", file, kiln_dtype_name(t), nout, nout == 1 ? "" : "s",
+         worst);
+  failures += !(worst <= tol);
+  goto done;
+fail:
+  printf("FAIL model %s %s: %s\n", file, kiln_dtype_name(t), kiln_ctx_error(ctx));
+  failures++;
+done:
+  for (size_t i = p ? kiln_params_count(p) : 0; i < n; i++)
+    kiln_tensor_destroy(in[i]);
+  for (size_t k = 0; k < 8; k++)
+    kiln_tensor_destroy(a[k]), kiln_tensor_destroy(b[k]);
+  kiln_compiled_destroy(cm);
+  kiln_graph_destroy(g);
+  kiln_graph_destroy(f32g);
+  kiln_params_destroy(p);
+  kiln_model_file_destroy(m);
+  kiln_ctx_destroy(ctx);
+}
+
+static void check_models(void) {
+  const char *dir = KILN_SOURCE_DIR "/examples/models";
+  DIR *d = opendir(dir);
+  struct dirent *de;
+  char names[64][256];
+  int n = 0;
+  while (d && (de = readdir(d)) && n < 64) {
+    size_t len = strlen(de->d_name);
+    if (len > 5 && !strcmp(de->d_name + len - 5, ".kiln"))
+      snprintf(names[n++], sizeof names[0], "%s", de->d_name);
+  }
+  if (d) closedir(d);
+  qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
+  for (int i = 0; i < n; i++)
+    check_model(dir, names[i], KP_PREC_BF16);
+  if (!n) printf("FAIL no model in %s\n", dir), failures++;
+}
+
+int main(int argc, char **argv) {
+  const char *only = argc > 1 ? argv[1] : NULL;
+  kiln_ctx *ctx = kiln_ctx_create();
+  kvk_device *dev = NULL;
+  kiln_status s = kvk_device_open(ctx, 0, &dev);
+  if (s != KILN_OK) {
+    printf("skip: %s\n", kiln_ctx_error(ctx));
+    kiln_ctx_destroy(ctx);
+    return s == KILN_ERR_UNSUPPORTED ? 0 : 1;
+  }
+  printf("device: %s, storageBuffer16BitAccess %s\n", kvk_device_name(dev),
+         kvk_device_has_storage16(dev) ? "yes" : "no");
+  bool s16 = kvk_device_has_storage16(dev);
+  /* dev stays open: each kiln_graph_run opens device 0 again, and the loader and driver
+     libraries this one holds are not loaded and relocated again each time */
+  if (!only || !strcmp(only, "--bits")) {
+    test_bits();
+    if (s16) { /* and in the f32-word layout */
+      setenv("KILN_VK_NO_STORAGE16", "1", 1);
+      test_bits();
+      unsetenv("KILN_VK_NO_STORAGE16");
+    }
+  }
+  for (uint16_t op = 0; op < KIR_OP_COUNT; op++)
+    if (!only || !strcmp(only, kir_op(op)->name)) run_op(op);
+  if (!only) {
+    printf("%d f16/bf16 runs on the device\n", total_runs);
+    if (total_runs < 100) printf("FAIL too few runs\n"), failures++;
+  }
+  /* The layout of a device without 16-bit storage: f16/bf16 values in f32 words */
+  static const char *const fallback[] = {"cast", "exp", "mul", "matmul", "reduce_max", "gather"};
+  if (s16 && (!only || !strcmp(only, "--fallback"))) {
+    setenv("KILN_VK_NO_STORAGE16", "1", 1);
+    printf("without 16-bit storage (KILN_VK_NO_STORAGE16=1):\n");
+    for (size_t i = 0; i < sizeof fallback / sizeof *fallback; i++)
+      for (uint16_t op = 0; op < KIR_OP_COUNT; op++)
+        if (!strcmp(fallback[i], kir_op(op)->name)) run_op(op);
+    unsetenv("KILN_VK_NO_STORAGE16");
+  }
+  if (!only || !strcmp(only, "models")) check_models();
+  if (failures) printf("test_vulkan_half: %d failures\n", failures);
+  kvk_device_close(dev);
+  kiln_ctx_destroy(ctx);
+  return failures != 0;
+}
