@@ -52,8 +52,24 @@
 #define FA_CLONES
 #endif
 
+/*
+ * AVX-512 micro-kernels (rt_attention_body.inc): functions compiled for
+ * avx512f/vl/dq + FMA whatever the build's -march, called only where
+ * __builtin_cpu_supports says the CPU has them (fa_pick_isa); the GCC-vector
+ * code stays the fallback, and KILN_ATTENTION_ISA=scalar forces it.
+ */
+#if defined(__x86_64__) && defined(__GNUC__) && (defined(__clang__) || __GNUC__ >= 8)
+#define FA_X86 1
+#include <immintrin.h>
+#define FA_TARGET512 __attribute__((target("avx512f,avx512vl,avx512dq,fma")))
+#define FA_INLINE512 static inline __attribute__((always_inline)) FA_TARGET512
+#else
+#define FA_X86 0
+#endif
+
 typedef struct fa_job {
   bool backward, causal;
+  bool z; /* the AVX-512 kernels */
   int64_t B, H, Hk, T, S, D, Dv, group;
   double scale;
   int64_t br, bc, nitems;
@@ -83,8 +99,34 @@ static void fa_item(const fa_job *jb, int64_t it, int64_t *b, int64_t *h, int64_
 #define EXP expf
 #define LOG logf
 #define FA_VEXP 1
+#define ZW 16
+#define ZV __m512
+#define ZMASK __mmask16
+#define ZZERO _mm512_setzero_ps
+#define ZSET1 _mm512_set1_ps
+#define ZMLOAD _mm512_maskz_loadu_ps
+#define ZMLOADF _mm512_mask_loadu_ps
+#define ZMSTORE _mm512_mask_storeu_ps
+#define ZFMA _mm512_fmadd_ps
+#define ZMUL _mm512_mul_ps
+#define ZADD _mm512_add_ps
+#define ZMAX _mm512_max_ps
+#define ZRMAX _mm512_reduce_max_ps
 #include "rt_attention_body.inc"
 #undef FA_VEXP
+#undef ZW
+#undef ZV
+#undef ZMASK
+#undef ZZERO
+#undef ZSET1
+#undef ZMLOAD
+#undef ZMLOADF
+#undef ZMSTORE
+#undef ZFMA
+#undef ZMUL
+#undef ZADD
+#undef ZMAX
+#undef ZRMAX
 #undef REAL
 #undef VLEN
 #undef SFX
@@ -97,6 +139,19 @@ static void fa_item(const fa_job *jb, int64_t it, int64_t *b, int64_t *h, int64_
 #define EXP exp
 #define LOG log
 #define FA_VEXP 0
+#define ZW 8
+#define ZV __m512d
+#define ZMASK __mmask8
+#define ZZERO _mm512_setzero_pd
+#define ZSET1 _mm512_set1_pd
+#define ZMLOAD _mm512_maskz_loadu_pd
+#define ZMLOADF _mm512_mask_loadu_pd
+#define ZMSTORE _mm512_mask_storeu_pd
+#define ZFMA _mm512_fmadd_pd
+#define ZMUL _mm512_mul_pd
+#define ZADD _mm512_add_pd
+#define ZMAX _mm512_max_pd
+#define ZRMAX _mm512_reduce_max_pd
 #include "rt_attention_body.inc"
 #undef FA_VEXP
 #undef REAL
@@ -104,6 +159,23 @@ static void fa_item(const fa_job *jb, int64_t it, int64_t *b, int64_t *h, int64_
 #undef SFX
 #undef EXP
 #undef LOG
+
+/* 1 where the CPU runs the AVX-512 kernels. */
+static bool fa_cpu_avx512(void) {
+#if FA_X86
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
+const char *krt_attention_isa(void) {
+  const char *want = getenv("KILN_ATTENTION_ISA");
+  if (want && !strcmp(want, "scalar")) return "scalar";
+  return fa_cpu_avx512() ? "avx512" : "scalar";
+}
 
 static int64_t cache_bytes(int name, int64_t dflt) {
   long v = sysconf(name);
@@ -163,6 +235,7 @@ kiln_status krt_attention_run(kiln_ctx *ctx, const kcg_program *prog, const kcg_
   if (jb.Hk <= 0 || jb.H % jb.Hk)
     return fail(ctx, KILN_ERR_RUNTIME, "attention: the query heads are not a multiple of the kv heads");
   jb.group = jb.H / jb.Hk;
+  jb.z = !strcmp(krt_attention_isa(), "avx512");
   jb.scale = a->scale != 0 ? a->scale : 1 / sqrt((double)jb.D);
   krt_attention_tiles(a->dtype, jb.D, jb.Dv, &jb.br, &jb.bc);
   jb.nitems = jb.B * jb.H * ((jb.T + jb.br - 1) / jb.br);
