@@ -112,6 +112,7 @@ static void fa_item(const fa_job *jb, int64_t it, int64_t *b, int64_t *h, int64_
 #define ZADD _mm512_add_ps
 #define ZMAX _mm512_max_ps
 #define ZRMAX _mm512_reduce_max_ps
+#define ZGATHER(mk, idx, p) _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk, idx, p, 4)
 #include "rt_attention_body.inc"
 #undef FA_VEXP
 #undef ZW
@@ -127,6 +128,7 @@ static void fa_item(const fa_job *jb, int64_t it, int64_t *b, int64_t *h, int64_
 #undef ZADD
 #undef ZMAX
 #undef ZRMAX
+#undef ZGATHER
 #undef REAL
 #undef VLEN
 #undef SFX
@@ -152,6 +154,8 @@ static void fa_item(const fa_job *jb, int64_t it, int64_t *b, int64_t *h, int64_
 #define ZADD _mm512_add_pd
 #define ZMAX _mm512_max_pd
 #define ZRMAX _mm512_reduce_max_pd
+#define ZGATHER(mk, idx, p) \
+  _mm512_mask_i32gather_pd(_mm512_setzero_pd(), mk, _mm512_castsi512_si256(idx), p, 8)
 #include "rt_attention_body.inc"
 #undef FA_VEXP
 #undef REAL
@@ -196,6 +200,8 @@ void krt_attention_tiles(kir_dtype dtype, int64_t d, int64_t dv, int64_t *br, in
   int64_t es = dtype == KILN_F64 ? 8 : 4;
   *bc = clamp8(atomic_load(&l1) / 2 / ((d + dv) * es + 1), 16, 256);
   *br = clamp8(atomic_load(&l2) / 2 / ((d + dv + *bc) * es + 1), 16, 128);
+  if (getenv("FA_BC")) *bc = atoll(getenv("FA_BC")); /* TEMP tuning */
+  if (getenv("FA_BR")) *br = atoll(getenv("FA_BR"));
 }
 
 static kiln_status fail(kiln_ctx *ctx, kiln_status s, const char *msg) {
