@@ -110,6 +110,7 @@ static void fa_item(const fa_job *jb, int64_t it, int64_t *b, int64_t *h, int64_
 #define ZFMA _mm512_fmadd_ps
 #define ZMUL _mm512_mul_ps
 #define ZADD _mm512_add_ps
+#define ZSUB _mm512_sub_ps
 #define ZMAX _mm512_max_ps
 #define ZRMAX _mm512_reduce_max_ps
 #define ZGATHER(mk, idx, p) _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk, idx, p, 4)
@@ -126,6 +127,7 @@ static void fa_item(const fa_job *jb, int64_t it, int64_t *b, int64_t *h, int64_
 #undef ZFMA
 #undef ZMUL
 #undef ZADD
+#undef ZSUB
 #undef ZMAX
 #undef ZRMAX
 #undef ZGATHER
@@ -152,6 +154,7 @@ static void fa_item(const fa_job *jb, int64_t it, int64_t *b, int64_t *h, int64_
 #define ZFMA _mm512_fmadd_pd
 #define ZMUL _mm512_mul_pd
 #define ZADD _mm512_add_pd
+#define ZSUB _mm512_sub_pd
 #define ZMAX _mm512_max_pd
 #define ZRMAX _mm512_reduce_max_pd
 #define ZGATHER(mk, idx, p) \
