@@ -24,10 +24,21 @@
  * Items are ordered so that a contiguous chunk mixes early (cheap, under the
  * causal mask) and late query tiles of each head.
  *
- * Tile sizes (docs/flash-attention.md): the k and v tiles of bc rows take
- * half of the L1 data cache, the q and out tiles and the score tile of br
- * rows half of L2, as sysconf reports them (32 KiB and 256 KiB if it does
- * not).
+ * Tile sizes (docs/flash-attention.md): the k and v tiles of bc rows (a
+ * multiple of 16: whole 64-byte vectors of scores) take up to 3/4 of the L1
+ * data cache, the q and out tiles and the score tile of br rows half of L2,
+ * as sysconf reports them (32 KiB and 256 KiB if it does not).
+ *
+ * Kernels: where the CPU has AVX-512 (fa_cpu_avx512), the tile products
+ * (s = q k^T, out += p v, and the backward's dout v^T, p^T dout, ds^T q,
+ * ds k) run as register-blocked micro-kernels (6 rows x 4 vectors of 16
+ * floats or 8 doubles in zmm accumulators, rt_attention_body.inc), k is
+ * packed transposed once per (thread, head) in the forward and once per key
+ * tile in the backward, and the row max, exp (f32) and ds rows are
+ * vectorised; elsewhere, or with KILN_ATTENTION_ISA=scalar, the portable
+ * GCC-vector code runs. The backward fuses dq into the dk/dv pass (one item
+ * per batch and kv head, 5 tile products instead of 7) where those items
+ * keep every thread busy.
  *
  * Like the rest of runtime/rt_*.c this calls only libc, libm and the pool,
  * so it is part of libkiln_rt.a too.
@@ -189,9 +200,10 @@ static int64_t cache_bytes(int name, int64_t dflt) {
   return v > 4096 ? (int64_t)v : dflt;
 }
 
-static int64_t clamp8(int64_t x, int64_t lo, int64_t hi) {
+/* x within [lo, hi], rounded down to a multiple of `mult`. */
+static int64_t clamp_to(int64_t x, int64_t lo, int64_t hi, int64_t mult) {
   x = x < lo ? lo : x > hi ? hi : x;
-  return x / 8 * 8;
+  return x / mult * mult;
 }
 
 void krt_attention_tiles(kir_dtype dtype, int64_t d, int64_t dv, int64_t *br, int64_t *bc) {
@@ -201,10 +213,9 @@ void krt_attention_tiles(kir_dtype dtype, int64_t d, int64_t dv, int64_t *br, in
     atomic_store(&l1, cache_bytes(_SC_LEVEL1_DCACHE_SIZE, 32 * 1024));
   }
   int64_t es = dtype == KILN_F64 ? 8 : 4;
-  *bc = clamp8(atomic_load(&l1) / 2 / ((d + dv) * es + 1), 16, 256);
-  *br = clamp8(atomic_load(&l2) / 2 / ((d + dv + *bc) * es + 1), 16, 128);
-  if (getenv("FA_BC")) *bc = atoll(getenv("FA_BC")); /* TEMP tuning */
-  if (getenv("FA_BR")) *br = atoll(getenv("FA_BR"));
+  /* k and v tiles in 3/4 of L1, whole 64-byte vectors of scores per row */
+  *bc = clamp_to(atomic_load(&l1) * 3 / 4 / ((d + dv) * es + 1), 16, 256, 16);
+  *br = clamp_to(atomic_load(&l2) / 2 / ((d + dv + *bc) * es + 1), 16, 128, 8);
 }
 
 static kiln_status fail(kiln_ctx *ctx, kiln_status s, const char *msg) {
