@@ -6,7 +6,8 @@
  *
  * Each case (f32 and f64, causal or not, masks, fewer K/V heads than Q
  * heads, T != S, head dims 16 to 80 and lengths that are not multiples of a
- * tile or of a 16-lane vector) is compiled (kiln_compile runs the
+ * tile or of a 16-lane vector; causal tiles where some query rows see
+ * none of the keys, and keys no query sees) is compiled (kiln_compile runs the
  * attention-tiling pass) and run once per kernel set on the same random
  * inputs; each run is compared with the reference interpreter's plain
  * attention (f64 within 1e-10, f32 within 1e-5 relative to the largest
@@ -189,6 +190,8 @@ int main(void) {
       {"f32 gqa mask d80",  "f32", 2, 4, 2, 37,  53,  80, 24, false, true,  true},
       {"f32 causal T<S d16", "f32", 1, 2, 1, 70, 101, 16, 16, true,  true,  true},
       {"f32 T1 S300 d33",   "f32", 1, 1, 1, 1,   300, 33, 7,  false, false, false},
+      /* 16-key tiles, keys past every query: causal rows that see none of a tile */
+      {"f32 causal T70 S300 d256", "f32", 1, 2, 2, 70, 300, 256, 64, true, false, true},
       {"f64 causal d64",    "f64", 1, 2, 1, 150, 150, 64, 64, true,  false, true},
       {"f64 mask d20",      "f64", 1, 2, 2, 45,  77,  20, 12, false, true,  true},
   };
