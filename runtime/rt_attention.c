@@ -24,10 +24,21 @@
  * Items are ordered so that a contiguous chunk mixes early (cheap, under the
  * causal mask) and late query tiles of each head.
  *
- * Tile sizes (docs/flash-attention.md): the k and v tiles of bc rows take
- * half of the L1 data cache, the q and out tiles and the score tile of br
- * rows half of L2, as sysconf reports them (32 KiB and 256 KiB if it does
- * not).
+ * Tile sizes (docs/flash-attention.md): the k and v tiles of bc rows (a
+ * multiple of 16: whole 64-byte vectors of scores) take up to 3/4 of the L1
+ * data cache, the q and out tiles and the score tile of br rows half of L2,
+ * as sysconf reports them (32 KiB and 256 KiB if it does not).
+ *
+ * Kernels: where the CPU has AVX-512 (fa_cpu_avx512), the tile products
+ * (s = q k^T, out += p v, and the backward's dout v^T, p^T dout, ds^T q,
+ * ds k) run as register-blocked micro-kernels (6 rows x 4 vectors of 16
+ * floats or 8 doubles in zmm accumulators, rt_attention_body.inc), k is
+ * packed transposed once per (thread, head) in the forward and once per key
+ * tile in the backward, and the row max, exp (f32) and ds rows are
+ * vectorised; elsewhere, or with KILN_ATTENTION_ISA=scalar, the portable
+ * GCC-vector code runs. The backward fuses dq into the dk/dv pass (one item
+ * per batch and kv head, 5 tile products instead of 7) where those items
+ * keep every thread busy.
  *
  * Like the rest of runtime/rt_*.c this calls only libc, libm and the pool,
  * so it is part of libkiln_rt.a too.
@@ -52,8 +63,24 @@
 #define FA_CLONES
 #endif
 
+/*
+ * AVX-512 micro-kernels (rt_attention_body.inc): functions compiled for
+ * avx512f/vl/dq + FMA whatever the build's -march, called only where
+ * __builtin_cpu_supports says the CPU has them (fa_pick_isa); the GCC-vector
+ * code stays the fallback, and KILN_ATTENTION_ISA=scalar forces it.
+ */
+#if defined(__x86_64__) && defined(__GNUC__) && (defined(__clang__) || __GNUC__ >= 8)
+#define FA_X86 1
+#include <immintrin.h>
+#define FA_TARGET512 __attribute__((target("avx512f,avx512vl,avx512dq,fma")))
+#define FA_INLINE512 static inline __attribute__((always_inline)) FA_TARGET512
+#else
+#define FA_X86 0
+#endif
+
 typedef struct fa_job {
   bool backward, causal;
+  bool z; /* the AVX-512 kernels */
   int64_t B, H, Hk, T, S, D, Dv, group;
   double scale;
   int64_t br, bc, nitems;
@@ -83,8 +110,38 @@ static void fa_item(const fa_job *jb, int64_t it, int64_t *b, int64_t *h, int64_
 #define EXP expf
 #define LOG logf
 #define FA_VEXP 1
+#define ZW 16
+#define ZV __m512
+#define ZMASK __mmask16
+#define ZZERO _mm512_setzero_ps
+#define ZSET1 _mm512_set1_ps
+#define ZMLOAD _mm512_maskz_loadu_ps
+#define ZMLOADF _mm512_mask_loadu_ps
+#define ZMSTORE _mm512_mask_storeu_ps
+#define ZFMA _mm512_fmadd_ps
+#define ZMUL _mm512_mul_ps
+#define ZADD _mm512_add_ps
+#define ZSUB _mm512_sub_ps
+#define ZMAX _mm512_max_ps
+#define ZRMAX _mm512_reduce_max_ps
+#define ZGATHER(mk, idx, p) _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk, idx, p, 4)
 #include "rt_attention_body.inc"
 #undef FA_VEXP
+#undef ZW
+#undef ZV
+#undef ZMASK
+#undef ZZERO
+#undef ZSET1
+#undef ZMLOAD
+#undef ZMLOADF
+#undef ZMSTORE
+#undef ZFMA
+#undef ZMUL
+#undef ZADD
+#undef ZSUB
+#undef ZMAX
+#undef ZRMAX
+#undef ZGATHER
 #undef REAL
 #undef VLEN
 #undef SFX
@@ -97,6 +154,22 @@ static void fa_item(const fa_job *jb, int64_t it, int64_t *b, int64_t *h, int64_
 #define EXP exp
 #define LOG log
 #define FA_VEXP 0
+#define ZW 8
+#define ZV __m512d
+#define ZMASK __mmask8
+#define ZZERO _mm512_setzero_pd
+#define ZSET1 _mm512_set1_pd
+#define ZMLOAD _mm512_maskz_loadu_pd
+#define ZMLOADF _mm512_mask_loadu_pd
+#define ZMSTORE _mm512_mask_storeu_pd
+#define ZFMA _mm512_fmadd_pd
+#define ZMUL _mm512_mul_pd
+#define ZADD _mm512_add_pd
+#define ZSUB _mm512_sub_pd
+#define ZMAX _mm512_max_pd
+#define ZRMAX _mm512_reduce_max_pd
+#define ZGATHER(mk, idx, p) \
+  _mm512_mask_i32gather_pd(_mm512_setzero_pd(), mk, _mm512_castsi512_si256(idx), p, 8)
 #include "rt_attention_body.inc"
 #undef FA_VEXP
 #undef REAL
@@ -105,14 +178,32 @@ static void fa_item(const fa_job *jb, int64_t it, int64_t *b, int64_t *h, int64_
 #undef EXP
 #undef LOG
 
+/* 1 where the CPU runs the AVX-512 kernels. */
+static bool fa_cpu_avx512(void) {
+#if FA_X86
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
+const char *krt_attention_isa(void) {
+  const char *want = getenv("KILN_ATTENTION_ISA");
+  if (want && !strcmp(want, "scalar")) return "scalar";
+  return fa_cpu_avx512() ? "avx512" : "scalar";
+}
+
 static int64_t cache_bytes(int name, int64_t dflt) {
   long v = sysconf(name);
   return v > 4096 ? (int64_t)v : dflt;
 }
 
-static int64_t clamp8(int64_t x, int64_t lo, int64_t hi) {
+/* x within [lo, hi], rounded down to a multiple of `mult`. */
+static int64_t clamp_to(int64_t x, int64_t lo, int64_t hi, int64_t mult) {
   x = x < lo ? lo : x > hi ? hi : x;
-  return x / 8 * 8;
+  return x / mult * mult;
 }
 
 void krt_attention_tiles(kir_dtype dtype, int64_t d, int64_t dv, int64_t *br, int64_t *bc) {
@@ -122,8 +213,9 @@ void krt_attention_tiles(kir_dtype dtype, int64_t d, int64_t dv, int64_t *br, in
     atomic_store(&l1, cache_bytes(_SC_LEVEL1_DCACHE_SIZE, 32 * 1024));
   }
   int64_t es = dtype == KILN_F64 ? 8 : 4;
-  *bc = clamp8(atomic_load(&l1) / 2 / ((d + dv) * es + 1), 16, 256);
-  *br = clamp8(atomic_load(&l2) / 2 / ((d + dv + *bc) * es + 1), 16, 128);
+  /* k and v tiles in 3/4 of L1, whole 64-byte vectors of scores per row */
+  *bc = clamp_to(atomic_load(&l1) * 3 / 4 / ((d + dv) * es + 1), 16, 256, 16);
+  *br = clamp_to(atomic_load(&l2) / 2 / ((d + dv + *bc) * es + 1), 16, 128, 8);
 }
 
 static kiln_status fail(kiln_ctx *ctx, kiln_status s, const char *msg) {
@@ -163,6 +255,7 @@ kiln_status krt_attention_run(kiln_ctx *ctx, const kcg_program *prog, const kcg_
   if (jb.Hk <= 0 || jb.H % jb.Hk)
     return fail(ctx, KILN_ERR_RUNTIME, "attention: the query heads are not a multiple of the kv heads");
   jb.group = jb.H / jb.Hk;
+  jb.z = !strcmp(krt_attention_isa(), "avx512");
   jb.scale = a->scale != 0 ? a->scale : 1 / sqrt((double)jb.D);
   krt_attention_tiles(a->dtype, jb.D, jb.Dv, &jb.br, &jb.bc);
   jb.nitems = jb.B * jb.H * ((jb.T + jb.br - 1) / jb.br);
