@@ -4,11 +4,14 @@
  *   onnx_ops.c              the lookup of an op type in the tables below
  *   onnx_ops_common.c       helpers: axes, dims, known integer inputs, gathers
  *   onnx_ops_elementwise.c  elementwise ops and activations
+ *   onnx_ops_index.c        masks, CumSum, TopK, OneHot, scatters, GatherND,
+ *                           ReverseSequence, Det
  *   onnx_ops_nn.c           MatMul, Gemm, Conv, pools, normalizations, softmax,
- *                           losses, Resize, Einsum
+ *                           losses, Einsum
  *   onnx_ops_rnn.c          RNN, GRU, LSTM (unrolled over the sequence)
- *   onnx_ops_tensor.c       reductions, shapes, slicing, gathers and scatters,
- *                           values known at import
+ *   onnx_ops_sample.c       Resize, Upsample, GridSample, DFT
+ *   onnx_ops_tensor.c       reductions, shapes, slicing, gathers, values known
+ *                           at import
  *
  * Each op file ends with its table of {ONNX op type, function, fold, IR op};
  * the IR op name lets one function serve every op type that is a single IR
@@ -58,7 +61,9 @@ kiln_value ox_take(ox_node *n, kiln_value x, int axis, size_t cnt, const int64_t
 /* An i64 vector constant. */
 kiln_value ox_index_const(ox_node *n, size_t cnt, const int64_t *idx);
 
-extern const ox_op ox_ops_elementwise[], ox_ops_nn[], ox_ops_rnn[], ox_ops_tensor[];
-extern const size_t ox_n_ops_elementwise, ox_n_ops_nn, ox_n_ops_rnn, ox_n_ops_tensor;
+extern const ox_op ox_ops_elementwise[], ox_ops_index[], ox_ops_nn[], ox_ops_rnn[],
+    ox_ops_sample[], ox_ops_tensor[];
+extern const size_t ox_n_ops_elementwise, ox_n_ops_index, ox_n_ops_nn, ox_n_ops_rnn,
+    ox_n_ops_sample, ox_n_ops_tensor;
 
 #endif

@@ -1,0 +1,485 @@
+/*
+ * onnx_ops_sample.c — ONNX ops that resample or transform signals: Resize, Upsample,
+ * GridSample, DFT.
+ *
+ * Split from onnx_ops_nn.c. Resize and Upsample are a sum of weighted
+ * gathers per axis (ONNX's reference coordinate transforms); GridSample
+ * follows PyTorch's grid_sample in f64; DFT is two matmuls with cos / sin
+ * matrices along the axis.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/onnx_ops.h"
+
+/* ---------------------------------------------------------- GridSample */
+
+/* GridSample (2-D) as PyTorch's grid_sample computes it, in f64: the grid's
+ * [-1, 1] coordinates are unnormalized (align_corners or not); nearest and
+ * bilinear first pad the coordinate (border: clip; reflection: reflect,
+ * then clip), bicubic pads each of its 4 x 4 taps (A = -0.75). Each tap is
+ * a gather from the flattened input, 0 outside it. */
+typedef struct gs {
+  kiln_value flat; /* the input, flattened, f64 */
+  kiln_value nc;   /* i64 (n * C + c) * H over [N, C, Ho, Wo] */
+  int64_t H, W;
+  bool align;
+  int pad;        /* 0 zeros, 1 border, 2 reflection */
+  kiln_dim od[4]; /* N, C, Ho, Wo */
+} gs;
+
+static kiln_value gs_c(ox_node *n, double v) { return kiln_scalar(G, KILN_F64, v); }
+
+static kiln_value gs_clip(ox_node *n, kiln_value v, int64_t size) {
+  return kiln_binary(G, "min", kiln_binary(G, "max", v, gs_c(n, 0)), gs_c(n, (double)(size - 1)));
+}
+
+/* PyTorch's reflect_coordinates over [twice_lo / 2, twice_hi / 2]. */
+static kiln_value gs_reflect(ox_node *n, kiln_value v, double twice_lo, double twice_hi) {
+  if (twice_lo == twice_hi) return kiln_mul(G, v, gs_c(n, 0));
+  double lo = twice_lo / 2, span = (twice_hi - twice_lo) / 2;
+  v = kiln_unary(G, "abs", kiln_binary(G, "sub", v, gs_c(n, lo)));
+  kiln_value flips = kiln_unary(G, "floor", kiln_binary(G, "div", v, gs_c(n, span)));
+  kiln_value extra = kiln_binary(G, "sub", v, kiln_mul(G, flips, gs_c(n, span)));
+  kiln_value half = kiln_unary(G, "floor", kiln_mul(G, flips, gs_c(n, 0.5)));
+  kiln_value even = kiln_binary(G, "eq", flips, kiln_mul(G, half, gs_c(n, 2)));
+  return ox_select3(n, even, kiln_add(G, extra, gs_c(n, lo)),
+                    kiln_binary(G, "sub", gs_c(n, span + lo), extra));
+}
+
+static kiln_value gs_pad(ox_node *n, const gs *s, kiln_value v, int64_t size) {
+  if (s->pad == 1) return gs_clip(n, v, size);
+  if (s->pad == 2) {
+    v = s->align ? gs_reflect(n, v, 0, 2.0 * (double)(size - 1))
+                 : gs_reflect(n, v, -1, 2.0 * (double)size - 1);
+    return gs_clip(n, v, size);
+  }
+  return v;
+}
+
+/* The input at integer coordinates (x, y), 0 outside. */
+static kiln_value gs_tap(ox_node *n, const gs *s, kiln_value x, kiln_value y) {
+  x = kiln_unary(G, "floor", x);
+  y = kiln_unary(G, "floor", y);
+  kiln_value in = kiln_binary(G, "logical_and", kiln_binary(G, "ge", x, gs_c(n, 0)),
+                              kiln_binary(G, "le", x, gs_c(n, (double)(s->W - 1))));
+  in = kiln_binary(G, "logical_and", in, kiln_binary(G, "ge", y, gs_c(n, 0)));
+  in = kiln_binary(G, "logical_and", in, kiln_binary(G, "le", y, gs_c(n, (double)(s->H - 1))));
+  kiln_value xi = kiln_cast(G, gs_clip(n, x, s->W), KILN_I64);
+  kiln_value yi = kiln_cast(G, gs_clip(n, y, s->H), KILN_I64);
+  kiln_value lin = kiln_mul(G, kiln_add(G, s->nc, yi), kiln_scalar(G, KILN_I64, (double)s->W));
+  lin = ox_broadcast_to(n, kiln_add(G, lin, xi), 4, s->od);
+  kiln_value g[2] = {s->flat, lin};
+  kiln_attr a = kiln_attr_int("axis", 0);
+  return ox_select3(n, in, kiln_op(G, "gather", 2, g, 1, &a), gs_c(n, 0));
+}
+
+static void gs_cubic(ox_node *n, kiln_value t, kiln_value w[4]) {
+  const double A = -0.75;
+  kiln_value one = gs_c(n, 1);
+  kiln_value d[4] = {kiln_add(G, t, one), t, kiln_binary(G, "sub", one, t),
+                     kiln_binary(G, "sub", gs_c(n, 2), t)};
+  for (int k = 0; k < 4; k++) {
+    kiln_value x = d[k], p;
+    if (k == 1 || k == 2) { /* ((A + 2) x - (A + 3)) x^2 + 1 */
+      p = kiln_binary(G, "sub", kiln_mul(G, x, gs_c(n, A + 2)), gs_c(n, A + 3));
+      w[k] = kiln_add(G, kiln_mul(G, kiln_mul(G, p, x), x), one);
+    } else { /* ((A x - 5A) x + 8A) x - 4A */
+      p = kiln_binary(G, "sub", kiln_mul(G, x, gs_c(n, A)), gs_c(n, 5 * A));
+      p = kiln_add(G, kiln_mul(G, p, x), gs_c(n, 8 * A));
+      w[k] = kiln_binary(G, "sub", kiln_mul(G, p, x), gs_c(n, 4 * A));
+    }
+  }
+}
+
+static bool op_grid_sample(ox_node *n) {
+  kiln_value x = ox_in0(n), grid = ox_in(n, 1);
+  if (x == KILN_NO_VALUE || grid == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK], gd[KILN_MAX_RANK];
+  if (ox_dims_of(n, x, d) != 4 || ox_dims_of(n, grid, gd) != 4 || gd[3] != 2)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "GridSample beyond 2-D");
+  for (int k = 0; k < 4; k++)
+    if (d[k] < 0 || gd[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
+  char mode[32], pad[32];
+  snprintf(mode, sizeof mode, "%s", ox_attr_s(n, "mode", "bilinear"));
+  snprintf(pad, sizeof pad, "%s", ox_attr_s(n, "padding_mode", "zeros"));
+  gs s = {.H = d[2],
+          .W = d[3],
+          .align = ox_attr_i(n, "align_corners", 0) != 0,
+          .pad = !strcmp(pad, "border")       ? 1
+                 : !strcmp(pad, "reflection") ? 2
+                                              : 0,
+          .od = {d[0], d[1], gd[1], gd[2]}};
+  if (s.pad == 0 && strcmp(pad, "zeros"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "padding_mode '%s'", pad);
+  int m = !strcmp(mode, "nearest")    ? 0
+          : !strcmp(mode, "bilinear") ? 1
+          : !strcmp(mode, "bicubic")  ? 2
+                                      : -1;
+  if (m < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "mode '%s'", mode);
+  kiln_dim flat = d[0] * d[1] * d[2] * d[3], nc[4] = {d[0], d[1], 1, 1};
+  s.flat = ox_reshape(n, kiln_cast(G, x, KILN_F64), 1, &flat);
+  kiln_value ni = ox_iota_i64(n, 4, nc, 0), ci = ox_iota_i64(n, 4, nc, 1);
+  s.nc = kiln_mul(G, kiln_add(G, kiln_mul(G, ni, kiln_scalar(G, KILN_I64, (double)d[1])), ci),
+                  kiln_scalar(G, KILN_I64, (double)d[2]));
+  kiln_dim pd[4] = {gd[0], 1, gd[1], gd[2]};
+  kiln_value g64 = kiln_cast(G, grid, KILN_F64), c[2];
+  for (int k = 0; k < 2; k++) { /* c[0] = x (width), c[1] = y (height) */
+    int64_t size = k ? s.H : s.W;
+    kiln_value v = ox_reshape(n, ox_slice_axis(n, g64, 3, k, k + 1), 4, pd);
+    v = kiln_add(G, v, gs_c(n, 1));
+    if (s.align)
+      v = kiln_mul(G, v, gs_c(n, (double)(size - 1) / 2));
+    else
+      v = kiln_mul(G, kiln_binary(G, "sub", kiln_mul(G, v, gs_c(n, (double)size)), gs_c(n, 1)),
+                   gs_c(n, 0.5));
+    c[k] = m == 2 ? v : gs_pad(n, &s, v, size);
+  }
+  kiln_value y;
+  if (m == 0) {
+    y = gs_tap(n, &s, kiln_unary(G, "round", c[0]), kiln_unary(G, "round", c[1]));
+  } else if (m == 1) {
+    kiln_value x0 = kiln_unary(G, "floor", c[0]), y0 = kiln_unary(G, "floor", c[1]);
+    kiln_value x1 = kiln_add(G, x0, gs_c(n, 1)), y1 = kiln_add(G, y0, gs_c(n, 1));
+    kiln_value wx1 = kiln_binary(G, "sub", c[0], x0), wy1 = kiln_binary(G, "sub", c[1], y0);
+    kiln_value wx0 = kiln_binary(G, "sub", gs_c(n, 1), wx1),
+               wy0 = kiln_binary(G, "sub", gs_c(n, 1), wy1);
+    y = kiln_mul(G, gs_tap(n, &s, x0, y0), kiln_mul(G, wx0, wy0));
+    y = kiln_add(G, y, kiln_mul(G, gs_tap(n, &s, x1, y0), kiln_mul(G, wx1, wy0)));
+    y = kiln_add(G, y, kiln_mul(G, gs_tap(n, &s, x0, y1), kiln_mul(G, wx0, wy1)));
+    y = kiln_add(G, y, kiln_mul(G, gs_tap(n, &s, x1, y1), kiln_mul(G, wx1, wy1)));
+  } else {
+    kiln_value x0 = kiln_unary(G, "floor", c[0]), y0 = kiln_unary(G, "floor", c[1]);
+    kiln_value wx[4], wy[4];
+    gs_cubic(n, kiln_binary(G, "sub", c[0], x0), wx);
+    gs_cubic(n, kiln_binary(G, "sub", c[1], y0), wy);
+    y = KILN_NO_VALUE;
+    for (int j = 0; j < 4; j++) {
+      kiln_value ty = gs_pad(n, &s, kiln_add(G, y0, gs_c(n, j - 1)), s.H), row = KILN_NO_VALUE;
+      for (int i = 0; i < 4; i++) {
+        kiln_value tx = gs_pad(n, &s, kiln_add(G, x0, gs_c(n, i - 1)), s.W);
+        kiln_value t = kiln_mul(G, gs_tap(n, &s, tx, ty), wx[i]);
+        row = row == KILN_NO_VALUE ? t : kiln_add(G, row, t);
+      }
+      row = kiln_mul(G, row, wy[j]);
+      y = y == KILN_NO_VALUE ? row : kiln_add(G, y, row);
+    }
+  }
+  n->out[0] = kiln_cast(G, y, ox_vdtype(n, x));
+  return true;
+}
+
+/* A constant of x's dtype with dims d (rank r) holding v. */
+static kiln_value const_like(ox_node *n, kiln_value x, int r, const kiln_dim *d, size_t cnt,
+                             const double *v) {
+  kiln_attr a[3] = {kiln_attr_dtype("dtype", ox_vdtype(n, x)),
+                    kiln_attr_dims("shape", (size_t)r, d), kiln_attr_floats("value", cnt, v)};
+  return kiln_op(G, "constant", 0, NULL, 3, a);
+}
+
+/* DFT (opset 17) as two matmuls with cos / sin matrices along the axis,
+ * moved last: forward Y = (C xr + S xi) + i (C xi - S xr), inverse with the
+ * signs of S flipped and a 1/N; onesided keeps N/2 + 1 frequencies. */
+static bool op_dft(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  if (n->opset < 17) return ox_fail(n, KILN_ERR_UNSUPPORTED, "DFT before opset 17");
+  kiln_dim d[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d), axis;
+  if (r < 2 || (d[r - 1] != 1 && d[r - 1] != 2))
+    return ox_fail(n, KILN_ERR_PARSE, "the last axis must hold 1 (real) or 2 (complex) values");
+  if (!ox_norm_axis(n, ox_attr_i(n, "axis", 1), r - 1, &axis)) return false;
+  bool inverse = ox_attr_i(n, "inverse", 0) != 0, onesided = ox_attr_i(n, "onesided", 0) != 0;
+  int64_t N = d[axis];
+  if (N < 1 || N > 1024)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "a DFT of %lld points", (long long)N);
+  if (ox_has(n, 1)) {
+    const ox_const *c = ox_known(n, 1);
+    if (!c) return ox_need_known(n, 1);
+    if (c->n != 1 || c->d[0] != (double)N)
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "dft_length other than the axis length");
+  }
+  if (onesided && inverse) return ox_fail(n, KILN_ERR_UNSUPPORTED, "onesided inverse DFT");
+  int64_t K = onesided ? N / 2 + 1 : N;
+  double *cs = malloc((size_t)(2 * N * K) * sizeof *cs);
+  if (!cs) return ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+  double scale = inverse ? 1.0 / (double)N : 1.0;
+  for (int64_t j = 0; j < N; j++)
+    for (int64_t k = 0; k < K; k++) { /* [N, K]: x (.., N) @ m -> (.., K) */
+      double t = 2 * M_PI * (double)((j * k) % N) / (double)N;
+      cs[j * K + k] = cos(t) * scale;
+      cs[N * K + j * K + k] = sin(t) * scale * (inverse ? -1 : 1);
+    }
+  kiln_dim md[2] = {N, K};
+  kiln_value C = const_like(n, x, 2, md, (size_t)(N * K), cs);
+  kiln_value S = const_like(n, x, 2, md, (size_t)(N * K), cs + N * K);
+  free(cs);
+  /* xr, xi: [.., N] with the axis last */
+  int64_t perm[KILN_MAX_RANK], inv[KILN_MAX_RANK];
+  int m = 0;
+  for (int j = 0; j < r - 1; j++)
+    if (j != axis) perm[m++] = j;
+  perm[m++] = axis;
+  for (int j = 0; j < r - 1; j++)
+    inv[perm[j]] = j;
+  kiln_dim pd[KILN_MAX_RANK];
+  for (int j = 0; j < r - 1; j++)
+    pd[j] = d[j];
+  kiln_value part[2];
+  for (int c = 0; c < 2; c++) {
+    if (c == 1 && d[r - 1] == 1) {
+      part[1] = KILN_NO_VALUE;
+      break;
+    }
+    kiln_value v = ox_reshape(n, ox_slice_axis(n, x, r - 1, c, c + 1), r - 1, pd);
+    part[c] = kiln_transpose(G, v, (size_t)(r - 1), perm);
+  }
+  kiln_value yr = kiln_matmul(G, part[0], C),
+             yi = kiln_mul(G, kiln_matmul(G, part[0], S), ox_scalar_like(n, x, -1));
+  if (part[1] != KILN_NO_VALUE) {
+    yr = kiln_add(G, yr, kiln_matmul(G, part[1], S));
+    yi = kiln_add(G, yi, kiln_matmul(G, part[1], C));
+  }
+  kiln_dim od[KILN_MAX_RANK];
+  for (int j = 0; j < r - 1; j++)
+    od[j] = j == axis ? K : d[j];
+  od[r - 1] = 1;
+  kiln_value ys[2] = {yr, yi};
+  for (int c = 0; c < 2; c++)
+    ys[c] = ox_reshape(n, kiln_transpose(G, ys[c], (size_t)(r - 1), inv), r, od);
+  kiln_attr a = kiln_attr_int("axis", r - 1);
+  n->out[0] = kiln_op(G, "concat", 2, ys, 1, &a);
+  return true;
+}
+
+/* ---------------------------------------------------------- Resize */
+
+/* Where output position x of an axis samples the input, as ONNX's reference
+ * computes it (`width` is scale * in, not the rounded output size). */
+static double resize_coord(const char *mode, double x, double scale, double in, double width) {
+  if (!strcmp(mode, "align_corners")) return width == 1 ? 0 : x * (in - 1) / (width - 1);
+  if (!strcmp(mode, "asymmetric")) return x / scale;
+  if (!strcmp(mode, "pytorch_half_pixel")) return width == 1 ? -0.5 : (x + 0.5) / scale - 0.5;
+  if (!strcmp(mode, "tf_half_pixel_for_nn")) return (x + 0.5) / scale;
+  return (x + 0.5) / scale - 0.5; /* half_pixel */
+}
+
+/* The taps of one output position: *cnt indices (before edge clamping,
+ * from base - cnt/2 + 1) and their weights. An integral coordinate counts
+ * as ratio 1 from the index below it, which is how the reference picks its
+ * neighbours. */
+static void resize_taps(const char *mode, const char *nearest, double cubic_a, double xo,
+                        int64_t *base, int *cnt, double *w) {
+  double fl = floor(xo), ratio = xo - fl;
+  if (ratio == 0) ratio = 1, fl -= 1;
+  *base = (int64_t)fl;
+  if (!strcmp(mode, "cubic")) {
+    double A = cubic_a, r = ratio, s = 1 - ratio;
+    *cnt = 4;
+    w[0] = ((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A;
+    w[1] = ((A + 2) * r - (A + 3)) * r * r + 1;
+    w[2] = ((A + 2) * s - (A + 3)) * s * s + 1;
+    w[3] = ((A * (s + 1) - 5 * A) * (s + 1) + 8 * A) * (s + 1) - 4 * A;
+    return;
+  }
+  *cnt = 2;
+  if (!strcmp(mode, "linear")) {
+    w[0] = 1 - ratio, w[1] = ratio;
+    return;
+  }
+  bool right;
+  if (ratio == 1)
+    right = true;
+  else if (!strcmp(nearest, "round_prefer_ceil"))
+    right = ratio >= 0.5;
+  else if (!strcmp(nearest, "floor"))
+    right = false;
+  else if (!strcmp(nearest, "ceil"))
+    right = true;
+  else
+    right = ratio > 0.5; /* round_prefer_floor */
+  w[0] = !right, w[1] = right;
+}
+
+/* A constant of x's dtype holding v along `axis` of a rank-r shape of 1s. */
+static kiln_value axis_const(ox_node *n, kiln_value x, int r, int axis, int64_t len,
+                             const double *v) {
+  kiln_dim d[KILN_MAX_RANK];
+  for (int k = 0; k < r; k++)
+    d[k] = k == axis ? len : 1;
+  kiln_attr a[3] = {kiln_attr_dtype("dtype", ox_vdtype(n, x)),
+                    kiln_attr_dims("shape", (size_t)r, d),
+                    kiln_attr_floats("value", (size_t)len, v)};
+  return kiln_op(G, "constant", 0, NULL, 3, a);
+}
+
+/* Resize one axis from `in` to `out` entries: each tap is a gather of x
+ * along the axis times a per-position weight (nearest is one gather). */
+static bool resize_axis(ox_node *n, kiln_value *x, int r, int axis, int64_t in, int64_t out,
+                        double scale, const char *mode, const char *coord, const char *nearest,
+                        double cubic_a, bool exclude) {
+  int64_t *idx = malloc((size_t)(4 * out + 1) * sizeof *idx);
+  double *w = malloc((size_t)(4 * out + 1) * sizeof *w);
+  if (!idx || !w) {
+    free(idx), free(w);
+    return ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+  }
+  int taps = 2;
+  bool identity = in == out;
+  for (int64_t i = 0; i < out; i++) {
+    double xo = resize_coord(coord, (double)i, scale, (double)in, scale * (double)in), tw[4];
+    int64_t base;
+    resize_taps(mode, nearest, cubic_a, xo, &base, &taps, tw);
+    double sum = 0;
+    for (int t = 0; t < taps; t++) {
+      int64_t j = base - taps / 2 + 1 + t;
+      if (exclude && (j < 0 || j >= in)) tw[t] = 0;
+      sum += tw[t];
+      idx[t * out + i] = ox_clamp64(j, 0, in - 1);
+    }
+    for (int t = 0; t < taps; t++) {
+      w[t * out + i] = exclude && sum != 0 ? tw[t] / sum : tw[t];
+      if (w[t * out + i] != 0 && (w[t * out + i] != 1 || idx[t * out + i] != i)) identity = false;
+    }
+  }
+  if (identity) {
+    free(idx), free(w);
+    return true;
+  }
+  kiln_value acc = KILN_NO_VALUE;
+  bool one_hot = !strcmp(mode, "nearest");
+  if (one_hot) { /* fold the two taps into the one chosen index */
+    for (int64_t i = 0; i < out; i++)
+      if (w[out + i] != 0) idx[i] = idx[out + i];
+    acc = ox_take(n, *x, axis, (size_t)out, idx);
+  } else {
+    for (int t = 0; t < taps; t++) {
+      bool any = false;
+      for (int64_t i = 0; i < out && !any; i++)
+        any = w[t * out + i] != 0;
+      if (!any) continue;
+      kiln_value p = kiln_mul(G, ox_take(n, *x, axis, (size_t)out, idx + t * out),
+                              axis_const(n, *x, r, axis, out, w + t * out));
+      acc = acc == KILN_NO_VALUE ? p : kiln_add(G, acc, p);
+    }
+  }
+  free(idx), free(w);
+  if (acc == KILN_NO_VALUE) return ox_fail(n, KILN_ERR_PARSE, "all resize weights are 0");
+  *x = acc;
+  return true;
+}
+
+static bool resize_to(ox_node *n, kiln_value x, const char *mode, const char *coord,
+                      const char *nearest, const ox_const *sc, const ox_const *sz, double cubic_a,
+                      bool exclude);
+
+static bool op_resize(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  if (n->opset < 11) return ox_fail(n, KILN_ERR_UNSUPPORTED, "Resize before opset 11");
+  /* ox_attr_s returns one shared buffer: copy each string. */
+  char mode[64], coord[64], nearest[64];
+  snprintf(mode, sizeof mode, "%s", ox_attr_s(n, "mode", "nearest"));
+  snprintf(coord, sizeof coord, "%s", ox_attr_s(n, "coordinate_transformation_mode", "half_pixel"));
+  snprintf(nearest, sizeof nearest, "%s", ox_attr_s(n, "nearest_mode", "round_prefer_floor"));
+  if (strcmp(mode, "nearest") && strcmp(mode, "linear") && strcmp(mode, "cubic"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "mode '%s'", mode);
+  static const char *const coords[] = {"half_pixel", "pytorch_half_pixel", "align_corners",
+                                       "asymmetric", "tf_half_pixel_for_nn"};
+  bool known_coord = false;
+  for (size_t k = 0; k < sizeof coords / sizeof *coords; k++)
+    known_coord |= !strcmp(coord, coords[k]);
+  if (!known_coord)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "coordinate_transformation_mode '%s'", coord);
+  static const char *const nmodes[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+  bool known_nearest = false;
+  for (size_t k = 0; k < 4; k++)
+    known_nearest |= !strcmp(nearest, nmodes[k]);
+  if (!known_nearest) return ox_fail(n, KILN_ERR_UNSUPPORTED, "nearest_mode '%s'", nearest);
+  if (ox_attr(n, "axes") || ox_attr_i(n, "antialias", 0) ||
+      strcmp(ox_attr_s(n, "keep_aspect_ratio_policy", "stretch"), "stretch"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "axes, antialias or keep_aspect_ratio_policy");
+  if (strcmp(mode, "nearest") && !ox_is_float(ox_vdtype(n, x)))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "%s resizing of an integer tensor", mode);
+  const ox_const *sc = ox_has(n, 2) ? ox_known(n, 2) : NULL,
+                 *sz = ox_has(n, 3) ? ox_known(n, 3) : NULL;
+  if (ox_has(n, 2) && !sc) return ox_need_known(n, 2);
+  if (ox_has(n, 3) && !sz) return ox_need_known(n, 3);
+  if (sc && sc->n == 0) sc = NULL;
+  if (sz && sz->n == 0) sz = NULL;
+  if (!sc == !sz) return ox_fail(n, KILN_ERR_PARSE, "needs exactly one of scales and sizes");
+  double cubic_a = ox_attr_f(n, "cubic_coeff_a", -0.75);
+  bool exclude = ox_attr_i(n, "exclude_outside", 0) != 0;
+  return resize_to(n, x, mode, coord, nearest, sc, sz, cubic_a, exclude);
+}
+
+/* Upsample (opsets 7 and 9, Resize's predecessor): nearest (floor) or
+ * linear over asymmetric coordinates, as ONNX Runtime maps it. */
+static bool op_upsample(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  char mode[64];
+  snprintf(mode, sizeof mode, "%s", ox_attr_s(n, "mode", "nearest"));
+  if (strcmp(mode, "nearest") && strcmp(mode, "linear"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "mode '%s'", mode);
+  if (strcmp(mode, "nearest") && !ox_is_float(ox_vdtype(n, x)))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "linear upsampling of an integer tensor");
+  ox_const attr = {.dtype = KILN_F32, .rank = 1};
+  double v[KILN_MAX_RANK];
+  const ox_const *sc = &attr;
+  if (n->opset >= 9) {
+    if (!(sc = ox_known(n, 1))) return ox_need_known(n, 1);
+  } else {
+    const Onnx__AttributeProto *a = ox_attr(n, "scales");
+    if (!a || a->n_floats > KILN_MAX_RANK) return ox_fail(n, KILN_ERR_PARSE, "scales");
+    for (size_t k = 0; k < a->n_floats; k++)
+      v[k] = a->floats[k];
+    attr.n = a->n_floats;
+    attr.dims[0] = (int64_t)a->n_floats;
+    attr.d = v;
+  }
+  return resize_to(n, x, mode, "asymmetric", "floor", sc, NULL, -0.75, false);
+}
+
+/* Resizes x by scales sc or to sizes sz (one of them NULL). */
+static bool resize_to(ox_node *n, kiln_value x, const char *mode, const char *coord,
+                      const char *nearest, const ox_const *sc, const ox_const *sz, double cubic_a,
+                      bool exclude) {
+  kiln_dim d[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d);
+  const ox_const *c = sc ? sc : sz;
+  if ((int)c->n != r || c->sym)
+    return ox_fail(n, KILN_ERR_PARSE, "%zu scales or sizes for rank %d", c->n, r);
+  if (sz && !sz->i) return ox_fail(n, KILN_ERR_PARSE, "sizes must be integers");
+  for (int k = 0; k < r; k++) {
+    int64_t out;
+    double scale;
+    if (sz) {
+      out = sz->i[k];
+      if (d[k] < 0 && out == d[k]) continue;
+      scale = d[k] > 0 ? (double)out / (double)d[k] : 0;
+    } else {
+      scale = sc->d[k];
+      if (d[k] < 0 && scale == 1) continue;
+      out = (int64_t)(scale * (double)d[k]);
+    }
+    if (d[k] <= 0 || !(scale > 0) || out < 1 || out > ((int64_t)1 << 24))
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "resizing axis %d of %lld to %lld", k,
+                     (long long)d[k], (long long)out);
+    if (!resize_axis(n, &x, r, k, d[k], out, scale, mode, coord, nearest, cubic_a, exclude))
+      return false;
+  }
+  n->out[0] = x;
+  return true;
+}
+
+/* ---------------------------------------------------------- the table */
+
+const ox_op ox_ops_sample[] = {
+    {"Resize", op_resize, 0, NULL},
+    {"Upsample", op_upsample, 0, NULL},
+    {"GridSample", op_grid_sample, 0, NULL},
+    {"DFT", op_dft, 0, NULL},
+};
+const size_t ox_n_ops_sample = sizeof ox_ops_sample / sizeof *ox_ops_sample;
