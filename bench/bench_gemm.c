@@ -159,8 +159,8 @@ int main(int argc, char **argv) {
     if (!b.a || !b.b || !b.c || !b.ah || !b.bh || !pool) return 1;
     srand(1);
     for (size_t i = 0; i < nn; i++) {
-      b.a[i] = (float)rand() / RAND_MAX - 0.5f;
-      b.b[i] = (float)rand() / RAND_MAX - 0.5f;
+      b.a[i] = (float)((double)rand() / RAND_MAX) - 0.5f;
+      b.b[i] = (float)((double)rand() / RAND_MAX) - 0.5f;
       b.ah[i] = krt_f32_to_bf16(b.a[i]);
       b.bh[i] = krt_f32_to_bf16(b.b[i]);
     }
