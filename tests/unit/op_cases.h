@@ -1,14 +1,16 @@
 /*
  * op_cases.h — the reader of the per-op case files tests/ops/<op>.kir shared
  * by the unit tests that run every op's cases on a backend (test_precision,
- * test_vulkan_half, ...). Header-only with static functions because each test
- * is its own executable built from one test_*.c.
+ * test_vulkan_half, test_gpu_compile, test_gpu_half). Header-only, with
+ * static inline functions, because each test is its own executable built from
+ * one test_*.c.
  *
  * A file's cases are separated by "// -----" lines; each case is handed out
  * with the rest of the file blanked to spaces, so its line numbers stay true.
  * A case's "// INPUT: [...]" lines give each input's value range, "// SHAPE:"
  * the dims of its symbolic sizes, "// EXPECT-ERROR:" marks a case that must
- * fail. retype() makes every float type of a case another one (f16, bf16, ...)
+ * fail. retype() makes every float type of a case another one (f16, bf16, ...),
+ * swap_type() one type name another of the same length (f64 <-> f32),
  * and make_inputs() draws random inputs in a case's range for a low-precision
  * graph and, with the same values, for its f64 reference.
  */
