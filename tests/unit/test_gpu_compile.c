@@ -28,6 +28,7 @@
 #include "codegen/cuda.h"
 #include "codegen/hip.h"
 #include "codegen/program.h"
+#include "op_cases.h"
 #include "passes/passes.h"
 
 static int failures;
@@ -51,31 +52,6 @@ static void fail(const char *where, const char *fmt, ...) {
   printf("\n");
   va_end(ap);
   failures++;
-}
-
-static char *read_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-  if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-    free(buf);
-    buf = NULL;
-  }
-  fclose(f);
-  if (buf) buf[n] = 0;
-  return buf;
-}
-
-/* The text with every `from` dtype name replaced by `to` (same length). */
-static char *retype(const char *text, const char *from, const char *to) {
-  char *s = strdup(text);
-  for (char *p = s; s && (p = strstr(p, from)); p += 3)
-    if ((p == s || !isalnum((unsigned char)p[-1])) && !isalnum((unsigned char)p[3]))
-      memcpy(p, to, 3);
-  return s;
 }
 
 /* ---- the kernels of one op ---- */
@@ -158,35 +134,34 @@ static void lower_case(op_kernels *ok, const char *opname, int k, const char *te
   static const char *const swaps[][2] = {{"f64", "f32"}, {"f32", "f64"}};
   for (size_t s = 0; s < 2; s++) {
     if (!strstr(text, swaps[s][0])) continue;
-    char *t = retype(text, swaps[s][0], swaps[s][1]);
+    char *t = swap_type(text, swaps[s][0], swaps[s][1]);
     snprintf(where, sizeof where, "%s case %d/%s", opname, k, swaps[s][1]);
     if (t) lower_variant(ok, t, where, false);
     free(t);
   }
 }
 
+typedef struct {
+  op_kernels *ok;
+  const char *name;
+} op_file;
+
+/* One case of lower_op's file: the first max_cases only. */
+static void take_case(void *arg, int k, const char *chunk, size_t start) {
+  (void)start;
+  op_file *f = arg;
+  if (k < max_cases) lower_case(f->ok, f->name, k, chunk);
+}
+
 /* Every case of tests/ops/<op>.kir, each keeping its line numbers. */
 static bool lower_op(op_kernels *ok, const char *name) {
   char path[512];
   snprintf(path, sizeof path, "%s/tests/ops/%s.kir", KILN_SOURCE_DIR, name);
-  char *text = read_file(path);
+  size_t len;
+  char *text = read_file(path, &len);
   if (!text) return fail(name, "no test file %s", path), false;
-  size_t len = strlen(text), start = 0;
-  int k = 0;
-  while (start <= len) {
-    char *sep = strstr(text + start, "\n// -----");
-    size_t end = sep ? (size_t)(sep - text) + 1 : len;
-    char *chunk = malloc(len + 1);
-    if (!chunk) break;
-    for (size_t i = 0; i < len; i++)
-      chunk[i] = (i >= start && i < end) || text[i] == '\n' ? text[i] : ' ';
-    chunk[len] = 0;
-    if (strstr(chunk + start, "func") && k < max_cases) lower_case(ok, name, k, chunk);
-    k += strstr(chunk + start, "func") != NULL;
-    free(chunk);
-    if (!sep) break;
-    start = end + strcspn(text + end, "\n") + 1;
-  }
+  op_file f = {ok, name};
+  for_each_case(text, len, take_case, &f);
   free(text);
   return true;
 }

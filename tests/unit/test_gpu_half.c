@@ -27,6 +27,7 @@
 #include "codegen/cuda.h"
 #include "codegen/hip.h"
 #include "codegen/program.h"
+#include "op_cases.h"
 #include "passes/mixed_precision.h"
 #include "passes/passes.h"
 
@@ -41,47 +42,6 @@ static void fail(const char *where, const char *fmt, ...) {
   printf("\n");
   va_end(ap);
   failures++;
-}
-
-static char *read_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-  if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-    free(buf);
-    buf = NULL;
-  }
-  fclose(f);
-  if (buf) buf[n] = 0;
-  return buf;
-}
-
-/* `text` with every float type name made `to`, or NULL when it has none. */
-static char *retype(const char *text, const char *to) {
-  static const char *const names[] = {"bf16", "f16", "f32", "f64"};
-  size_t n = strlen(text), k = 0;
-  char *out = malloc(n * 2 + 16);
-  bool any = false;
-  if (!out) return NULL;
-  for (size_t i = 0; i < n;) {
-    bool hit = false;
-    bool start = i == 0 || !(isalnum((unsigned char)text[i - 1]) || text[i - 1] == '_' ||
-                             text[i - 1] == '%' || text[i - 1] == '@');
-    for (int w = 0; start && w < 4 && !hit; w++) {
-      size_t len = strlen(names[w]);
-      if (strncmp(text + i, names[w], len) || isalnum((unsigned char)text[i + len])) continue;
-      memcpy(out + k, to, strlen(to));
-      k += strlen(to), i += len;
-      hit = any = true;
-    }
-    if (!hit) out[k++] = text[i++];
-  }
-  out[k] = 0;
-  if (!any) free(out), out = NULL;
-  return out;
 }
 
 /* ---- the kernels ---- */
@@ -151,7 +111,8 @@ static bool collect_op(collection *c, uint16_t op, const char *type) {
   const char *name = kir_op(op)->name;
   char path[512];
   snprintf(path, sizeof path, "%s/tests/ops/%s.kir", KILN_SOURCE_DIR, name);
-  char *text = read_file(path);
+  size_t len;
+  char *text = read_file(path, &len);
   if (!text) return false;
   int taken = 0;
   bool any = false;

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "ir/kir.h"
+#include "op_cases.h"
 #include "passes/mixed_precision.h"
 #include "train/loss_scale.h"
 
@@ -43,220 +44,13 @@ static int failures;
     }                                                                                              \
   } while (0)
 
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-static double uniform(void) { /* xorshift64*, in [0, 1) */
-  rng ^= rng >> 12, rng ^= rng << 25, rng ^= rng >> 27;
-  return (double)((rng * 2685821657736338717ull) >> 11) * 0x1p-53;
-}
-
 /* ------------------------------------------------------------ 1. every op */
 
-#define MAXIN 16
-
 typedef struct {
-  double lo[MAXIN], hi[MAXIN];
-  int64_t shapes[MAXIN][KIR_MAX_RANK];
-  int shape_rank[MAXIN];
-  int ninputs;
-  bool expect_error;
-} case_spec;
-
-/* The range of the values on an INPUT line. */
-static bool parse_range(const char *s, double *lo, double *hi) {
-  *lo = INFINITY, *hi = -INFINITY;
-  while (*s == ' ')
-    s++;
-  if (*s++ != '[') return false;
-  for (;;) {
-    while (*s == ' ' || *s == ',')
-      s++;
-    if (*s == ']') return true;
-    if (!*s || *s == '\n') return false;
-    char *end;
-    double v;
-    if (!strncmp(s, "true", 4))
-      v = 1, end = (char *)s + 4;
-    else if (!strncmp(s, "false", 5))
-      v = 0, end = (char *)s + 5;
-    else
-      v = strtod(s, &end);
-    if (end == s) return false;
-    if (isfinite(v)) *lo = fmin(*lo, v), *hi = fmax(*hi, v);
-    s = end;
-  }
-}
-
-static bool parse_case(const char *text, case_spec *c) {
-  memset(c, 0, sizeof *c);
-  for (int i = 0; i < MAXIN; i++)
-    c->shape_rank[i] = -1;
-  for (const char *line = text; line && *line;
-       line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
-    const char *p = line + strspn(line, " ");
-    if (strncmp(p, "//", 2)) continue;
-    p += 2 + strspn(p + 2, " ");
-    if (!strncmp(p, "INPUT:", 6)) {
-      if (c->ninputs == MAXIN || !parse_range(p + 6, &c->lo[c->ninputs], &c->hi[c->ninputs]))
-        return false;
-      c->ninputs++;
-    } else if (!strncmp(p, "SHAPE:", 6) && c->ninputs > 0) {
-      int k = c->ninputs - 1, r = 0;
-      for (const char *s = p + 6; *s && *s != '\n';) {
-        s += strspn(s, " ,");
-        if (!*s || *s == '\n') break;
-        char *end;
-        long long d = strtoll(s, &end, 10);
-        if (end == s || r == KIR_MAX_RANK) return false;
-        c->shapes[k][r++] = d;
-        s = end;
-      }
-      c->shape_rank[k] = r;
-    } else if (!strncmp(p, "EXPECT-ERROR:", 13)) {
-      c->expect_error = true;
-    }
-  }
-  return true;
-}
-
-/* `text` with every float type name made `to`, or NULL when it has none. */
-static char *retype(const char *text, const char *to) {
-  static const char *const names[] = {"bf16", "f16", "f32", "f64"};
-  size_t n = strlen(text), cap = n * 2 + 16, k = 0;
-  char *out = malloc(cap);
-  bool any = false;
-  if (!out) return NULL;
-  for (size_t i = 0; i < n;) {
-    bool hit = false;
-    bool word_start = i == 0 || !(isalnum((unsigned char)text[i - 1]) || text[i - 1] == '_' ||
-                                  text[i - 1] == '%' || text[i - 1] == '@');
-    for (int w = 0; word_start && w < 4 && !hit; w++) {
-      size_t len = strlen(names[w]);
-      if (strncmp(text + i, names[w], len) || isalnum((unsigned char)text[i + len])) continue;
-      if (k + 8 >= cap) break;
-      memcpy(out + k, to, strlen(to));
-      k += strlen(to);
-      i += len;
-      hit = any = true;
-    }
-    if (!hit) out[k++] = text[i++];
-    if (k + 8 >= cap) {
-      free(out);
-      return NULL;
-    }
-  }
-  out[k] = 0;
-  if (!any) {
-    free(out);
-    return NULL;
-  }
-  return out;
-}
-
-/* Concrete dims of every parameter from the case's shapes. */
-static bool param_dims(kir_graph *g, const case_spec *c, int64_t dims[][KIR_MAX_RANK]) {
-  int64_t sym[64];
-  for (int s = 0; s < 64; s++)
-    sym[s] = -1;
-  for (uint32_t p = 0; p < g->nparams; p++) {
-    const kir_type *t = &g->values[g->params[p]].type;
-    for (int d = 0; d < t->rank; d++) {
-      if (!KIR_DIM_IS_SYM(t->dims[d])) continue;
-      if (c->shape_rank[p] != t->rank || KIR_DIM_SYM(t->dims[d]) >= 64) return false;
-      sym[KIR_DIM_SYM(t->dims[d])] = c->shapes[p][d];
-    }
-  }
-  for (uint32_t p = 0; p < g->nparams; p++) {
-    const kir_type *t = &g->values[g->params[p]].type;
-    for (int d = 0; d < t->rank; d++)
-      dims[p][d] = KIR_DIM_IS_SYM(t->dims[d]) ? sym[KIR_DIM_SYM(t->dims[d])] : t->dims[d];
-  }
-  return true;
-}
-
-typedef struct {
-  const char *op;
+  const char *op, *path;
   double worst[2]; /* f16, bf16 */
   int runs[2], skipped;
 } op_stats;
-
-/* Random inputs for `low` (dtype of its params) and the same values for `ref` (f64). */
-static bool make_inputs(kir_graph *low, kir_graph *ref, const case_spec *c, kir_tensor **lin,
-                        kir_tensor **rin) {
-  int64_t dims[MAXIN][KIR_MAX_RANK];
-  if (low->nparams > MAXIN || (int)low->nparams != c->ninputs || !param_dims(low, c, dims))
-    return false;
-  for (uint32_t p = 0; p < low->nparams; p++) {
-    const kir_type *lt = &low->values[low->params[p]].type;
-    const kir_type *rt = &ref->values[ref->params[p]].type;
-    lin[p] = kir_tensor_new(lt->dtype, lt->rank, dims[p]);
-    rin[p] = kir_tensor_new(rt->dtype, rt->rank, dims[p]);
-    if (!lin[p] || !rin[p]) return false;
-    double lo = c->lo[p], hi = c->hi[p];
-    if (lo > hi) lo = -2, hi = 2;
-    bool isf = kir_dtype_is_float(lt->dtype);
-    if (isf) { /* well-scaled: the case's range clipped to [-8, 8] */
-      double l2 = fmax(lo, -8), h2 = fmin(hi, 8);
-      if (l2 < h2) lo = l2, hi = h2;
-      if (lo == hi) lo -= 1, hi += 1;
-    }
-    for (int64_t i = 0; i < lin[p]->numel; i++) {
-      if (isf) {
-        double v = lo + uniform() * (hi - lo);
-        if (v == 0) v = (hi - lo) / 7 + 1e-3;
-        lin[p]->f[i] = rin[p]->f[i] = kir_round_to(lt->dtype, v);
-      } else {
-        lin[p]->i[i] = rin[p]->i[i] =
-            kir_wrap_int(lt->dtype, (int64_t)floor(lo + uniform() * (hi - lo + 1)));
-      }
-    }
-  }
-  return true;
-}
-
-/* Compares result `got` (low dtype) with the f64 reference; the worst error goes to *worst. */
-static bool compare(const char *what, const kir_tensor *got, const kir_tensor *want, double tol,
-                    double scale, double *worst) {
-  if (got->numel != want->numel) {
-    printf("FAIL %s: %lld elements, the reference has %lld\n", what, (long long)got->numel,
-           (long long)want->numel);
-    return false;
-  }
-  if (!kir_dtype_is_float(got->dtype)) {
-    for (int64_t i = 0; i < got->numel; i++)
-      if (got->i[i] != want->i[i]) {
-        printf("FAIL %s: element %lld is %lld, the reference says %lld\n", what, (long long)i,
-               (long long)got->i[i], (long long)want->i[i]);
-        return false;
-      }
-    return true;
-  }
-  double ss = 0;
-  int64_t nf = 0;
-  for (int64_t i = 0; i < want->numel; i++)
-    if (isfinite(want->f[i])) ss += want->f[i] * want->f[i], nf++;
-  double rms = nf ? sqrt(ss / (double)nf) : 0, floor_ = fmax(fmax(rms, scale), 1e-30);
-  for (int64_t i = 0; i < got->numel; i++) {
-    double g = got->f[i], w = want->f[i], wr = kir_round_to(got->dtype, w), e;
-    if (isnan(w) || isnan(g))
-      e = isnan(w) && isnan(g) ? 0 : INFINITY;
-    else if (isinf(wr) || isinf(g))
-      e = g == wr ? 0 : INFINITY;
-    else
-      e = fabs(g - w) / fmax(fabs(w), floor_);
-    if (e > *worst) *worst = e;
-    if (e > tol) {
-      printf("FAIL %s: element %lld is %.9g, the f64 reference says %.9g (%.3g > %g)\n", what,
-             (long long)i, g, w, e, tol);
-      return false;
-    }
-  }
-  return true;
-}
-
-static void free_tensors(kir_tensor **t, int n) {
-  for (int i = 0; i < n; i++)
-    kir_tensor_free(t[i]);
-}
 
 /* One case in one low dtype (0: f16, 1: bf16). */
 static void run_low(op_stats *st, int k, int which, const char *text, const char *path,
@@ -328,29 +122,20 @@ done:
   free(rt);
 }
 
-static char *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-  if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-    free(buf);
-    buf = NULL;
-  }
-  fclose(f);
-  if (buf) {
-    buf[n] = 0;
-    *len = (size_t)n;
-  }
-  return buf;
+/* One case of run_op's file, in f16 and in bf16. */
+static void run_case(void *arg, int k, const char *chunk, size_t start) {
+  (void)start;
+  op_stats *st = arg;
+  case_spec c;
+  if (!parse_case(chunk, &c) || c.expect_error) return;
+  run_low(st, k, 0, chunk, st->path, &c);
+  run_low(st, k, 1, chunk, st->path, &c);
 }
 
 /* Every case of one op's file, each blanked out of the rest so its line numbers stay true. */
 static void run_op(uint16_t op) {
-  op_stats st = {.op = kir_op(op)->name};
   char path[512];
+  op_stats st = {.op = kir_op(op)->name, .path = path};
   snprintf(path, sizeof path, "%s/tests/ops/%s.kir", KILN_SOURCE_DIR, st.op);
   size_t len;
   char *text = read_file(path, &len);
@@ -359,25 +144,8 @@ static void run_op(uint16_t op) {
     failures++;
     return;
   }
-  int before = failures, k = 0;
-  for (size_t start = 0; start <= len;) {
-    char *sep = strstr(text + start, "\n// -----");
-    size_t end = sep ? (size_t)(sep - text) + 1 : len;
-    char *chunk = malloc(len + 1);
-    if (!chunk) break;
-    for (size_t i = 0; i < len; i++)
-      chunk[i] = (i >= start && i < end) || text[i] == '\n' ? text[i] : ' ';
-    chunk[len] = 0;
-    case_spec c;
-    if (strstr(chunk + start, "func") && parse_case(chunk, &c) && !c.expect_error) {
-      run_low(&st, k, 0, chunk, path, &c);
-      run_low(&st, k, 1, chunk, path, &c);
-    }
-    k += strstr(chunk + start, "func") != NULL;
-    free(chunk);
-    if (!sep) break;
-    start = end + strcspn(text + end, "\n") + 1;
-  }
+  int before = failures;
+  for_each_case(text, len, run_case, &st);
   printf("%s %-20s f16 %3d runs, worst %.2g; bf16 %3d runs, worst %.2g (%d skipped)\n",
          failures == before ? "ok  " : "FAIL", st.op, st.runs[0], st.worst[0], st.runs[1],
          st.worst[1], st.skipped);
