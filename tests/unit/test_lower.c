@@ -43,22 +43,7 @@
 
 #include "codegen/program.h"
 #include "passes/passes.h"
-
-enum { MAX_IN = 64 };
-
-typedef struct {
-  double *v;
-  size_t n;
-} dvec;
-
-typedef struct {
-  dvec inputs[MAX_IN];
-  int64_t shapes[MAX_IN][KIR_MAX_RANK];
-  int shape_rank[MAX_IN]; /* -1: no SHAPE line */
-  int ninputs;
-  bool random_only; /* RANDOM lines: no values of its own */
-  char expect_error[256];
-} case_spec;
+#include "op_cases.h"
 
 static int failures, runs, skipped_variants, unsupported_cases;
 static bool covered[KIR_OP_COUNT];
@@ -92,112 +77,13 @@ static double random_float(void) {
   return next_u64() & 1 ? v : -v;
 }
 
-/* ---- the case text ---- */
-
-static bool parse_values(const char *s, dvec *out) {
-  while (*s == ' ')
-    s++;
-  if (*s++ != '[') return false;
-  size_t cap = 16;
-  out->v = malloc(cap * sizeof *out->v);
-  if (!out->v) return false;
-  for (;;) {
-    while (*s == ' ' || *s == ',')
-      s++;
-    if (*s == ']') return true;
-    if (!*s || *s == '\n') return false;
-    char *end;
-    double v;
-    if (!strncmp(s, "true", 4))
-      v = 1, end = (char *)s + 4;
-    else if (!strncmp(s, "false", 5))
-      v = 0, end = (char *)s + 5;
-    else
-      v = strtod(s, &end);
-    if (end == s) return false;
-    if (out->n == cap) {
-      double *nv = realloc(out->v, (cap *= 2) * sizeof *nv);
-      if (!nv) return false;
-      out->v = nv;
-    }
-    out->v[out->n++] = v;
-    s = end;
-  }
-}
-
-/* "d, d, ..." up to the end of the line. */
-static bool parse_shape(const char *s, int64_t *dims, int *rank) {
-  *rank = 0;
-  while (*s && *s != '\n') {
-    while (*s == ' ' || *s == ',')
-      s++;
-    if (!*s || *s == '\n') break;
-    char *end;
-    long long d = strtoll(s, &end, 10);
-    if (end == s || *rank == KIR_MAX_RANK) return false;
-    dims[(*rank)++] = d;
-    s = end;
-  }
-  return true;
-}
-
-static bool parse_case(const char *text, case_spec *c) {
-  memset(c, 0, sizeof *c);
-  for (int i = 0; i < MAX_IN; i++)
-    c->shape_rank[i] = -1;
-  for (const char *line = text; line && *line;
-       line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
-    const char *p = line;
-    while (*p == ' ')
-      p++;
-    if (strncmp(p, "//", 2)) continue;
-    for (p += 2; *p == ' '; p++) {
-    }
-    if (!strncmp(p, "INPUT:", 6)) {
-      if (c->ninputs == MAX_IN || !parse_values(p + 6, &c->inputs[c->ninputs])) return false;
-      c->ninputs++;
-    } else if (!strncmp(p, "SHAPE:", 6)) {
-      if (!c->ninputs) return false;
-      int k = c->ninputs - 1;
-      if (!parse_shape(p + 6, c->shapes[k], &c->shape_rank[k])) return false;
-    } else if (!strncmp(p, "RANDOM:", 7)) { /* this file's own cases: random values of a shape */
-      if (c->ninputs == MAX_IN) return false;
-      int k = c->ninputs++;
-      c->random_only = true;
-      if (!parse_shape(p + 7, c->shapes[k], &c->shape_rank[k])) return false;
-    } else if (!strncmp(p, "EXPECT-ERROR:", 13)) {
-      const char *s = p + 13;
-      while (*s == ' ')
-        s++;
-      size_t n = strcspn(s, "\n");
-      if (n >= sizeof c->expect_error) n = sizeof c->expect_error - 1;
-      memcpy(c->expect_error, s, n);
-    }
-  }
-  return true;
-}
-
-static void free_case(case_spec *c) {
-  for (int i = 0; i < MAX_IN; i++)
-    free(c->inputs[i].v);
-}
-
-/* The text with every `from` dtype name replaced by `to` (same length). */
-static char *retype(const char *text, const char *from, const char *to) {
-  char *s = strdup(text);
-  for (char *p = s; s && (p = strstr(p, from)); p += 3)
-    if ((p == s || !isalnum((unsigned char)p[-1])) && !isalnum((unsigned char)p[3]))
-      memcpy(p, to, 3);
-  return s;
-}
-
 /* ---- one run ---- */
 
 /* The inputs of one run, in native layout and as reference tensors. */
 typedef struct {
   int n;
-  void *native[MAX_IN];
-  kir_tensor *ref[MAX_IN];
+  void *native[MAXIN];
+  kir_tensor *ref[MAXIN];
   int64_t *sizes; /* symbol values */
   double biggest; /* elements of the largest input (for the f32 tolerance) */
 } run_inputs;
@@ -289,7 +175,7 @@ static bool is_seed(const kir_graph *g, uint32_t p) {
 }
 
 /* A random value: floats anywhere, integers within the case's own range for that input. */
-static double random_value(kir_dtype t, const dvec *given, bool seed) {
+static double random_value(kir_dtype t, const oc_values *given, bool seed) {
   double u = (double)(next_u64() >> 11) * 0x1p-53;
   if (kir_dtype_is_float(t)) return random_float();
   if (t == KILN_BOOL) return (double)(next_u64() & 1);
@@ -316,7 +202,7 @@ static bool make_inputs(const kir_graph *g, const case_spec *c, bool given, int6
   memset(ri, 0, sizeof *ri);
   ri->n = (int)g->nparams;
   ri->sizes = calloc(m->nsyms + 1u, sizeof *ri->sizes);
-  if (!ri->sizes || ri->n > MAX_IN) return false;
+  if (!ri->sizes || ri->n > MAXIN) return false;
   for (int i = 0; i < ri->n; i++) { /* bind the symbols at the case's shapes */
     const kir_type *t = &g->values[g->params[i]].type;
     for (int d = 0; d < t->rank && c->shape_rank[i] == t->rank; d++)
@@ -401,8 +287,8 @@ static void run_once(kir_graph *g, const kcg_program *prog, const case_spec *c, 
                      int64_t grow, const char *where) {
   kiln_ctx *ctx = kiln_ctx_create();
   run_inputs ri;
-  kir_tensor *want[MAX_IN] = {0};
-  void *got[MAX_IN] = {0};
+  kir_tensor *want[MAXIN] = {0};
+  void *got[MAXIN] = {0};
   int before = failures;
   if (!make_inputs(g, c, given, grow, &ri, where)) {
     if (failures == before) fail(where, "out of memory making the inputs");
@@ -440,7 +326,7 @@ static void run_once(kir_graph *g, const kcg_program *prog, const case_spec *c, 
       break;
     }
 done:
-  for (int i = 0; i < MAX_IN; i++) {
+  for (int i = 0; i < MAXIN; i++) {
     kir_tensor_free(want[i]);
     free(got[i]);
   }
@@ -519,7 +405,7 @@ static void run_case(const char *opname, uint16_t op, int k, const char *text) {
   static const char *const swaps[][2] = {{"f64", "f32"}, {"i64", "i32"}, {"f32", "f64"}};
   for (size_t s = 0; s < sizeof swaps / sizeof swaps[0]; s++) {
     if (!strstr(text, swaps[s][0])) continue;
-    char *t = retype(text, swaps[s][0], swaps[s][1]);
+    char *t = swap_type(text, swaps[s][0], swaps[s][1]);
     snprintf(label, sizeof label, "case %d/%s", k, swaps[s][1]);
     if (t) run_variant(t, opname, op, label, &c);
     free(t);
@@ -527,47 +413,23 @@ static void run_case(const char *opname, uint16_t op, int k, const char *text) {
   free_case(&c);
 }
 
-static char *read_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-  if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-    free(buf);
-    buf = NULL;
-  }
-  fclose(f);
-  if (buf) buf[n] = 0;
-  return buf;
+static void run_file_case(void *arg, int k, const char *chunk, size_t start) {
+  (void)start;
+  uint16_t op = *(const uint16_t *)arg;
+  run_case(kir_op(op)->name, op, k, chunk);
 }
 
 /* Every case of tests/ops/<op>.kir; each keeps its line numbers (the rest is blanked). */
 static void run_op(uint16_t op) {
-  const char *name = kir_op(op)->name;
   char path[512];
-  snprintf(path, sizeof path, "%s/tests/ops/%s.kir", KILN_SOURCE_DIR, name);
-  char *text = read_file(path);
+  snprintf(path, sizeof path, "%s/tests/ops/%s.kir", KILN_SOURCE_DIR, kir_op(op)->name);
+  size_t len;
+  char *text = read_file(path, &len);
   if (!text) {
-    fail(name, "no test file %s", path);
+    fail(kir_op(op)->name, "no test file %s", path);
     return;
   }
-  size_t len = strlen(text), start = 0;
-  int k = 0;
-  while (start <= len) {
-    char *sep = strstr(text + start, "\n// -----");
-    size_t end = sep ? (size_t)(sep - text) + 1 : len;
-    char *chunk = malloc(len + 1);
-    if (!chunk) break;
-    for (size_t i = 0; i < len; i++)
-      chunk[i] = (i >= start && i < end) || text[i] == '\n' ? text[i] : ' ';
-    chunk[len] = 0;
-    if (strstr(chunk + start, "func")) run_case(name, op, k++, chunk);
-    free(chunk);
-    if (!sep) break;
-    start = end + strcspn(text + end, "\n") + 1;
-  }
+  for_each_case(text, len, run_file_case, &op);
   free(text);
 }
 

@@ -21,22 +21,7 @@
 #include <string.h>
 
 #include "ir/kir.h"
-
-typedef struct {
-  double *v;
-  size_t n, cap;
-} dvec;
-
-typedef struct {
-  dvec inputs[64];
-  int64_t shapes[64][KIR_MAX_RANK];
-  int shape_rank[64]; /* -1: no SHAPE line */
-  int ninputs;
-  dvec expects[64];
-  int nexpects;
-  double tol;
-  char expect_error[256];
-} case_spec;
+#include "op_cases.h"
 
 static int failures;
 
@@ -49,86 +34,6 @@ static void fail(const char *op, int k, const char *fmt, ...) {
   printf("\n");
   va_end(ap);
   failures++;
-}
-
-static bool push(dvec *d, double v) {
-  if (d->n == d->cap) {
-    size_t nc = d->cap ? d->cap * 2 : 16;
-    double *nv = realloc(d->v, nc * sizeof *nv);
-    if (!nv) return false;
-    d->v = nv;
-    d->cap = nc;
-  }
-  d->v[d->n++] = v;
-  return true;
-}
-
-/* Parses "[v, v, ...]" (nan, inf, -inf, true, false allowed). */
-static bool parse_values(const char *s, dvec *out) {
-  while (*s == ' ') s++;
-  if (*s++ != '[') return false;
-  for (;;) {
-    while (*s == ' ' || *s == ',') s++;
-    if (*s == ']') return true;
-    if (!*s || *s == '\n') return false;
-    double v;
-    char *end;
-    if (!strncmp(s, "true", 4)) v = 1, end = (char *)s + 4;
-    else if (!strncmp(s, "false", 5)) v = 0, end = (char *)s + 5;
-    else v = strtod(s, &end);
-    if (end == s || !push(out, v)) return false;
-    s = end;
-  }
-}
-
-static bool parse_case(const char *text, case_spec *c) {
-  memset(c, 0, sizeof *c);
-  c->tol = 1e-12;
-  for (int i = 0; i < 64; i++) c->shape_rank[i] = -1;
-  for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
-    const char *p = line;
-    while (*p == ' ') p++;
-    if (strncmp(p, "//", 2)) continue;
-    p += 2;
-    while (*p == ' ') p++;
-    if (!strncmp(p, "INPUT:", 6)) {
-      if (c->ninputs == 64 || !parse_values(p + 6, &c->inputs[c->ninputs])) return false;
-      c->ninputs++;
-    } else if (!strncmp(p, "SHAPE:", 6)) {
-      if (!c->ninputs) return false;
-      int k = c->ninputs - 1, r = 0;
-      const char *s = p + 6;
-      while (*s && *s != '\n') {
-        while (*s == ' ' || *s == ',') s++;
-        if (!*s || *s == '\n') break;
-        char *end;
-        long long d = strtoll(s, &end, 10);
-        if (end == s || r == KIR_MAX_RANK) return false;
-        c->shapes[k][r++] = d;
-        s = end;
-      }
-      c->shape_rank[k] = r;
-    } else if (!strncmp(p, "EXPECT-ERROR:", 13)) {
-      const char *s = p + 13;
-      while (*s == ' ') s++;
-      size_t n = strcspn(s, "\n");
-      if (n >= sizeof c->expect_error) n = sizeof c->expect_error - 1;
-      memcpy(c->expect_error, s, n);
-    } else if (!strncmp(p, "EXPECT:", 7)) {
-      if (c->nexpects == 64 || !parse_values(p + 7, &c->expects[c->nexpects])) return false;
-      c->nexpects++;
-    } else if (!strncmp(p, "TOL:", 4)) {
-      c->tol = strtod(p + 4, NULL);
-    }
-  }
-  return true;
-}
-
-static void free_case(case_spec *c) {
-  for (int i = 0; i < 64; i++) {
-    free(c->inputs[i].v);
-    free(c->expects[i].v);
-  }
 }
 
 static bool uses_op(kir_graph *g, uint16_t op) {
@@ -148,8 +53,21 @@ static bool close_enough(double got, double want, double tol, bool exact) {
   return fabs(got - want) <= tol * (1 + fabs(want));
 }
 
-static void run_case(const char *opname, uint16_t op, int k, const char *text, size_t len,
-                     const char *path, int *ran) {
+typedef struct {
+  const char *name;
+  uint16_t op;
+  int cases, ran;
+  char path[512];
+} op_run;
+
+static void run_case(void *arg, int k, const char *text, size_t start) {
+  (void)start;
+  op_run *o = arg;
+  const char *opname = o->name, *path = o->path;
+  uint16_t op = o->op;
+  size_t len = strlen(text);
+  int *ran = &o->ran;
+  o->cases = k + 1;
   kiln_ctx *ctx = kiln_ctx_create();
   kiln_graph *g = NULL;
   case_spec c;
@@ -242,54 +160,19 @@ done:
   kiln_ctx_destroy(ctx);
 }
 
-static char *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)n + 1);
-  if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-    free(buf);
-    buf = NULL;
-  }
-  fclose(f);
-  if (buf) {
-    buf[n] = 0;
-    *len = (size_t)n;
-  }
-  return buf;
-}
-
 /* Runs every case of one op's file; each case keeps its line numbers. */
 static void run_op(uint16_t op) {
-  const char *name = kir_op(op)->name;
-  char path[512];
-  snprintf(path, sizeof path, "%s/tests/ops/%s.kir", KILN_SOURCE_DIR, name);
+  op_run o = {.name = kir_op(op)->name, .op = op};
+  snprintf(o.path, sizeof o.path, "%s/tests/ops/%s.kir", KILN_SOURCE_DIR, o.name);
   size_t len;
-  char *text = read_file(path, &len);
+  char *text = read_file(o.path, &len);
   if (!text) {
-    fail(name, 0, "no test file tests/ops/%s.kir", name);
+    fail(o.name, 0, "no test file tests/ops/%s.kir", o.name);
     return;
   }
-  int k = 0, ran = 0;
-  size_t start = 0;
-  while (start <= len) {
-    char *sep = strstr(text + start, "\n// -----");
-    size_t end = sep ? (size_t)(sep - text) + 1 : len;
-    /* Blank out everything outside the case so positions stay true. */
-    char *chunk = malloc(len + 1);
-    if (!chunk) break;
-    for (size_t i = 0; i < len; i++)
-      chunk[i] = (i >= start && i < end) || text[i] == '\n' ? text[i] : ' ';
-    chunk[len] = 0;
-    if (strstr(chunk + start, "func")) run_case(name, op, k++, chunk, len, path, &ran);
-    free(chunk);
-    if (!sep) break;
-    start = end + strcspn(text + end, "\n") + 1;
-  }
-  if (!k) fail(name, 0, "tests/ops/%s.kir has no case", name);
-  else printf("%s %s: %d of %d cases\n", ran == k ? "ok  " : "FAIL", name, ran, k);
+  for_each_case(text, len, run_case, &o);
+  if (!o.cases) fail(o.name, 0, "tests/ops/%s.kir has no case", o.name);
+  else printf("%s %s: %d of %d cases\n", o.ran == o.cases ? "ok  " : "FAIL", o.name, o.ran, o.cases);
   free(text);
 }
 

@@ -46,110 +46,28 @@ static int failures;
 
 /* ------------------------------------------------------------ 1. every op */
 
-typedef struct {
-  const char *op, *path;
-  double worst[2]; /* f16, bf16 */
-  int runs[2], skipped;
-} op_stats;
-
-/* One case in one low dtype (0: f16, 1: bf16). */
-static void run_low(op_stats *st, int k, int which, const char *text, const char *path,
-                    const case_spec *c) {
-  const char *tname = which ? "bf16" : "f16";
-  double tol = which ? 1e-2 : 1e-3;
-  char *lt = retype(text, tname), *rt = retype(text, "f64");
-  kiln_ctx *ctx = kiln_ctx_create();
-  kiln_graph *lg = NULL, *rg = NULL;
+/* The f16/bf16 graph compiled for this CPU. */
+static kiln_status run_low(kiln_graph *lg, size_t nin, kiln_tensor *const *in, kiln_tensor **out) {
   kiln_compiled *cm = NULL;
-  kir_tensor *lin[MAXIN] = {0}, *rin[MAXIN] = {0}, *want[64] = {0};
-  kiln_tensor *hin[MAXIN] = {0}, *hout[64] = {0};
-  int nin = 0;
-  if (!lt || !rt || kiln_graph_parse(ctx, lt, strlen(lt), path, &lg) != KILN_OK ||
-      kiln_graph_parse(ctx, rt, strlen(rt), path, &rg) != KILN_OK || lg->nresults > 64 ||
-      lg->nresults != rg->nresults) {
-    st->skipped++; /* a parse-error case, or one whose types do not survive the change */
-    goto done;
-  }
   kiln_status s = kiln_compile(lg, NULL, &cm);
-  if (s != KILN_OK) {
-    printf("FAIL %s case %d (%s): compile: %s\n", st->op, k, tname, kiln_ctx_error(ctx));
-    failures++;
-    goto done;
-  }
-  nin = (int)lg->nparams;
-  if (!make_inputs(lg, rg, c, lin, rin) || kir_interp_run(ctx, rg, rin, want) != KILN_OK) {
-    st->skipped++; /* values the op refuses (an index out of range, a segment order) */
-    goto done;
-  }
-  /* A scan chains its body's ops, and compiled code rounds each to the type (as IEEE f16
-     arithmetic does, step by step) where the reference rounds once at the end: a carry that
-     sums and cancels is measured against the scale of the operands its steps added. */
-  double scale = 0;
-  for (int i = 0; i < nin && !strcmp(st->op, "scan"); i++)
-    for (int64_t e = 0; kir_dtype_is_float(lin[i]->dtype) && e < lin[i]->numel; e++)
-      scale = fmax(scale, fabs(lin[i]->f[e]));
-  bool ok = true;
-  for (int i = 0; i < nin && ok; i++)
-    ok = (hin[i] = kir_tensor_to_host(lin[i])) != NULL;
-  s = ok ? kiln_compiled_run(cm, ctx, (size_t)nin, hin, lg->nresults, hout, NULL) : KILN_ERR_NOMEM;
-  st->runs[which]++;
-  if (s != KILN_OK) {
-    printf("FAIL %s case %d (%s): run: %s\n", st->op, k, tname, kiln_ctx_error(ctx));
-    failures++;
-  } else {
-    for (uint32_t r = 0; r < lg->nresults; r++) {
-      kir_tensor *got = kir_tensor_from_host(hout[r]);
-      char what[128];
-      snprintf(what, sizeof what, "%s case %d (%s) result %u", st->op, k, tname, r);
-      if (!got || !compare(what, got, want[r], tol, scale, &st->worst[which])) failures++;
-      kir_tensor_free(got);
-    }
-  }
-  for (uint32_t r = 0; r < lg->nresults; r++) {
-    kiln_tensor_destroy(hout[r]);
-    kir_tensor_free(want[r]);
-  }
-done:
-  for (int i = 0; i < nin; i++)
-    kiln_tensor_destroy(hin[i]);
-  free_tensors(lin, MAXIN);
-  free_tensors(rin, MAXIN);
+  if (s == KILN_OK) s = kiln_compiled_run(cm, NULL, nin, in, lg->nresults, out, NULL);
   kiln_compiled_destroy(cm);
-  kiln_graph_destroy(lg);
-  kiln_graph_destroy(rg);
-  kiln_ctx_destroy(ctx);
-  free(lt);
-  free(rt);
+  return s;
 }
 
-/* One case of run_op's file, in f16 and in bf16. */
-static void run_case(void *arg, int k, const char *chunk, size_t start) {
-  (void)start;
-  op_stats *st = arg;
-  case_spec c;
-  if (!parse_case(chunk, &c) || c.expect_error) return;
-  run_low(st, k, 0, chunk, st->path, &c);
-  run_low(st, k, 1, chunk, st->path, &c);
-}
-
-/* Every case of one op's file, each blanked out of the rest so its line numbers stay true. */
+/* Every case of one op's file in f16 and bf16, each blanked out of the rest so its line
+ * numbers stay true. */
 static void run_op(uint16_t op) {
-  char path[512];
-  op_stats st = {.op = kir_op(op)->name, .path = path};
-  snprintf(path, sizeof path, "%s/tests/ops/%s.kir", KILN_SOURCE_DIR, st.op);
-  size_t len;
-  char *text = read_file(path, &len);
-  if (!text) {
+  oc_low_stats st = {.op = kir_op(op)->name, .run = run_low, .may_refuse = false};
+  if (!oc_run_low_op(&st)) {
     printf("FAIL no test file tests/ops/%s.kir\n", st.op);
     failures++;
     return;
   }
-  int before = failures;
-  for_each_case(text, len, run_case, &st);
+  failures += st.failures;
   printf("%s %-20s f16 %3d runs, worst %.2g; bf16 %3d runs, worst %.2g (%d skipped)\n",
-         failures == before ? "ok  " : "FAIL", st.op, st.runs[0], st.worst[0], st.runs[1],
+         st.failures ? "FAIL" : "ok  ", st.op, st.runs[0], st.worst[0], st.runs[1],
          st.worst[1], st.skipped);
-  free(text);
 }
 
 /*
@@ -510,8 +428,8 @@ static double train_spirals(kiln_ctx *ctx, kp_precision p, int steps) {
   int64_t xd[2] = {N, 2}, yd[1] = {N};
   kiln_tensor *x = NULL, *y = NULL;
   kiln_tensor_create(ctx, KILN_F32, 2, xd, &x), kiln_tensor_create(ctx, KILN_I64, 1, yd, &y);
-  uint64_t keep = rng;
-  rng = 88172645463325252ull; /* the same data for every precision */
+  uint64_t keep = oc_rng;
+  oc_rng = 88172645463325252ull; /* the same data for every precision */
   for (int i = 0; i < N; i++) {
     int cls = i % 2;
     double r = (double)(i / 2) / (N / 2) + 0.05, th = 3.0 * M_PI * r + cls * M_PI;
@@ -519,7 +437,7 @@ static double train_spirals(kiln_ctx *ctx, kp_precision p, int steps) {
     kiln_tensor_set(x, (size_t)(2 * i + 1), r * sin(th) + NOISE * (2 * uniform() - 1));
     kiln_tensor_set(y, (size_t)i, cls);
   }
-  rng = keep;
+  oc_rng = keep;
   kiln_layer *l = kiln_layer_call(ctx, "mlp", "I", (size_t)4, (const int64_t[]){2, 64, 64, 2});
   kiln_model_input in = {"x", KILN_INPUT_TENSOR, KILN_F32, 2, xd, NULL};
   kiln_params *p0 = NULL;

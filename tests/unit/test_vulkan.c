@@ -43,6 +43,8 @@
 #include <string.h>
 
 #include "codegen/spirv.h"
+#define OC_RNG_SEED 0x9e3779b97f4a7c15ull
+#include "op_cases.h"
 #include "kiln/kiln.h"
 #include "passes/fusion.h"
 #include "passes/passes.h"
@@ -51,23 +53,10 @@
 static int failures;
 static kvk_device *dev;
 
-#define MAXIN 16
-
-typedef struct {
-  double *v;
-  size_t n, cap;
-} dvec;
-
-typedef struct {
-  dvec inputs[MAXIN];
-  int64_t shapes[MAXIN][KIR_MAX_RANK];
-  int shape_rank[MAXIN];
-  int ninputs;
-  char expect_error[256];
-} case_spec;
-
 typedef struct {
   const char *op;
+  uint16_t id;
+  char path[512];
   double worst[2]; /* f64, f32 */
   bool compared[2];
   int runs, unsupported, variants;
@@ -83,157 +72,6 @@ static void fail(const op_stats *st, int k, const char *fmt, ...) {
   printf("\n");
   va_end(ap);
   failures++;
-}
-
-/* ---- the case's directives (as test_compiled.c reads them) ---- */
-
-static bool push(dvec *d, double v) {
-  if (d->n == d->cap) {
-    size_t nc = d->cap ? d->cap * 2 : 16;
-    double *nv = realloc(d->v, nc * sizeof *nv);
-    if (!nv) return false;
-    d->v = nv, d->cap = nc;
-  }
-  d->v[d->n++] = v;
-  return true;
-}
-
-static bool parse_values(const char *s, dvec *out) {
-  while (*s == ' ') s++;
-  if (*s++ != '[') return false;
-  for (;;) {
-    while (*s == ' ' || *s == ',') s++;
-    if (*s == ']') return true;
-    if (!*s || *s == '\n') return false;
-    char *end;
-    double v;
-    if (!strncmp(s, "true", 4)) v = 1, end = (char *)s + 4;
-    else if (!strncmp(s, "false", 5)) v = 0, end = (char *)s + 5;
-    else v = strtod(s, &end);
-    if (end == s || !push(out, v)) return false;
-    s = end;
-  }
-}
-
-static bool parse_shape(const char *s, case_spec *c) {
-  int k = c->ninputs - 1, r = 0;
-  if (k < 0) return false;
-  while (*s && *s != '\n') {
-    while (*s == ' ' || *s == ',') s++;
-    if (!*s || *s == '\n') break;
-    char *end;
-    long long d = strtoll(s, &end, 10);
-    if (end == s || r == KIR_MAX_RANK) return false;
-    c->shapes[k][r++] = d;
-    s = end;
-  }
-  c->shape_rank[k] = r;
-  return true;
-}
-
-static bool parse_case(const char *text, case_spec *c) {
-  memset(c, 0, sizeof *c);
-  for (int i = 0; i < MAXIN; i++) c->shape_rank[i] = -1;
-  for (const char *line = text; line && *line;
-       line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
-    const char *p = line + strspn(line, " ");
-    if (strncmp(p, "//", 2)) continue;
-    p += 2 + strspn(p + 2, " ");
-    if (!strncmp(p, "INPUT:", 6)) {
-      if (c->ninputs == MAXIN || !parse_values(p + 6, &c->inputs[c->ninputs])) return false;
-      c->ninputs++;
-    } else if (!strncmp(p, "SHAPE:", 6)) {
-      if (!parse_shape(p + 6, c)) return false;
-    } else if (!strncmp(p, "EXPECT-ERROR:", 13)) {
-      const char *s = p + 13 + strspn(p + 13, " ");
-      snprintf(c->expect_error, sizeof c->expect_error, "%.*s", (int)strcspn(s, "\n"), s);
-    }
-  }
-  return true;
-}
-
-static void free_case(case_spec *c) {
-  for (int i = 0; i < MAXIN; i++) free(c->inputs[i].v);
-}
-
-/* ---- inputs ---- */
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static double uniform(void) { /* xorshift64*, in [0, 1) */
-  rng ^= rng >> 12, rng ^= rng << 25, rng ^= rng >> 27;
-  return (double)((rng * 2685821657736338717ull) >> 11) * 0x1p-53;
-}
-
-typedef struct {
-  kir_tensor *t[MAXIN];
-  int n;
-  int64_t sizes[64]; /* symbol values */
-} input_set;
-
-static void free_set(input_set *s) {
-  for (int i = 0; i < s->n; i++) kir_tensor_free(s->t[i]);
-  s->n = 0;
-}
-
-/* Concrete dims of every parameter and the symbols: the case's shapes, symbols grown by `grow`. */
-static bool param_dims(kir_graph *g, const case_spec *c, int64_t grow,
-                       int64_t dims[][KIR_MAX_RANK], int64_t *sym) {
-  for (int s = 0; s < 64; s++) sym[s] = 1;
-  for (uint32_t p = 0; p < g->nparams; p++) {
-    const kir_type *t = &g->values[g->params[p]].type;
-    for (int d = 0; d < t->rank; d++) {
-      if (!KIR_DIM_IS_SYM(t->dims[d])) continue;
-      if (c->shape_rank[p] != t->rank || KIR_DIM_SYM(t->dims[d]) >= 64) return false;
-      sym[KIR_DIM_SYM(t->dims[d])] = c->shapes[p][d] + grow;
-    }
-  }
-  for (uint32_t p = 0; p < g->nparams; p++) {
-    const kir_type *t = &g->values[g->params[p]].type;
-    for (int d = 0; d < t->rank; d++)
-      dims[p][d] = KIR_DIM_IS_SYM(t->dims[d]) ? sym[KIR_DIM_SYM(t->dims[d])] : t->dims[d];
-  }
-  return true;
-}
-
-static void fill_random(kir_tensor *x, const dvec *like, bool keep_specials) {
-  double lo = INFINITY, hi = -INFINITY;
-  for (size_t i = 0; i < like->n; i++)
-    if (isfinite(like->v[i])) lo = fmin(lo, like->v[i]), hi = fmax(hi, like->v[i]);
-  if (lo > hi) lo = -2, hi = 2;
-  bool isf = kir_dtype_is_float(x->dtype);
-  if (isf && lo == hi) lo -= 1, hi += 1;
-  for (int64_t i = 0; i < x->numel; i++) {
-    double v = lo + uniform() * (hi - lo);
-    if (keep_specials && (size_t)i < like->n && !isfinite(like->v[i])) v = like->v[i];
-    if (isf) {
-      if (v == 0) v = (hi - lo) / 7 + 1e-3;
-      x->f[i] = kir_round_to(x->dtype, v);
-    } else {
-      x->i[i] = kir_wrap_int(x->dtype, (int64_t)floor(lo + uniform() * (hi - lo + 1)));
-    }
-  }
-}
-
-static bool make_set(kir_graph *g, const case_spec *c, int64_t grow, bool original,
-                     input_set *s) {
-  int64_t dims[MAXIN][KIR_MAX_RANK];
-  if ((int)g->nparams > MAXIN || !param_dims(g, c, grow, dims, s->sizes)) return false;
-  s->n = 0;
-  for (uint32_t p = 0; p < g->nparams; p++) {
-    const kir_type *t = &g->values[g->params[p]].type;
-    kir_tensor *x = kir_tensor_new(t->dtype, t->rank, dims[p]);
-    if (!x) return free_set(s), false;
-    s->t[s->n++] = x;
-    if (original) {
-      if ((size_t)x->numel != c->inputs[p].n) return free_set(s), false;
-      for (int64_t i = 0; i < x->numel; i++)
-        if (kir_dtype_is_float(t->dtype)) x->f[i] = kir_round_to(t->dtype, c->inputs[p].v[i]);
-        else x->i[i] = kir_wrap_int(t->dtype, (int64_t)c->inputs[p].v[i]);
-    } else {
-      fill_random(x, &c->inputs[p], grow == 0);
-    }
-  }
-  return true;
 }
 
 /* ---- host buffers in the CPU layout ---- */
@@ -282,7 +120,7 @@ static double raw_elem(const void *p, kir_dtype t, int64_t i) {
 
 /* ---- running and comparing ---- */
 
-static int64_t reduction_length(uint16_t op, const input_set *s) {
+static int64_t reduction_length(uint16_t op, const oc_input_set *s) {
   kir_family f = kir_op(op)->family;
   if (f != KIR_FAM_REDUCE && f != KIR_FAM_COMPOUND && f != KIR_FAM_INDEX && f != KIR_FAM_CONTROL)
     return 1;
@@ -292,7 +130,7 @@ static int64_t reduction_length(uint16_t op, const input_set *s) {
   return n;
 }
 
-static bool compare(op_stats *st, int k, const char *what, const kir_tensor *want,
+static bool compare_result(op_stats *st, int k, const char *what, const kir_tensor *want,
                     const void *got, int64_t red) {
   kir_dtype t = want->dtype;
   bool isf = kir_dtype_is_float(t), f32 = t != KILN_F64;
@@ -329,14 +167,29 @@ static bool compare(op_stats *st, int k, const char *what, const kir_tensor *wan
 }
 
 /* One input set through the interpreter and the device; false if the interpreter refused it. */
-static bool run_set(op_stats *st, int k, const char *what, kir_graph *g, kvk_program *vp,
-                    const kcg_program *prog, uint16_t op, input_set *s, bool expect_error) {
+typedef struct {
+  op_stats *st;
+  int k;
+  kir_graph *g;
+  kvk_program *vp;
+  const kcg_program *prog;
+  uint16_t op;
+} variant;
+
+static bool run_set(void *arg, const char *what, oc_input_set *s, const char *expect_error) {
+  variant *v = arg;
+  op_stats *st = v->st;
+  int k = v->k;
+  kir_graph *g = v->g;
+  kvk_program *vp = v->vp;
+  const kcg_program *prog = v->prog;
+  uint16_t op = v->op;
   kiln_ctx *ctx = g->mod->ctx;
   kir_tensor *want[64] = {0};
   void *in[MAXIN] = {0}, *out[64] = {0};
   if (g->nresults > 64 || prog->nresults != g->nresults) return false;
   kiln_status ref = kir_interp_run(ctx, g, s->t, want);
-  if (ref != KILN_OK && !expect_error) return false;
+  if (ref != KILN_OK && !expect_error[0]) return false;
   char ref_msg[512];
   snprintf(ref_msg, sizeof ref_msg, "%s", kiln_ctx_error(ctx));
   bool ok = true;
@@ -362,7 +215,7 @@ static bool run_set(op_stats *st, int k, const char *what, kir_graph *g, kvk_pro
     for (uint32_t r = 0; r < g->nresults; r++) {
       char w[160];
       snprintf(w, sizeof w, "%s result %u", what, r);
-      if (want[r]->numel >= 0 && !compare(st, k, w, want[r], out[r], red)) break;
+      if (want[r]->numel >= 0 && !compare_result(st, k, w, want[r], out[r], red)) break;
     }
   }
   for (int i = 0; i < s->n; i++) free(in[i]);
@@ -399,31 +252,8 @@ static void run_variant(op_stats *st, int k, const char *dtname, const char *tex
     fail(st, k, "%s: %s", dtname, kiln_ctx_error(ctx));
     goto done;
   }
-  bool symbolic = false;
-  for (uint32_t p = 0; p < g->nparams; p++)
-    for (int d = 0; d < g->values[g->params[p]].type.rank; d++)
-      symbolic |= KIR_DIM_IS_SYM(g->values[g->params[p]].type.dims[d]);
-  char what[80];
-  input_set set = {0};
-  if (c->expect_error[0]) {
-    snprintf(what, sizeof what, "%s, the case's inputs", dtname);
-    if (make_set(g, c, 0, true, &set)) run_set(st, k, what, g, vp, prog, op, &set, true);
-    free_set(&set);
-    goto done;
-  }
-  snprintf(what, sizeof what, "%s, random inputs", dtname);
-  bool ran = make_set(g, c, 0, false, &set) && run_set(st, k, what, g, vp, prog, op, &set, false);
-  free_set(&set);
-  if (!ran) {
-    snprintf(what, sizeof what, "%s, the case's inputs", dtname);
-    if (make_set(g, c, 0, true, &set)) run_set(st, k, what, g, vp, prog, op, &set, false);
-    free_set(&set);
-  }
-  if (symbolic) {
-    snprintf(what, sizeof what, "%s, random inputs, symbols + 2", dtname);
-    if (make_set(g, c, 2, false, &set)) run_set(st, k, what, g, vp, prog, op, &set, false);
-    free_set(&set);
-  }
+  variant v = {st, k, g, vp, prog, op};
+  oc_run_sets(g, c, dtname, run_set, &v);
 done:
   kvk_program_destroy(vp);
   kir_arena_free(&arena);
@@ -432,74 +262,37 @@ done:
   kiln_ctx_destroy(ctx);
 }
 
-static char *swap_dtype(const char *text, size_t len, const char *from, const char *to) {
-  if (!strstr(text, from)) return NULL;
-  char *s = malloc(len + 1);
-  if (!s) return NULL;
-  memcpy(s, text, len + 1);
-  for (char *p = strstr(s, from); p; p = strstr(p + 3, from)) memcpy(p, to, 3);
-  return s;
-}
-
-static void run_case(op_stats *st, uint16_t op, int k, const char *text, size_t len,
-                     const char *path) {
+/* One case of an op's file: as written and as its f32/f64 twin. */
+static void run_case(void *arg, int k, const char *text, size_t start) {
+  (void)start;
+  op_stats *st = arg;
+  size_t len = strlen(text);
   case_spec c;
   if (!parse_case(text, &c)) {
     fail(st, k, "malformed directives");
-    free_case(&c);
-    return;
+  } else {
+    run_variant(st, k, "as written", text, len, st->path, st->id, &c);
+    const char *as;
+    char *twin = oc_twin(text, &as);
+    if (twin) run_variant(st, k, as, twin, len, st->path, st->id, &c);
+    free(twin);
   }
-  run_variant(st, k, "as written", text, len, path, op, &c);
-  bool f64 = strstr(text, "f64") != NULL, f32 = strstr(text, "f32") != NULL;
-  char *twin = f64 && !f32 ? swap_dtype(text, len, "f64", "f32")
-               : f32 && !f64 ? swap_dtype(text, len, "f32", "f64") : NULL;
-  if (twin) run_variant(st, k, f64 ? "as f32" : "as f64", twin, len, path, op, &c);
-  free(twin);
   free_case(&c);
-}
-
-static char *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-  if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-    free(buf);
-    buf = NULL;
-  }
-  fclose(f);
-  if (buf) buf[n] = 0, *len = (size_t)n;
-  return buf;
 }
 
 static char none_ran[4096]; /* ops with no variant run */
 
 static void run_op(uint16_t op) {
-  op_stats st = {.op = kir_op(op)->name};
-  char path[512];
-  snprintf(path, sizeof path, "%s/tests/ops/%s.kir", KILN_SOURCE_DIR, st.op);
+  op_stats st = {.op = kir_op(op)->name, .id = op};
+  snprintf(st.path, sizeof st.path, "%s/tests/ops/%s.kir", KILN_SOURCE_DIR, st.op);
   size_t len = 0;
-  char *text = read_file(path, &len);
+  char *text = read_file(st.path, &len);
   if (!text) {
     fail(&st, 0, "no test file tests/ops/%s.kir", st.op);
     return;
   }
-  int before = failures, k = 0;
-  for (size_t start = 0; start <= len;) {
-    char *sep = strstr(text + start, "\n// -----");
-    size_t end = sep ? (size_t)(sep - text) + 1 : len;
-    char *chunk = malloc(len + 1);
-    if (!chunk) break;
-    for (size_t i = 0; i < len; i++)
-      chunk[i] = (i >= start && i < end) || text[i] == '\n' ? text[i] : ' ';
-    chunk[len] = 0;
-    if (strstr(chunk + start, "func")) run_case(&st, op, k++, chunk, len, path);
-    free(chunk);
-    if (!sep) break;
-    start = end + strcspn(text + end, "\n") + 1;
-  }
+  int before = failures;
+  for_each_case(text, len, run_case, &st);
   printf("%s %-20s %3d runs", failures == before ? "ok  " : "FAIL", st.op, st.runs);
   if (st.compared[0]) printf(", largest difference f64 %.2g", st.worst[0]);
   if (st.compared[1])

@@ -37,113 +37,26 @@
 
 static int failures, total_runs;
 
-typedef struct {
-  const char *op, *path;
-  double worst[2]; /* f16, bf16 */
-  int runs[2], skipped;
-  char refused[160]; /* the first reason the device refused a case */
-} op_stats;
-
-/* One case in one low dtype (0: f16, 1: bf16). */
-static void run_low(op_stats *st, int k, int which, const char *text, const char *path,
-                    const case_spec *c) {
-  const char *tname = which ? "bf16" : "f16";
-  double tol = which ? 1e-2 : 1e-3;
-  char *lt = retype(text, tname), *rt = retype(text, "f64");
-  kiln_ctx *ctx = kiln_ctx_create();
-  kiln_graph *lg = NULL, *rg = NULL;
-  kir_tensor *lin[MAXIN] = {0}, *rin[MAXIN] = {0}, *want[64] = {0};
-  kiln_tensor *hin[MAXIN] = {0}, *hout[64] = {0};
-  int nin = 0;
-  if (!lt || !rt || kiln_graph_parse(ctx, lt, strlen(lt), path, &lg) != KILN_OK ||
-      kiln_graph_parse(ctx, rt, strlen(rt), path, &rg) != KILN_OK || lg->nresults > 64 ||
-      lg->nresults != rg->nresults) {
-    st->skipped++; /* a parse-error case, or one whose types do not survive the change */
-    goto done;
-  }
-  kiln_status s;
-  nin = (int)lg->nparams;
-  if (!make_inputs(lg, rg, c, lin, rin) || kir_interp_run(ctx, rg, rin, want) != KILN_OK) {
-    st->skipped++; /* values the op refuses (an index out of range, a segment order) */
-    goto done;
-  }
-  /* A scan chains its body's ops, and compiled code rounds each to the type (as IEEE f16
-     arithmetic does, step by step) where the reference rounds once at the end: a carry that
-     sums and cancels is measured against the scale of the operands its steps added. */
-  double scale = 0;
-  for (int i = 0; i < nin && !strcmp(st->op, "scan"); i++)
-    for (int64_t e = 0; kir_dtype_is_float(lin[i]->dtype) && e < lin[i]->numel; e++)
-      scale = fmax(scale, fabs(lin[i]->f[e]));
-  bool ok = true;
-  for (int i = 0; i < nin && ok; i++)
-    ok = (hin[i] = kir_tensor_to_host(lin[i])) != NULL;
-  s = ok ? kiln_graph_run(lg, KILN_BACKEND_VULKAN, (size_t)nin, hin, lg->nresults, hout, NULL)
-         : KILN_ERR_NOMEM;
-  if (s == KILN_ERR_UNSUPPORTED) { /* a scan step, an op with no SPIR-V code: test_vulkan's */
-    if (!st->refused[0]) snprintf(st->refused, sizeof st->refused, "%s", kiln_ctx_error(ctx));
-    st->skipped++;
-    for (uint32_t r = 0; r < lg->nresults; r++)
-      kir_tensor_free(want[r]);
-    goto done;
-  }
-  st->runs[which]++;
-  if (s != KILN_OK) {
-    printf("FAIL %s case %d (%s): run: %s\n", st->op, k, tname, kiln_ctx_error(ctx));
-    failures++;
-  } else {
-    for (uint32_t r = 0; r < lg->nresults; r++) {
-      kir_tensor *got = kir_tensor_from_host(hout[r]);
-      char what[128];
-      snprintf(what, sizeof what, "%s case %d (%s) result %u", st->op, k, tname, r);
-      if (!got || !compare(what, got, want[r], tol, scale, &st->worst[which])) failures++;
-      kir_tensor_free(got);
-    }
-  }
-  for (uint32_t r = 0; r < lg->nresults; r++) {
-    kiln_tensor_destroy(hout[r]);
-    kir_tensor_free(want[r]);
-  }
-done:
-  for (int i = 0; i < nin; i++)
-    kiln_tensor_destroy(hin[i]);
-  free_tensors(lin, MAXIN);
-  free_tensors(rin, MAXIN);
-  kiln_graph_destroy(lg);
-  kiln_graph_destroy(rg);
-  kiln_ctx_destroy(ctx);
-  free(lt);
-  free(rt);
+/* The f16/bf16 graph on the Vulkan device; a scan step or an op without SPIR-V code is
+ * refused (KILN_ERR_UNSUPPORTED): test_vulkan checks that refusals are the f32 ones. */
+static kiln_status run_low(kiln_graph *lg, size_t nin, kiln_tensor *const *in, kiln_tensor **out) {
+  return kiln_graph_run(lg, KILN_BACKEND_VULKAN, nin, in, lg->nresults, out, NULL);
 }
 
-/* One case of run_op's file, in f16 and in bf16. */
-static void run_case(void *arg, int k, const char *chunk, size_t start) {
-  (void)start;
-  op_stats *st = arg;
-  case_spec c;
-  if (!parse_case(chunk, &c) || c.expect_error) return;
-  run_low(st, k, 0, chunk, st->path, &c);
-  run_low(st, k, 1, chunk, st->path, &c);
-}
-
-/* Every case of one op's file, each blanked out of the rest so its line numbers stay true. */
+/* Every case of one op's file in f16 and bf16, each blanked out of the rest so its line
+ * numbers stay true. */
 static void run_op(uint16_t op) {
-  char path[512];
-  op_stats st = {.op = kir_op(op)->name, .path = path};
-  snprintf(path, sizeof path, "%s/tests/ops/%s.kir", KILN_SOURCE_DIR, st.op);
-  size_t len;
-  char *text = read_file(path, &len);
-  if (!text) {
+  oc_low_stats st = {.op = kir_op(op)->name, .run = run_low, .may_refuse = true};
+  if (!oc_run_low_op(&st)) {
     printf("FAIL no test file tests/ops/%s.kir\n", st.op);
     failures++;
     return;
   }
-  int before = failures;
-  for_each_case(text, len, run_case, &st);
+  failures += st.failures;
   printf("%s %-20s f16 %3d runs, worst %.2g; bf16 %3d runs, worst %.2g (%d skipped)%s%s\n",
-         failures == before ? "ok  " : "FAIL", st.op, st.runs[0], st.worst[0], st.runs[1],
+         st.failures ? "FAIL" : "ok  ", st.op, st.runs[0], st.worst[0], st.runs[1],
          st.worst[1], st.skipped, st.refused[0] ? ": " : "", st.refused);
   total_runs += st.runs[0] + st.runs[1];
-  free(text);
 }
 
 /*
