@@ -15,6 +15,10 @@
  * b = b_ih + b_hh map a torch.nn.LSTM onto it):
  *   z = concat([x_t, h]) @ W + b,  i, f, g, o = split(z, 4)
  *   c' = sigmoid(f) * c + sigmoid(i) * tanh(g),  h' = sigmoid(o) * tanh(c')
+ * The input's share of every step's matmul does not depend on the state, so
+ * it is taken out of the loop: x @ W[:n_in] + b for all T steps is one
+ * matmul of T·B rows before the scan, whose body then multiplies only the
+ * state, h @ W[n_in:] (cuDNN and ONNX Runtime split the LSTM the same way).
  * GRU, in the original form of Cho et al. (2014) — the reset gate is applied
  * to h before the candidate's matmul, and z weighs the candidate:
  *   z, r = split(sigmoid(concat([x_t, h]) @ Wzr + bzr), 2)
@@ -65,11 +69,21 @@ static kiln_value transpose3(kl_build *b, kiln_value x, int64_t p0, int64_t p1, 
   return kiln_transpose(b->g, x, 3, perm);
 }
 
-/* Columns [lo, hi) of a rank-2 tensor whose first dim may be symbolic. */
-static kiln_value cols(kiln_graph *g, kiln_value x, int64_t lo, int64_t hi) {
-  int64_t start[2] = {0, lo}, stop[2] = {INT64_MAX, hi}, step[2] = {1, 1};
+/* Rows [lo, hi) of a rank-2 tensor (a weight). */
+static kiln_value rows(kiln_graph *g, kiln_value x, int64_t lo, int64_t hi) {
+  int64_t start[2] = {lo, 0}, stop[2] = {hi, INT64_MAX}, step[2] = {1, 1};
   kiln_attr a[3] = {kiln_attr_ints("start", 2, start), kiln_attr_ints("stop", 2, stop),
                     kiln_attr_ints("step", 2, step)};
+  return kiln_op(g, "slice", 1, &x, 3, a);
+}
+
+/* Columns [lo, hi) of a tensor of rank 2 or 3 whose leading dims may be symbolic. */
+static kiln_value cols(kiln_graph *g, kiln_value x, int64_t lo, int64_t hi) {
+  int r = (int)kiln_value_rank(g, x);
+  int64_t start[3] = {0, 0, 0}, stop[3] = {INT64_MAX, INT64_MAX, INT64_MAX}, step[3] = {1, 1, 1};
+  start[r - 1] = lo, stop[r - 1] = hi;
+  kiln_attr a[3] = {kiln_attr_ints("start", r, start), kiln_attr_ints("stop", r, stop),
+                    kiln_attr_ints("step", r, step)};
   return kiln_op(g, "slice", 1, &x, 3, a);
 }
 
@@ -79,10 +93,10 @@ static kiln_value concat2(kiln_graph *g, kiln_value a, kiln_value c, int64_t axi
   return kiln_op(g, "concat", 2, in, 1, &at);
 }
 
-/* concat([a, c], 1) @ W + bias, inside a body graph. */
-static kiln_value cat_affine(kiln_graph *g, kiln_value a, kiln_value c, kiln_value W,
-                             kiln_value bias) {
-  return kiln_add(g, kiln_matmul(g, concat2(g, a, c, 1), W), bias);
+/* The input's share of every step: xs [T, B, n_in] @ W[:n_in] + bias, one matmul. */
+static kiln_value input_share(kl_build *b, kiln_value xs, kiln_value W, int64_t n_in,
+                              kiln_value bias) {
+  return kiln_add(b->g, kiln_matmul(b->g, xs, rows(b->g, W, 0, n_in)), bias);
 }
 
 /* zeros[B, n] of the build's dtype, B possibly symbolic. */
@@ -116,31 +130,28 @@ static kiln_graph *new_body(kl_build *b, const char *kind, const char *path) {
   return body;
 }
 
-/* Body parameters: a [r, c] weight, a [c] bias, a state [B, n] and so on. */
+/* A body parameter [r, c]: a weight, a state [B, n], a step's input share. */
 static kiln_value bparam2(kiln_graph *g, kiln_dtype dt, kiln_dim r, kiln_dim c) {
   kiln_dim d[2] = {r, c};
   return kiln_graph_param(g, NULL, dt, 2, d);
 }
-static kiln_value bparam1(kiln_graph *g, kiln_dtype dt, kiln_dim n) {
-  return kiln_graph_param(g, NULL, dt, 1, &n);
-}
 
 /*
  * Runs the scan: consts, carries (initial zeros[B, hidden] each), then xs
- * [T, B, n_in]; returns the output of the layer from its results. The body
+ * [T, B, ...] (each step's input share); returns the output of the layer from its results. The body
  * returns the stacked h only with return_sequences (see seq_results).
  */
 static kiln_status run_scan(kl_build *b, const kl_layer *l, kiln_graph *body, uint32_t nconst,
-                            const kiln_value *consts, uint32_t ncarry, kiln_value x, kl_val *out) {
+                            const kiln_value *consts, uint32_t ncarry, kiln_value xs, kl_val *out) {
   int64_t hidden = kl_geti(l, "hidden");
-  kiln_dim B = kl_dim(b, x, 0);
+  kiln_dim B = kl_dim(b, xs, 1);
   kiln_value ops[8];
   uint32_t n = 0;
   for (uint32_t i = 0; i < nconst; i++)
     ops[n++] = consts[i];
   for (uint32_t i = 0; i < ncarry; i++)
     ops[n++] = zeros_bn(b, B, hidden);
-  ops[n++] = transpose3(b, x, 1, 0, 2);
+  ops[n++] = xs;
   kiln_attr a[3] = {kiln_attr_graph("body", body), kiln_attr_int("n_const", nconst),
                     kiln_attr_int("n_carry", ncarry)};
   kiln_value res[4];
@@ -175,15 +186,15 @@ static kiln_status lstm_declare(kl_decl *d, const kl_layer *l) {
   return s;
 }
 
-/* @lstm(W, b, h, c, x_t) -> (h', c'[, h']). */
-static kiln_graph *lstm_body(kl_build *b, const kl_layer *l, const char *path, int64_t n_in,
-                             int64_t h, kiln_dim B) {
+/* @lstm(W_h, h, c, xw_t) -> (h', c'[, h']), xw_t = x_t @ W[:n_in] + b. */
+static kiln_graph *lstm_body(kl_build *b, const kl_layer *l, const char *path, int64_t h,
+                             kiln_dim B) {
   kiln_graph *g = new_body(b, "lstm", path);
   if (!g) return NULL;
-  kiln_value W = bparam2(g, b->dt, n_in + h, 4 * h), bias = bparam1(g, b->dt, 4 * h);
+  kiln_value Wh = bparam2(g, b->dt, h, 4 * h);
   kiln_value hp = bparam2(g, b->dt, B, h), cp = bparam2(g, b->dt, B, h);
-  kiln_value x = bparam2(g, b->dt, B, n_in);
-  kiln_value z = cat_affine(g, x, hp, W, bias);
+  kiln_value xw = bparam2(g, b->dt, B, 4 * h);
+  kiln_value z = kiln_add(g, xw, kiln_matmul(g, hp, Wh));
   kiln_value i = kiln_unary(g, "sigmoid", cols(g, z, 0, h));
   kiln_value f = kiln_unary(g, "sigmoid", cols(g, z, h, 2 * h));
   kiln_value gg = kiln_unary(g, "tanh", cols(g, z, 2 * h, 3 * h));
@@ -200,10 +211,12 @@ static kiln_status lstm_apply(kl_build *b, const kl_layer *l, const char *path, 
   int64_t n_in = kl_geti(l, "n_in"), h = kl_geti(l, "hidden");
   kiln_status s = expect_btn(b, l, in, n_in);
   if (s != KILN_OK) return s;
-  kiln_graph *body = lstm_body(b, l, path, n_in, h, kl_dim(b, in.v, 0));
+  kiln_graph *body = lstm_body(b, l, path, h, kl_dim(b, in.v, 0));
   if (!body) return kl_check(b);
-  kiln_value consts[2] = {kl_param(b, path, "W"), kl_param(b, path, "b")};
-  return run_scan(b, l, body, 2, consts, 2, in.v, out);
+  kiln_value W = kl_param(b, path, "W");
+  kiln_value xw = input_share(b, transpose3(b, in.v, 1, 0, 2), W, n_in, kl_param(b, path, "b"));
+  kiln_value consts[1] = {rows(b->g, W, n_in, n_in + h)};
+  return run_scan(b, l, body, 1, consts, 2, xw, out);
 }
 
 static const kl_impl lstm_impl = {"lstm", lstm_declare, lstm_apply};
@@ -229,17 +242,22 @@ static kiln_status gru_declare(kl_decl *d, const kl_layer *l) {
   return s;
 }
 
-/* @gru(Wzr, bzr, Wh, bh, h, x_t) -> (h'[, h']). */
-static kiln_graph *gru_body(kl_build *b, const kl_layer *l, const char *path, int64_t n_in,
-                            int64_t h, kiln_dim B) {
+/*
+ * @gru(Wzr_h, Wh_h, h, xw_t) -> (h'[, h']), where xw_t holds the input's
+ * shares: x_t @ Wzr[:n_in] + bzr in its first 2 hidden columns, x_t @
+ * Wh[:n_in] + bh in the last hidden.
+ */
+static kiln_graph *gru_body(kl_build *b, const kl_layer *l, const char *path, int64_t h,
+                            kiln_dim B) {
   kiln_graph *g = new_body(b, "gru", path);
   if (!g) return NULL;
-  kiln_value Wzr = bparam2(g, b->dt, n_in + h, 2 * h), bzr = bparam1(g, b->dt, 2 * h);
-  kiln_value Wh = bparam2(g, b->dt, n_in + h, h), bh = bparam1(g, b->dt, h);
-  kiln_value hp = bparam2(g, b->dt, B, h), x = bparam2(g, b->dt, B, n_in);
-  kiln_value zr = kiln_unary(g, "sigmoid", cat_affine(g, x, hp, Wzr, bzr));
+  kiln_value Wzr = bparam2(g, b->dt, h, 2 * h), Wh = bparam2(g, b->dt, h, h);
+  kiln_value hp = bparam2(g, b->dt, B, h), xw = bparam2(g, b->dt, B, 3 * h);
+  kiln_value zr = kiln_unary(g, "sigmoid", kiln_add(g, cols(g, xw, 0, 2 * h),
+                                                   kiln_matmul(g, hp, Wzr)));
   kiln_value z = cols(g, zr, 0, h), r = cols(g, zr, h, 2 * h);
-  kiln_value cand = kiln_unary(g, "tanh", cat_affine(g, x, kiln_mul(g, r, hp), Wh, bh));
+  kiln_value cand = kiln_unary(g, "tanh", kiln_add(g, cols(g, xw, 2 * h, 3 * h),
+                                                  kiln_matmul(g, kiln_mul(g, r, hp), Wh)));
   /* (1 - z) * h + z * h~ = h + z * (h~ - h) */
   kiln_value hn = kiln_add(g, hp, kiln_mul(g, z, kiln_binary(g, "sub", cand, hp)));
   kiln_value res[2] = {hn};
@@ -252,11 +270,14 @@ static kiln_status gru_apply(kl_build *b, const kl_layer *l, const char *path, k
   int64_t n_in = kl_geti(l, "n_in"), h = kl_geti(l, "hidden");
   kiln_status s = expect_btn(b, l, in, n_in);
   if (s != KILN_OK) return s;
-  kiln_graph *body = gru_body(b, l, path, n_in, h, kl_dim(b, in.v, 0));
+  kiln_graph *body = gru_body(b, l, path, h, kl_dim(b, in.v, 0));
   if (!body) return kl_check(b);
-  kiln_value consts[4] = {kl_param(b, path, "Wzr"), kl_param(b, path, "bzr"),
-                          kl_param(b, path, "Wh"), kl_param(b, path, "bh")};
-  return run_scan(b, l, body, 4, consts, 1, in.v, out);
+  kiln_value Wzr = kl_param(b, path, "Wzr"), Wh = kl_param(b, path, "Wh");
+  kiln_value xs = transpose3(b, in.v, 1, 0, 2);
+  kiln_value xw = concat2(b->g, input_share(b, xs, Wzr, n_in, kl_param(b, path, "bzr")),
+                          input_share(b, xs, Wh, n_in, kl_param(b, path, "bh")), 2);
+  kiln_value consts[2] = {rows(b->g, Wzr, n_in, n_in + h), rows(b->g, Wh, n_in, n_in + h)};
+  return run_scan(b, l, body, 2, consts, 1, xw, out);
 }
 
 static const kl_impl gru_impl = {"gru", gru_declare, gru_apply};
