@@ -48,6 +48,8 @@
 #define MAX_NR 32
 /* Below this many multiply-adds a product runs on the caller's thread alone. */
 #define PARALLEL_MIN_MNK ((int64_t)1 << 18)
+/* Up to this many rows of A, f32 B is not packed (gemm_range). */
+#define DIRECT_B_MAX_M 64
 
 /* ---------------------------------------------------------------- bf16 */
 
@@ -70,10 +72,12 @@ float krt_bf16_to_f32(uint16_t h) {
 
 /*
  * A micro-kernel: c[0..MR)[0..NR) (row stride ldc) = (acc ? c : 0) plus the
- * kc rank-1 updates of the packed panels a (kc × MR units) and b (kc × NR).
+ * kc rank-1 updates of the packed panel a (kc × MR units) and the rows of b
+ * (kc rows of NR units, ldb units apart: NR when packed, B's own row stride
+ * when B is read where it lies).
  */
-typedef void (*ukr_fn)(int64_t kc, const void *a, const void *b, float *c, int64_t ldc,
-                       bool acc);
+typedef void (*ukr_fn)(int64_t kc, const void *a, const void *b, int64_t ldb, float *c,
+                       int64_t ldc, bool acc);
 
 typedef struct gemm_kernel {
   krt_gemm_isa isa;
@@ -83,12 +87,12 @@ typedef struct gemm_kernel {
   ukr_fn ukr;
 } gemm_kernel;
 
-static void ukr_scalar(int64_t kc, const void *ap, const void *bp, float *c, int64_t ldc,
-                       bool acc) {
+static void ukr_scalar(int64_t kc, const void *ap, const void *bp, int64_t ldb, float *c,
+                       int64_t ldc, bool acc) {
   enum { MR = 4, NR = 16 };
   const float *a = ap, *b = bp;
   float t[MR][NR] = {{0}};
-  for (int64_t p = 0; p < kc; p++, a += MR, b += NR)
+  for (int64_t p = 0; p < kc; p++, a += MR, b += ldb)
     for (int i = 0; i < MR; i++)
       for (int j = 0; j < NR; j++) t[i][j] += a[i] * b[j];
   for (int i = 0; i < MR; i++)
@@ -102,14 +106,14 @@ static void ukr_scalar(int64_t kc, const void *ap, const void *bp, float *c, int
 #define TARGET_AVX512BF16 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
 
-TARGET_AVX2 static void ukr_avx2(int64_t kc, const void *ap, const void *bp, float *c,
-                                 int64_t ldc, bool acc) {
+TARGET_AVX2 static void ukr_avx2(int64_t kc, const void *ap, const void *bp, int64_t ldb,
+                                 float *c, int64_t ldc, bool acc) {
   enum { MR = 6 };
   const float *a = ap, *b = bp;
   __m256 r[MR][2];
 #pragma GCC unroll 6
   for (int i = 0; i < MR; i++) r[i][0] = r[i][1] = _mm256_setzero_ps();
-  for (int64_t p = 0; p < kc; p++, a += MR, b += 16) {
+  for (int64_t p = 0; p < kc; p++, a += MR, b += ldb) {
     __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++) {
@@ -142,14 +146,14 @@ TARGET_AVX2 static void ukr_avx2(int64_t kc, const void *ap, const void *bp, flo
     _mm512_storeu_ps(ci + 16, r[i][1]);                                \
   }
 
-TARGET_AVX512 static void ukr_avx512(int64_t kc, const void *ap, const void *bp, float *c,
-                                     int64_t ldc, bool acc) {
+TARGET_AVX512 static void ukr_avx512(int64_t kc, const void *ap, const void *bp, int64_t ldb,
+                                     float *c, int64_t ldc, bool acc) {
   enum { MR = 12 };
   const float *a = ap, *b = bp;
   __m512 r[MR][2];
 #pragma GCC unroll 12
   for (int i = 0; i < MR; i++) r[i][0] = r[i][1] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < kc; p++, a += MR, b += 32) {
+  for (int64_t p = 0; p < kc; p++, a += MR, b += ldb) {
     __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) {
@@ -163,14 +167,14 @@ TARGET_AVX512 static void ukr_avx512(int64_t kc, const void *ap, const void *bp,
 
 /* a: kc × 12 pairs of bf16 (one uint32 each); b: kc × 32 pairs. */
 TARGET_AVX512BF16 static void ukr_avx512_bf16(int64_t kc, const void *ap, const void *bp,
-                                              float *c, int64_t ldc, bool acc) {
+                                              int64_t ldb, float *c, int64_t ldc, bool acc) {
   enum { MR = 12 };
   const int32_t *a = ap;
   const char *b = bp;
   __m512 r[MR][2];
 #pragma GCC unroll 12
   for (int i = 0; i < MR; i++) r[i][0] = r[i][1] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < kc; p++, a += MR, b += 128) {
+  for (int64_t p = 0; p < kc; p++, a += MR, b += 4 * ldb) {
     __m512bh b0 = (__m512bh)_mm512_loadu_si512(b), b1 = (__m512bh)_mm512_loadu_si512(b + 64);
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) {
@@ -341,15 +345,15 @@ static int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* One tile of C: straight into C when whole, through a buffer at an edge. */
-static void tile(const gemm_job *j, int64_t ulen, const char *ap, const char *bp, float *c,
-                 int64_t rows, int64_t cols, bool acc) {
+static void tile(const gemm_job *j, int64_t ulen, const char *ap, const char *bp, int64_t ldb,
+                 float *c, int64_t rows, int64_t cols, bool acc) {
   const gemm_kernel *kn = j->kern;
   if (rows == kn->mr && cols == kn->nr) {
-    kn->ukr(ulen, ap, bp, c, j->ldc, acc);
+    kn->ukr(ulen, ap, bp, ldb, c, j->ldc, acc);
     return;
   }
   float t[MAX_MR * MAX_NR];
-  kn->ukr(ulen, ap, bp, t, kn->nr, false);
+  kn->ukr(ulen, ap, bp, ldb, t, kn->nr, false);
   for (int64_t i = 0; i < rows; i++)
     for (int64_t q = 0; q < cols; q++)
       c[i * j->ldc + q] = acc ? c[i * j->ldc + q] + t[i * kn->nr + q] : t[i * kn->nr + q];
@@ -363,9 +367,16 @@ static bool gemm_range(gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t 
   int64_t mc = min64(kn->mc / kn->mr * kn->mr, round_up(m1 - m0, kn->mr));
   int64_t nc = min64(kn->nc / kn->nr * kn->nr, round_up(n1 - n0, kn->nr));
   int64_t kc = min64(kn->kc, j->ku);
+  /*
+   * A few rows of A (an RNN step's state times its weight): packing B would
+   * copy all of it to use each element a few times, so the kernel reads B's
+   * f32 rows where they lie, when every tile is whole along n.
+   */
+  bool direct_b = m1 - m0 <= DIRECT_B_MAX_M && !kn->pairs && !j->round && !d->trans_b &&
+                  d->b_type == KRT_GEMM_F32 && (n1 - n0) % kn->nr == 0;
   char *ap = aligned_alloc(64, (size_t)round_up(mc * kc * 4, 64));
-  char *bp = aligned_alloc(64, (size_t)round_up(nc * kc * 4, 64));
-  if (!ap || !bp) {
+  char *bp = direct_b ? NULL : aligned_alloc(64, (size_t)round_up(nc * kc * 4, 64));
+  if (!ap || (!bp && !direct_b)) {
     free(ap);
     free(bp);
     return false;
@@ -377,10 +388,12 @@ static bool gemm_range(gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t 
       pack(j, d->a, d->a_type, d->trans_a, d->lda, ic, mlen, pc, ulen, kn->mr, ap);
       for (int64_t jc = n0; jc < n1; jc += nc) {
         int64_t nlen = min64(nc, n1 - jc);
-        pack(j, d->b, d->b_type, !d->trans_b, d->ldb, jc, nlen, pc, ulen, kn->nr, bp);
+        const char *bsrc = (const char *)d->b + (pc * d->ldb + jc) * 4;
+        if (!direct_b) pack(j, d->b, d->b_type, !d->trans_b, d->ldb, jc, nlen, pc, ulen, kn->nr, bp);
         for (int64_t ir = 0; ir < mlen; ir += kn->mr)
           for (int64_t jr = 0; jr < nlen; jr += kn->nr)
-            tile(j, ulen, ap + ir * ulen * 4, bp + jr * ulen * 4, j->c + (ic + ir) * j->ldc + jc + jr,
+            tile(j, ulen, ap + ir * ulen * 4, direct_b ? bsrc + jr * 4 : bp + jr * ulen * 4,
+                 direct_b ? d->ldb : kn->nr, j->c + (ic + ir) * j->ldc + jc + jr,
                  min64(kn->mr, mlen - ir), min64(kn->nr, nlen - jr), pc > 0);
       }
     }

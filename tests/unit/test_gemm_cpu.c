@@ -6,7 +6,8 @@
  * AVX-512 with vdpbf16ps; the ones the CPU lacks are reported and skipped)
  * and runs f32 and bf16 products, every transposition, odd sizes (1, 7,
  * 33, 129, 255, k = 1, and sizes that cross the KC/NC blocks), strided
- * operands, a bf16 result, on one thread and on a pool of two.
+ * operands, a bf16 result, few rows of A with B read unpacked (an RNN step),
+ * on one thread and on a pool of two.
  *
  * Then compiled graphs: a bf16 matmul (kp_widen_half makes it an f32 GEMM
  * of two casts) and an f32 matmul of operands rounded through bf16 (what the
@@ -181,6 +182,13 @@ static void test_isa(krt_pool *pool, krt_gemm_isa isa) {
       {20, 40, 50, false, false, false, false, false, true, 2},
       {1700, 40, 20, false, false, false, false, false, false, 0},
       {1700, 40, 21, false, false, true, true, true, false, 0},
+      /* up to 64 rows with whole tiles along n: B read where it lies (an RNN step), at row
+         strides of 4 KiB, padded, and across a k block; one row more packs B again */
+      {32, 1024, 256, false, false, false, false, false, false, 0},
+      {12, 64, 300, true, false, false, false, false, false, 0},
+      {64, 96, 7, false, false, false, false, false, false, 3},
+      {1, 32, 5, false, false, false, false, false, false, 0},
+      {65, 64, 9, false, false, false, false, false, false, 0},
   };
   for (size_t i = 0; i < sizeof more / sizeof more[0]; i++, n++) check_case(pool, &more[i], name);
   printf("  %s: %d cases\n", name, n);
