@@ -6,6 +6,8 @@
 #                                    machine the only stable measure (one thread)
 #   OPENBLAS_CORETYPE=SkylakeX bench/run.sh   OpenBLAS's AVX-512 kernels for Kiln's GEMMs and
 #                                    torch's alike (the table records the setting)
+#   BENCH_WORKLOADS="lstm_fwd" BENCH_TAG=lstm bench/run.sh 1   some workloads only, written to
+#                                    bench/results/<date>-<tag>-t1-....md
 #
 # Kiln (build-rel/bin/bench_peers, fusion off and on), PyTorch eager (Debian's
 # python3-torch through /usr/bin/python3) and ONNX Runtime (the pip python, on
@@ -55,8 +57,8 @@ for w in $workloads; do
   fi
 done
 mkdir -p bench/results
-out=bench/results/$(date +%Y-%m-%d)-t$T-$BENCH_CLOCK${OPENBLAS_CORETYPE:+-$OPENBLAS_CORETYPE}.md
-python3 bench/report.py "$T" "BENCH_CLOCK=$BENCH_CLOCK bench/run.sh $*" "$tmp"/*.txt | tee "$out"
+out=bench/results/$(date +%Y-%m-%d)${BENCH_TAG:+-$BENCH_TAG}-t$T-$BENCH_CLOCK${OPENBLAS_CORETYPE:+-$OPENBLAS_CORETYPE}.md
+python3 bench/report.py "$T" "${BENCH_WORKLOADS:+BENCH_WORKLOADS=\"$BENCH_WORKLOADS\" }${BENCH_TAG:+BENCH_TAG=$BENCH_TAG }BENCH_CLOCK=$BENCH_CLOCK bench/run.sh $*" "$tmp"/*.txt | tee "$out"
 if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
   /usr/bin/python3 bench/chart.py "${out%.md}.png" "Kiln vs peers, $T threads ($(date +%Y-%m-%d))" \
     "$tmp"/*.txt && printf '\n![Kiln over each peer](%s)\n' "$(basename "${out%.md}.png")" >>"$out"
