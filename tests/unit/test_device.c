@@ -15,6 +15,9 @@
  *   A model the device cannot run must be KILN_ERR_UNSUPPORTED.
  * - A wrong input axis is KILN_ERR_RUNTIME naming the input and the axis;
  *   a symbol bound twice to different sizes names both.
+ * - krt_device_lower words a refusal for the device ("backend 'cuda': no
+ *   compiled kernel for op 'reduce_sum' (f16)"); Vulkan widens f16 first and
+ *   runs it.
  * - "cuda" and "hip" (no such device in CI) give KILN_ERR_UNSUPPORTED with
  *   "no CUDA device (" / "no ROCm device (", leave *out NULL and leak
  *   nothing (ASan); a bad name is KILN_ERR_INVALID.
@@ -31,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/kir.h"
 #include "kiln/kiln.h"
 #include "runtime/device.h"
 
@@ -381,6 +385,49 @@ static void test_errors(bool have_vulkan) {
   kiln_ctx_destroy(ctx);
 }
 
+/*
+ * The devices' lowerings: CUDA and HIP take f16 as it is (no f16 reduction
+ * kernel: refused, worded for the device), Vulkan widens it to f32 first.
+ */
+static void test_lowering(bool have_vulkan) {
+  kiln_ctx *ctx = kiln_ctx_create();
+  kiln_graph *g = NULL;
+  CHECK(kiln_graph_create(ctx, "half", &g) == KILN_OK);
+  if (!g) {
+    kiln_ctx_destroy(ctx);
+    return;
+  }
+  kiln_value x = kiln_graph_param(g, "x", KILN_F16, 2, (const kiln_dim[]){3, 4});
+  kiln_attr axes = kiln_attr_ints("axes", 1, (const int64_t[]){1});
+  kiln_value y = kiln_op(g, "reduce_sum", 1, &x, 1, &axes);
+  CHECK(kiln_graph_set_results(g, 1, &y) == KILN_OK);
+  kir_arena arena = {0};
+  kcg_program *p = NULL;
+  CHECK(krt_device_lower(ctx, KRT_DEVICE_CUDA, g, &arena, &p) == KILN_ERR_UNSUPPORTED && !p);
+  CHECK(!strcmp(kiln_ctx_error(ctx), "backend 'cuda': no compiled kernel for op 'reduce_sum' (f16)"));
+  printf("cuda lowering: %s\n", kiln_ctx_error(ctx));
+  kir_arena_free(&arena);
+  memset(&arena, 0, sizeof arena);
+  CHECK(krt_device_lower(ctx, KRT_DEVICE_VULKAN, g, &arena, &p) == KILN_OK && p);
+  kir_arena_free(&arena);
+  if (have_vulkan) { /* and it runs: the sum of 4 halves, in f32, rounded to f16 */
+    kiln_compiled *c = NULL;
+    kiln_compile_options co = {.device = "vulkan"};
+    kiln_tensor *in = NULL, *out = NULL, *want = NULL;
+    CHECK(kiln_compile(g, &co, &c) == KILN_OK);
+    CHECK(kiln_tensor_create(ctx, KILN_F16, 2, (const int64_t[]){3, 4}, &in) == KILN_OK);
+    for (size_t e = 0; in && e < 12; e++) kiln_tensor_set(in, e, 2 * uniform() - 1);
+    CHECK(c && in && kiln_compiled_run(c, ctx, 1, &in, 1, &out, NULL) == KILN_OK);
+    CHECK(kiln_graph_run(g, KILN_BACKEND_EAGER, 1, &in, 1, &want, NULL) == KILN_OK);
+    for (size_t e = 0; out && want && e < 3; e++)
+      CHECK(fabs(kiln_tensor_get(out, e) - kiln_tensor_get(want, e)) <= 2e-3);
+    kiln_tensor_destroy(in), kiln_tensor_destroy(out), kiln_tensor_destroy(want);
+    kiln_compiled_destroy(c);
+  }
+  kiln_graph_destroy(g);
+  kiln_ctx_destroy(ctx);
+}
+
 /* ---- training ---- */
 
 /* 15 steps of an mlp on two spirals on `device` (NULL: the CPU); the losses and parameters. */
@@ -534,7 +581,7 @@ int main(int argc, char **argv) {
   }
   krt_device_close(d);
   kiln_ctx_destroy(ctx);
-  if (!only || !strcmp(only, "errors")) test_errors(have), test_fit_errors();
+  if (!only || !strcmp(only, "errors")) test_errors(have), test_fit_errors(), test_lowering(have);
   if (have && (!only || !strcmp(only, "train"))) {
     test_training("adam", kiln_optimizer_default(KILN_OPT_ADAM));
     kiln_optimizer sgd = kiln_optimizer_default(KILN_OPT_SGD);
