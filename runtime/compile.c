@@ -14,6 +14,12 @@
  * runtime/rt_exec.c bound to those functions and to a thread pool). The
  * graph can be freed as soon as this returns.
  *
+ * With options->device naming a GPU device, the graph is lowered as that
+ * device's kiln_graph_run backend lowers it (krt_device_lower) and compiled
+ * for the device once (krt_device_program, runtime/device.h); runs bind the
+ * symbols, size the results and run there, with the same checks and
+ * messages as on the CPU.
+ *
  * A run converts between the public forms and the executor's: host tensors
  * are checked against the parameters' dtypes and ranks here (the executor
  * checks sizes as it binds the symbols), results are allocated once their
@@ -27,6 +33,7 @@
 #include "ir/kir.h"
 #include "passes/canonicalize.h"
 #include "passes/mixed_precision.h"
+#include "runtime/device.h"
 #include "runtime/rt.h"
 
 struct kiln_compiled {
@@ -39,10 +46,14 @@ struct kiln_compiled {
   krt_pool *pool;
   krt_model *model;
   char **param_names;
+  krt_device *dev;            /* a device program instead of the CPU code, model and pool */
+  krt_device_program *dprog;
 };
 
 KILN_API void kiln_compiled_destroy(kiln_compiled *c) {
   if (!c) return;
+  krt_device_program_destroy(c->dprog);
+  krt_device_close(c->dev);
   krt_model_destroy(c->model);
   krt_pool_destroy(c->pool);
   kcg_cpu_module_destroy(c->code);
@@ -83,6 +94,17 @@ static kiln_status lower(kiln_compiled *c, kir_graph *g) {
   return s;
 }
 
+/* Opens the device `spec` names, lowers `g` for it and compiles the program there. */
+static kiln_status compile_device(kiln_compiled *c, kir_graph *g, const char *spec) {
+  krt_device_kind kind;
+  int index;
+  kiln_status s = krt_device_parse(c->ctx, spec, &kind, &index);
+  if (!s) s = krt_device_open(c->ctx, kind, index, &c->dev);
+  if (!s) s = krt_device_lower(c->ctx, kind, g, &c->arena, &c->prog);
+  if (!s) s = krt_device_program_create(c->ctx, c->dev, c->prog, NULL, &c->dprog);
+  return s;
+}
+
 static kiln_status keep_param_names(kiln_compiled *c, const kir_graph *g) {
   c->param_names = calloc(g->nparams + 1u, sizeof *c->param_names);
   if (!c->param_names) return kir_fail(c->ctx, KILN_ERR_NOMEM, "out of memory");
@@ -90,7 +112,8 @@ static kiln_status keep_param_names(kiln_compiled *c, const kir_graph *g) {
     const char *n = g->values[g->params[i]].name;
     if (n && !(c->param_names[i] = strdup(n))) return kir_fail(c->ctx, KILN_ERR_NOMEM, "out of memory");
   }
-  if (krt_model_set_param_names(c->model, (const char *const *)c->param_names))
+  if (c->dprog) krt_device_program_set_names(c->dprog, (const char *const *)c->param_names);
+  else if (krt_model_set_param_names(c->model, (const char *const *)c->param_names))
     return kir_fail(c->ctx, KILN_ERR_NOMEM, "out of memory");
   return KILN_OK;
 }
@@ -113,7 +136,17 @@ KILN_API kiln_status kiln_compile(kiln_graph *g, const kiln_compile_options *opt
     return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   }
   c->ctx = ctx;
-  kiln_status s = lower(c, g);
+  bool on_device = opt->device && strcmp(opt->device, "cpu");
+  kiln_status s = on_device ? compile_device(c, g, opt->device) : lower(c, g);
+  if (on_device) {
+    if (!s) s = keep_param_names(c, g);
+    if (s) {
+      kiln_compiled_destroy(c);
+      return s;
+    }
+    *out = c;
+    return KILN_OK;
+  }
   if (!s && !(c->fns = calloc(c->prog->nkernels + 1u, sizeof *c->fns)))
     s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   if (!s && c->prog->nkernels) {
@@ -140,10 +173,10 @@ KILN_API int kiln_compiled_num_threads(const kiln_compiled *c) {
   return krt_pool_threads(c->pool);
 }
 KILN_API size_t kiln_compiled_peak_bytes(const kiln_compiled *c) {
-  return krt_model_last_total(c->model);
+  return c->model ? krt_model_last_total(c->model) : 0; /* not measured on a device */
 }
 KILN_API size_t kiln_compiled_arena_bytes(const kiln_compiled *c) {
-  return krt_model_last_peak(c->model);
+  return c->model ? krt_model_last_peak(c->model) : 0;
 }
 
 /* ---- runs ---- */
@@ -229,6 +262,41 @@ static kiln_status run_tensors(kiln_compiled *c, kiln_ctx *ctx, krt_workspace *w
   return s;
 }
 
+/* The backend a device kind is. */
+static kiln_backend device_backend(const kiln_compiled *c) {
+  switch (krt_device_kind_of(c->dev)) {
+  case KRT_DEVICE_CUDA: return KILN_BACKEND_CUDA;
+  case KRT_DEVICE_HIP: return KILN_BACKEND_HIP;
+  default: return KILN_BACKEND_VULKAN;
+  }
+}
+
+/* kiln_compiled_run on the device: results sized by the bound symbols, then one run. */
+static kiln_status run_device(kiln_compiled *c, kiln_ctx *ctx, const int64_t *const *dims,
+                              kiln_tensor *const *inputs, kiln_tensor **outputs) {
+  const kcg_program *p = c->prog;
+  const void **in = calloc(p->nparams + 1u, sizeof *in);
+  void **out = calloc(p->nresults + 1u, sizeof *out);
+  kiln_status s = in && out ? KILN_OK : kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  for (uint32_t i = 0; !s && i < p->nparams; i++) in[i] = inputs[i]->data;
+  for (uint32_t r = 0; !s && r < p->nresults; r++) {
+    const kir_type *t = result_type(c, r);
+    int64_t rdims[KIR_MAX_RANK];
+    s = krt_device_program_result_dims(c->dprog, ctx, dims, r, rdims);
+    if (!s) s = kiln_tensor_create(ctx, t->dtype, t->rank, rdims, &outputs[r]);
+    if (!s) out[r] = outputs[r]->data;
+  }
+  if (!s) s = krt_device_program_run(c->dprog, ctx, dims, in, out, NULL);
+  if (s)
+    for (uint32_t r = 0; r < p->nresults; r++) {
+      kiln_tensor_destroy(outputs[r]);
+      outputs[r] = NULL;
+    }
+  free(in);
+  free(out);
+  return s;
+}
+
 KILN_API kiln_status kiln_compiled_run(kiln_compiled *c, kiln_ctx *ctx, size_t n_in,
                                        kiln_tensor *const *inputs, size_t n_out,
                                        kiln_tensor **outputs, kiln_run_info *info) {
@@ -240,6 +308,15 @@ KILN_API kiln_status kiln_compiled_run(kiln_compiled *c, kiln_ctx *ctx, size_t n
   const int64_t **dims = calloc(n_in + 1, sizeof *dims);
   if (!dims) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   for (size_t i = 0; i < n_in; i++) dims[i] = inputs[i]->dims;
+  if (c->dprog) {
+    s = run_device(c, ctx, dims, inputs, outputs);
+    free(dims);
+    if (!s && info) {
+      info->backend = device_backend(c);
+      info->reason[0] = 0;
+    }
+    return s;
+  }
   krt_workspace *w;
   s = krt_prepare(c->model, ctx, dims, &w);
   free(dims);
@@ -260,6 +337,16 @@ KILN_API kiln_status kiln_compiled_output_shape(kiln_compiled *c, kiln_ctx *ctx,
   if (r >= c->prog->nresults)
     return kir_fail(ctx, KILN_ERR_INVALID, "graph @%s has %u result%s, asked for result %zu",
                     c->name, c->prog->nresults, c->prog->nresults == 1 ? "" : "s", r);
+  if (c->dprog) {
+    if (c->prog->nparams && !in_dims)
+      return kir_fail(ctx, KILN_ERR_INVALID, "graph @%s: NULL input dims", c->name);
+    kiln_status s = krt_device_program_result_dims(c->dprog, ctx, in_dims, (uint32_t)r, dims);
+    if (s) return s;
+    const kir_type *t = result_type(c, r);
+    *dtype = t->dtype;
+    *rank = t->rank;
+    return KILN_OK;
+  }
   krt_workspace *w;
   kiln_status s = krt_prepare(c->model, ctx, in_dims, &w);
   if (s) return s;
@@ -277,5 +364,6 @@ KILN_API kiln_status kiln_compiled_run_raw(kiln_compiled *c, kiln_ctx *ctx,
   if (!ctx) ctx = c->ctx;
   if ((c->prog->nparams && (!in || !in_dims)) || (c->prog->nresults && !out))
     return kir_fail(ctx, KILN_ERR_INVALID, "graph @%s: NULL input or output array", c->name);
+  if (c->dprog) return krt_device_program_run(c->dprog, ctx, in_dims, in, out, NULL);
   return krt_run(c->model, ctx, in_dims, in, out);
 }

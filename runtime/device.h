@@ -95,4 +95,30 @@ kiln_status krt_device_program_run(krt_device_program *dp, kiln_ctx *ctx,
                                    const int64_t *const *input_dims, const void *const *inputs,
                                    void *const *outputs, double *seconds);
 
+/*
+ * Names the entry parameters in the messages of result_dims and run
+ * ("input 0 (%x): axis 1 has size 7, expected 8"); `names` (entries may be
+ * NULL) must outlive `dp`.
+ */
+void krt_device_program_set_names(krt_device_program *dp, const char *const *names);
+
+/*
+ * Lowers `g` into a program in `arena` as the device of `kind` runs it (the
+ * passes kiln_graph_run's backend of that kind applies): Vulkan widens
+ * f16/bf16 arithmetic to f32 and lowers flash attention to kernels; CUDA and
+ * HIP keep ATTENTION steps for their hand-tiled kernels. An op without a
+ * lowering is KILN_ERR_UNSUPPORTED: "backend 'vulkan': no compiled kernel
+ * for op 'OP' (DTYPE)".
+ */
+kiln_status krt_device_lower(kiln_ctx *ctx, krt_device_kind kind, kir_graph *g, kir_arena *arena,
+                             kcg_program **out);
+
+/*
+ * `--device auto`: the first device that opens of CUDA, then ROCm, then a
+ * Vulkan device that is a GPU (not VK_PHYSICAL_DEVICE_TYPE_CPU like
+ * lavapipe), written to `spec` as "cuda:0", "hip:0", "vulkan:N", or "cpu"
+ * when there is none. Never fails (a device that does not open is skipped).
+ */
+void krt_device_auto(char *spec, size_t n);
+
 #endif

@@ -21,6 +21,7 @@
 
 #include "codegen/lower.h"
 #include "passes/passes.h"
+#include "runtime/bind.h"
 #include "runtime/gpu_exec.h"
 #include "runtime/image.h"
 
@@ -577,33 +578,6 @@ kiln_status krt_gpu_program_run(kiln_ctx *ctx, krt_gpu_program *gp, void *const 
 #ifndef KILN_DEVICE_RUNTIME /* the AOT runtime (libkiln_gpurt.a) neither legalizes nor lowers */
 /* ---- kiln_graph_run on a GPU ---- */
 
-/* The symbols' values from the inputs' shapes; a mismatch is KILN_ERR_RUNTIME. */
-static kiln_status bind_sizes(kiln_ctx *ctx, const kcg_program *p, kiln_tensor *const *inputs,
-                              int64_t *sizes, bool *bound) {
-  for (uint32_t i = 0; i < p->nparams; i++) {
-    const kir_type *t = &p->bufs[p->params[i]].type;
-    for (int d = 0; d < t->rank; d++) {
-      int64_t have = kiln_tensor_dim(inputs[i], (size_t)d);
-      kir_dim want = t->dims[d];
-      if (have < 0)
-        return kir_fail(ctx, KILN_ERR_RUNTIME, "input %u: axis %d has negative size %lld", i, d,
-                        (long long)have);
-      if (KIR_DIM_IS_SYM(want) && KIR_DIM_SYM(want) >= p->nsyms)
-        return kir_fail(ctx, KILN_ERR_INVALID, "input %u names symbol %u of %u", i,
-                        KIR_DIM_SYM(want), p->nsyms);
-      if (KIR_DIM_IS_SYM(want) && !bound[KIR_DIM_SYM(want)]) {
-        sizes[KIR_DIM_SYM(want)] = have, bound[KIR_DIM_SYM(want)] = true;
-        continue;
-      }
-      int64_t v = kcg_dim_value(want, sizes);
-      if (have != v)
-        return kir_fail(ctx, KILN_ERR_RUNTIME, "input %u: axis %d has size %lld, expected %lld", i,
-                        d, (long long)have, (long long)v);
-    }
-  }
-  return KILN_OK;
-}
-
 static kiln_status run_lowered(kiln_ctx *ctx, const krt_gpu_driver *drv, const kcg_program *p,
                                kiln_tensor *const *inputs, kiln_tensor **outputs,
                                double *seconds) {
@@ -613,19 +587,16 @@ static kiln_status run_lowered(kiln_ctx *ctx, const krt_gpu_driver *drv, const k
   void **out = calloc(p->nresults + 1u, sizeof *out);
   kiln_status s = sizes && bound && in && out ? KILN_OK
                                               : kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
-  if (s == KILN_OK) s = bind_sizes(ctx, p, inputs, sizes, bound);
+  const int64_t **dims = calloc(p->nparams + 1u, sizeof *dims);
+  if (s == KILN_OK && !dims) s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  for (uint32_t i = 0; s == KILN_OK && i < p->nparams; i++) dims[i] = inputs[i]->dims;
+  if (s == KILN_OK) s = krt_bind_symbols(ctx, p, NULL, dims, sizes, bound);
+  free(dims);
   for (uint32_t r = 0; s == KILN_OK && r < p->nresults; r++) {
     const kir_type *t = &p->bufs[p->results[r]].type;
-    int64_t dims[KIR_MAX_RANK];
-    for (int d = 0; d < t->rank && s == KILN_OK; d++) {
-      kir_dim k = t->dims[d];
-      if (KIR_DIM_IS_SYM(k) && (KIR_DIM_SYM(k) >= p->nsyms || !bound[KIR_DIM_SYM(k)]))
-        s = kir_fail(ctx, KILN_ERR_UNSUPPORTED, "%s: result %u has a size no input gives",
-                     drv->name, r);
-      else
-        dims[d] = kcg_dim_value(k, sizes);
-    }
-    if (s == KILN_OK) s = kiln_tensor_create(ctx, t->dtype, t->rank, dims, &outputs[r]);
+    int64_t rdims[KIR_MAX_RANK];
+    s = krt_bound_result_dims(ctx, p, drv->name, sizes, bound, r, rdims);
+    if (s == KILN_OK) s = kiln_tensor_create(ctx, t->dtype, t->rank, rdims, &outputs[r]);
     if (s == KILN_OK) out[r] = kiln_tensor_data(outputs[r]);
   }
   for (uint32_t i = 0; s == KILN_OK && i < p->nparams; i++) in[i] = kiln_tensor_cdata(inputs[i]);

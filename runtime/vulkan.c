@@ -22,6 +22,7 @@
 #include "passes/fusion.h"
 #include "passes/mixed_precision.h"
 #include "passes/passes.h"
+#include "runtime/bind.h"
 #include "vulkan.h"
 
 #define VK_INSTANCE_FNS(X)                                                               \
@@ -60,6 +61,7 @@ struct kvk_device {
   uint32_t max_groups;
   uint32_t loop_limit; /* loop iterations an invocation may run; 0: no known limit */
   bool f64;
+  bool cpu; /* VK_PHYSICAL_DEVICE_TYPE_CPU: lavapipe, SwiftShader */
   bool s16; /* storageBuffer16BitAccess, enabled: f16/bf16 buffers of 16-bit elements */
   char name[VK_MAX_PHYSICAL_DEVICE_NAME_SIZE];
 };
@@ -159,6 +161,7 @@ static kiln_status pick_device(kiln_ctx *ctx, kvk_device *d, int index) {
   d->vkGetPhysicalDeviceProperties(d->phys, &props);
   d->vkGetPhysicalDeviceFeatures(d->phys, &feats);
   snprintf(d->name, sizeof d->name, "%s", props.deviceName);
+  d->cpu = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   /* lavapipe's llvmpipe ends an invocation after this many loop iterations in all */
   if (!strncmp(d->name, "llvmpipe", 8)) d->loop_limit = 65535;
   if (props.apiVersion < VK_API_VERSION_1_2)
@@ -238,6 +241,7 @@ void kvk_device_close(kvk_device *d) {
 
 const char *kvk_device_name(const kvk_device *d) { return d->name; }
 bool kvk_device_has_f64(const kvk_device *d) { return d->f64; }
+bool kvk_device_is_cpu(const kvk_device *d) { return d->cpu; }
 bool kvk_device_has_storage16(const kvk_device *d) { return d->s16; }
 
 /* ---- pipelines ---- */
@@ -868,33 +872,6 @@ kiln_status kvk_program_run(kiln_ctx *ctx, kvk_program *vp, void *const *inputs,
 #ifndef KILN_DEVICE_RUNTIME /* the AOT runtime (libkiln_gpurt.a) neither legalizes nor lowers */
 /* ---- the `vulkan` backend of kiln_graph_run ---- */
 
-/* The symbols' values from the inputs' shapes; a mismatch is KILN_ERR_RUNTIME. */
-static kiln_status bind_sizes(kiln_ctx *ctx, const kcg_program *p, kiln_tensor *const *inputs,
-                              int64_t *sizes, bool *bound) {
-  for (uint32_t i = 0; i < p->nparams; i++) {
-    const kir_type *t = &p->bufs[p->params[i]].type;
-    for (int d = 0; d < t->rank; d++) {
-      int64_t have = kiln_tensor_dim(inputs[i], (size_t)d);
-      kir_dim want = t->dims[d];
-      if (have < 0)
-        return kir_fail(ctx, KILN_ERR_RUNTIME, "input %u: axis %d has negative size %lld", i, d,
-                        (long long)have);
-      if (KIR_DIM_IS_SYM(want) && KIR_DIM_SYM(want) >= p->nsyms)
-        return kir_fail(ctx, KILN_ERR_INVALID, "Vulkan: input %u names symbol %u of %u", i,
-                        KIR_DIM_SYM(want), p->nsyms);
-      if (KIR_DIM_IS_SYM(want) && !bound[KIR_DIM_SYM(want)]) {
-        sizes[KIR_DIM_SYM(want)] = have, bound[KIR_DIM_SYM(want)] = true;
-        continue;
-      }
-      int64_t v = kcg_dim_value(want, sizes);
-      if (have != v)
-        return kir_fail(ctx, KILN_ERR_RUNTIME, "input %u: axis %d has size %lld, expected %lld", i,
-                        d, (long long)have, (long long)v);
-    }
-  }
-  return KILN_OK;
-}
-
 static kiln_status run_lowered(kiln_ctx *ctx, const kcg_program *p, kiln_tensor *const *inputs,
                                kiln_tensor **outputs) {
   int64_t *sizes = calloc(p->nsyms + 1u, sizeof *sizes);
@@ -903,18 +880,16 @@ static kiln_status run_lowered(kiln_ctx *ctx, const kcg_program *p, kiln_tensor 
   void **out = calloc(p->nresults + 1u, sizeof *out);
   kiln_status s = sizes && bound && in && out ? KILN_OK
                                               : kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
-  if (s == KILN_OK) s = bind_sizes(ctx, p, inputs, sizes, bound);
+  const int64_t **dims = calloc(p->nparams + 1u, sizeof *dims);
+  if (s == KILN_OK && !dims) s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  for (uint32_t i = 0; s == KILN_OK && i < p->nparams; i++) dims[i] = inputs[i]->dims;
+  if (s == KILN_OK) s = krt_bind_symbols(ctx, p, NULL, dims, sizes, bound);
+  free(dims);
   for (uint32_t r = 0; s == KILN_OK && r < p->nresults; r++) {
     const kir_type *t = &p->bufs[p->results[r]].type;
-    int64_t dims[KIR_MAX_RANK];
-    for (int d = 0; d < t->rank; d++) {
-      kir_dim k = t->dims[d];
-      if (KIR_DIM_IS_SYM(k) && (KIR_DIM_SYM(k) >= p->nsyms || !bound[KIR_DIM_SYM(k)]))
-        s = kir_fail(ctx, KILN_ERR_UNSUPPORTED, "Vulkan: result %u has a size no input gives", r);
-      else
-        dims[d] = kcg_dim_value(k, sizes);
-    }
-    if (s == KILN_OK) s = kiln_tensor_create(ctx, t->dtype, t->rank, dims, &outputs[r]);
+    int64_t rdims[KIR_MAX_RANK];
+    s = krt_bound_result_dims(ctx, p, "Vulkan", sizes, bound, r, rdims);
+    if (s == KILN_OK) s = kiln_tensor_create(ctx, t->dtype, t->rank, rdims, &outputs[r]);
     if (s == KILN_OK) out[r] = kiln_tensor_data(outputs[r]);
   }
   for (uint32_t i = 0; s == KILN_OK && i < p->nparams; i++) in[i] = kiln_tensor_cdata(inputs[i]);

@@ -42,6 +42,8 @@ void kvk_device_close(kvk_device *d);
 /* The device's name ("llvmpipe (LLVM 15.0.7, 256 bits)") and whether it has shaderFloat64. */
 const char *kvk_device_name(const kvk_device *d);
 bool kvk_device_has_f64(const kvk_device *d);
+/* Whether it is a CPU implementation (VK_PHYSICAL_DEVICE_TYPE_CPU: lavapipe), not a GPU. */
+bool kvk_device_is_cpu(const kvk_device *d);
 /* Whether f16/bf16 buffers are 16-bit on it (storageBuffer16BitAccess, unless
  * $KILN_VK_NO_STORAGE16). */
 bool kvk_device_has_storage16(const kvk_device *d);

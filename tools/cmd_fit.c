@@ -27,7 +27,9 @@ typedef struct fit_opts {
   uint64_t seed;
   kiln_dtype dtype;
   kiln_backend backend;
-  bool quiet;
+  bool backend_given, quiet;
+  const char *device_given;   /* --device as given */
+  char device[40];            /* what it chose: "vulkan:0", ..., or "" for the CPU */
 } fit_opts;
 
 static int parse_num(const char *cmd, const char *opt, const char *v, double *out) {
@@ -57,7 +59,7 @@ static int add_file(const char *cmd, const char **list, size_t *n, const char *v
 enum {
   O_PARAMS, O_X, O_Y, O_MASK, O_INPUT, O_LOSS, O_OPT, O_LR, O_EPOCHS, O_BATCH, O_SEED, O_CLIP,
   O_SCHEDULE, O_WARMUP, O_TOTAL, O_STEP_SIZE, O_GAMMA, O_VAL_X, O_VAL_Y, O_VAL_MASK, O_DTYPE,
-  O_BACKEND, O_QUIET, O_OUT, O_HISTORY, O_PRECISION
+  O_BACKEND, O_QUIET, O_OUT, O_HISTORY, O_PRECISION, O_DEVICE
 };
 static const cli_option fit_options[] = {
     [O_PARAMS] = {"--params", NULL, true},     [O_X] = {"--x", NULL, true},
@@ -73,7 +75,29 @@ static const cli_option fit_options[] = {
     [O_DTYPE] = {"--dtype", NULL, true},       [O_BACKEND] = {"--backend", NULL, true},
     [O_QUIET] = {"--quiet", "-q", false},      [O_OUT] = {"--output", "-o", true},
     [O_HISTORY] = {"--history", NULL, true},   [O_PRECISION] = {"--precision", NULL, true},
+    [O_DEVICE] = {"--device", NULL, true},
     {0}};
+
+/*
+ * --device: cpu keeps the CPU backends (auto unless --backend says); a device
+ * sets the backend of its kind and the device the step is compiled for.
+ */
+static int pick_device(const char *cmd, fit_opts *o) {
+  kiln_backend b;
+  int index;
+  if (cli_parse_device(cmd, o->device_given, &b, &index)) return 2;
+  bool cpu = b == KILN_BACKEND_COMPILED;
+  bool cpu_backend = o->backend == KILN_BACKEND_AUTO || o->backend == KILN_BACKEND_COMPILED ||
+                     o->backend == KILN_BACKEND_EAGER;
+  if (o->backend_given && (cpu ? !cpu_backend : o->backend != b))
+    return cli_usage_error(cmd, "--backend %s and --device %s disagree", kiln_backend_name(o->backend),
+                           o->device_given);
+  if (!cpu) {
+    o->backend = b;
+    snprintf(o->device, sizeof o->device, "%s:%d", kiln_backend_name(b), index);
+  }
+  return 0;
+}
 
 /* 0 to go on, > 0 an exit status, < 0 for --help. */
 static int parse_args(const char *cmd, int argc, char **argv, fit_opts *o) {
@@ -83,7 +107,8 @@ static int parse_args(const char *cmd, int argc, char **argv, fit_opts *o) {
   bool fit = !strcmp(cmd, "fit");
   while (!r && (k = cli_next(&p, fit_options, &v)) != CLI_END) {
     if (!fit && k >= 0 && k != O_PARAMS && k != O_X && k != O_Y && k != O_MASK && k != O_INPUT &&
-        k != O_LOSS && k != O_SEED && k != O_DTYPE && k != O_BACKEND && k != O_OUT)
+        k != O_LOSS && k != O_SEED && k != O_DTYPE && k != O_BACKEND && k != O_OUT &&
+        k != O_DEVICE)
       return cli_usage_error(cmd, "%s is an option of `kiln fit`", fit_options[k].name);
     switch (k) {
     case CLI_BAD: return 2;
@@ -132,8 +157,10 @@ static int parse_args(const char *cmd, int argc, char **argv, fit_opts *o) {
       kiln_ctx *c = kiln_ctx_create();
       if (kiln_backend_parse(c, v, &o->backend) != KILN_OK) r = cli_usage_error(cmd, "%s", kiln_ctx_error(c));
       kiln_ctx_destroy(c);
+      o->backend_given = true;
       break;
     }
+    case O_DEVICE: o->device_given = v; break;
     case O_QUIET: o->quiet = true; break;
     case O_OUT: o->out = v; break;
     case O_HISTORY: o->history = v; break;
@@ -147,6 +174,7 @@ static int parse_args(const char *cmd, int argc, char **argv, fit_opts *o) {
     }
   }
   if (r) return r;
+  if (o->device_given && (r = pick_device(cmd, o))) return r;
   if (!o->model) return cli_usage_error(cmd, "no model file given");
   if (!cli_is_kiln_file(o->model)) return cli_usage_error(cmd, "the model must be a .kiln file, got '%s'", o->model);
   if (!o->out) return cli_usage_error(cmd, "no output file given (-o FILE.safetensors)");
@@ -209,6 +237,7 @@ static void fill_spec(const fit_opts *o, const kiln_model_file *m, kiln_train_sp
   spec->masked = o->data.mask != NULL;
   spec->dtype = o->dtype;
   spec->backend = o->backend;
+  spec->device = o->device[0] ? o->device : NULL;
   spec->precision = o->precision;
 }
 
@@ -240,6 +269,7 @@ static int run(const char *cmd, int argc, char **argv) {
      * compiled twice — kiln_fit compiles its own. */
     kiln_train_spec names_spec = spec;
     names_spec.backend = KILN_BACKEND_EAGER;
+    names_spec.device = NULL;
     if (kiln_trainer_create(ctx, &names_spec, p, &t)) status = cli_error("%s", kiln_ctx_error(ctx));
     ndata = t ? kiln_trainer_num_inputs(t) : 0;
     for (size_t i = 0; i < ndata && i < 64; i++) names[i] = kiln_trainer_input_name(t, i);

@@ -1,12 +1,15 @@
 /*
  * device_opt.c — `--device cpu|vulkan[:N]|cuda[:N]|hip[:N]`, shared by
- * `kiln run` and `kiln check`: the name `kiln devices` prints selects a
- * backend and a device index.
+ * `kiln run`, `kiln fit` and `kiln check`: the name `kiln devices` prints
+ * selects a backend and a device index. `auto` is the first of CUDA, ROCm,
+ * a Vulkan GPU (not lavapipe) and the CPU that this machine has
+ * (krt_device_auto, runtime/device.c).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "runtime/device.h"
 
 int cli_parse_device(const char *cmd, const char *s, kiln_backend *backend, int *index) {
   static const struct {
@@ -16,6 +19,11 @@ int cli_parse_device(const char *cmd, const char *s, kiln_backend *backend, int 
                {"vulkan", KILN_BACKEND_VULKAN},
                {"cuda", KILN_BACKEND_CUDA},
                {"hip", KILN_BACKEND_HIP}};
+  char picked[32];
+  if (!strcmp(s, "auto")) {
+    krt_device_auto(picked, sizeof picked);
+    s = picked;
+  }
   size_t len = strcspn(s, ":");
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
     if (strlen(kinds[i].name) != len || strncmp(s, kinds[i].name, len)) continue;
@@ -29,6 +37,6 @@ int cli_parse_device(const char *cmd, const char *s, kiln_backend *backend, int 
     *index = (int)v;
     return 0;
   }
-  return cli_usage_error(cmd, "--device expects cpu, vulkan[:N], cuda[:N] or hip[:N], got '%s' "
+  return cli_usage_error(cmd, "--device expects cpu, vulkan[:N], cuda[:N], hip[:N] or auto, got '%s' "
                          "(`kiln devices` lists this machine's devices)", s);
 }

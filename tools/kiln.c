@@ -34,7 +34,7 @@ static const cli_command commands[] = {
      "compiled and on the reference interpreter in float64 on fresh random inputs, and\n"
      "compares the outputs and the gradients of every parameter: one line per layer, then\n"
      "`OK: largest difference D (LAYER)` (exit 0) or the worst layer (exit 1).\n"
-     "  --device D  cpu (default), vulkan, cuda or hip (device 0 of that kind)\n"
+     "  --device D  cpu (default), vulkan, cuda, hip (device 0 of that kind) or auto\n"
      "  --tol T   the largest difference allowed (default 1e-12)"},
     {"compile", cmd_compile,
      "MODEL.kir|MODEL.kiln -o MODEL.so [--header MODEL.h] [--params P.safetensors] [--name NAME] "
@@ -57,7 +57,8 @@ static const cli_command commands[] = {
     {"fit", cmd_fit,
      "MODEL.kiln [--params P] --x X.npy [--y Y.npy] [--loss L] [--opt NAME] [--lr R] "
      "[--epochs E] [--batch-size B] [--seed S] [--clip C] [--schedule cosine|step|constant] "
-     "[--val-x X --val-y Y] [--input NAME=FILE] [--mask M] [--precision P] -o TRAINED.safetensors",
+     "[--val-x X --val-y Y] [--input NAME=FILE] [--mask M] [--precision P] [--device D] "
+     "-o TRAINED.safetensors",
      "train a .kiln model; the whole training step is compiled once",
      "The step (forward, loss, backward, clipping, optimizer) is one compiled graph, run\n"
      "on every mini-batch (reshuffled every epoch from --seed); the last, smaller batch\n"
@@ -79,7 +80,10 @@ static const cli_command commands[] = {
      "  --history F     write epoch,loss,val_loss lines to F\n"
      "  -q, --quiet     no progress lines\n"
      "  --precision P   fp32 (default), fp64, tf32, bf16 or fp16: the cast pass on the training\n"
-     "                  step; fp16 adds dynamic loss scaling (docs/precision.md)"},
+     "                  step; fp16 adds dynamic loss scaling (docs/precision.md)\n"
+     "  --device D      cpu (default), vulkan[:N], cuda[:N], hip[:N] or auto (CUDA, ROCm, a\n"
+     "                  Vulkan GPU, else the CPU): the step is compiled for it once and every\n"
+     "                  step runs there (docs/gpu.md)"},
     {"grad", cmd_grad,
      "MODEL.kiln --params P --x X.npy [--y Y.npy] [--loss L] -o GRADS.safetensors",
      "the gradient of a loss with respect to every parameter",
@@ -122,7 +126,8 @@ static const cli_command commands[] = {
      "  --backend B            auto (default), compiled, eager, vulkan (SPIR-V on Vulkan\n"
      "                         device 0; Mesa's lavapipe where there is no GPU), cuda or hip\n"
      "  --device D             cpu, vulkan[:N], cuda[:N] or hip[:N] (`kiln devices`): the\n"
-     "                         backend of that kind on device N (default 0)\n"
+     "                         backend of that kind on device N (default 0); auto: CUDA,\n"
+     "                         ROCm, a Vulkan GPU (not lavapipe), else the CPU\n"
      "  --print                also print every output's values as a nested list\n"
      "  --dtype T              (.kiln) the model's float type; default: its float inputs'\n"
      "  --train, --seed S      (.kiln) dropout and sampling on, seeded by S (default 0)\n"

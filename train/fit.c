@@ -154,20 +154,34 @@ static role *roles_of(kiln_graph *g, uint32_t np, uint32_t *ndata) {
   return r;
 }
 
+/* The device spec->device or a device backend names; NULL for the CPU. */
+static const char *train_device(const kiln_train_spec *spec) {
+  if (spec->device) return strcmp(spec->device, "cpu") ? spec->device : NULL;
+  switch (spec->backend) {
+  case KILN_BACKEND_VULKAN: return "vulkan";
+  case KILN_BACKEND_CUDA: return "cuda";
+  case KILN_BACKEND_HIP: return "hip";
+  default: return NULL;
+  }
+}
+
 static kiln_status compile_graph(kiln_ctx *ctx, const kiln_train_spec *spec, kiln_graph *g,
                                  kiln_compiled **out) {
   *out = NULL;
-  if (spec->backend == KILN_BACKEND_EAGER) return KILN_OK;
-  if (spec->backend == KILN_BACKEND_VULKAN || spec->backend == KILN_BACKEND_CUDA ||
-      spec->backend == KILN_BACKEND_HIP)
-    return kir_fail(ctx, KILN_ERR_UNSUPPORTED, "training on the %s backend is not supported "
-                    "yet; use compiled, eager or auto", kiln_backend_name(spec->backend));
-  kiln_status s = kiln_compile(g, NULL, out);
-  if (s == KILN_ERR_UNSUPPORTED && spec->backend == KILN_BACKEND_AUTO) {
+  if (spec->backend == KILN_BACKEND_EAGER) {
+    if (train_device(spec))
+      return kir_fail(ctx, KILN_ERR_INVALID, "the eager backend runs on the CPU, not on device "
+                      "'%s'", spec->device);
+    return KILN_OK;
+  }
+  /* On a device: compiled once for it (runtime/device.h), strict like kiln_graph_run's device
+     backends. */
+  kiln_compile_options co = {.device = train_device(spec)};
+  kiln_status s = kiln_compile(g, &co, out);
+  if (s == KILN_ERR_UNSUPPORTED && spec->backend == KILN_BACKEND_AUTO && !co.device) {
     *out = NULL; /* the reference interpreter runs it */
     return KILN_OK;
   }
-  (void)ctx;
   return s;
 }
 

@@ -50,6 +50,15 @@ typedef struct kiln_compile_options {
   kiln_opt_level opt_level;
   int num_threads;          /* threads of the model's pool; 0: $KILN_NUM_THREADS or the CPUs */
   FILE *dump_ir;            /* if set, the optimised LLVM IR of the kernels is written here */
+  /*
+   * Where the model runs: NULL or "cpu" (the above), or a device, "vulkan[:N]", "cuda[:N]" or
+   * "hip[:N]" (`kiln devices`), opened here and kept by the kiln_compiled: the graph is lowered
+   * as kiln_graph_run's backend of that kind lowers it and compiled for that device once (cpu,
+   * features, opt_level, num_threads and dump_ir do not apply); every run copies its inputs to
+   * the device and its results back (docs/gpu.md). No such device is KILN_ERR_UNSUPPORTED with
+   * its message ("no CUDA device (...)"), an op it cannot run KILN_ERR_UNSUPPORTED naming it.
+   */
+  const char *device;
 } kiln_compile_options;
 
 /* Compiles top-level graph `g`; errors go to g's context. */

@@ -51,12 +51,18 @@ typedef struct kiln_train_spec {
   double clip;           /* global gradient-norm clipping; <= 0: none */
   int masked;            /* the loss takes an f32 mask [N] input "loss_mask" (node tasks) */
   kiln_dtype dtype;      /* parameters' float type (KILN_F32 or KILN_F64) */
-  kiln_backend backend;  /* KILN_BACKEND_COMPILED (default AUTO) or KILN_BACKEND_EAGER */
+  kiln_backend backend;  /* KILN_BACKEND_COMPILED (default AUTO), KILN_BACKEND_EAGER, or a device
+                            backend (VULKAN, CUDA, HIP: see `device`) */
   /* "fp32" (NULL), "fp64", "tf32", "bf16" or "fp16": the cast pass on the training step
      (docs/precision.md). fp16 adds dynamic loss scaling (PyTorch GradScaler semantics). */
   const char *precision;
   double loss_scale;            /* fp16: the initial scale (0: 65536) */
   int64_t loss_scale_interval;  /* fp16: good steps in a row that double it (0: 2000) */
+  /* The device the step runs on: "vulkan[:N]", "cuda[:N]", "hip[:N]" (kiln_compile_options'
+     device), or NULL: device 0 of backend KILN_BACKEND_VULKAN/CUDA/HIP, else the CPU. The step is
+     compiled once for it and every step runs there, strictly (no fallback to the interpreter);
+     parameters and optimizer state go to the device and back with each step (docs/gpu.md). */
+  const char *device;
 } kiln_train_spec;
 
 typedef struct kiln_trainer kiln_trainer;
