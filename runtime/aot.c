@@ -36,7 +36,6 @@
 #include "kiln/aot.h"
 #include "kiln/params.h"
 #include "passes/canonicalize.h"
-#include "passes/fusion.h"
 #include "passes/mixed_precision.h"
 
 extern char **environ;
@@ -112,8 +111,15 @@ static void write_entry_points(FILE *c, const char *name, const char *prefix, ui
  * when it fails, NAME_error(NULL) says why (the last failure of the thread).
  */
 static void write_gpu_entry_points(FILE *c, const char *name, const char *prefix, uint32_t entry,
-                                   krt_device_kind kind) {
+                                   krt_device_kind kind, const kir_graph *g, const bool *bound) {
   fprintf(c, "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n\n");
+  fprintf(c, "static const char *%sparam_names[%u] = {", prefix, g->nparams ? g->nparams : 1);
+  for (uint32_t i = 0, k = 0; i < g->nparams; i++) {
+    const char *n = g->values[g->params[i]].name;
+    if (bound[i]) continue;
+    fprintf(c, "%s\"%s\"", k++ ? ", " : "", n && valid_identifier(n) ? n : "");
+  }
+  fprintf(c, "};\n\n");
   fprintf(c,
           "struct %s_model { kiln_ctx ctx; krt_device *d; krt_device_program *dp; };\n"
           "#define EXPORT __attribute__((visibility(\"default\")))\n"
@@ -142,6 +148,7 @@ static void write_gpu_entry_points(FILE *c, const char *name, const char *prefix
           "  }\n"
           "  if (s == KILN_OK) s = krt_device_open(&m->ctx, (krt_device_kind)%d, index, &m->d);\n"
           "  if (s == KILN_OK) s = krt_device_program_create(&m->ctx, m->d, &%sp%u, &%simage_table, &m->dp);\n"
+          "  if (s == KILN_OK) krt_device_program_set_names(m->dp, %sparam_names);\n"
           "  if (s != KILN_OK) {\n"
           "    memcpy(%screate_error.msg, m->ctx.msg, sizeof m->ctx.msg);\n"
           "    %s_destroy(m);\n    return s;\n  }\n"
@@ -157,7 +164,7 @@ static void write_gpu_entry_points(FILE *c, const char *name, const char *prefix
           "  m->ctx.msg[0] = 0;\n"
           "  return krt_device_program_run(m->dp, &m->ctx, input_dims, inputs, outputs, NULL);\n}\n",
           name, prefix, name, name, name, prefix, name, name, name, (int)kind, prefix, entry,
-          prefix, prefix, name, name, name, prefix, name, name, prefix, entry, name, name);
+          prefix, prefix, prefix, name, name, name, prefix, name, name, prefix, entry, name, name);
 }
 
 static kiln_status write_header(kiln_ctx *ctx, const char *path, const char *name,
@@ -394,7 +401,7 @@ static kiln_status compile_gpu(kiln_ctx *ctx, const kiln_aot_options *opt, const
   if (s == KILN_OK && (!c || !b)) s = kir_fail(ctx, KILN_ERR_IO, "%s: cannot write: %s", csrc, strerror(errno));
   uint32_t entry = 0;
   if (s == KILN_OK) s = kcg_aot_write_c_gpu(ctx, prog, tprefix, &images, blob, c, b, &entry);
-  if (s == KILN_OK) write_gpu_entry_points(c, name, tprefix, entry, kind);
+  if (s == KILN_OK) write_gpu_entry_points(c, name, tprefix, entry, kind, g, bound);
   bool werr = c && fclose(c) != 0;
   werr |= b && fclose(b) != 0;
   if (s == KILN_OK && werr) s = kir_fail(ctx, KILN_ERR_IO, "%s: write failed", csrc);
@@ -430,7 +437,8 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
   if (s != KILN_OK) return s;
   bool *low = calloc(g->nparams + 1, sizeof *low);
   if (!low) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
-  kir_graph *src = gpu ? g : bf16_weights(g, opt->params, low); /* bf16 weights: the CPU's GEMM */
+  /* A GPU target lowers as the device's JIT does (runtime/device.c), below. */
+  kir_graph *src = gpu ? NULL : bf16_weights(g, opt->params, low);
   kir_graph *wide = src ? kp_widen_half(src) : NULL; /* f16/bf16 accumulate in f32 */
   if (src != g) kiln_graph_destroy(src);
   kir_graph *tiled = !wide ? NULL : kp_attention_tiling_enabled() ? kp_attention_tiling(wide) : wide;
@@ -442,7 +450,7 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
     kiln_graph_destroy(legal);
     legal = canon;
   }
-  if (!legal) {
+  if (!legal && !gpu) {
     free(low);
     return KILN_ERR_UNSUPPORTED;
   }
@@ -450,9 +458,7 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
   kcg_program *prog = NULL;
   bool *bound = NULL;
   char tmp[4096 + 32], obj[4200], csrc[4200], blob[4200];
-  /* Vulkan runs attention as kernels; CUDA and HIP run ATTENTION steps (gpu_exec.c). */
-  kcg_lower_options lo = {.fuse = kp_fusion_enabled(), .runtime_attention = kind != KRT_DEVICE_VULKAN};
-  s = gpu ? kcg_lower_target(ctx, legal, &arena, &lo, &prog) : kcg_lower(ctx, legal, &arena, &prog);
+  s = gpu ? krt_device_lower(ctx, kind, g, &arena, &prog) : kcg_lower(ctx, legal, &arena, &prog);
   if (s != KILN_OK) goto done;
   /* Kernel symbols: <name>_k<index>, whatever lowering called them. */
   for (uint32_t k = 0; k < prog->nkernels; k++) {

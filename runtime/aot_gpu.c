@@ -175,10 +175,36 @@ static size_t put_group(const kcg_aot_images *t, const char *what, const char *p
   return used;
 }
 
+/* "5 SPIR-V modules (18 KiB) for spirv, spirv+f64, ...": kernels, their distinct bytes, feature sets. */
+static size_t put_spirv(const kcg_aot_images *t, char *buf, size_t n) {
+  uint32_t kernels = 0;
+  size_t bytes = 0;
+  for (uint32_t i = 0; i < t->n; i++) {
+    bool key_seen = false, data_seen = false;
+    for (uint32_t j = 0; j < i; j++) {
+      key_seen |= t->v[j].key == t->v[i].key;
+      data_seen |= t->v[j].len == t->v[i].len && !memcmp(t->v[j].data, t->v[i].data, t->v[i].len);
+    }
+    kernels += !key_seen;
+    bytes += data_seen ? 0 : t->v[i].len;
+  }
+  int w = snprintf(buf, n, "%u SPIR-V modules (%zu KiB) for", kernels, (bytes + 1023) / 1024);
+  size_t used = w > 0 ? (size_t)w : 0;
+  uint32_t archs = 0;
+  for (uint32_t i = 0; i < t->n && used < n; i++) {
+    bool seen = false;
+    for (uint32_t j = 0; j < i && !seen; j++) seen = !strcmp(t->v[j].arch, t->v[i].arch);
+    if (seen) continue;
+    w = snprintf(buf + used, n - used, "%s %s", archs++ ? "," : "", t->v[i].arch);
+    if (w > 0) used += (size_t)w;
+  }
+  return t->n ? used : 0;
+}
+
 void krt_aot_describe(krt_device_kind kind, const kcg_aot_images *t, char *buf, size_t n) {
   if (n) buf[0] = 0;
   size_t used = 0;
-  if (kind == KRT_DEVICE_VULKAN) used = put_group(t, "SPIR-V", "spirv", buf, n, used);
+  if (kind == KRT_DEVICE_VULKAN) used = put_spirv(t, buf, n);
   if (kind == KRT_DEVICE_CUDA) {
     used = put_group(t, "cubin", "sm_", buf, n, used);
     used = put_group(t, "PTX", "compute_", buf, n, used);
