@@ -378,10 +378,11 @@ static kiln_status link_so(kiln_ctx *ctx, const kiln_aot_options *opt, const cha
   char *cpu_argv[] = {(char *)cc, "-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
                       "-w", inc_src, inc_api, "-o", (char *)opt->output, (char *)csrc,
                       (char *)obj, rtlib, "-lopenblas", "-lm", "-lpthread", NULL};
-  /* the devices' libraries are dlopen'ed at run time: the .so links none */
+  /* The devices' libraries are dlopen'ed at run time: the .so links none. The runtime's own
+     public symbols (kiln_*) stay hidden: only the entry points are exported. */
   char *gpu_argv[] = {(char *)cc, "-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
                       "-w", inc_src, inc_api, "-o", (char *)opt->output, (char *)csrc, rtlib,
-                      "-Wl,--no-undefined", "-lm", "-ldl", "-lpthread", NULL};
+                      "-Wl,--exclude-libs,ALL", "-lm", "-ldl", "-lpthread", NULL};
   return run_cc(ctx, gpu ? gpu_argv : cpu_argv);
 }
 
