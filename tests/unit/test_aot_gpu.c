@@ -272,6 +272,82 @@ done:
   kiln_ctx_destroy(ctx);
 }
 
+/*
+ * f16 and bf16 buffers are 16-bit on a device with storageBuffer16BitAccess and
+ * f32 words on one without: different SPIR-V, both embedded. The .so runs with
+ * the device's own (lavapipe has it) and with it switched off
+ * ($KILN_VK_NO_STORAGE16), against the interpreter (1e-3 f16, 1e-2 bf16 as
+ * test_vulkan.c).
+ */
+static void vulkan_half(const char *dtype, double tol) {
+  kiln_ctx *ctx = kiln_ctx_create();
+  char text[1024], name[32], so[512], embedded[512];
+  snprintf(text, sizeof text,
+           "func @main(%%x: %s[N, 8], %%w: %s[8, 5]) -> (%s[N, 5]) {\n"
+           "  %%m = matmul(%%x, %%w) : %s[N, 5]\n"
+           "  %%t = tanh(%%m) : %s[N, 5]\n"
+           "  %%y = add(%%t, %%m) : %s[N, 5]\n"
+           "  return %%y\n}\n",
+           dtype, dtype, dtype, dtype, dtype, dtype);
+  snprintf(name, sizeof name, "aotvk_%s", dtype);
+  snprintf(so, sizeof so, "%s/test_aot_gpu_%s.so", KILN_BINARY_DIR, name);
+  kiln_dtype dt = !strcmp(dtype, "f16") ? KILN_F16 : KILN_BF16;
+  kiln_graph *g = NULL;
+  kiln_tensor *in[2] = {0}, *want[1] = {0}, *got = NULL;
+  void *h = NULL;
+  api a = {0};
+  int64_t xd[2] = {7, 8}, wd[2] = {8, 5}, od[2] = {7, 5};
+  if (kiln_graph_parse(ctx, text, strlen(text), name, &g) || kiln_tensor_create(ctx, dt, 2, xd, &in[0]) ||
+      kiln_tensor_create(ctx, dt, 2, wd, &in[1]) || kiln_tensor_create(ctx, dt, 2, od, &got)) {
+    CHECK(0, "%s: %s", dtype, kiln_ctx_error(ctx));
+    goto done;
+  }
+  for (int i = 0; i < 2; i++)
+    for (size_t e = 0; e < kiln_tensor_numel(in[i]); e++) {
+      double u = 2 * uniform() - 1;
+      kiln_tensor_set(in[i], e, u != 0 ? u : 0.25);
+    }
+  if (kiln_graph_run(g, KILN_BACKEND_EAGER, 2, in, 1, want, NULL)) {
+    CHECK(0, "%s: interpreter: %s", dtype, kiln_ctx_error(ctx));
+    goto done;
+  }
+  built b = {.g = g};
+  if (!compile(ctx, &b, "vulkan", name, so, embedded, sizeof embedded)) goto done;
+  if (!(h = dlopen(so, RTLD_NOW | RTLD_LOCAL)) || !load_api(h, name, &a)) {
+    CHECK(0, "%s: dlopen: %s", so, dlerror());
+    goto done;
+  }
+  const int64_t *dims[2] = {xd, wd};
+  const void *data[2] = {kiln_tensor_cdata(in[0]), kiln_tensor_cdata(in[1])};
+  void *out[1] = {kiln_tensor_data(got)};
+  for (int off = 0; off < 2; off++) {
+    if (off) setenv("KILN_VK_NO_STORAGE16", "1", 1);
+    model *m = NULL;
+    int s = a.create(&m);
+    if (s == 0) s = a.run(m, data, dims, out);
+    CHECK(s == 0, "%s (16-bit storage %s): %s", dtype, off ? "off" : "on", m ? a.error(m) : a.error(NULL));
+    double worst = 0;
+    for (size_t e = 0; s == 0 && e < kiln_tensor_numel(got); e++) {
+      double x = kiln_tensor_get(want[0], e), y = kiln_tensor_get(got, e);
+      double rel = fabs(x - y) / (1 + fabs(x));
+      if (!(rel <= worst)) worst = isnan(rel) ? INFINITY : rel;
+    }
+    printf("%s vulkan .so %s, 16-bit storage %-3s largest difference from the interpreter %.2g\n",
+           s == 0 && worst <= tol ? "ok  " : "FAIL", dtype, off ? "off" : "on", worst);
+    CHECK(s == 0 && worst <= tol, "%s: the .so disagrees with the interpreter", dtype);
+    if (m) a.destroy(m);
+    unsetenv("KILN_VK_NO_STORAGE16");
+  }
+done:
+  if (h) dlclose(h);
+  remove(so);
+  for (int i = 0; i < 2; i++) kiln_tensor_destroy(in[i]);
+  kiln_tensor_destroy(want[0]);
+  kiln_tensor_destroy(got);
+  kiln_graph_destroy(g);
+  kiln_ctx_destroy(ctx);
+}
+
 /* ---- CUDA and HIP: images and clean failures ---- */
 
 static bool is_elf(const krt_image *im) { return im->len > 64 && !memcmp(im->data, "\177ELF", 4); }
@@ -473,6 +549,7 @@ int main(int argc, char **argv) {
     static const char *const models[] = {"mlp.kiln", "cnn.kiln", "transformer_classifier.kiln",
                                          "lstm_classifier.kiln"};
     for (size_t i = 0; vk && i < sizeof models / sizeof models[0]; i++) vulkan_model(models[i]);
+    if (vk) vulkan_half("f16", 1e-3), vulkan_half("bf16", 1e-2);
   }
   static const char *const gpu_models[] = {"mlp.kiln", "transformer_classifier.kiln"};
   for (size_t i = 0; i < sizeof gpu_models / sizeof gpu_models[0]; i++) {
