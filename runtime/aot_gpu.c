@@ -25,7 +25,9 @@
 
 const char *const krt_aot_hip_archs[3] = {"gfx90a", "gfx908", "gfx1030"};
 
-enum { CUDA_SM = 90 };
+/* The cubin's arch, and the PTX's: compute_80 runs on every GPU with the tensor cores the
+   hand-tiled kernels use (A100 and newer), whose sources are the same text as for sm_90. */
+enum { CUDA_SM = 90, CUDA_PTX = 80 };
 
 typedef struct recorder {
   kcg_aot_images *out;
@@ -53,12 +55,14 @@ static kiln_status rec_compile(void *self, kiln_ctx *ctx, const char *src, void 
   } else {
     char sm[16], ptx[24];
     snprintf(sm, sizeof sm, "sm_%d", CUDA_SM);
-    snprintf(ptx, sizeof ptx, "compute_%d", CUDA_SM);
+    snprintf(ptx, sizeof ptx, "compute_%d", CUDA_PTX);
+    char ptx_sm[16];
+    snprintf(ptx_sm, sizeof ptx_sm, "sm_%d", CUDA_PTX);
     if (!kcg_aot_images_has(r->out, key, sm) &&
         (s = kcg_cuda_compile_source(ctx, src, sm, false, &code, &n)) == KILN_OK)
       s = add(ctx, r->out, key, sm, code, n);
     if (s == KILN_OK && !kcg_aot_images_has(r->out, key, ptx) &&
-        (s = kcg_cuda_compile_source(ctx, src, sm, true, &code, &n)) == KILN_OK)
+        (s = kcg_cuda_compile_source(ctx, src, ptx_sm, true, &code, &n)) == KILN_OK)
       s = add(ctx, r->out, key, ptx, code, strlen(code) + 1); /* the driver wants the NUL */
   }
   if (s != KILN_OK) return s;

@@ -6,8 +6,8 @@
  * and HIP devices by krt_image_key of the source text they hand to NVRTC or
  * HIPRTC (the generated kernels of a program, or a GEMM/attention step's
  * hand-tiled kernels), the Vulkan device by krt_kernel_key of one kernel's
- * IR. The arch says what the image runs on: "sm_90" (a cubin), "compute_90"
- * (PTX, which the driver compiles for any newer GPU), "gfx90a" (a HIP code
+ * IR. The arch says what the image runs on: "sm_90" (a cubin), "compute_80"
+ * (PTX, which the driver compiles for any GPU of that capability or newer), "gfx90a" (a HIP code
  * object), and for SPIR-V the device features the words were rendered for
  * (krt_spirv_arch: "spirv", "spirv+f64", "spirv+s16", "spirv+f64+s16").
  */
@@ -24,7 +24,7 @@
  */
 const krt_image *krt_image_find(const krt_image_table *t, uint64_t key, const char *arch);
 
-/* The archs of the table's images (each once), "sm_90, compute_90", or "none", into buf. */
+/* The archs of the table's images (each once), "sm_90, compute_80", or "none", into buf. */
 void krt_image_archs(const krt_image_table *t, char *buf, size_t n);
 
 /* A key of what a kernel computes: every field of its IR but its name and messages. */

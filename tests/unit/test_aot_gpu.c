@@ -15,13 +15,14 @@
  * CUDA and HIP (no GPU in CI): an MLP and the transformer compile for cuda
  * and hip; the .so needs no NVRTC, HIPRTC or LLVM (its NEEDED entries and
  * undefined symbols); NAME_images lists, for every source, a cubin for
- * sm_90 (an ELF) and PTX for compute_90 (".version", ".target sm_90"), or
+ * sm_90 (an ELF) and PTX for compute_80 (".version", ".target sm_80"), or
  * an ELF code object for each of gfx90a, gfx908 and gfx1030; NAME_create
  * fails with "no CUDA device (...)" / "no ROCm device (...)" without a
  * driver. On tests/unit/fake_cuda.c's driver (an sm_90 device) with NVRTC
  * made unreachable, NAME_create loads every module from the images and a
  * run completes (the fake driver does not execute kernels, so results are
- * not compared there).
+ * not compared there); as an sm_86 device it loads the PTX, as an sm_75 one
+ * (whose sources differ: no tensor cores) it fails naming the archs.
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -362,12 +363,12 @@ static void check_cuda_images(const char *file, const krt_image_table *t) {
     if (!strcmp(im->arch, "sm_90")) {
       cubins++;
       CHECK(is_elf(im), "%s: the sm_90 cubin %u is no ELF", file, i);
-    } else if (!strcmp(im->arch, "compute_90")) {
+    } else if (!strcmp(im->arch, "compute_80")) {
       ptx++;
       const char *text = im->data;
       CHECK(im->len > 1 && text[im->len - 1] == 0 && strstr(text, ".version") &&
-                strstr(text, ".target sm_90"),
-            "%s: PTX image %u lacks .version/.target sm_90", file, i);
+                strstr(text, ".target sm_80"),
+            "%s: PTX image %u lacks .version/.target sm_80", file, i);
     } else {
       CHECK(0, "%s: image %u has arch %s", file, i, im->arch);
     }
@@ -424,6 +425,21 @@ static void run_on_fake(const char *file, built *b, const api *a) {
     if (s == 0) printf("ok   cuda .so %-24s created from its images and ran on the fake driver\n", file);
   }
   if (m) a->destroy(m);
+  m = NULL;
+  /* an sm_86 device takes the compute_80 PTX (the same sources); an sm_75 one has no image */
+  setenv("FAKE_CUDA_SM", "86", 1);
+  s = a->create(&m);
+  CHECK(s == 0, "%s on a fake sm_86: create: %s", file, a->error(NULL));
+  if (m) a->destroy(m);
+  m = NULL;
+  setenv("FAKE_CUDA_SM", "75", 1);
+  s = a->create(&m);
+  CHECK(s == KILN_ERR_UNSUPPORTED && strstr(a->error(NULL), "no precompiled kernels for sm_75") &&
+            strstr(a->error(NULL), "sm_90, compute_80"),
+        "%s on a fake sm_75: %d '%s'", file, s, a->error(NULL));
+  printf("ok   cuda .so %-24s sm_86 from the PTX; sm_75: %.90s...\n", file, a->error(NULL));
+  if (m) a->destroy(m);
+  unsetenv("FAKE_CUDA_SM");
   for (size_t i = 0; i < 64; i++) kiln_tensor_destroy(in[i]);
   for (size_t r = 0; r < 8; r++) free(out[r]);
   unsetenv("KILN_CUDA");
