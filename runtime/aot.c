@@ -14,6 +14,12 @@
  * is stored in bf16: the same values in half the bytes, which the GEMM
  * steps then read as they are (codegen/program.h, kcg_gemm.a_bf16).
  *
+ * For --target vulkan|cuda|hip (kiln_aot_options.target) the program is
+ * lowered as the device's JIT lowers it (krt_device_lower), its device code
+ * is compiled now (runtime/aot_gpu.c) and appended to the blob as an image
+ * table, and the same five entry points are written over runtime/device.h;
+ * the .so links libkiln_gpurt.a instead (docs/aot-gpu.md).
+ *
  * The generated C includes Kiln's own headers, so the compiler needs Kiln's
  * source tree and libkiln_rt.a: they are found next to the build that made
  * this library (KILN_SOURCE_DIR, KILN_LIB_DIR), or where the environment
