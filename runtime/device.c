@@ -47,15 +47,7 @@ const char *krt_device_kind_name(krt_device_kind k) {
   return (unsigned)k < KRT_DEVICE_KIND_COUNT ? kind_names[k] : "?";
 }
 
-uint64_t krt_image_key(const void *data, size_t n) {
-  const unsigned char *b = data;
-  uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a offset basis */
-  for (size_t i = 0; i < n; i++) {
-    h ^= b[i];
-    h *= 0x100000001b3ull; /* FNV prime */
-  }
-  return h;
-}
+/* krt_image_key is runtime/image.c's, with the lookup (no device needed to key an image). */
 
 kiln_status krt_device_parse(kiln_ctx *ctx, const char *spec, krt_device_kind *kind, int *index) {
   size_t len = spec ? strcspn(spec, ":") : 0;

@@ -1,6 +1,7 @@
 /*
- * image.c — keys of precompiled images and their lookup (see image.h).
- * krt_image_key itself (FNV-1a, as here) is runtime/device.c's.
+ * image.c — keys of precompiled images and their lookup (see image.h), and
+ * device.h's krt_image_key: here, so that code keying images (gpu_exec.c,
+ * the tests' stand-in drivers) does not pull in every device.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,8 @@ static uint64_t fnv(uint64_t h, const void *data, size_t n) {
   for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * FNV_MUL;
   return h;
 }
+
+uint64_t krt_image_key(const void *data, size_t n) { return fnv(FNV_BASIS, data, n); }
 
 static uint64_t mix_u64(uint64_t h, uint64_t v) {
   unsigned char b[8];
