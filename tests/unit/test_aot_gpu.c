@@ -6,7 +6,9 @@
  * MLP, a conv net, a transformer with attention, an LSTM) built in f32,
  * their weights embedded with `params`, compiled for vulkan; the .so runs at
  * fresh random inputs and is compared with the f64 reference interpreter
- * (1e-5 relative, as test_vulkan.c). The .so needs only libc, libm (no
+ * (1e-5 relative, as test_vulkan.c); an f16 and a bf16 graph run with and
+ * without 16-bit storage (two SPIR-V variants of each kernel, both embedded).
+ * The .so needs only libc, libm (no
  * SPIRV-Tools, LLVM or libkiln), every kernel comes from the embedded words
  * (the runtime it links cannot render SPIR-V), and with $KILN_VULKAN naming
  * a missing loader NAME_create fails with "no Vulkan device (...)" in
