@@ -174,7 +174,7 @@ static void write_gpu_entry_points(FILE *c, const char *name, const char *prefix
 }
 
 static kiln_status write_header(kiln_ctx *ctx, const char *path, const char *name,
-                                const kir_graph *g, const bool *bound) {
+                                const kir_graph *g, const bool *bound, const char *target) {
   FILE *h = fopen(path, "w");
   if (!h) return kir_fail(ctx, KILN_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
   char upper[80], guard[90];
@@ -199,8 +199,13 @@ static kiln_status write_header(kiln_ctx *ctx, const char *path, const char *nam
     fprintf(h, "\n");
   }
   fprintf(h, " * Return values are kiln_status codes: 0 success, 6 a run-time error such as a\n"
-             " * wrong input shape (NAME_error() says which). One instance per thread at a time.\n"
-             " */\n");
+             " * wrong input shape (NAME_error() says which). One instance per thread at a time.\n");
+  if (target)
+    fprintf(h, " * Target %s: the kernels are embedded; %s_create opens device $KILN_DEVICE_INDEX\n"
+               " * (default 0) of that kind and fails with 5 where there is none, %s_error(NULL)\n"
+               " * saying why (docs/aot-gpu.md).\n",
+            target, name, name);
+  fprintf(h, " */\n");
   fprintf(h, "#ifndef %s\n#define %s\n\n#include <stdint.h>\n\n#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n",
           guard, guard);
   fprintf(h, "enum { %s_NUM_INPUTS = %u, %s_NUM_OUTPUTS = %u };\n\n", upper, ninputs, upper,
@@ -412,7 +417,7 @@ static kiln_status compile_gpu(kiln_ctx *ctx, const kiln_aot_options *opt, const
   bool werr = c && fclose(c) != 0;
   werr |= b && fclose(b) != 0;
   if (s == KILN_OK && werr) s = kir_fail(ctx, KILN_ERR_IO, "%s: write failed", csrc);
-  if (s == KILN_OK && opt->header) s = write_header(ctx, opt->header, name, g, bound);
+  if (s == KILN_OK && opt->header) s = write_header(ctx, opt->header, name, g, bound, opt->target);
   if (s == KILN_OK) s = link_so(ctx, opt, csrc, NULL, true);
   if (!opt->keep_temps) {
     remove(csrc);
@@ -513,7 +518,7 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
   bool werr = fclose(c) != 0;
   werr |= fclose(b) != 0;
   if (s == KILN_OK && werr) s = kir_fail(ctx, KILN_ERR_IO, "%s: write failed", csrc);
-  if (s == KILN_OK && opt->header) s = write_header(ctx, opt->header, name, g, bound);
+  if (s == KILN_OK && opt->header) s = write_header(ctx, opt->header, name, g, bound, NULL);
   if (s == KILN_OK) s = link_so(ctx, opt, csrc, obj, false);
   if (!opt->keep_temps) {
     remove(obj);
