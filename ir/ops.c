@@ -165,6 +165,18 @@ static bool parse_signature(kir_op_desc *d) {
   return true;
 }
 
+#ifdef KILN_DEVICE_RUNTIME
+/* Inside a `kiln compile --target` shared object, which may be dlclose'd: the parsed names go
+   with it (in libkiln they live as long as the process). */
+__attribute__((destructor)) static void free_table(void) {
+  for (int i = 0; i < KIR_OP_COUNT; i++)
+    for (int a = 0; a < table[i].nattrs; a++) {
+      free((char *)table[i].attr[a].name);
+      for (int c = 0; c < table[i].attr[a].nchoices; c++) free((char *)table[i].attr[a].choices[c]);
+    }
+}
+#endif
+
 static void init_table(void) {
   for (int i = 0; i < KIR_OP_COUNT; i++)
     parse_signature(&table[i]);

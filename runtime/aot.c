@@ -14,6 +14,12 @@
  * is stored in bf16: the same values in half the bytes, which the GEMM
  * steps then read as they are (codegen/program.h, kcg_gemm.a_bf16).
  *
+ * For --target vulkan|cuda|hip (kiln_aot_options.target) the program is
+ * lowered as the device's JIT lowers it (krt_device_lower), its device code
+ * is compiled now (runtime/aot_gpu.c) and appended to the blob as an image
+ * table, and the same five entry points are written over runtime/device.h;
+ * the .so links libkiln_gpurt.a instead (docs/aot-gpu.md).
+ *
  * The generated C includes Kiln's own headers, so the compiler needs Kiln's
  * source tree and libkiln_rt.a: they are found next to the build that made
  * this library (KILN_SOURCE_DIR, KILN_LIB_DIR), or where the environment
@@ -31,6 +37,7 @@
 
 #include "codegen/aot.h"
 #include "codegen/llvm_cpu.h"
+#include "runtime/aot_gpu.h"
 #include "runtime/rt.h"
 #include "kiln/aot.h"
 #include "kiln/params.h"
@@ -104,8 +111,70 @@ static void write_entry_points(FILE *c, const char *name, const char *prefix, ui
           name, name, prefix, entry, name, name);
 }
 
+/*
+ * The entry points of a GPU target: the same signatures over runtime/device.h.
+ * create opens device $KILN_DEVICE_INDEX (0 when unset) of the target's kind;
+ * when it fails, NAME_error(NULL) says why (the last failure of the thread).
+ */
+static void write_gpu_entry_points(FILE *c, const char *name, const char *prefix, uint32_t entry,
+                                   krt_device_kind kind, const kir_graph *g, const bool *bound) {
+  fprintf(c, "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n\n");
+  fprintf(c, "static const char *%sparam_names[%u] = {", prefix, g->nparams ? g->nparams : 1);
+  for (uint32_t i = 0, k = 0; i < g->nparams; i++) {
+    const char *n = g->values[g->params[i]].name;
+    if (bound[i]) continue;
+    fprintf(c, "%s\"%s\"", k++ ? ", " : "", n && valid_identifier(n) ? n : "");
+  }
+  fprintf(c, "};\n\n");
+  fprintf(c,
+          "struct %s_model { kiln_ctx ctx; krt_device *d; krt_device_program *dp; };\n"
+          "#define EXPORT __attribute__((visibility(\"default\")))\n"
+          "static _Thread_local kiln_ctx %screate_error;\n\n"
+          "EXPORT void %s_destroy(struct %s_model *m) {\n"
+          "  if (!m) return;\n"
+          "  krt_device_program_destroy(m->dp);\n"
+          "  krt_device_close(m->d);\n"
+          "  free(m);\n}\n\n"
+          "EXPORT const krt_image_table *%s_images(void) { return &%simage_table; }\n\n"
+          "EXPORT int %s_create(struct %s_model **out) {\n"
+          "  struct %s_model *m = calloc(1, sizeof *m);\n"
+          "  *out = NULL;\n"
+          "  if (!m) return KILN_ERR_NOMEM;\n"
+          "  int index = 0;\n"
+          "  const char *e = getenv(\"KILN_DEVICE_INDEX\");\n"
+          "  kiln_status s = KILN_OK;\n"
+          "  if (e && *e) {\n"
+          "    char *end;\n"
+          "    long v = strtol(e, &end, 10);\n"
+          "    if (*end || v < 0 || v > 1023) {\n"
+          "      snprintf(m->ctx.msg, sizeof m->ctx.msg, \"KILN_DEVICE_INDEX='%%s' is not a device index\", e);\n"
+          "      s = KILN_ERR_INVALID;\n"
+          "    }\n"
+          "    index = (int)v;\n"
+          "  }\n"
+          "  if (s == KILN_OK) s = krt_device_open(&m->ctx, (krt_device_kind)%d, index, &m->d);\n"
+          "  if (s == KILN_OK) s = krt_device_program_create(&m->ctx, m->d, &%sp%u, &%simage_table, &m->dp);\n"
+          "  if (s == KILN_OK) krt_device_program_set_names(m->dp, %sparam_names);\n"
+          "  if (s != KILN_OK) {\n"
+          "    memcpy(%screate_error.msg, m->ctx.msg, sizeof m->ctx.msg);\n"
+          "    %s_destroy(m);\n    return s;\n  }\n"
+          "  *out = m;\n  return KILN_OK;\n}\n\n"
+          "EXPORT const char *%s_error(const struct %s_model *m) { return m ? m->ctx.msg : %screate_error.msg; }\n\n"
+          "EXPORT int %s_output_dims(struct %s_model *m, const int64_t *const *input_dims, int r,\n"
+          "                          int64_t *dims) {\n"
+          "  if (r < 0 || (uint32_t)r >= %sp%u.nresults) return KILN_ERR_INVALID;\n"
+          "  m->ctx.msg[0] = 0;\n"
+          "  return krt_device_program_result_dims(m->dp, &m->ctx, input_dims, (uint32_t)r, dims);\n}\n\n"
+          "EXPORT int %s_run(struct %s_model *m, const void *const *inputs,\n"
+          "                  const int64_t *const *input_dims, void *const *outputs) {\n"
+          "  m->ctx.msg[0] = 0;\n"
+          "  return krt_device_program_run(m->dp, &m->ctx, input_dims, inputs, outputs, NULL);\n}\n",
+          name, prefix, name, name, name, prefix, name, name, name, (int)kind, prefix, entry,
+          prefix, prefix, prefix, name, name, name, prefix, name, name, prefix, entry, name, name);
+}
+
 static kiln_status write_header(kiln_ctx *ctx, const char *path, const char *name,
-                                const kir_graph *g, const bool *bound) {
+                                const kir_graph *g, const bool *bound, const char *target) {
   FILE *h = fopen(path, "w");
   if (!h) return kir_fail(ctx, KILN_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
   char upper[80], guard[90];
@@ -130,8 +199,13 @@ static kiln_status write_header(kiln_ctx *ctx, const char *path, const char *nam
     fprintf(h, "\n");
   }
   fprintf(h, " * Return values are kiln_status codes: 0 success, 6 a run-time error such as a\n"
-             " * wrong input shape (NAME_error() says which). One instance per thread at a time.\n"
-             " */\n");
+             " * wrong input shape (NAME_error() says which). One instance per thread at a time.\n");
+  if (target)
+    fprintf(h, " * Target %s: the kernels are embedded; %s_create opens device $KILN_DEVICE_INDEX\n"
+               " * (default 0) of that kind and fails with 5 where there is none, %s_error(NULL)\n"
+               " * saying why (docs/aot-gpu.md).\n",
+            target, name, name);
+  fprintf(h, " */\n");
   fprintf(h, "#ifndef %s\n#define %s\n\n#include <stdint.h>\n\n#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n",
           guard, guard);
   fprintf(h, "enum { %s_NUM_INPUTS = %u, %s_NUM_OUTPUTS = %u };\n\n", upper, ninputs, upper,
@@ -301,6 +375,58 @@ static const char *env_or(const char *var, const char *dflt) {
   return v && *v ? v : dflt;
 }
 
+/* Links the generated C with a runtime library into opt->output. */
+static kiln_status link_so(kiln_ctx *ctx, const kiln_aot_options *opt, const char *csrc,
+                           const char *obj, bool gpu) {
+  char inc_src[4200], inc_api[4200], rtlib[4200];
+  snprintf(inc_src, sizeof inc_src, "-I%s", env_or("KILN_SOURCE_DIR", KILN_SOURCE_DIR));
+  snprintf(inc_api, sizeof inc_api, "-I%s/include", env_or("KILN_SOURCE_DIR", KILN_SOURCE_DIR));
+  snprintf(rtlib, sizeof rtlib, "%s/%s", env_or("KILN_LIB_DIR", KILN_LIB_DIR),
+           gpu ? "libkiln_gpurt.a" : "libkiln_rt.a");
+  if (access(rtlib, R_OK))
+    return kir_fail(ctx, KILN_ERR_IO, "kiln compile: %s is missing (set KILN_LIB_DIR)", rtlib);
+  const char *cc = opt->cc ? opt->cc : env_or("CC", "cc");
+  char *cpu_argv[] = {(char *)cc, "-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
+                      "-w", inc_src, inc_api, "-o", (char *)opt->output, (char *)csrc,
+                      (char *)obj, rtlib, "-lopenblas", "-lm", "-lpthread", NULL};
+  /* The devices' libraries are dlopen'ed at run time: the .so links none. The runtime's own
+     public symbols (kiln_*) stay hidden: only the entry points are exported. */
+  char *gpu_argv[] = {(char *)cc, "-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
+                      "-w", inc_src, inc_api, "-o", (char *)opt->output, (char *)csrc, rtlib,
+                      "-Wl,--exclude-libs,ALL", "-lm", "-ldl", "-lpthread", NULL};
+  return run_cc(ctx, gpu ? gpu_argv : cpu_argv);
+}
+
+/* --target vulkan|cuda|hip: the program's tables, its device code, entry points over device.h. */
+static kiln_status compile_gpu(kiln_ctx *ctx, const kiln_aot_options *opt, const char *name,
+                               krt_device_kind kind, const kcg_program *prog, const kir_graph *g,
+                               const bool *bound) {
+  kcg_aot_images images = {0};
+  char csrc[4200], blob[4200], tprefix[80];
+  snprintf(csrc, sizeof csrc, "%s.tables.c", opt->output);
+  snprintf(blob, sizeof blob, "%s.consts.bin", opt->output);
+  snprintf(tprefix, sizeof tprefix, "kiln_%s_", name);
+  kiln_status s = krt_aot_capture(ctx, kind, prog, &images);
+  if (s == KILN_OK && opt->embedded && opt->embedded_size)
+    krt_aot_describe(kind, &images, opt->embedded, opt->embedded_size);
+  FILE *c = s == KILN_OK ? fopen(csrc, "w") : NULL, *b = c ? fopen(blob, "wb") : NULL;
+  if (s == KILN_OK && (!c || !b)) s = kir_fail(ctx, KILN_ERR_IO, "%s: cannot write: %s", csrc, strerror(errno));
+  uint32_t entry = 0;
+  if (s == KILN_OK) s = kcg_aot_write_c_gpu(ctx, prog, tprefix, &images, blob, c, b, &entry);
+  if (s == KILN_OK) write_gpu_entry_points(c, name, tprefix, entry, kind, g, bound);
+  bool werr = c && fclose(c) != 0;
+  werr |= b && fclose(b) != 0;
+  if (s == KILN_OK && werr) s = kir_fail(ctx, KILN_ERR_IO, "%s: write failed", csrc);
+  if (s == KILN_OK && opt->header) s = write_header(ctx, opt->header, name, g, bound, opt->target);
+  if (s == KILN_OK) s = link_so(ctx, opt, csrc, NULL, true);
+  if (!opt->keep_temps) {
+    remove(csrc);
+    remove(blob);
+  }
+  kcg_aot_images_free(&images);
+  return s;
+}
+
 KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *opt) {
   kiln_ctx *ctx = g->mod->ctx;
   if (!opt || !opt->output) return kir_fail(ctx, KILN_ERR_INVALID, "kiln compile: no output path");
@@ -308,11 +434,23 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
   if (!valid_identifier(name) || strlen(name) > 64)
     return kir_fail(ctx, KILN_ERR_INVALID, "kiln compile: the model name '%s' is not a C identifier",
                     name);
+  /* The target: the CPU, or a GPU device whose code is embedded (runtime/aot_gpu.c). */
+  bool gpu = opt->target && strcmp(opt->target, "cpu");
+  static const char *const targets[] = {[KRT_DEVICE_VULKAN] = "vulkan", [KRT_DEVICE_CUDA] = "cuda",
+                                         [KRT_DEVICE_HIP] = "hip"};
+  int t = 0;
+  while (gpu && t < KRT_DEVICE_KIND_COUNT && strcmp(targets[t], opt->target)) t++;
+  krt_device_kind kind = (krt_device_kind)t;
+  if (gpu && t == KRT_DEVICE_KIND_COUNT)
+    return kir_fail(ctx, KILN_ERR_INVALID,
+                    "kiln compile: unknown target '%s' (cpu, vulkan, cuda or hip)", opt->target);
+  if (opt->embedded && opt->embedded_size) opt->embedded[0] = 0;
   kiln_status s = kir_verify(g);
   if (s != KILN_OK) return s;
   bool *low = calloc(g->nparams + 1, sizeof *low);
   if (!low) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
-  kir_graph *src = bf16_weights(g, opt->params, low);
+  /* A GPU target lowers as the device's JIT does (runtime/device.c), below. */
+  kir_graph *src = gpu ? NULL : bf16_weights(g, opt->params, low);
   kir_graph *wide = src ? kp_widen_half(src) : NULL; /* f16/bf16 accumulate in f32 */
   if (src != g) kiln_graph_destroy(src);
   kir_graph *tiled = !wide ? NULL : kp_attention_tiling_enabled() ? kp_attention_tiling(wide) : wide;
@@ -324,7 +462,7 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
     kiln_graph_destroy(legal);
     legal = canon;
   }
-  if (!legal) {
+  if (!legal && !gpu) {
     free(low);
     return KILN_ERR_UNSUPPORTED;
   }
@@ -332,7 +470,7 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
   kcg_program *prog = NULL;
   bool *bound = NULL;
   char tmp[4096 + 32], obj[4200], csrc[4200], blob[4200];
-  s = kcg_lower(ctx, legal, &arena, &prog);
+  s = gpu ? krt_device_lower(ctx, kind, g, &arena, &prog) : kcg_lower(ctx, legal, &arena, &prog);
   if (s != KILN_OK) goto done;
   /* Kernel symbols: <name>_k<index>, whatever lowering called them. */
   for (uint32_t k = 0; k < prog->nkernels; k++) {
@@ -351,7 +489,12 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
   }
   if (opt->params && (s = bind_params(ctx, prog, g, opt->params, low, &arena, bound)) != KILN_OK)
     goto done;
-  if (opt->peak_bytes && (s = plan_peak(ctx, prog, opt->peak_bytes)) != KILN_OK) goto done;
+  if (opt->peak_bytes && gpu) *opt->peak_bytes = 0;
+  if (opt->peak_bytes && !gpu && (s = plan_peak(ctx, prog, opt->peak_bytes)) != KILN_OK) goto done;
+  if (gpu) {
+    s = compile_gpu(ctx, opt, name, kind, prog, g, bound);
+    goto done;
+  }
   snprintf(tmp, sizeof tmp, "%s", opt->output);
   snprintf(obj, sizeof obj, "%s.kernels.o", tmp);
   snprintf(csrc, sizeof csrc, "%s.tables.c", tmp);
@@ -375,20 +518,8 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
   bool werr = fclose(c) != 0;
   werr |= fclose(b) != 0;
   if (s == KILN_OK && werr) s = kir_fail(ctx, KILN_ERR_IO, "%s: write failed", csrc);
-  if (s == KILN_OK && opt->header) s = write_header(ctx, opt->header, name, g, bound);
-  if (s == KILN_OK) {
-    char inc_src[4200], inc_api[4200], rtlib[4200];
-    snprintf(inc_src, sizeof inc_src, "-I%s", env_or("KILN_SOURCE_DIR", KILN_SOURCE_DIR));
-    snprintf(inc_api, sizeof inc_api, "-I%s/include", env_or("KILN_SOURCE_DIR", KILN_SOURCE_DIR));
-    snprintf(rtlib, sizeof rtlib, "%s/libkiln_rt.a", env_or("KILN_LIB_DIR", KILN_LIB_DIR));
-    if (access(rtlib, R_OK))
-      s = kir_fail(ctx, KILN_ERR_IO, "kiln compile: %s is missing (set KILN_LIB_DIR)", rtlib);
-    const char *cc = opt->cc ? opt->cc : env_or("CC", "cc");
-    char *argv[] = {(char *)cc, "-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
-                    "-w", inc_src, inc_api, "-o", (char *)opt->output, csrc, obj, rtlib,
-                    "-lopenblas", "-lm", "-lpthread", NULL};
-    if (s == KILN_OK) s = run_cc(ctx, argv);
-  }
+  if (s == KILN_OK && opt->header) s = write_header(ctx, opt->header, name, g, bound, NULL);
+  if (s == KILN_OK) s = link_so(ctx, opt, csrc, obj, false);
   if (!opt->keep_temps) {
     remove(obj);
     remove(csrc);

@@ -244,7 +244,7 @@ kiln_status kcu_device_open(kiln_ctx *ctx, int index, kcu_device **out) {
     return s;
   }
   d->drv = (krt_gpu_driver){
-      .self = d, .name = "CUDA", .dialect = &kcg_cuda_dialect,
+      .self = d, .name = "CUDA", .arch = d->arch, .dialect = &kcg_cuda_dialect,
       .target = {.sm = d->sm, .tensor_cores = d->sm >= 80},
       .compile = drv_compile, .module_load = drv_module_load,
       .module_unload = drv_module_unload, .function = drv_function, .alloc = drv_alloc,
@@ -281,13 +281,18 @@ static kiln_status make_current(kiln_ctx *ctx, kcu_device *d) {
 
 kiln_status kcu_program_create(kiln_ctx *ctx, kcu_device *d, const kcg_program *p,
                                kcu_program **out) {
+  return kcu_program_create_images(ctx, d, p, NULL, out);
+}
+
+kiln_status kcu_program_create_images(kiln_ctx *ctx, kcu_device *d, const kcg_program *p,
+                                      const krt_image_table *images, kcu_program **out) {
   *out = NULL;
   kiln_status s = make_current(ctx, d);
   if (s != KILN_OK) return s;
   kcu_program *cp = calloc(1, sizeof *cp);
   if (!cp) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   cp->d = d;
-  s = krt_gpu_program_create(ctx, &d->drv, p, &cp->gp);
+  s = krt_gpu_program_create_images(ctx, &d->drv, p, images, &cp->gp);
   if (s != KILN_OK) {
     free(cp);
     return s;
@@ -309,6 +314,7 @@ kiln_status kcu_program_run(kiln_ctx *ctx, kcu_program *cp, void *const *inputs,
   return s == KILN_OK ? krt_gpu_program_run(ctx, cp->gp, inputs, outputs, sizes, seconds) : s;
 }
 
+#ifndef KILN_DEVICE_RUNTIME /* the AOT runtime (libkiln_gpurt.a) neither legalizes nor lowers */
 kiln_status kcu_device_graph_run(kcu_device *d, kir_graph *g, size_t n_in,
                                  kiln_tensor *const *inputs, size_t n_out, kiln_tensor **outputs,
                                  double *seconds) {
@@ -327,3 +333,4 @@ kiln_status kcu_graph_run(kir_graph *g, int index, size_t n_in, kiln_tensor *con
   kcu_device_close(d);
   return s;
 }
+#endif

@@ -19,6 +19,7 @@
 #define KILN_RT_CUDA_H
 
 #include "codegen/program.h"
+#include "runtime/device.h"
 
 typedef struct kcu_device kcu_device;
 typedef struct kcu_program kcu_program;
@@ -44,6 +45,9 @@ int kcu_device_sm(const kcu_device *d);
  */
 kiln_status kcu_program_create(kiln_ctx *ctx, kcu_device *d, const kcg_program *p,
                                kcu_program **out);
+/* The same taking precompiled code objects from `images` (runtime/image.h; may be NULL). */
+kiln_status kcu_program_create_images(kiln_ctx *ctx, kcu_device *d, const kcg_program *p,
+                                      const krt_image_table *images, kcu_program **out);
 void kcu_program_destroy(kcu_program *cp);
 
 /*

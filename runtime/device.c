@@ -47,15 +47,7 @@ const char *krt_device_kind_name(krt_device_kind k) {
   return (unsigned)k < KRT_DEVICE_KIND_COUNT ? kind_names[k] : "?";
 }
 
-uint64_t krt_image_key(const void *data, size_t n) {
-  const unsigned char *b = data;
-  uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a offset basis */
-  for (size_t i = 0; i < n; i++) {
-    h ^= b[i];
-    h *= 0x100000001b3ull; /* FNV prime */
-  }
-  return h;
-}
+/* krt_image_key is runtime/image.c's, with the lookup (no device needed to key an image). */
 
 kiln_status krt_device_parse(kiln_ctx *ctx, const char *spec, krt_device_kind *kind, int *index) {
   size_t len = spec ? strcspn(spec, ":") : 0;
@@ -118,16 +110,15 @@ void krt_device_describe(const krt_device *d, char *buf, size_t n) {
 /* ---- programs ---- */
 
 /*
- * The device's own program for `p`. `images` is not used yet: every device
- * compiles its kernels (SPIR-V through SPIRV-Tools, NVRTC, HIPRTC).
+ * The device's own program for `p`, taking what `images` (may be NULL) has
+ * precompiled for it (runtime/image.h), compiling the rest where it can.
  */
 static kiln_status create_on_device(kiln_ctx *ctx, krt_device_program *dp,
                                     const krt_image_table *images) {
-  (void)images;
   krt_device *d = dp->d;
-  return d->vk   ? kvk_program_create(ctx, d->vk, dp->p, &dp->vk)
-         : d->cu ? kcu_program_create(ctx, d->cu, dp->p, &dp->cu)
-                 : khip_program_create(ctx, d->hip, dp->p, &dp->hip);
+  return d->vk   ? kvk_program_create_images(ctx, d->vk, dp->p, images, &dp->vk)
+         : d->cu ? kcu_program_create_images(ctx, d->cu, dp->p, images, &dp->cu)
+                 : khip_program_create_images(ctx, d->hip, dp->p, images, &dp->hip);
 }
 
 kiln_status krt_device_program_create(kiln_ctx *ctx, krt_device *d, const kcg_program *p,

@@ -23,6 +23,7 @@
 #include "passes/passes.h"
 #include "runtime/bind.h"
 #include "runtime/gpu_exec.h"
+#include "runtime/image.h"
 
 #include "codegen/gpu_kernels.h"
 
@@ -55,6 +56,7 @@ typedef struct special {
 struct krt_gpu_program {
   const krt_gpu_driver *drv;
   const kcg_program *p;
+  const krt_image_table *images; /* precompiled code objects, or NULL */
   void *module; /* every generated kernel of p */
   void **fn;    /* per kernel of p */
   special *sp;
@@ -91,11 +93,23 @@ static void *special_module(const krt_gpu_program *gp, const kcg_step *st) {
   return NULL;
 }
 
-static kiln_status compile_load(kiln_ctx *ctx, const krt_gpu_driver *drv, const char *src,
+/* The image for `src` from the program's table, else the driver's compile of it. */
+static kiln_status compile_load(kiln_ctx *ctx, const krt_gpu_program *gp, const char *src,
                                 void **module) {
+  const krt_gpu_driver *drv = gp->drv;
+  const krt_image *im = krt_image_find(gp->images, krt_image_key(src, strlen(src)), drv->arch);
+  if (im) return drv->module_load(drv->self, ctx, im->data, im->len, module);
   void *image = NULL;
   size_t len = 0;
   kiln_status s = drv->compile(drv->self, ctx, src, &image, &len);
+  if (s != KILN_OK && gp->images) {
+    char why[512], have[256];
+    snprintf(why, sizeof why, "%s", kiln_ctx_error(ctx));
+    krt_image_archs(gp->images, have, sizeof have);
+    return kir_fail(ctx, KILN_ERR_UNSUPPORTED,
+                    "%s: no precompiled kernels for %s (the program has %s), and compiling "
+                    "them failed: %s", drv->name, drv->arch ? drv->arch : "this device", have, why);
+  }
   if (s == KILN_OK) s = drv->module_load(drv->self, ctx, image, len, module);
   free(image);
   return s;
@@ -122,7 +136,7 @@ static kiln_status add_special(kiln_ctx *ctx, krt_gpu_program *gp, const kcg_pro
     gp->sp = n, gp->capsp = cap;
   }
   void *module = NULL;
-  s = compile_load(ctx, drv, src, &module);
+  s = compile_load(ctx, gp, src, &module);
   free(src);
   if (s != KILN_OK) return s;
   gp->sp[gp->nsp++] = (special){st, module};
@@ -204,7 +218,7 @@ static kiln_status load_kernels(kiln_ctx *ctx, krt_gpu_program *gp) {
   if (p->nkernels == 0) return KILN_OK;
   char *src = NULL;
   kiln_status s = kcg_c_render(ctx, drv->dialect, p->kernels, p->nkernels, &src, NULL);
-  if (s == KILN_OK) s = compile_load(ctx, drv, src, &gp->module);
+  if (s == KILN_OK) s = compile_load(ctx, gp, src, &gp->module);
   free(src);
   for (uint32_t i = 0; s == KILN_OK && i < p->nkernels; i++) {
     char name[32];
@@ -216,6 +230,12 @@ static kiln_status load_kernels(kiln_ctx *ctx, krt_gpu_program *gp) {
 
 kiln_status krt_gpu_program_create(kiln_ctx *ctx, const krt_gpu_driver *drv,
                                    const kcg_program *p, krt_gpu_program **out) {
+  return krt_gpu_program_create_images(ctx, drv, p, NULL, out);
+}
+
+kiln_status krt_gpu_program_create_images(kiln_ctx *ctx, const krt_gpu_driver *drv,
+                                          const kcg_program *p, const krt_image_table *images,
+                                          krt_gpu_program **out) {
   *out = NULL;
   krt_gpu_program *gp = calloc(1, sizeof *gp);
   if (gp) gp->fn = calloc(p->nkernels + 1u, sizeof *gp->fn);
@@ -223,7 +243,7 @@ kiln_status krt_gpu_program_create(kiln_ctx *ctx, const krt_gpu_driver *drv,
     free(gp);
     return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   }
-  gp->drv = drv, gp->p = p;
+  gp->drv = drv, gp->p = p, gp->images = images;
   kiln_status s = prepare(ctx, gp, p, 0);
   if (s == KILN_OK) s = load_kernels(ctx, gp);
   if (s != KILN_OK) {
@@ -555,6 +575,7 @@ kiln_status krt_gpu_program_run(kiln_ctx *ctx, krt_gpu_program *gp, void *const 
   return s;
 }
 
+#ifndef KILN_DEVICE_RUNTIME /* the AOT runtime (libkiln_gpurt.a) neither legalizes nor lowers */
 /* ---- kiln_graph_run on a GPU ---- */
 
 static kiln_status run_lowered(kiln_ctx *ctx, const krt_gpu_driver *drv, const kcg_program *p,
@@ -616,3 +637,4 @@ kiln_status krt_gpu_graph_run(kir_graph *g, const krt_gpu_driver *drv, const cha
   kir_arena_free(&arena);
   return s;
 }
+#endif

@@ -28,12 +28,14 @@
 #define KILN_RT_GPU_EXEC_H
 
 #include "codegen/gpu_kernels.h"
+#include "runtime/device.h"
 
 typedef uint64_t krt_dptr; /* a device address (CUdeviceptr, hipDeviceptr_t) */
 
 typedef struct krt_gpu_driver {
   void *self;
   const char *name;              /* "CUDA", "HIP": in messages */
+  const char *arch;              /* "sm_90", "gfx90a": what images must match (image.h) */
   const kcg_c_dialect *dialect;  /* the renderer's dialect */
   kcg_gpu_target target;         /* for the hand-tiled kernels */
   bool generated_only;           /* never the hand-tiled kernels (tests, comparisons) */
@@ -65,6 +67,16 @@ typedef struct krt_gpu_program krt_gpu_program;
  */
 kiln_status krt_gpu_program_create(kiln_ctx *ctx, const krt_gpu_driver *drv,
                                    const kcg_program *p, krt_gpu_program **out);
+/*
+ * The same taking precompiled code objects from `images` (runtime/image.h;
+ * may be NULL, else it must outlive the result): a source whose key and the
+ * driver's arch match an image is loaded without compiling; another is
+ * compiled by the driver, and where that fails too, the error names the
+ * arch and those the table has.
+ */
+kiln_status krt_gpu_program_create_images(kiln_ctx *ctx, const krt_gpu_driver *drv,
+                                          const kcg_program *p, const krt_image_table *images,
+                                          krt_gpu_program **out);
 void krt_gpu_program_destroy(krt_gpu_program *gp);
 
 /*

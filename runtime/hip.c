@@ -258,7 +258,7 @@ kiln_status khip_device_open(kiln_ctx *ctx, int index, khip_device **out) {
     return s;
   }
   d->drv = (krt_gpu_driver){
-      .self = d, .name = "HIP", .dialect = &kcg_hip_dialect,
+      .self = d, .name = "HIP", .arch = d->arch, .dialect = &kcg_hip_dialect,
       .target = {.hip = true, .gfx = d->arch},
       .compile = drv_compile, .module_load = drv_module_load,
       .module_unload = drv_module_unload, .function = drv_function, .alloc = drv_alloc,
@@ -291,6 +291,11 @@ static kiln_status make_current(kiln_ctx *ctx, khip_device *d) {
 
 kiln_status khip_program_create(kiln_ctx *ctx, khip_device *d, const kcg_program *p,
                                 khip_program **out) {
+  return khip_program_create_images(ctx, d, p, NULL, out);
+}
+
+kiln_status khip_program_create_images(kiln_ctx *ctx, khip_device *d, const kcg_program *p,
+                                       const krt_image_table *images, khip_program **out) {
   *out = NULL;
   if (!kcg_hip_arch_ok(d->arch))
     return kir_fail(ctx, KILN_ERR_UNSUPPORTED,
@@ -301,7 +306,7 @@ kiln_status khip_program_create(kiln_ctx *ctx, khip_device *d, const kcg_program
   khip_program *hp = calloc(1, sizeof *hp);
   if (!hp) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   hp->d = d;
-  s = krt_gpu_program_create(ctx, &d->drv, p, &hp->gp);
+  s = krt_gpu_program_create_images(ctx, &d->drv, p, images, &hp->gp);
   if (s != KILN_OK) {
     free(hp);
     return s;
@@ -323,6 +328,7 @@ kiln_status khip_program_run(kiln_ctx *ctx, khip_program *hp, void *const *input
   return s == KILN_OK ? krt_gpu_program_run(ctx, hp->gp, inputs, outputs, sizes, seconds) : s;
 }
 
+#ifndef KILN_DEVICE_RUNTIME /* the AOT runtime (libkiln_gpurt.a) neither legalizes nor lowers */
 kiln_status khip_graph_run(kir_graph *g, int index, size_t n_in, kiln_tensor *const *inputs,
                            size_t n_out, kiln_tensor **outputs) {
   kiln_ctx *ctx = g->mod->ctx;
@@ -338,3 +344,4 @@ kiln_status khip_graph_run(kir_graph *g, int index, size_t n_in, kiln_tensor *co
   khip_device_close(d);
   return s;
 }
+#endif

@@ -15,6 +15,7 @@
 #define KILN_RT_HIP_H
 
 #include "codegen/program.h"
+#include "runtime/device.h"
 
 typedef struct khip_device khip_device;
 typedef struct khip_program khip_program;
@@ -27,6 +28,9 @@ void khip_device_describe(const khip_device *d, char *buf, size_t n);
 
 kiln_status khip_program_create(kiln_ctx *ctx, khip_device *d, const kcg_program *p,
                                 khip_program **out);
+/* The same taking precompiled code objects from `images` (runtime/image.h; may be NULL). */
+kiln_status khip_program_create_images(kiln_ctx *ctx, khip_device *d, const kcg_program *p,
+                                       const krt_image_table *images, khip_program **out);
 void khip_program_destroy(khip_program *hp);
 kiln_status khip_program_run(kiln_ctx *ctx, khip_program *hp, void *const *inputs,
                              void *const *outputs, const int64_t *sizes, double *seconds);

@@ -18,6 +18,7 @@
 #include <vulkan/vulkan.h>
 
 #include "codegen/spirv.h"
+#include "runtime/image.h"
 #include "passes/fusion.h"
 #include "passes/mixed_precision.h"
 #include "passes/passes.h"
@@ -75,6 +76,7 @@ typedef struct kvk_kernel {
 struct kvk_program {
   kvk_device *d;
   const kcg_program *p;
+  const krt_image_table *images; /* precompiled SPIR-V, or NULL */
   kvk_kernel *k; /* per kernel of p */
 };
 
@@ -251,18 +253,45 @@ static void kernel_free(kvk_device *d, kvk_kernel *k) {
   if (k->module) d->vkDestroyShaderModule(d->dev, k->module, NULL);
 }
 
-static kiln_status kernel_create(kiln_ctx *ctx, kvk_device *d, const kcg_kernel *kk,
-                                 kvk_kernel *k) {
+/*
+ * The SPIR-V of kernel `kk` for `d`: the image of the program's table with its
+ * key and the device's features (*owned false), else rendered and validated
+ * (not in the AOT runtime, which has no SPIRV-Tools).
+ */
+static kiln_status kernel_words(kiln_ctx *ctx, kvk_device *d, const krt_image_table *images,
+                                const kcg_kernel *kk, uint32_t **words, size_t *n, bool *owned) {
+  const char *arch = krt_spirv_arch(d->f64, d->s16);
+  const krt_image *im = krt_image_find(images, krt_kernel_key(kk), arch);
+  *owned = false;
+  if (im && im->len % 4 == 0 && im->len) {
+    *words = (uint32_t *)im->data, *n = im->len / 4;
+    return KILN_OK;
+  }
+#ifdef KILN_DEVICE_RUNTIME
+  char have[256];
+  krt_image_archs(images, have, sizeof have);
+  return kir_fail(ctx, KILN_ERR_UNSUPPORTED,
+                  "Vulkan: no SPIR-V of kernel %s for %s (%s; the program has %s)", kk->name,
+                  d->name, arch, have);
+#else
+  kcg_spirv_features f = {.f64 = d->f64, .storage16 = d->s16};
+  *owned = true;
+  return kcg_spirv_render_for(ctx, kk, &f, words, n);
+#endif
+}
+
+static kiln_status kernel_create(kiln_ctx *ctx, kvk_device *d, const krt_image_table *images,
+                                 const kcg_kernel *kk, kvk_kernel *k) {
   uint32_t *words = NULL;
   size_t n = 0;
-  kcg_spirv_features f = {.f64 = d->f64, .storage16 = d->s16};
-  kiln_status s = kcg_spirv_render_for(ctx, kk, &f, &words, &n);
+  bool owned = false;
+  kiln_status s = kernel_words(ctx, d, images, kk, &words, &n, &owned);
   if (s != KILN_OK) return s;
   VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                  .codeSize = n * 4,
                                  .pCode = words};
   VkResult r = d->vkCreateShaderModule(d->dev, &mi, NULL, &k->module);
-  free(words);
+  if (owned) free(words);
   if (r != VK_SUCCESS) return vk_fail(ctx, "vkCreateShaderModule", r);
   uint32_t nb = kk->nbufs + 1;
   VkDescriptorSetLayoutBinding *b = calloc(nb, sizeof *b);
@@ -329,7 +358,7 @@ static kiln_status prepare(kiln_ctx *ctx, kvk_program *vp, const kcg_program *p,
       return kir_fail(ctx, KILN_ERR_INVALID, "Vulkan: step %u names kernel %u of %u", i, ki,
                       vp->p->nkernels);
     if (vp->k[ki].pipeline) continue;
-    kiln_status s = kernel_create(ctx, d, vp->p->kernels[ki], &vp->k[ki]);
+    kiln_status s = kernel_create(ctx, d, vp->images, vp->p->kernels[ki], &vp->k[ki]);
     if (s != KILN_OK) return s;
   }
   return KILN_OK;
@@ -337,6 +366,11 @@ static kiln_status prepare(kiln_ctx *ctx, kvk_program *vp, const kcg_program *p,
 
 kiln_status kvk_program_create(kiln_ctx *ctx, kvk_device *d, const kcg_program *p,
                                kvk_program **out) {
+  return kvk_program_create_images(ctx, d, p, NULL, out);
+}
+
+kiln_status kvk_program_create_images(kiln_ctx *ctx, kvk_device *d, const kcg_program *p,
+                                      const krt_image_table *images, kvk_program **out) {
   *out = NULL;
   kvk_program *vp = calloc(1, sizeof *vp);
   if (vp) vp->k = calloc(p->nkernels + 1u, sizeof *vp->k);
@@ -344,7 +378,7 @@ kiln_status kvk_program_create(kiln_ctx *ctx, kvk_device *d, const kcg_program *
     free(vp);
     return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   }
-  vp->d = d, vp->p = p;
+  vp->d = d, vp->p = p, vp->images = images;
   kiln_status s = prepare(ctx, vp, p, 0);
   if (s != KILN_OK) {
     kvk_program_destroy(vp);
@@ -835,6 +869,7 @@ kiln_status kvk_program_run(kiln_ctx *ctx, kvk_program *vp, void *const *inputs,
   return s;
 }
 
+#ifndef KILN_DEVICE_RUNTIME /* the AOT runtime (libkiln_gpurt.a) neither legalizes nor lowers */
 /* ---- the `vulkan` backend of kiln_graph_run ---- */
 
 static kiln_status run_lowered(kiln_ctx *ctx, const kcg_program *p, kiln_tensor *const *inputs,
@@ -903,3 +938,4 @@ kiln_status kvk_graph_run(kir_graph *g, size_t n_in, kiln_tensor *const *inputs,
   kir_arena_free(&arena);
   return s;
 }
+#endif

@@ -26,6 +26,7 @@
 #define KILN_RT_VULKAN_H
 
 #include "codegen/program.h"
+#include "runtime/device.h"
 
 typedef struct kvk_device kvk_device;
 typedef struct kvk_program kvk_program;
@@ -54,6 +55,13 @@ bool kvk_device_has_storage16(const kvk_device *d);
  */
 kiln_status kvk_program_create(kiln_ctx *ctx, kvk_device *d, const kcg_program *p,
                                kvk_program **out);
+/*
+ * The same taking SPIR-V from `images` (may be NULL; runtime/image.h: keyed by
+ * krt_kernel_key, arch krt_spirv_arch of the device's features) where it
+ * matches, rendering the others.
+ */
+kiln_status kvk_program_create_images(kiln_ctx *ctx, kvk_device *d, const kcg_program *p,
+                                      const krt_image_table *images, kvk_program **out);
 void kvk_program_destroy(kvk_program *vp);
 
 /*

@@ -1,6 +1,7 @@
 /*
- * cmd_compile.c — `kiln compile MODEL.kir|MODEL.kiln -o model.so [--header model.h]`:
- * ahead-of-time compilation into a shared object that needs no LLVM.
+ * cmd_compile.c — `kiln compile MODEL.kir|MODEL.kiln -o model.so [--header model.h]
+ * [--target cpu|vulkan|cuda|hip]`: ahead-of-time compilation into a shared object that needs
+ * no LLVM (for a GPU target: its kernels compiled now and embedded, runtime/aot_gpu.c).
  *
  * The work is kiln_compile_shared() (runtime/aot.c); this file reads the
  * command line, the weights (--params P.safetensors, embedded in the .so
@@ -80,8 +81,9 @@ int cmd_compile(int argc, char **argv) {
     case O_TARGET_CPU: opt.target_cpu = v; break;
     case O_KEEP: opt.keep_temps = 1; break;
     case O_TARGET:
-      if (strcmp(v, "cpu"))
-        return cli_error("--target %s: this build compiles for the CPU only (--target cpu)", v);
+      if (strcmp(v, "cpu") && strcmp(v, "vulkan") && strcmp(v, "cuda") && strcmp(v, "hip"))
+        return cli_usage_error("compile", "--target expects cpu, vulkan, cuda or hip, got '%s'", v);
+      opt.target = v;
       break;
     case O_PARAMS: params_path = v; break;
     case O_PRECISION:
@@ -119,12 +121,15 @@ int cmd_compile(int argc, char **argv) {
     else kiln_graph_destroy(g), g = pg;
   }
   size_t peak = 0;
+  char embedded[512] = "";
   opt.peak_bytes = &peak;
+  opt.embedded = embedded, opt.embedded_size = sizeof embedded;
   if (!status && kiln_compile_shared(g, &opt) != KILN_OK) status = cli_error("%s", kiln_ctx_error(ctx));
   if (!status) {
     printf("wrote %s%s%s (entry points %s_create, %s_run, ...)\n", opt.output,
            opt.header ? " and " : "", opt.header ? opt.header : "", opt.name, opt.name);
-    print_peak(g, peak);
+    if (opt.target && strcmp(opt.target, "cpu")) printf("embedded: %s\n", embedded);
+    else print_peak(g, peak);
   }
   kiln_model_file_destroy(mf);
   kiln_graph_destroy(g);

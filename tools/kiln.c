@@ -38,13 +38,16 @@ static const cli_command commands[] = {
      "  --tol T   the largest difference allowed (default 1e-12)"},
     {"compile", cmd_compile,
      "MODEL.kir|MODEL.kiln -o MODEL.so [--header MODEL.h] [--params P.safetensors] [--name NAME] "
-     "[--target cpu] [--target-cpu CPU] [--keep-temps] [--precision P]",
+     "[--target cpu|vulkan|cuda|hip] [--target-cpu CPU] [--keep-temps] [--precision P]",
      "compile a model ahead of time into a shared object and a C header",
      "The .so needs only libc, libm, pthreads and OpenBLAS (no LLVM). Its entry points are\n"
      "NAME_create, NAME_output_dims, NAME_run, NAME_error and NAME_destroy, NAME taken from\n"
      "the output file unless --name gives it; the header lists the inputs and outputs.\n"
      "  --params P         weights to embed, matched to the model's parameters by name; those\n"
      "                     parameters are then no longer inputs of the .so\n"
+     "  --target T         cpu (default), or vulkan, cuda, hip: the kernels compiled now and\n"
+     "                     embedded (SPIR-V; sm_90 cubin + PTX; gfx90a/gfx908/gfx1030), run on\n"
+     "                     device $KILN_DEVICE_INDEX (default 0) of that kind (docs/aot-gpu.md)\n"
      "  --target-cpu CPU   an LLVM CPU name such as x86-64-v3 (portable AVX2); default: this CPU\n"
      "  --keep-temps       keep the generated object, C tables and constant blob\n"
      "  --precision P      fp32 (default), fp64, tf32, bf16 or fp16 (docs/precision.md)"},

@@ -39,6 +39,14 @@ typedef struct kiln_aot_options {
   /* If set, receives the peak memory of one run (kiln_compiled_peak_bytes' count: arena, inputs,
      results, constants), or 0 when it depends on symbolic dims of the inputs. */
   size_t *peak_bytes;
+  /* NULL or "cpu": the CPU. "vulkan", "cuda", "hip": the kernels are compiled now for that
+     device (SPIR-V; cubin for sm_90 and PTX for compute_80; code objects for gfx90a, gfx908
+     and gfx1030) and embedded; the .so opens device $KILN_DEVICE_INDEX (else 0) of that kind
+     at NAME_create, through a driver it dlopens (docs/aot.md). Not with peak_bytes (set to 0). */
+  const char *target;
+  /* If set, receives what was embedded for a GPU target ("SPIR-V spirv+f64: 12 (34 KiB), ..."). */
+  char *embedded;
+  size_t embedded_size;
 } kiln_aot_options;
 
 KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *opt);

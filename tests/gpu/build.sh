@@ -44,4 +44,19 @@ for src in tests/gpu/*.c; do
     echo "built $out/$name"
   fi
 done
+# `kiln compile --target cuda` shared objects for aot_check.c, in $out/aot (not programs: cuda.sh
+# runs the files of $out only). They need libc and libm only; the models' parameters stay inputs.
+kiln_bin="$build/bin/kiln"
+if [ -f "$build/CMakeCache.txt" ]; then
+  cmake --build "$build" --target kiln kiln_gpurt >/dev/null || { echo "build.sh: building kiln failed" >&2; status=1; }
+fi
+mkdir -p "$out/aot"
+for m in mlp transformer_classifier lstm_classifier; do
+  if "$kiln_bin" compile "examples/models/$m.kiln" --target cuda -o "$out/aot/$m.so" >/dev/null; then
+    echo "built $out/aot/$m.so"
+  else
+    echo "build.sh: kiln compile --target cuda $m failed" >&2
+    status=1
+  fi
+done
 exit $status

@@ -6,7 +6,7 @@
 #   tests/gpu/cuda.sh --build-llvm   build Kiln here first (needs LLVM 16, cjson, OpenBLAS), then
 #                                    build the programs into $BUILD/gpu-bin and run them
 #
-# Each program (cuda_check, and attention_check, gemm_check where present) takes the repository
+# Each program (cuda_check, and attention_check, gemm_check, aot_check where present) takes the repository
 # root as argv[1], prints one line per check, and exits 0 (passed), 1 (a failure) or 2 (no usable
 # device). Each runs under `timeout ${GPU_TIMEOUT:-400}` seconds, its output teed to
 # ${OUT:-/tmp}/<name>.log; a failure or a crash does not stop the others. The summary at the end

@@ -1,7 +1,8 @@
 /*
  * fake_cuda.c — a stand-in for libcuda.so.1 that test_cuda_rt loads through
- * KILN_CUDA: one device ("Fake H200", sm_90, 141 GiB), memory on the host,
- * modules that must be ELF images, launches recorded and not run (a cubin
+ * KILN_CUDA: one device ("Fake H200", sm_90 or $FAKE_CUDA_SM, 141 GiB), memory on the
+ * host, modules that must be ELF images or PTX text (NVRTC's starts with "//"), launches
+ * recorded and not run (a cubin
  * cannot run on a CPU). It checks what the real driver would fault on or
  * leak: a call without the primary context current, a pointer outside every
  * allocation, a launch of a function from no loaded module, an unknown
@@ -69,8 +70,10 @@ CUresult cuDeviceGetName(char *name, int len, int d) {
 CUresult cuDeviceTotalMem_v2(size_t *b, int d) { return (void)d, *b = (size_t)141 << 30, 0; }
 CUresult cuDeviceGetAttribute(int *v, int attr, int d) {
   (void)d;
-  if (attr == 75) return *v = 9, 0;
-  if (attr == 76) return *v = 0, 0;
+  const char *sm = getenv("FAKE_CUDA_SM"); /* another compute capability, e.g. 86 */
+  int cc = sm && atoi(sm) >= 10 ? atoi(sm) : 90;
+  if (attr == 75) return *v = cc / 10, 0;
+  if (attr == 76) return *v = cc % 10, 0;
   return 1;
 }
 CUresult cuDevicePrimaryCtxRetain(void **c, int d) { return (void)d, *c = &ctx_token, st.retained++, 0; }
@@ -87,7 +90,8 @@ CUresult cuStreamSynchronize(void *s) { return s == &stream_token ? need_ctx() :
 CUresult cuModuleLoadData(void **m, const void *image) {
   CUresult r = need_ctx();
   if (r) return r;
-  if (memcmp(image, "\177ELF", 4)) return st.errors++, 200; /* CUDA_ERROR_INVALID_IMAGE */
+  /* a cubin, or PTX text (which the driver would compile) */
+  if (memcmp(image, "\177ELF", 4) && memcmp(image, "//", 2)) return st.errors++, 200;
   for (int i = 0; i < 256; i++)
     if (!mods[i].image) {
       mods[i].image = (void *)image, mods[i].functions = 0;
