@@ -46,7 +46,7 @@
 #include "attention_spirv.h"
 #include "spirv_impl.h"
 
-enum { MAX_DM = 128, MAX_BIND = 16, MAX_IFACE = 24 };
+enum { MAX_DM = 256, MAX_BIND = 16, MAX_IFACE = 24 };
 
 /* ---- tiles ---- */
 
@@ -69,8 +69,7 @@ bool kcg_attention_spirv_tiles(kcg_vk_attn_kernel kind, int es, int dm, const kc
   for (int t = 64; t >= 8; t /= 2) {
     uint64_t bytes = kind == KCG_VK_ATTN_DKV ? (uint64_t)(2 * t * dm + 2 * t) * (uint64_t)es
                                              : (uint64_t)(2 * t * dm) * (uint64_t)es;
-    /* every invocation stages whole elements: tile * dm a multiple of the group */
-    if (bytes <= lim->shared_bytes && (t * dm) % g == 0) {
+    if (bytes <= lim->shared_bytes) {
       if (kind == KCG_VK_ATTN_DKV) *br = t;
       else *bc = t;
       return true;
@@ -226,6 +225,42 @@ static uint32_t elem(ab *a, uint32_t sc, uint32_t var, uint32_t i) {
   INS(&s->body, SpvOpAccessChain, t_ptr(s, sc, a->F), id, var, i);
   return id;
 }
+/*
+ * A tile of n floats (n a multiple of 4) as a Workgroup array of 4-vectors:
+ * lavapipe gathers a Workgroup load lane by lane, so one 4-vector load
+ * costs about what one scalar load does.
+ */
+static uint32_t v4_type(ab *a) { return ksp_intern(&a->s, SpvOpTypeVector, a->F, 4, 0, 2); }
+static uint32_t tile_array(ab *a, uint32_t n) {
+  sw *s = &a->s;
+  uint32_t len = c_u32(s, n / 4);
+  uint32_t arr = ksp_intern(s, SpvOpTypeArray, v4_type(a), len, 0, 2), var = new_id(s);
+  INS(&s->types, SpvOpVariable, t_ptr(s, SpvStorageClassWorkgroup, arr), var,
+      SpvStorageClassWorkgroup);
+  add_iface(a, var);
+  return var;
+}
+static uint32_t v4_ptr(ab *a, uint32_t var, uint32_t i) {
+  sw *s = &a->s;
+  uint32_t id = new_id(s);
+  INS(&s->body, SpvOpAccessChain, t_ptr(s, SpvStorageClassWorkgroup, v4_type(a)), id, var, i);
+  return id;
+}
+/* Row r (i32) of a tile dm wide into vals[0, dm). */
+static void tile_row(ab *a, uint32_t var, uint32_t r, uint32_t *vals) {
+  sw *s = &a->s;
+  int q4 = a->dm / 4;
+  uint32_t base = mul(a, a->I, r, i32c(a, q4));
+  for (int q = 0; q < q4; q++) {
+    uint32_t v = load(s, v4_type(a), v4_ptr(a, var, add(a, a->I, base, i32c(a, q))));
+    for (uint32_t k = 0; k < 4; k++) {
+      uint32_t id = new_id(s);
+      INS(&s->body, SpvOpCompositeExtract, a->F, id, v, k);
+      vals[4 * q + (int)k] = id;
+    }
+  }
+}
+
 static uint32_t wload(ab *a, uint32_t var, uint32_t i) {
   return load(&a->s, a->F, elem(a, SpvStorageClassWorkgroup, var, i));
 }
@@ -362,16 +397,27 @@ static uint32_t score(ab *a, uint32_t dot, uint32_t b, uint32_t h, uint32_t i, u
  */
 static void stage(ab *a, uint32_t arr, uint32_t b, uint32_t base, uint32_t rows, uint32_t cols,
                   int R) {
-  int g = a->sh->group, dm = a->dm, sh = 0;
-  while ((1 << sh) < dm) sh++;
-  uint32_t cols32 = to32(a, cols);
-  for (int x = 0; x < R * dm / g; x++) {
-    uint32_t e = add(a, a->I, a->lid, i32c(a, x * g));
-    uint32_t r = op2(&a->s, SpvOpShiftRightArithmetic, a->I, e, i32c(a, sh));
-    uint32_t d = op2(&a->s, SpvOpBitwiseAnd, a->I, e, i32c(a, dm - 1));
-    uint32_t ok = op2(&a->s, SpvOpLogicalAnd, a->Bo, lt(a, r, rows), lt(a, d, cols32));
-    uint32_t idx = add(a, a->L, base, add(a, a->L, mul(a, a->L, to64(a, r), cols), to64(a, d)));
-    wstore(a, arr, e, gload_if(a, b, ok, idx, base));
+  sw *s = &a->s;
+  int g = a->sh->group, q4 = a->dm / 4, sh = 0, total = R * q4;
+  while ((1 << sh) < q4) sh++;
+  uint32_t cols32 = to32(a, cols), I = a->I, L = a->L;
+  for (int x = 0; x * g < total; x++) { /* each invocation a 4-vector at a time */
+    uint32_t e = add(a, I, a->lid, i32c(a, x * g));
+    uint32_t m = total % g ? if_begin(s, lt(a, e, i32c(a, total))) : 0;
+    uint32_t r = op2(s, SpvOpShiftRightArithmetic, I, e, i32c(a, sh));
+    uint32_t d = op2(s, SpvOpShiftLeftLogical, I, op2(s, SpvOpBitwiseAnd, I, e, i32c(a, q4 - 1)),
+                     i32c(a, 2));
+    uint32_t rok = lt(a, r, rows);
+    uint32_t idx = add(a, L, base, add(a, L, mul(a, L, to64(a, r), cols), to64(a, d)));
+    uint32_t v[4];
+    for (int k = 0; k < 4; k++) {
+      uint32_t ok = op2(s, SpvOpLogicalAnd, a->Bo, rok, lt(a, add(a, I, d, i32c(a, k)), cols32));
+      v[k] = gload_if(a, b, ok, add(a, L, idx, i64c(a, k)), base);
+    }
+    uint32_t vec = new_id(s);
+    INS(&s->body, SpvOpCompositeConstruct, v4_type(a), vec, v[0], v[1], v[2], v[3]);
+    store(s, v4_ptr(a, arr, e), vec);
+    if (m) if_end(s, m);
   }
 }
 
@@ -399,11 +445,11 @@ static void store_row(ab *a, uint32_t b, uint32_t base, uint32_t n, const uint32
 
 /* x . row `r` (i32) of Workgroup array arr (dm wide); the row's values into got[] if given. */
 static uint32_t dot_row(ab *a, const uint32_t *x, uint32_t arr, uint32_t r, uint32_t *got) {
-  uint32_t base = mul(a, a->I, r, i32c(a, a->dm)), acc = 0;
+  uint32_t y[MAX_DM], acc = 0;
+  tile_row(a, arr, r, y);
   for (int c = 0; c < a->dm; c++) {
-    uint32_t y = wload(a, arr, add(a, a->I, base, i32c(a, c)));
-    if (got) got[c] = y;
-    acc = c ? fma3(a, x[c], y, acc) : f_mul(a, x[c], y);
+    if (got) got[c] = y[c];
+    acc = c ? fma3(a, x[c], y[c], acc) : f_mul(a, x[c], y[c]);
   }
   return acc;
 }
@@ -459,7 +505,7 @@ static void k_fwd(ab *a) {
   uint32_t mrow = fvar(a, F, a->ninf), lrow = fvar(a, F, a->zero);
   uint32_t mt = fvar(a, F, 0), sum = fvar(a, F, 0);
   uint32_t sp = fvar(a, arr_type(a, (uint32_t)bc), 0);
-  uint32_t sk = wg_array(a, (uint32_t)(bc * dm)), sv = wg_array(a, (uint32_t)(bc * dm));
+  uint32_t sk = tile_array(a, (uint32_t)(bc * dm)), sv = tile_array(a, (uint32_t)(bc * dm));
   aloop lt_, lk, lp;
   uint32_t t = loop_begin(a, &lt_, I, i32c(a, 0), q.ntiles, i32c(a, 1));
   uint32_t j0, m32;
@@ -481,9 +527,9 @@ static void k_fwd(ab *a) {
     uint32_t sc = load(s, F, elem(a, SpvStorageClassFunction, sp, jj));
     uint32_t p = fsel(a, fgt(a, sc, a->ninf), fexp(a, f_sub(a, sc, mn)), a->zero);
     store(s, sum, f_add(a, load(s, F, sum), p));
-    uint32_t base = mul(a, I, jj, i32c(a, dm));
-    for (int c = 0; c < dm; c++)
-      store(s, o[c], fma3(a, p, wload(a, sv, add(a, I, base, i32c(a, c))), load(s, F, o[c])));
+    uint32_t vv[MAX_DM];
+    tile_row(a, sv, jj, vv);
+    for (int c = 0; c < dm; c++) store(s, o[c], fma3(a, p, vv[c], load(s, F, o[c])));
   }
   loop_end(a, &lp);
   store(s, lrow, f_add(a, f_mul(a, load(s, F, lrow), alpha), load(s, F, sum)));
@@ -529,7 +575,7 @@ static void k_dkv(ab *a) {
   load_row(a, b_k(), mul(a, L, krow, a->D), a->D, kr);
   load_row(a, b_v(), mul(a, L, krow, a->Dv), a->Dv, vr);
   zero_vars(a, gk), zero_vars(a, gv);
-  uint32_t sq = wg_array(a, (uint32_t)(br * dm)), sdo = wg_array(a, (uint32_t)(br * dm));
+  uint32_t sq = tile_array(a, (uint32_t)(br * dm)), sdo = tile_array(a, (uint32_t)(br * dm));
   uint32_t sl = wg_array(a, (uint32_t)br), sd = wg_array(a, (uint32_t)br);
   uint32_t nqt = to32(a, sdiv(a, L, add(a, L, a->T, i64c(a, br - 1)), i64c(a, br)));
   uint32_t ft = a->sh->causal ? to32(a, sdiv(a, L, j0, i64c(a, br))) : i32c(a, 0);
@@ -586,7 +632,7 @@ static void k_dq(ab *a) {
   load_row(a, b_dout(), mul(a, L, qrow, a->Dv), a->Dv, dov);
   uint32_t lr = gload(a, b_lse(a), qrow), dr = gload(a, b_delta(a), qrow);
   zero_vars(a, gq);
-  uint32_t sk = wg_array(a, (uint32_t)(bc * dm)), sv = wg_array(a, (uint32_t)(bc * dm));
+  uint32_t sk = tile_array(a, (uint32_t)(bc * dm)), sv = tile_array(a, (uint32_t)(bc * dm));
   aloop lt_, lk;
   uint32_t t = loop_begin(a, &lt_, I, i32c(a, 0), q.ntiles, i32c(a, 1));
   uint32_t j0, m32;
@@ -649,7 +695,7 @@ kiln_status kcg_attention_spirv_render(kiln_ctx *ctx, const kcg_vk_attn_shader *
   *words = NULL, *nwords = 0;
   ab a = {.s = {.ctx = ctx, .next = 1}, .sh = sh, .t = sh->t, .dm = sh->dm};
   if ((sh->t != KILN_F32 && sh->t != KILN_F64) || sh->kind >= KCG_VK_ATTN_KINDS ||
-      (sh->dm != 16 && sh->dm != 32 && sh->dm != 64 && sh->dm != 128) || sh->group < 1 ||
+      (sh->dm != 16 && sh->dm != 32 && sh->dm != 64 && sh->dm != 128 && sh->dm != 256) || sh->group < 1 ||
       sh->group > 1024 || sh->br < 8 || sh->br > 64 || sh->bc < 8 || sh->bc > 64 ||
       sh->nbind > MAX_BIND)
     return kir_fail(ctx, KILN_ERR_INVALID, "SPIR-V attention: malformed shader description");
@@ -762,8 +808,9 @@ kiln_status kcg_attention_spirv_plan(kiln_ctx *ctx, const kcg_program *p, const 
   int dm = bucket(D > Dv ? D : Dv);
   if (!dm)
     return kir_fail(ctx, KILN_ERR_UNSUPPORTED,
-                    "Vulkan attention: head dim %lld is over 128, the largest the kernels hold",
-                    (long long)(D > Dv ? D : Dv));
+                    "Vulkan attention: head dim %lld is over %d, the largest the tiled shaders "
+                    "hold (KILN_VK_ATTENTION=rows runs the per-row kernels, which have no limit)",
+                    (long long)(D > Dv ? D : Dv), MAX_DM);
   int64_t mst[4] = {0, 0, 0, 0};
   if (at->has_mask) {
     const kir_type *mt = arg_type(p, st, mask_arg);

@@ -52,7 +52,7 @@ typedef struct kcg_vk_attn_shader {
   kir_dtype t;         /* f32 or f64 */
   bool causal, has_mask;
   uint32_t nbind;      /* descriptor bindings (the step's args, + delta backward) */
-  int dm;              /* padded head dim: 16, 32, 64 or 128, >= max(D, Dv) */
+  int dm;              /* padded head dim: 16, 32, 64, 128 or 256, >= max(D, Dv) */
   int br, bc;          /* query rows and key rows of a tile */
   int group;           /* invocations per workgroup */
 } kcg_vk_attn_shader;
@@ -84,7 +84,7 @@ bool kcg_attention_spirv_tiles(kcg_vk_attn_kernel kind, int es, int dm, const kc
 
 /*
  * The launches of ATTENTION step `st` of `p` at symbol values `sizes`. A
- * dtype other than f32/f64 (f64 needs `f64`), a head dim over 128, tiles
+ * dtype other than f32/f64 (f64 needs `f64`), a head dim over 256, tiles
  * that do not fit, too many workgroups, or (on a device with a loop limit)
  * more loop iterations per invocation than it allows is
  * KILN_ERR_UNSUPPORTED saying which; query heads that are not a multiple of
