@@ -5,12 +5,13 @@
  * kernel-IR form (codegen/lower_attention.c, KILN_VK_ATTENTION=rows), both
  * after the attention-tiling pass. bench/attention_vulkan.sh runs it.
  *
- *   bench_attention_vulkan T [reps] [fwd|both] [tiled|rows]
+ *   bench_attention_vulkan T [reps] [fwd|both] [tiled|rows] [D]
  *
  * The program is lowered and its pipelines compiled once (that time is
- * printed apart); each timed run is kvk_program_run: buffer allocation,
+ * printed apart; lavapipe compiles a pipeline's code at its first dispatch,
+ * the warm-up run); each timed run is kvk_program_run: buffer allocation,
  * upload, one command buffer, wait, read-back. Prints one markdown row: T,
- * form, pass (forward or forward+backward), pipeline compile s, then the
+ * D (64 unless given), form, pass (forward or forward+backward), pipeline compile s, then the
  * median of `reps` runs after a warm-up: wall ms and process CPU ms (all
  * of lavapipe's threads, which run in this process), and the GFLOP/s of
  * the wall time (causal: 2 T^2 D flops forward, 2.5 times that backward).
@@ -37,23 +38,25 @@ static int cmp(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+static long long D = 64;
+
 static kiln_graph *parse(kiln_ctx *ctx, long long T, bool loss) {
   char text[2048];
   if (loss)
     snprintf(text, sizeof text,
-             "func @main(%%q: f32[1, 8, %lld, 64], %%k: f32[1, 8, %lld, 64], %%v: f32[1, 8, %lld, "
-             "64], %%r: f32[1, 8, %lld, 64]) -> (f32[]) {\n"
-             "  %%a = attention(%%q, %%k, %%v) {causal = true} : f32[1, 8, %lld, 64]\n"
-             "  %%p = mul(%%a, %%r) : f32[1, 8, %lld, 64]\n"
+             "func @main(%%q: f32[1, 8, %lld, %lld], %%k: f32[1, 8, %lld, %lld], %%v: f32[1, 8, "
+             "%lld, %lld], %%r: f32[1, 8, %lld, %lld]) -> (f32[]) {\n"
+             "  %%a = attention(%%q, %%k, %%v) {causal = true} : f32[1, 8, %lld, %lld]\n"
+             "  %%p = mul(%%a, %%r) : f32[1, 8, %lld, %lld]\n"
              "  %%l = reduce_sum(%%p) {axes = [0, 1, 2, 3]} : f32[]\n  return %%l\n}\n",
-             T, T, T, T, T, T);
+             T, D, T, D, T, D, T, D, T, D, T, D);
   else
     snprintf(text, sizeof text,
-             "func @main(%%q: f32[1, 8, %lld, 64], %%k: f32[1, 8, %lld, 64], %%v: f32[1, 8, %lld, "
-             "64]) -> (f32[1, 8, %lld, 64]) {\n"
-             "  %%a = attention(%%q, %%k, %%v) {causal = true} : f32[1, 8, %lld, 64]\n"
+             "func @main(%%q: f32[1, 8, %lld, %lld], %%k: f32[1, 8, %lld, %lld], %%v: f32[1, 8, "
+             "%lld, %lld]) -> (f32[1, 8, %lld, %lld]) {\n"
+             "  %%a = attention(%%q, %%k, %%v) {causal = true} : f32[1, 8, %lld, %lld]\n"
              "  return %%a\n}\n",
-             T, T, T, T, T);
+             T, D, T, D, T, D, T, D, T, D);
   kiln_graph *g = NULL;
   if (kiln_graph_parse(ctx, text, strlen(text), "attention", &g) != KILN_OK) {
     fprintf(stderr, "parse: %s\n", kiln_ctx_error(ctx));
@@ -71,7 +74,8 @@ int main(int argc, char **argv) {
   int reps = argc > 2 ? atoi(argv[2]) : 3;
   bool both = argc > 3 && !strcmp(argv[3], "both");
   bool rows = argc > 4 && !strcmp(argv[4], "rows");
-  if (T <= 0 || reps < 1 || reps > 31) return 2;
+  if (argc > 5) D = atoll(argv[5]);
+  if (T <= 0 || reps < 1 || reps > 31 || D <= 0 || D > 1024) return 2;
   kiln_ctx *ctx = kiln_ctx_create();
   kiln_graph *g = parse(ctx, T, both), *tg = g ? kp_attention_tiling(g) : NULL, *gg = tg;
   if (both && tg) {
@@ -131,8 +135,8 @@ int main(int argc, char **argv) {
   }
   qsort(wall, (size_t)reps, sizeof *wall, cmp);
   qsort(cpu, (size_t)reps, sizeof *cpu, cmp);
-  double flops = 2.0 * (double)T * (double)T * 64 * 8 * (both ? 3.5 : 1);
-  printf("| %lld | %s | %s | %.1f | %.0f | %.0f | %.2f |\n", T,
+  double flops = 2.0 * (double)T * (double)T * (double)D * 8 * (both ? 3.5 : 1);
+  printf("| %lld | %lld | %s | %s | %.1f | %.0f | %.0f | %.2f |\n", T, D,
          rows ? "per-row kernels (KILN_VK_ATTENTION=rows)" : "tiled shaders",
          both ? "forward+backward" : "forward", compile, wall[reps / 2], cpu[reps / 2],
          flops / (wall[reps / 2] * 1e6));

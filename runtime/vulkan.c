@@ -877,6 +877,8 @@ typedef struct vattn {
   vbuf scratch;
 } vattn;
 
+const kcg_vk_limits *kvk_device_attention_limits(const kvk_device *d) { return &d->attn_limits; }
+
 bool kvk_attention_steps(void) {
   const char *e = getenv("KILN_VK_ATTENTION");
   return !(e && !strcmp(e, "rows"));

@@ -26,6 +26,7 @@
 #ifndef KILN_RT_VULKAN_H
 #define KILN_RT_VULKAN_H
 
+#include "codegen/attention_spirv.h"
 #include "codegen/program.h"
 
 typedef struct kvk_device kvk_device;
@@ -71,6 +72,8 @@ kiln_status kvk_program_run(kiln_ctx *ctx, kvk_program *vp, void *const *inputs,
  * (codegen/lower_attention.c) for comparison. A program may hold either.
  */
 bool kvk_attention_steps(void);
+/* The limits the attention shaders are planned under (shared memory, workgroups, loop limit). */
+const kcg_vk_limits *kvk_device_attention_limits(const kvk_device *d);
 
 /*
  * kiln_graph_run's `vulkan` backend (KILN_BACKEND_VULKAN): legalizes and

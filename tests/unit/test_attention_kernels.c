@@ -554,7 +554,21 @@ int main(void) {
   if (kvk_device_open(ctx, 0, &dev) == KILN_OK) {
     have_vk = true, vk_f64 = kvk_device_has_f64(dev);
     vk_lavapipe = !strncmp(kvk_device_name(dev), "llvmpipe", 8);
-    printf("device: %s, shaderFloat64 %s\n", kvk_device_name(dev), vk_f64 ? "yes" : "no");
+    const kcg_vk_limits *lim = kvk_device_attention_limits(dev);
+    printf("device: %s, shaderFloat64 %s, %u bytes shared, %u invocations, loop limit %u\n",
+           kvk_device_name(dev), vk_f64 ? "yes" : "no", lim->shared_bytes, lim->invocations,
+           lim->loop_limit);
+    for (int es = 4; es <= 8; es += 4)
+      for (int dm = 16; dm <= 256; dm *= 2) {
+        int t[3][2] = {{0}};
+        for (int k = 0; k < 3; k++) /* fwd, dkv, dq */
+          if (!kcg_attention_spirv_tiles(k == 0 ? KCG_VK_ATTN_FWD : k == 1 ? KCG_VK_ATTN_DKV
+                                                                           : KCG_VK_ATTN_DQ,
+                                         es, dm, lim, &t[k][0], &t[k][1]))
+            t[k][0] = t[k][1] = 0; /* does not fit */
+        printf("  tiles f%d dm %3d: fwd %dx%d, dkv %dx%d, dq %dx%d\n", es * 8, dm, t[0][0],
+               t[0][1], t[1][0], t[1][1], t[2][0], t[2][1]);
+      }
     kvk_device_close(dev);
   } else {
     printf("skip Vulkan: %s\n", kiln_ctx_error(ctx));
