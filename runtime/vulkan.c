@@ -82,7 +82,8 @@ struct kvk_program {
   uint32_t nattn, capattn;
 };
 
-static kiln_status attn_prepare(kiln_ctx *ctx, kvk_program *vp, const kcg_step *st);
+static kiln_status attn_prepare(kiln_ctx *ctx, kvk_program *vp, const kcg_program *p,
+                                const kcg_step *st);
 static void attn_free(kvk_program *vp);
 
 static kiln_status no_device(kiln_ctx *ctx, const char *fmt, ...) KIR_PRINTF(2, 3);
@@ -331,7 +332,7 @@ static kiln_status prepare(kiln_ctx *ctx, kvk_program *vp, const kcg_program *p,
       continue;
     }
     if (st->kind == KCG_STEP_ATTENTION) { /* the tiled attention shaders */
-      kiln_status s = attn_prepare(ctx, vp, st);
+      kiln_status s = attn_prepare(ctx, vp, p, st);
       if (s != KILN_OK) return s;
       continue;
     }
@@ -961,17 +962,21 @@ static void attn_free(kvk_program *vp) {
   free(vp->attn);
 }
 
-/* With every dim of the step static, plans and compiles its shaders now (errors come early). */
-static kiln_status attn_prepare(kiln_ctx *ctx, kvk_program *vp, const kcg_step *st) {
+/*
+ * With every dim of step `st` of `p` (the program or a scan body) static,
+ * plans and compiles its shaders now, so errors come early.
+ */
+static kiln_status attn_prepare(kiln_ctx *ctx, kvk_program *vp, const kcg_program *p,
+                                const kcg_step *st) {
   for (uint32_t a = 0; a < st->nargs; a++) {
-    if (!st->args || st->args[a] >= vp->p->nbufs) return KILN_OK; /* the plan says why */
-    const kir_type *t = &vp->p->bufs[st->args[a]].type;
+    if (!st->args || st->args[a] >= p->nbufs) return KILN_OK; /* the plan says why */
+    const kir_type *t = &p->bufs[st->args[a]].type;
     for (int i = 0; i < t->rank; i++)
       if (KIR_DIM_IS_SYM(t->dims[i])) return KILN_OK; /* compiled at the first run */
   }
   kcg_vk_attn_plan plan;
-  kiln_status s = kcg_attention_spirv_plan(ctx, vp->p, st, NULL, &vp->d->attn_limits,
-                                           vp->d->f64, &plan);
+  kiln_status s =
+      kcg_attention_spirv_plan(ctx, p, st, NULL, &vp->d->attn_limits, vp->d->f64, &plan);
   for (uint32_t l = 0; l < plan.nlaunches && s == KILN_OK; l++) {
     uint32_t index;
     s = attn_pipeline(ctx, vp, &plan.launches[l].sh, &index);
