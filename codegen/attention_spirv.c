@@ -7,9 +7,11 @@
  * maximum, sum and accumulators stay in its own registers and no cross-lane
  * reduction is needed; the workgroup shares the staging of the tiles.
  *
- *   - forward: a workgroup of 64 invocations per (tile of 64 query rows,
- *     batch * head), heavy causal tiles first. Each invocation keeps its q
- *     row and its output row (dm values each) in registers. Per key tile of
+ *   - forward: a workgroup of 64 invocations per (tile of br query rows,
+ *     batch * head), heavy causal tiles first. Each invocation owns br / 64
+ *     rows (4 at dm <= 32, 2 at 64, else 1: a k or v row loaded from the
+ *     tile serves them all) and keeps their q and output rows (dm values
+ *     each) in registers. Per key tile of
  *     bc rows: barrier, the workgroup stages the k and v tiles (zero-padded
  *     to dm columns) into Workgroup arrays, barrier; each invocation computes
  *     the tile's scores (q . k * scale, + mask, -inf above the causal
@@ -66,6 +68,8 @@ bool kcg_attention_spirv_tiles(kcg_vk_attn_kernel kind, int es, int dm, const kc
   int g = group_of(lim);
   *br = *bc = g;
   if (kind == KCG_VK_ATTN_DELTA) return true;
+  /* forward: rows per invocation, so a loaded k or v row serves several query rows */
+  if (kind == KCG_VK_ATTN_FWD) *br = g * (dm <= 32 ? 4 : dm <= 64 ? 2 : 1);
   for (int t = 64; t >= 8; t /= 2) {
     uint64_t bytes = kind == KCG_VK_ATTN_DKV ? (uint64_t)(2 * t * dm + 2 * t) * (uint64_t)es
                                              : (uint64_t)(2 * t * dm) * (uint64_t)es;
@@ -455,8 +459,12 @@ static uint32_t dot_row(ab *a, const uint32_t *x, uint32_t arr, uint32_t r, uint
 }
 
 /* The query-tile prologue of FWD and DQ: which rows the workgroup and this invocation own. */
+enum { MAX_ROWS = 4 }; /* query rows per invocation (forward) */
+
 typedef struct qtile {
-  uint32_t b, h, bh, i0, n, i, ic, valid, kvb, send, ntiles;
+  int rows;                                        /* per invocation: br / group */
+  uint32_t b, h, bh, i0, n, kvb, send, ntiles;
+  uint32_t i[MAX_ROWS], ic[MAX_ROWS], valid[MAX_ROWS]; /* per row: index, clamped, < T */
 } qtile;
 
 static void query_tile(ab *a, qtile *q) {
@@ -468,9 +476,13 @@ static void query_tile(ab *a, qtile *q) {
   q->bh = y, q->b = sdiv(a, L, y, a->H), q->h = srem(a, L, y, a->H);
   q->i0 = mul(a, L, qt, i64c(a, br));
   q->n = imin(a, L, i64c(a, br), sub(a, L, a->T, q->i0));
-  q->i = add(a, L, q->i0, a->lid64);
-  q->valid = lt(a, a->lid64, q->n);
-  q->ic = sel(&a->s, L, q->valid, q->i, q->i0);
+  q->rows = br / a->sh->group;
+  for (int r = 0; r < q->rows; r++) { /* rows lid, lid + group, ... of the tile */
+    uint32_t off = add(a, L, a->lid64, i64c(a, (int64_t)r * a->sh->group));
+    q->i[r] = add(a, L, q->i0, off);
+    q->valid[r] = lt(a, off, q->n);
+    q->ic[r] = sel(&a->s, L, q->valid[r], q->i[r], q->i0);
+  }
   uint32_t kvh = sdiv(a, L, q->h, sdiv(a, L, a->H, a->Hk));
   q->kvb = mul(a, L, add(a, L, mul(a, L, q->b, a->Hk), kvh), a->S);
   q->send = a->sh->causal ? imin(a, L, add(a, L, q->i0, q->n), a->S) : a->S;
@@ -499,47 +511,66 @@ static void k_fwd(ab *a) {
   int bc = a->sh->bc, dm = a->dm;
   qtile q;
   query_tile(a, &q);
-  uint32_t qv[MAX_DM], o[MAX_DM];
-  load_row(a, b_q(), mul(a, L, add(a, L, mul(a, L, q.bh, a->T), q.ic), a->D), a->D, qv);
-  zero_vars(a, o);
-  uint32_t mrow = fvar(a, F, a->ninf), lrow = fvar(a, F, a->zero);
-  uint32_t mt = fvar(a, F, 0), sum = fvar(a, F, 0);
-  uint32_t sp = fvar(a, arr_type(a, (uint32_t)bc), 0);
+  int R = q.rows;
+  uint32_t qv[MAX_ROWS][MAX_DM], o[MAX_ROWS][MAX_DM], mrow[MAX_ROWS], lrow[MAX_ROWS];
+  uint32_t mt[MAX_ROWS], sum[MAX_ROWS], sp[MAX_ROWS], mn[MAX_ROWS], alpha[MAX_ROWS];
+  for (int r = 0; r < R; r++) {
+    load_row(a, b_q(), mul(a, L, add(a, L, mul(a, L, q.bh, a->T), q.ic[r]), a->D), a->D, qv[r]);
+    zero_vars(a, o[r]);
+    mrow[r] = fvar(a, F, a->ninf), lrow[r] = fvar(a, F, a->zero);
+    mt[r] = fvar(a, F, 0), sum[r] = fvar(a, F, 0);
+    sp[r] = fvar(a, arr_type(a, (uint32_t)bc), 0);
+  }
   uint32_t sk = tile_array(a, (uint32_t)(bc * dm)), sv = tile_array(a, (uint32_t)(bc * dm));
   aloop lt_, lk, lp;
   uint32_t t = loop_begin(a, &lt_, I, i32c(a, 0), q.ntiles, i32c(a, 1));
   uint32_t j0, m32;
   kv_tile(a, &q, t, sk, sv, &j0, &m32);
-  store(s, mt, a->ninf);
+  for (int r = 0; r < R; r++) store(s, mt[r], a->ninf);
   uint32_t jj = loop_begin(a, &lk, I, i32c(a, 0), m32, i32c(a, 1));
-  {
-    uint32_t sc = score(a, dot_row(a, qv, sk, jj, NULL), q.b, q.h, q.ic, add(a, L, j0, to64(a, jj)));
-    store(s, elem(a, SpvStorageClassFunction, sp, jj), sc);
-    store(s, mt, fmax_(a, load(s, F, mt), sc));
+  { /* the tile's scores and each row's maximum; the k row is loaded once for the R rows */
+    uint32_t kx[MAX_DM], j = add(a, L, j0, to64(a, jj));
+    tile_row(a, sk, jj, kx);
+    for (int r = 0; r < R; r++) {
+      uint32_t dot = 0;
+      for (int c = 0; c < dm; c++) dot = c ? fma3(a, qv[r][c], kx[c], dot) : f_mul(a, qv[r][c], kx[c]);
+      uint32_t sc = score(a, dot, q.b, q.h, q.ic[r], j);
+      store(s, elem(a, SpvStorageClassFunction, sp[r], jj), sc);
+      store(s, mt[r], fmax_(a, load(s, F, mt[r]), sc));
+    }
   }
   loop_end(a, &lk);
-  uint32_t mold = load(s, F, mrow), mn = fmax_(a, mold, load(s, F, mt));
-  uint32_t alpha = fsel(a, fgt(a, mold, a->ninf), fexp(a, f_sub(a, mold, mn)), fc(a, 1));
-  for (int c = 0; c < dm; c++) store(s, o[c], f_mul(a, load(s, F, o[c]), alpha));
-  store(s, sum, a->zero);
+  for (int r = 0; r < R; r++) {
+    uint32_t mold = load(s, F, mrow[r]);
+    mn[r] = fmax_(a, mold, load(s, F, mt[r]));
+    alpha[r] = fsel(a, fgt(a, mold, a->ninf), fexp(a, f_sub(a, mold, mn[r])), fc(a, 1));
+    for (int c = 0; c < dm; c++) store(s, o[r][c], f_mul(a, load(s, F, o[r][c]), alpha[r]));
+    store(s, sum[r], a->zero);
+  }
   jj = loop_begin(a, &lp, I, i32c(a, 0), m32, i32c(a, 1));
-  {
-    uint32_t sc = load(s, F, elem(a, SpvStorageClassFunction, sp, jj));
-    uint32_t p = fsel(a, fgt(a, sc, a->ninf), fexp(a, f_sub(a, sc, mn)), a->zero);
-    store(s, sum, f_add(a, load(s, F, sum), p));
+  { /* p = exp(s - m'), l += p, out += p v */
     uint32_t vv[MAX_DM];
     tile_row(a, sv, jj, vv);
-    for (int c = 0; c < dm; c++) store(s, o[c], fma3(a, p, vv[c], load(s, F, o[c])));
+    for (int r = 0; r < R; r++) {
+      uint32_t sc = load(s, F, elem(a, SpvStorageClassFunction, sp[r], jj));
+      uint32_t p = fsel(a, fgt(a, sc, a->ninf), fexp(a, f_sub(a, sc, mn[r])), a->zero);
+      store(s, sum[r], f_add(a, load(s, F, sum[r]), p));
+      for (int c = 0; c < dm; c++) store(s, o[r][c], fma3(a, p, vv[c], load(s, F, o[r][c])));
+    }
   }
   loop_end(a, &lp);
-  store(s, lrow, f_add(a, f_mul(a, load(s, F, lrow), alpha), load(s, F, sum)));
-  store(s, mrow, mn);
+  for (int r = 0; r < R; r++) {
+    store(s, lrow[r], f_add(a, f_mul(a, load(s, F, lrow[r]), alpha[r]), load(s, F, sum[r])));
+    store(s, mrow[r], mn[r]);
+  }
   loop_end(a, &lt_);
-  uint32_t m = if_begin(s, q.valid);
-  uint32_t l = load(s, F, lrow), row = add(a, L, mul(a, L, q.bh, a->T), q.i);
-  store_row(a, b_out(a), mul(a, L, row, a->Dv), a->Dv, o, op2(s, SpvOpFDiv, F, fc(a, 1), l));
-  gstore(a, b_lse(a), row, f_add(a, load(s, F, mrow), flog(a, l)));
-  if_end(s, m);
+  for (int r = 0; r < R; r++) {
+    uint32_t m = if_begin(s, q.valid[r]);
+    uint32_t l = load(s, F, lrow[r]), row = add(a, L, mul(a, L, q.bh, a->T), q.i[r]);
+    store_row(a, b_out(a), mul(a, L, row, a->Dv), a->Dv, o[r], op2(s, SpvOpFDiv, F, fc(a, 1), l));
+    gstore(a, b_lse(a), row, f_add(a, load(s, F, mrow[r]), flog(a, l)));
+    if_end(s, m);
+  }
 }
 
 /* ---- backward ---- */
@@ -627,7 +658,7 @@ static void k_dq(ab *a) {
   qtile q;
   query_tile(a, &q);
   uint32_t qv[MAX_DM], dov[MAX_DM], gq[MAX_DM];
-  uint32_t qrow = add(a, L, mul(a, L, q.bh, a->T), q.ic);
+  uint32_t qrow = add(a, L, mul(a, L, q.bh, a->T), q.ic[0]);
   load_row(a, b_q(), mul(a, L, qrow, a->D), a->D, qv);
   load_row(a, b_dout(), mul(a, L, qrow, a->Dv), a->Dv, dov);
   uint32_t lr = gload(a, b_lse(a), qrow), dr = gload(a, b_delta(a), qrow);
@@ -641,15 +672,15 @@ static void k_dq(ab *a) {
   {
     uint32_t kx[MAX_DM];
     uint32_t dot = dot_row(a, qv, sk, jj, kx), dp = dot_row(a, dov, sv, jj, NULL);
-    uint32_t sc = score(a, dot, q.b, q.h, q.ic, add(a, L, j0, to64(a, jj)));
+    uint32_t sc = score(a, dot, q.b, q.h, q.ic[0], add(a, L, j0, to64(a, jj)));
     uint32_t p = fsel(a, fgt(a, sc, a->ninf), fexp(a, f_sub(a, sc, lr)), a->zero);
     uint32_t ds = f_mul(a, f_mul(a, p, f_sub(a, dp, dr)), a->scale);
     for (int c = 0; c < dm; c++) store(s, gq[c], fma3(a, ds, kx[c], load(s, F, gq[c])));
   }
   loop_end(a, &lk);
   loop_end(a, &lt_);
-  uint32_t m = if_begin(s, q.valid);
-  uint32_t row = add(a, L, mul(a, L, q.bh, a->T), q.i);
+  uint32_t m = if_begin(s, q.valid[0]);
+  uint32_t row = add(a, L, mul(a, L, q.bh, a->T), q.i[0]);
   store_row(a, b_dq(a), mul(a, L, row, a->D), a->D, gq, 0);
   if_end(s, m);
 }
@@ -696,7 +727,9 @@ kiln_status kcg_attention_spirv_render(kiln_ctx *ctx, const kcg_vk_attn_shader *
   ab a = {.s = {.ctx = ctx, .next = 1}, .sh = sh, .t = sh->t, .dm = sh->dm};
   if ((sh->t != KILN_F32 && sh->t != KILN_F64) || sh->kind >= KCG_VK_ATTN_KINDS ||
       (sh->dm != 16 && sh->dm != 32 && sh->dm != 64 && sh->dm != 128 && sh->dm != 256) || sh->group < 1 ||
-      sh->group > 1024 || sh->br < 8 || sh->br > 64 || sh->bc < 8 || sh->bc > 64 ||
+      sh->group > 1024 || sh->br < 8 || sh->br > 256 || sh->bc < 8 || sh->bc > 64 ||
+      (sh->kind != KCG_VK_ATTN_DKV && sh->br % sh->group) ||
+      (sh->kind != KCG_VK_ATTN_DKV && sh->br / sh->group > MAX_ROWS) ||
       sh->nbind > MAX_BIND)
     return kir_fail(ctx, KILN_ERR_INVALID, "SPIR-V attention: malformed shader description");
   a.s.f64 = sh->t == KILN_F64;

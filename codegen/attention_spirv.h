@@ -6,8 +6,8 @@
  * staging a tile and using it. runtime/vulkan.c executes the plans.
  *
  * Kernels (codegen/attention_spirv.c says how each works):
- *   FWD   one workgroup per (query tile of br rows, batch * head), one
- *         invocation per query row: out and lse;
+ *   FWD   one workgroup per (query tile of br rows, batch * head), br / 64
+ *         query rows per invocation: out and lse;
  *   DELTA backward 1: delta = rowsum(dout * out) into a scratch buffer;
  *   DKV   backward 2: one workgroup per (key tile of bc rows, batch * kv
  *         head), one invocation per key row: dk, dv;
@@ -77,7 +77,8 @@ typedef struct kcg_vk_attn_plan {
  * and a V tile of bc rows (2 bc dm es bytes), DKV a Q and a dout tile of br
  * rows with their lse and delta ((2 br dm + 2 br) es bytes); the tile is the
  * largest power of two in [8, 64] that fits maxComputeSharedMemorySize, the
- * other side is the workgroup (64 invocations). False if even 8 does not fit.
+ * other side is the workgroup (64 invocations; FWD: times 4 query rows per
+ * invocation at dm <= 32, 2 at 64). False if even 8 does not fit.
  */
 bool kcg_attention_spirv_tiles(kcg_vk_attn_kernel kind, int es, int dm, const kcg_vk_limits *lim,
                                int *br, int *bc);
