@@ -24,8 +24,8 @@
  *     holding its k and v rows and its dk and dv rows, looping over every
  *     query head of the group and every query tile that sees the keys
  *     (staged with their lse and delta), recomputing p = exp(s - lse) and
- *     ds = p (dout . v - delta) scale; dq: as the forward, from staged k and
- *     v tiles. Every result element has one writer: no atomics.
+ *     ds = p (dout . v - delta) scale; dq: as the forward (the same rows
+ *     per invocation), from staged k and v tiles. Every result element has one writer: no atomics.
  *
  * Loops over the head dim are unrolled (dm is a compile-time bucket, the
  * real D and Dv are push constants: padded columns are zero), so the loops
@@ -68,8 +68,8 @@ bool kcg_attention_spirv_tiles(kcg_vk_attn_kernel kind, int es, int dm, const kc
   int g = group_of(lim);
   *br = *bc = g;
   if (kind == KCG_VK_ATTN_DELTA) return true;
-  /* forward: rows per invocation, so a loaded k or v row serves several query rows */
-  if (kind == KCG_VK_ATTN_FWD) *br = g * (dm <= 32 ? 4 : dm <= 64 ? 2 : 1);
+  /* forward, dq: rows per invocation, so a loaded k or v row serves several query rows */
+  if (kind == KCG_VK_ATTN_FWD || kind == KCG_VK_ATTN_DQ) *br = g * (dm <= 32 ? 4 : dm <= 64 ? 2 : 1);
   for (int t = 64; t >= 8; t /= 2) {
     uint64_t bytes = kind == KCG_VK_ATTN_DKV ? (uint64_t)(2 * t * dm + 2 * t) * (uint64_t)es
                                              : (uint64_t)(2 * t * dm) * (uint64_t)es;
@@ -657,32 +657,46 @@ static void k_dq(ab *a) {
   int bc = a->sh->bc, dm = a->dm;
   qtile q;
   query_tile(a, &q);
-  uint32_t qv[MAX_DM], dov[MAX_DM], gq[MAX_DM];
-  uint32_t qrow = add(a, L, mul(a, L, q.bh, a->T), q.ic[0]);
-  load_row(a, b_q(), mul(a, L, qrow, a->D), a->D, qv);
-  load_row(a, b_dout(), mul(a, L, qrow, a->Dv), a->Dv, dov);
-  uint32_t lr = gload(a, b_lse(a), qrow), dr = gload(a, b_delta(a), qrow);
-  zero_vars(a, gq);
+  int R = q.rows;
+  uint32_t qv[MAX_ROWS][MAX_DM], dov[MAX_ROWS][MAX_DM], gq[MAX_ROWS][MAX_DM];
+  uint32_t lr[MAX_ROWS], dr[MAX_ROWS];
+  for (int r = 0; r < R; r++) {
+    uint32_t qrow = add(a, L, mul(a, L, q.bh, a->T), q.ic[r]);
+    load_row(a, b_q(), mul(a, L, qrow, a->D), a->D, qv[r]);
+    load_row(a, b_dout(), mul(a, L, qrow, a->Dv), a->Dv, dov[r]);
+    lr[r] = gload(a, b_lse(a), qrow), dr[r] = gload(a, b_delta(a), qrow);
+    zero_vars(a, gq[r]);
+  }
   uint32_t sk = tile_array(a, (uint32_t)(bc * dm)), sv = tile_array(a, (uint32_t)(bc * dm));
   aloop lt_, lk;
   uint32_t t = loop_begin(a, &lt_, I, i32c(a, 0), q.ntiles, i32c(a, 1));
   uint32_t j0, m32;
   kv_tile(a, &q, t, sk, sv, &j0, &m32);
   uint32_t jj = loop_begin(a, &lk, I, i32c(a, 0), m32, i32c(a, 1));
-  {
-    uint32_t kx[MAX_DM];
-    uint32_t dot = dot_row(a, qv, sk, jj, kx), dp = dot_row(a, dov, sv, jj, NULL);
-    uint32_t sc = score(a, dot, q.b, q.h, q.ic[0], add(a, L, j0, to64(a, jj)));
-    uint32_t p = fsel(a, fgt(a, sc, a->ninf), fexp(a, f_sub(a, sc, lr)), a->zero);
-    uint32_t ds = f_mul(a, f_mul(a, p, f_sub(a, dp, dr)), a->scale);
-    for (int c = 0; c < dm; c++) store(s, gq[c], fma3(a, ds, kx[c], load(s, F, gq[c])));
+  { /* the k and v rows are loaded once for the R query rows */
+    uint32_t kx[MAX_DM], vx[MAX_DM], j = add(a, L, j0, to64(a, jj));
+    tile_row(a, sk, jj, kx);
+    tile_row(a, sv, jj, vx);
+    for (int r = 0; r < R; r++) {
+      uint32_t dot = 0, dp = 0;
+      for (int c = 0; c < dm; c++) {
+        dot = c ? fma3(a, qv[r][c], kx[c], dot) : f_mul(a, qv[r][c], kx[c]);
+        dp = c ? fma3(a, dov[r][c], vx[c], dp) : f_mul(a, dov[r][c], vx[c]);
+      }
+      uint32_t sc = score(a, dot, q.b, q.h, q.ic[r], j);
+      uint32_t p = fsel(a, fgt(a, sc, a->ninf), fexp(a, f_sub(a, sc, lr[r])), a->zero);
+      uint32_t ds = f_mul(a, f_mul(a, p, f_sub(a, dp, dr[r])), a->scale);
+      for (int c = 0; c < dm; c++) store(s, gq[r][c], fma3(a, ds, kx[c], load(s, F, gq[r][c])));
+    }
   }
   loop_end(a, &lk);
   loop_end(a, &lt_);
-  uint32_t m = if_begin(s, q.valid[0]);
-  uint32_t row = add(a, L, mul(a, L, q.bh, a->T), q.i[0]);
-  store_row(a, b_dq(a), mul(a, L, row, a->D), a->D, gq, 0);
-  if_end(s, m);
+  for (int r = 0; r < R; r++) {
+    uint32_t m = if_begin(s, q.valid[r]);
+    uint32_t row = add(a, L, mul(a, L, q.bh, a->T), q.i[r]);
+    store_row(a, b_dq(a), mul(a, L, row, a->D), a->D, gq[r], 0);
+    if_end(s, m);
+  }
 }
 
 /* ---- the module ---- */

@@ -11,7 +11,7 @@
  *   DELTA backward 1: delta = rowsum(dout * out) into a scratch buffer;
  *   DKV   backward 2: one workgroup per (key tile of bc rows, batch * kv
  *         head), one invocation per key row: dk, dv;
- *   DQ    backward 3: one workgroup per query tile, as FWD: dq.
+ *   DQ    backward 3: one workgroup per query tile, rows as FWD: dq.
  *
  * The Vulkan ABI of these shaders (not the kernel ABI of spirv.h):
  *   - descriptor set 0, binding i = the step's arg i (program.h: forward
@@ -77,8 +77,8 @@ typedef struct kcg_vk_attn_plan {
  * and a V tile of bc rows (2 bc dm es bytes), DKV a Q and a dout tile of br
  * rows with their lse and delta ((2 br dm + 2 br) es bytes); the tile is the
  * largest power of two in [8, 64] that fits maxComputeSharedMemorySize, the
- * other side is the workgroup (64 invocations; FWD: times 4 query rows per
- * invocation at dm <= 32, 2 at 64). False if even 8 does not fit.
+ * other side is the workgroup (64 invocations; FWD, DQ: times 4 query rows
+ * per invocation at dm <= 32, 2 at 64). False if even 8 does not fit.
  */
 bool kcg_attention_spirv_tiles(kcg_vk_attn_kernel kind, int es, int dm, const kcg_vk_limits *lim,
                                int *br, int *bc);
