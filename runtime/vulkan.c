@@ -880,6 +880,35 @@ typedef struct vattn {
 
 const kcg_vk_limits *kvk_device_attention_limits(const kvk_device *d) { return &d->attn_limits; }
 
+static void attn_step_free(kvk_device *d, struct vattn *a) {
+  if (!a) return;
+  vbuf_free(d, &a->scratch);
+  free(a);
+}
+
+#ifdef KILN_DEVICE_RUNTIME
+/* A runtime without the shader writer (and SPIRV-Tools): programs lower attention to kernels. */
+bool kvk_attention_steps(void) { return false; }
+static kiln_status attn_none(kiln_ctx *ctx) {
+  return kir_fail(ctx, KILN_ERR_UNSUPPORTED,
+                  "Vulkan: this runtime has no attention shaders (lower the program with "
+                  "kcg_lower_options.runtime_attention false)");
+}
+static kiln_status attn_prepare(kiln_ctx *ctx, kvk_program *vp, const kcg_program *p,
+                                const kcg_step *st) {
+  (void)vp, (void)p, (void)st;
+  return attn_none(ctx);
+}
+static void attn_free(kvk_program *vp) { free(vp->attn); }
+static kiln_status attn_bind(vrun *r, vframe *f, uint32_t i) {
+  (void)f, (void)i;
+  return attn_none(r->ctx);
+}
+static kiln_status attn_record(vrun *r, vframe *f, uint32_t i) {
+  (void)f, (void)i;
+  return attn_none(r->ctx);
+}
+#else
 bool kvk_attention_steps(void) {
   const char *e = getenv("KILN_VK_ATTENTION");
   return !(e && !strcmp(e, "rows"));
@@ -984,12 +1013,6 @@ static kiln_status attn_prepare(kiln_ctx *ctx, kvk_program *vp, const kcg_progra
   return s;
 }
 
-static void attn_step_free(kvk_device *d, struct vattn *a) {
-  if (!a) return;
-  vbuf_free(d, &a->scratch);
-  free(a);
-}
-
 /* The plan of attention step i at this run's sizes, its pipelines and its descriptor set. */
 static kiln_status attn_bind(vrun *r, vframe *f, uint32_t i) {
   kvk_device *d = r->vp->d;
@@ -1048,6 +1071,7 @@ static kiln_status attn_record(vrun *r, vframe *f, uint32_t i) {
   }
   return KILN_OK;
 }
+#endif /* KILN_DEVICE_RUNTIME */
 
 /* ---- the `vulkan` backend of kiln_graph_run ---- */
 
