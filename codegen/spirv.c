@@ -59,7 +59,7 @@ static bool sw_fail(sw *s, kiln_status st, const char *fmt, ...) {
   return false;
 }
 
-static void push_words(sw *s, wvec *v, const uint32_t *w, size_t n) {
+void ksp_push_words(sw *s, wvec *v, const uint32_t *w, size_t n) {
   if (s->status != KILN_OK || n == 0) return;
   if (v->n + n > v->cap) {
     size_t cap = (v->cap + n) * 2 + 64;
@@ -77,12 +77,12 @@ static void push_words(sw *s, wvec *v, const uint32_t *w, size_t n) {
 /* One instruction: opcode and its operand words. */
 void ksp_ins(sw *s, wvec *v, uint32_t op, const uint32_t *args, size_t n) {
   uint32_t head = (uint32_t)(n + 1) << 16 | op;
-  push_words(s, v, &head, 1);
-  push_words(s, v, args, n);
+  ksp_push_words(s, v, &head, 1);
+  ksp_push_words(s, v, args, n);
 }
 
 /* A literal string as words, NUL-terminated and padded. */
-static size_t str_words(const char *str, uint32_t *out, size_t max) {
+size_t ksp_str_words(const char *str, uint32_t *out, size_t max) {
   size_t len = strlen(str) + 1, n = (len + 3) / 4;
   if (n > max) return 0;
   memset(out, 0, n * 4);
@@ -131,11 +131,6 @@ static uint32_t c_of(sw *s, kir_dtype t, double f, int64_t i) {
   return c_i32(s, (int32_t)kir_wrap_int(t, i));
 }
 
-static void store(sw *s, uint32_t ptr, uint32_t v) { INS(&s->body, SpvOpStore, ptr, v); }
-static uint32_t label(sw *s, uint32_t id) {
-  INS(&s->body, SpvOpLabel, id);
-  return id;
-}
 
 /* ---- scalar semantics ---- */
 
@@ -713,10 +708,6 @@ static uint32_t identity(sw *s, uint16_t op, kir_dtype t) {
   return f ? c_float(s, t, INFINITY) : c_of(s, t, 0, hi);
 }
 
-static void workgroup_barrier(sw *s) {
-  INS(&s->body, SpvOpControlBarrier, c_u32(s, SpvScopeWorkgroup), c_u32(s, SpvScopeWorkgroup),
-      c_u32(s, SpvMemorySemanticsAcquireReleaseMask | SpvMemorySemanticsWorkgroupMemoryMask));
-}
 
 /* Element `i` (u32) of the workgroup's array for dtype t. */
 static uint32_t shared_ptr(sw *s, kir_dtype t, uint32_t i) {
@@ -732,19 +723,6 @@ static uint32_t shared_ptr(sw *s, kir_dtype t, uint32_t i) {
   return id;
 }
 
-/* `if (cond) { ...` as a selection construct; returns the merge label for if_end. */
-static uint32_t if_begin(sw *s, uint32_t cond) {
-  uint32_t then = new_id(s), merge = new_id(s);
-  INS(&s->body, SpvOpSelectionMerge, merge, SpvSelectionControlMaskNone);
-  INS(&s->body, SpvOpBranchConditional, cond, then, merge);
-  label(s, then);
-  return merge;
-}
-
-static void if_end(sw *s, uint32_t merge) {
-  INS(&s->body, SpvOpBranch, merge);
-  label(s, merge);
-}
 
 /* One strided loop of a shared reduction: part = op(part, e(i)), `copies` per iteration. */
 static bool coop_loop(sw *s, const kcg_stmt *st, kcg_ref e, uint16_t op, kir_dtype t,
@@ -982,7 +960,7 @@ bool kcg_spirv_is_parallel(const kcg_kernel *k) {
 }
 
 /* A storage buffer variable of runtime array of `elem` (stride bytes) at `binding`. */
-static uint32_t buffer_var(sw *s, uint32_t elem, uint32_t stride, uint32_t binding) {
+uint32_t ksp_buffer_var(sw *s, uint32_t elem, uint32_t stride, uint32_t binding) {
   /* one array and block type per element type: decorations must not repeat */
   size_t before = s->nkeys;
   uint32_t arr = ksp_intern(s, SpvOpTypeRuntimeArray, elem, 0, 0, 1);
@@ -1001,7 +979,7 @@ static uint32_t buffer_var(sw *s, uint32_t elem, uint32_t stride, uint32_t bindi
   return var;
 }
 
-static uint32_t builtin_var(sw *s, uint32_t builtin) {
+uint32_t ksp_builtin_var(sw *s, uint32_t builtin) {
   uint32_t V = ksp_intern(s, SpvOpTypeVector, t_u32(s), 3, 0, 2), var = new_id(s);
   INS(&s->types, SpvOpVariable, t_ptr(s, SpvStorageClassInput, V), var, SpvStorageClassInput);
   INS(&s->deco, SpvOpDecorate, var, SpvDecorationBuiltIn, builtin);
@@ -1014,11 +992,11 @@ static void globals(sw *s) {
   for (uint32_t b = 0; b < k->nbufs; b++) {
     kir_dtype t = k->bufs[b].dtype;
     if (!check_dtype(s, t)) return;
-    s->buf_var[b] = buffer_var(s, mem_type(s, t), (uint32_t)kcg_spirv_elem_bytes(t, s->s16), b);
+    s->buf_var[b] = ksp_buffer_var(s, mem_type(s, t), (uint32_t)kcg_spirv_elem_bytes(t, s->s16), b);
   }
-  s->err_var = buffer_var(s, t_u32(s), 4, k->nbufs);
-  s->gid_var = builtin_var(s, SpvBuiltInGlobalInvocationId);
-  s->nwg_var = builtin_var(s, SpvBuiltInNumWorkgroups);
+  s->err_var = ksp_buffer_var(s, t_u32(s), 4, k->nbufs);
+  s->gid_var = ksp_builtin_var(s, SpvBuiltInGlobalInvocationId);
+  s->nwg_var = ksp_builtin_var(s, SpvBuiltInNumWorkgroups);
   /* push constants: sizes, lo, hi (i64), errslot (u32) */
   uint32_t n = k->nsizes + 3, U = t_u32(s), L = t_i64(s), pc = new_id(s);
   uint32_t *w = malloc((n + 1) * sizeof *w);
@@ -1073,13 +1051,13 @@ static uint32_t *assemble(sw *s, size_t *nwords) {
   wvec m = {0};
   const kcg_kernel *k = s->k;
   uint32_t hdr[5] = {SpvMagicNumber, 0x00010500u, 0, s->next, 0};
-  push_words(s, &m, hdr, 5);
+  ksp_push_words(s, &m, hdr, 5);
   INS(&m, SpvOpCapability, SpvCapabilityShader);
   INS(&m, SpvOpCapability, SpvCapabilityInt64);
   if (s->uses_f64) INS(&m, SpvOpCapability, SpvCapabilityFloat64);
   if (s->uses_s16) INS(&m, SpvOpCapability, SpvCapabilityStorageBuffer16BitAccess);
   uint32_t w[16];
-  size_t n = str_words("GLSL.std.450", w + 1, 15);
+  size_t n = ksp_str_words("GLSL.std.450", w + 1, 15);
   w[0] = s->glsl;
   ksp_ins(s, &m, SpvOpExtInstImport, w, n + 1);
   INS(&m, SpvOpMemoryModel, SpvAddressingModelLogical, SpvMemoryModelGLSL450);
@@ -1088,7 +1066,7 @@ static uint32_t *assemble(sw *s, size_t *nwords) {
   uint32_t *e = malloc((3 + 2 + nif) * sizeof *e);
   if (!e) return sw_fail(s, KILN_ERR_NOMEM, "out of memory"), free(m.w), NULL;
   e[0] = SpvExecutionModelGLCompute, e[1] = s->fn;
-  n = str_words("main", e + 2, 2);
+  n = ksp_str_words("main", e + 2, 2);
   size_t at = 2 + n;
   for (uint32_t b = 0; b < k->nbufs; b++) e[at++] = s->buf_var[b];
   e[at++] = s->err_var, e[at++] = s->gid_var, e[at++] = s->nwg_var, e[at++] = s->pc_var;
@@ -1100,13 +1078,13 @@ static uint32_t *assemble(sw *s, size_t *nwords) {
   INS(&m, SpvOpExecutionMode, s->fn, SpvExecutionModeLocalSize,
       s->par || s->coop ? KCG_SPIRV_GROUP : 1, 1,
       1);
-  push_words(s, &m, s->deco.w, s->deco.n);
-  push_words(s, &m, s->types.w, s->types.n);
+  ksp_push_words(s, &m, s->deco.w, s->deco.n);
+  ksp_push_words(s, &m, s->types.w, s->types.n);
   uint32_t fnty = ksp_intern(s, SpvOpTypeFunction, t_void(s), 0, 0, 1);
   INS(&m, SpvOpFunction, t_void(s), s->fn, SpvFunctionControlMaskNone, fnty);
   INS(&m, SpvOpLabel, new_id(s));
-  push_words(s, &m, s->vars.w, s->vars.n);
-  push_words(s, &m, s->body.w, s->body.n);
+  ksp_push_words(s, &m, s->vars.w, s->vars.n);
+  ksp_push_words(s, &m, s->body.w, s->body.n);
   INS(&m, SpvOpFunctionEnd);
   if (s->status != KILN_OK) return free(m.w), NULL;
   m.w[3] = s->next; /* the bound, after the entry label's id */

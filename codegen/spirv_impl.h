@@ -56,6 +56,15 @@ void ksp_ins(sw *s, wvec *v, uint32_t op, const uint32_t *args, size_t n);
   ksp_ins(s, (v), (op), (const uint32_t[]){__VA_ARGS__},                                 \
           sizeof((const uint32_t[]){__VA_ARGS__}) / sizeof(uint32_t))
 
+/* spirv.c: n words appended to v (an out-of-memory failure sets s->status). */
+void ksp_push_words(sw *s, wvec *v, const uint32_t *w, size_t n);
+/* spirv.c: a literal string as words, NUL-terminated and padded; 0 if over max words. */
+size_t ksp_str_words(const char *str, uint32_t *out, size_t max);
+/* spirv.c: a storage buffer variable (set 0) of a runtime array of `elem` (stride bytes). */
+uint32_t ksp_buffer_var(sw *s, uint32_t elem, uint32_t stride, uint32_t binding);
+/* spirv.c: an Input variable of the uvec3 built-in `builtin`. */
+uint32_t ksp_builtin_var(sw *s, uint32_t builtin);
+
 /* spirv.c: the id of a type or constant, made on first use (nops operands of a, b, c). */
 uint32_t ksp_intern(sw *s, uint32_t op, uint32_t a, uint32_t b, uint32_t c, int nops);
 
@@ -147,6 +156,32 @@ static inline uint32_t ext2(sw *s, uint32_t type, uint32_t inst, uint32_t a, uin
 }
 static inline uint32_t load(sw *s, uint32_t type, uint32_t ptr) {
   return op1(s, SpvOpLoad, type, ptr);
+}
+
+static inline void store(sw *s, uint32_t ptr, uint32_t v) { INS(&s->body, SpvOpStore, ptr, v); }
+static inline uint32_t label(sw *s, uint32_t id) {
+  INS(&s->body, SpvOpLabel, id);
+  return id;
+}
+
+/* A workgroup barrier that also orders Workgroup memory (OpControlBarrier). */
+static inline void workgroup_barrier(sw *s) {
+  INS(&s->body, SpvOpControlBarrier, c_u32(s, SpvScopeWorkgroup), c_u32(s, SpvScopeWorkgroup),
+      c_u32(s, SpvMemorySemanticsAcquireReleaseMask | SpvMemorySemanticsWorkgroupMemoryMask));
+}
+
+/* `if (cond) { ...` as a selection construct; returns the merge label for if_end. */
+static inline uint32_t if_begin(sw *s, uint32_t cond) {
+  uint32_t then = new_id(s), merge = new_id(s);
+  INS(&s->body, SpvOpSelectionMerge, merge, SpvSelectionControlMaskNone);
+  INS(&s->body, SpvOpBranchConditional, cond, then, merge);
+  label(s, then);
+  return merge;
+}
+
+static inline void if_end(sw *s, uint32_t merge) {
+  INS(&s->body, SpvOpBranch, merge);
+  label(s, merge);
 }
 
 static inline bool is_half(kir_dtype t) { return t == KILN_F16 || t == KILN_BF16; }

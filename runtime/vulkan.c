@@ -17,6 +17,7 @@
 #define VK_NO_PROTOTYPES
 #include <vulkan/vulkan.h>
 
+#include "codegen/attention_spirv.h"
 #include "codegen/spirv.h"
 #include "runtime/image.h"
 #include "passes/fusion.h"
@@ -60,6 +61,7 @@ struct kvk_device {
   VkPhysicalDeviceMemoryProperties mem;
   uint32_t max_groups;
   uint32_t loop_limit; /* loop iterations an invocation may run; 0: no known limit */
+  kcg_vk_limits attn_limits; /* for the attention kernels (codegen/attention_spirv.h) */
   bool f64;
   bool cpu; /* VK_PHYSICAL_DEVICE_TYPE_CPU: lavapipe, SwiftShader */
   bool s16; /* storageBuffer16BitAccess, enabled: f16/bf16 buffers of 16-bit elements */
@@ -73,12 +75,20 @@ typedef struct kvk_kernel {
   VkPipeline pipeline;
 } kvk_kernel;
 
+typedef struct kvk_attn_pipe kvk_attn_pipe; /* an attention shader's pipeline (below) */
+
 struct kvk_program {
   kvk_device *d;
   const kcg_program *p;
   const krt_image_table *images; /* precompiled SPIR-V, or NULL */
   kvk_kernel *k; /* per kernel of p */
+  kvk_attn_pipe *attn; /* the attention shaders compiled so far */
+  uint32_t nattn, capattn;
 };
+
+static kiln_status attn_prepare(kiln_ctx *ctx, kvk_program *vp, const kcg_program *p,
+                                const kcg_step *st);
+static void attn_free(kvk_program *vp);
 
 static kiln_status no_device(kiln_ctx *ctx, const char *fmt, ...) KIR_PRINTF(2, 3);
 static kiln_status no_device(kiln_ctx *ctx, const char *fmt, ...) {
@@ -179,6 +189,11 @@ static kiln_status pick_device(kiln_ctx *ctx, kvk_device *d, int index) {
   const char *no16 = getenv("KILN_VK_NO_STORAGE16");
   d->s16 = s16.storageBuffer16BitAccess && !(no16 && *no16 && strcmp(no16, "0"));
   d->max_groups = props.limits.maxComputeWorkGroupCount[0];
+  d->attn_limits = (kcg_vk_limits){.shared_bytes = props.limits.maxComputeSharedMemorySize,
+                                   .invocations = props.limits.maxComputeWorkGroupInvocations,
+                                   .groups = {props.limits.maxComputeWorkGroupCount[0],
+                                              props.limits.maxComputeWorkGroupCount[1]},
+                                   .loop_limit = d->loop_limit};
   if (props.limits.maxPushConstantsSize < 128)
     return no_device(ctx, "%s has %u bytes of push constants", d->name,
                      props.limits.maxPushConstantsSize);
@@ -349,10 +364,11 @@ static kiln_status prepare(kiln_ctx *ctx, kvk_program *vp, const kcg_program *p,
       if (s != KILN_OK) return s;
       continue;
     }
-    if (st->kind == KCG_STEP_ATTENTION) /* lower with runtime_attention false for kernels */
-      return kir_fail(ctx, KILN_ERR_UNSUPPORTED,
-                      "Vulkan: an ATTENTION step is the CPU runtime's (lower the program with "
-                      "kcg_lower_options.runtime_attention false)");
+    if (st->kind == KCG_STEP_ATTENTION) { /* the tiled attention shaders */
+      kiln_status s = attn_prepare(ctx, vp, p, st);
+      if (s != KILN_OK) return s;
+      continue;
+    }
     uint32_t ki = st->kernel;
     if (ki >= vp->p->nkernels)
       return kir_fail(ctx, KILN_ERR_INVALID, "Vulkan: step %u names kernel %u of %u", i, ki,
@@ -390,6 +406,7 @@ kiln_status kvk_program_create_images(kiln_ctx *ctx, kvk_device *d, const kcg_pr
 
 void kvk_program_destroy(kvk_program *vp) {
   if (!vp) return;
+  attn_free(vp);
   for (uint32_t i = 0; vp->k && i < vp->p->nkernels; i++)
     kernel_free(vp->d, &vp->k[i]);
   free(vp->k);
@@ -518,6 +535,7 @@ typedef struct vframe {
   uint32_t *slot;          /* per step: its error word */
   struct vframe **bodies;  /* per step: a scan's body */
   vbuf **stage;            /* per step: a scan's carry staging buffers */
+  struct vattn **attn;     /* per step: an attention step's plan and scratch */
 } vframe;
 
 typedef struct vrun {
@@ -550,12 +568,20 @@ static void count_sets(const kcg_program *top, const kcg_program *p, uint32_t *s
     const kcg_step *st = &p->steps[i];
     if (st->kind == KCG_STEP_SCAN) {
       count_sets(top, st->body, sets, descs);
+    } else if (st->kind == KCG_STEP_ATTENTION) {
+      (*sets)++;
+      *descs += st->nargs + 1;
     } else {
       (*sets)++;
       *descs += top->kernels[st->kernel]->nbufs + 1;
     }
   }
 }
+
+struct vattn;
+static void attn_step_free(kvk_device *d, struct vattn *a);
+static kiln_status attn_bind(vrun *r, vframe *f, uint32_t i);
+static kiln_status attn_record(vrun *r, vframe *f, uint32_t i);
 
 static void frame_free(kvk_device *d, vframe *f) {
   if (!f) return;
@@ -564,10 +590,12 @@ static void frame_free(kvk_device *d, vframe *f) {
     for (uint32_t c = 0; f->stage && f->stage[i] && c < f->p->steps[i].n_carry; c++)
       vbuf_free(d, &f->stage[i][c]);
     if (f->stage) free(f->stage[i]);
+    if (f->attn) attn_step_free(d, f->attn[i]);
   }
   for (uint32_t b = 0; f->bufs && f->borrowed && b < f->p->nbufs; b++)
     if (!f->borrowed[b]) vbuf_free(d, &f->bufs[b]);
   free(f->bufs), free(f->borrowed), free(f->sets), free(f->slot), free(f->bodies), free(f->stage);
+  free(f->attn);
   free(f);
 }
 
@@ -637,7 +665,8 @@ static kiln_status frame_new(vrun *r, const kcg_program *p, void *const *inputs,
   f->slot = calloc(p->nsteps + 1u, sizeof *f->slot);
   f->bodies = calloc(p->nsteps + 1u, sizeof *f->bodies);
   f->stage = calloc(p->nsteps + 1u, sizeof *f->stage);
-  if (!f->bufs || !f->borrowed || !f->sets || !f->slot || !f->bodies || !f->stage)
+  f->attn = calloc(p->nsteps + 1u, sizeof *f->attn);
+  if (!f->bufs || !f->borrowed || !f->sets || !f->slot || !f->bodies || !f->stage || !f->attn)
     return kir_fail(r->ctx, KILN_ERR_NOMEM, "out of memory");
   for (uint32_t b = 0; b < p->nbufs; b++) {
     const kcg_pbuf *pb = &p->bufs[b];
@@ -662,7 +691,9 @@ static kiln_status frame_new(vrun *r, const kcg_program *p, void *const *inputs,
   for (uint32_t i = 0; i < p->nsteps; i++) {
     const kcg_step *st = &p->steps[i];
     kiln_status s = KILN_OK;
-    if (st->kind != KCG_STEP_SCAN) {
+    if (st->kind == KCG_STEP_ATTENTION) {
+      s = attn_bind(r, f, i);
+    } else if (st->kind != KCG_STEP_SCAN) {
       s = bind_step(r, f, i);
     } else {
       for (uint32_t a = 0; a < st->nargs && s == KILN_OK; a++)
@@ -785,8 +816,10 @@ static kiln_status record_scan(vrun *r, vframe *f, uint32_t i) {
 
 static kiln_status record_frame(vrun *r, vframe *f) {
   for (uint32_t i = 0; i < f->p->nsteps; i++) {
-    kiln_status s = f->p->steps[i].kind == KCG_STEP_SCAN ? record_scan(r, f, i)
-                                                          : record_kernel(r, f, i);
+    kcg_step_kind kind = f->p->steps[i].kind;
+    kiln_status s = kind == KCG_STEP_SCAN        ? record_scan(r, f, i)
+                    : kind == KCG_STEP_ATTENTION ? attn_record(r, f, i)
+                                                 : record_kernel(r, f, i);
     if (s != KILN_OK) return s;
   }
   return KILN_OK;
@@ -869,6 +902,215 @@ kiln_status kvk_program_run(kiln_ctx *ctx, kvk_program *vp, void *const *inputs,
   return s;
 }
 
+/* ---- attention steps: the tiled shaders of codegen/attention_spirv.c ---- */
+
+struct kvk_attn_pipe {
+  kcg_vk_attn_shader sh;
+  kvk_kernel k;
+};
+
+/* An attention step in a frame: this run's launches and the backward's delta buffer. */
+typedef struct vattn {
+  kcg_vk_attn_plan plan;
+  uint32_t pipe[3]; /* per launch: index into the program's attention pipelines */
+  vbuf scratch;
+} vattn;
+
+const kcg_vk_limits *kvk_device_attention_limits(const kvk_device *d) { return &d->attn_limits; }
+
+static void attn_step_free(kvk_device *d, struct vattn *a) {
+  if (!a) return;
+  vbuf_free(d, &a->scratch);
+  free(a);
+}
+
+#ifdef KILN_DEVICE_RUNTIME
+/* A runtime without the shader writer (and SPIRV-Tools): programs lower attention to kernels. */
+bool kvk_attention_steps(void) { return false; }
+static kiln_status attn_none(kiln_ctx *ctx) {
+  return kir_fail(ctx, KILN_ERR_UNSUPPORTED,
+                  "Vulkan: this runtime has no attention shaders (lower the program with "
+                  "kcg_lower_options.runtime_attention false)");
+}
+static kiln_status attn_prepare(kiln_ctx *ctx, kvk_program *vp, const kcg_program *p,
+                                const kcg_step *st) {
+  (void)vp, (void)p, (void)st;
+  return attn_none(ctx);
+}
+static void attn_free(kvk_program *vp) { free(vp->attn); }
+static kiln_status attn_bind(vrun *r, vframe *f, uint32_t i) {
+  (void)f, (void)i;
+  return attn_none(r->ctx);
+}
+static kiln_status attn_record(vrun *r, vframe *f, uint32_t i) {
+  (void)f, (void)i;
+  return attn_none(r->ctx);
+}
+#else
+bool kvk_attention_steps(void) {
+  const char *e = getenv("KILN_VK_ATTENTION");
+  return !(e && !strcmp(e, "rows"));
+}
+
+static bool same_shader(const kcg_vk_attn_shader *a, const kcg_vk_attn_shader *b) {
+  return a->kind == b->kind && a->t == b->t && a->causal == b->causal &&
+         a->has_mask == b->has_mask && a->nbind == b->nbind && a->dm == b->dm && a->br == b->br &&
+         a->bc == b->bc && a->group == b->group;
+}
+
+/* A compute pipeline of `words` with `nbind` storage buffers and `push` bytes of push constants. */
+static kiln_status attn_pipeline_create(kiln_ctx *ctx, kvk_device *d, const uint32_t *words,
+                                        size_t n, uint32_t nbind, kvk_kernel *k) {
+  VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+                                 .codeSize = n * 4,
+                                 .pCode = words};
+  VkResult r = d->vkCreateShaderModule(d->dev, &mi, NULL, &k->module);
+  if (r != VK_SUCCESS) return vk_fail(ctx, "vkCreateShaderModule", r);
+  VkDescriptorSetLayoutBinding b[24];
+  if (nbind > 24) return kir_fail(ctx, KILN_ERR_INVALID, "Vulkan attention: %u bindings", nbind);
+  for (uint32_t i = 0; i < nbind; i++)
+    b[i] = (VkDescriptorSetLayoutBinding){.binding = i,
+                                          .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                          .descriptorCount = 1,
+                                          .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
+  VkDescriptorSetLayoutCreateInfo li = {
+      .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, .bindingCount = nbind,
+      .pBindings = b};
+  r = d->vkCreateDescriptorSetLayout(d->dev, &li, NULL, &k->dsl);
+  if (r != VK_SUCCESS) return vk_fail(ctx, "vkCreateDescriptorSetLayout", r);
+  VkPushConstantRange pc = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .size = KCG_VK_ATTN_PUSH};
+  VkPipelineLayoutCreateInfo pli = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+                                    .setLayoutCount = 1,
+                                    .pSetLayouts = &k->dsl,
+                                    .pushConstantRangeCount = 1,
+                                    .pPushConstantRanges = &pc};
+  r = d->vkCreatePipelineLayout(d->dev, &pli, NULL, &k->layout);
+  if (r != VK_SUCCESS) return vk_fail(ctx, "vkCreatePipelineLayout", r);
+  VkComputePipelineCreateInfo ci = {
+      .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+      .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                .module = k->module,
+                .pName = "main"},
+      .layout = k->layout};
+  r = d->vkCreateComputePipelines(d->dev, VK_NULL_HANDLE, 1, &ci, NULL, &k->pipeline);
+  return r == VK_SUCCESS ? KILN_OK : vk_fail(ctx, "vkCreateComputePipelines", r);
+}
+
+/* The index of the pipeline of shader `sh` in vp, compiled on first use. */
+static kiln_status attn_pipeline(kiln_ctx *ctx, kvk_program *vp, const kcg_vk_attn_shader *sh,
+                                 uint32_t *index) {
+  for (uint32_t i = 0; i < vp->nattn; i++)
+    if (same_shader(&vp->attn[i].sh, sh)) return *index = i, KILN_OK;
+  if (vp->nattn == vp->capattn) {
+    uint32_t cap = vp->capattn ? 2 * vp->capattn : 8;
+    kvk_attn_pipe *p = realloc(vp->attn, cap * sizeof *p);
+    if (!p) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+    vp->attn = p, vp->capattn = cap;
+  }
+  uint32_t *words = NULL;
+  size_t n = 0;
+  kiln_status s = kcg_attention_spirv_render(ctx, sh, &words, &n);
+  if (s != KILN_OK) return s;
+  kvk_attn_pipe *ap = &vp->attn[vp->nattn];
+  *ap = (kvk_attn_pipe){.sh = *sh};
+  s = attn_pipeline_create(ctx, vp->d, words, n, sh->nbind, &ap->k);
+  free(words);
+  if (s != KILN_OK) {
+    kernel_free(vp->d, &ap->k);
+    return s;
+  }
+  *index = vp->nattn++;
+  return KILN_OK;
+}
+
+static void attn_free(kvk_program *vp) {
+  for (uint32_t i = 0; i < vp->nattn; i++) kernel_free(vp->d, &vp->attn[i].k);
+  free(vp->attn);
+}
+
+/*
+ * With every dim of step `st` of `p` (the program or a scan body) static,
+ * plans and compiles its shaders now, so errors come early.
+ */
+static kiln_status attn_prepare(kiln_ctx *ctx, kvk_program *vp, const kcg_program *p,
+                                const kcg_step *st) {
+  for (uint32_t a = 0; a < st->nargs; a++) {
+    if (!st->args || st->args[a] >= p->nbufs) return KILN_OK; /* the plan says why */
+    const kir_type *t = &p->bufs[st->args[a]].type;
+    for (int i = 0; i < t->rank; i++)
+      if (KIR_DIM_IS_SYM(t->dims[i])) return KILN_OK; /* compiled at the first run */
+  }
+  kcg_vk_attn_plan plan;
+  kiln_status s =
+      kcg_attention_spirv_plan(ctx, p, st, NULL, &vp->d->attn_limits, vp->d->f64, &plan);
+  for (uint32_t l = 0; l < plan.nlaunches && s == KILN_OK; l++) {
+    uint32_t index;
+    s = attn_pipeline(ctx, vp, &plan.launches[l].sh, &index);
+  }
+  return s;
+}
+
+/* The plan of attention step i at this run's sizes, its pipelines and its descriptor set. */
+static kiln_status attn_bind(vrun *r, vframe *f, uint32_t i) {
+  kvk_device *d = r->vp->d;
+  const kcg_step *st = &f->p->steps[i];
+  vattn *a = calloc(1, sizeof *a);
+  if (!(f->attn[i] = a)) return kir_fail(r->ctx, KILN_ERR_NOMEM, "out of memory");
+  kiln_status s = kcg_attention_spirv_plan(r->ctx, f->p, st, r->sizes, &d->attn_limits, d->f64,
+                                           &a->plan);
+  for (uint32_t l = 0; l < a->plan.nlaunches && s == KILN_OK; l++)
+    s = attn_pipeline(r->ctx, r->vp, &a->plan.launches[l].sh, &a->pipe[l]);
+  if (s != KILN_OK || a->plan.nlaunches == 0) return s;
+  uint32_t nb = a->plan.nbind;
+  if (nb > st->nargs) {
+    s = vbuf_alloc(r->ctx, d, (size_t)a->plan.scratch_bytes, &a->scratch);
+    if (s != KILN_OK) return s;
+  }
+  VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                    .descriptorPool = r->dpool,
+                                    .descriptorSetCount = 1,
+                                    .pSetLayouts = &r->vp->attn[a->pipe[0]].k.dsl};
+  VkResult res = d->vkAllocateDescriptorSets(d->dev, &ai, &f->sets[i]);
+  if (res != VK_SUCCESS) return vk_fail(r->ctx, "vkAllocateDescriptorSets", res);
+  VkDescriptorBufferInfo bi[24];
+  VkWriteDescriptorSet w[24];
+  if (nb > 24 || nb > st->nargs + 1)
+    return kir_fail(r->ctx, KILN_ERR_INVALID, "Vulkan: attention step %u binds %u buffers", i, nb);
+  for (uint32_t b = 0; b < nb; b++) {
+    bi[b] = (VkDescriptorBufferInfo){
+        .buffer = b < st->nargs ? f->bufs[st->args[b]].buf : a->scratch.buf,
+        .range = VK_WHOLE_SIZE};
+    w[b] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+                                  .dstSet = f->sets[i],
+                                  .dstBinding = b,
+                                  .descriptorCount = 1,
+                                  .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                  .pBufferInfo = &bi[b]};
+  }
+  d->vkUpdateDescriptorSets(d->dev, nb, w, 0, NULL);
+  return KILN_OK;
+}
+
+static kiln_status attn_record(vrun *r, vframe *f, uint32_t i) {
+  kvk_device *d = r->vp->d;
+  const vattn *a = f->attn[i];
+  if (!a) return kir_fail(r->ctx, KILN_ERR_INVALID, "Vulkan: attention step %u is unbound", i);
+  for (uint32_t l = 0; l < a->plan.nlaunches; l++) {
+    const kcg_vk_attn_launch *la = &a->plan.launches[l];
+    const kvk_kernel *k = &r->vp->attn[a->pipe[l]].k;
+    d->vkCmdBindPipeline(r->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, k->pipeline);
+    d->vkCmdBindDescriptorSets(r->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, k->layout, 0, 1,
+                               &f->sets[i], 0, NULL);
+    d->vkCmdPushConstants(r->cmd, k->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, KCG_VK_ATTN_PUSH,
+                          a->plan.push);
+    d->vkCmdDispatch(r->cmd, la->groups[0], la->groups[1], la->groups[2]);
+    barrier(r);
+  }
+  return KILN_OK;
+}
+#endif /* KILN_DEVICE_RUNTIME */
+
 #ifndef KILN_DEVICE_RUNTIME /* the AOT runtime (libkiln_gpurt.a) neither legalizes nor lowers */
 /* ---- the `vulkan` backend of kiln_graph_run ---- */
 
@@ -918,7 +1160,7 @@ kiln_status kvk_graph_run(kir_graph *g, size_t n_in, kiln_tensor *const *inputs,
   if (!lg) return strcmp(kiln_ctx_error(ctx), "out of memory") ? KILN_ERR_INVALID : KILN_ERR_NOMEM;
   kir_arena arena = {0};
   kcg_program *p = NULL;
-  kcg_lower_options lo = {.fuse = kp_fusion_enabled(), .runtime_attention = false};
+  kcg_lower_options lo = {.fuse = kp_fusion_enabled(), .runtime_attention = kvk_attention_steps()};
   kiln_status s = kcg_lower_target(ctx, lg, &arena, &lo, &p);
   kiln_graph_destroy(lg);
   if (s == KILN_ERR_UNSUPPORTED && !strncmp(kiln_ctx_error(ctx), "backend 'compiled': ", 20)) {

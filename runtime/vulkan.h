@@ -19,12 +19,14 @@
  * bf16 are 16-bit where the device has storageBuffer16BitAccess, which is
  * then enabled, else their value in an f32 word).
  *
- * Not yet supported: scan steps (KILN_ERR_UNSUPPORTED); GEMM steps run their
- * generated kernel.
+ * ATTENTION steps run the tiled flash-attention shaders of
+ * codegen/attention_spirv.h (a plan per run, pipelines compiled once per
+ * shader). GEMM steps run their generated kernel.
  */
 #ifndef KILN_RT_VULKAN_H
 #define KILN_RT_VULKAN_H
 
+#include "codegen/attention_spirv.h"
 #include "codegen/program.h"
 #include "runtime/device.h"
 
@@ -71,6 +73,17 @@ void kvk_program_destroy(kvk_program *vp);
  */
 kiln_status kvk_program_run(kiln_ctx *ctx, kvk_program *vp, void *const *inputs,
                             void *const *outputs, const int64_t *sizes);
+
+/*
+ * Whether ATTENTION steps run as the tiled attention shaders
+ * (codegen/attention_spirv.h), so a lowering for Vulkan should set
+ * kcg_lower_options.runtime_attention: true unless the environment sets
+ * KILN_VK_ATTENTION=rows, which keeps the per-row kernel-IR form
+ * (codegen/lower_attention.c) for comparison. A program may hold either.
+ */
+bool kvk_attention_steps(void);
+/* The limits the attention shaders are planned under (shared memory, workgroups, loop limit). */
+const kcg_vk_limits *kvk_device_attention_limits(const kvk_device *d);
 
 /*
  * kiln_graph_run's `vulkan` backend (KILN_BACKEND_VULKAN): legalizes and

@@ -1,8 +1,10 @@
 /*
- * test_attention_kernels.c — flash_attention and flash_attention_grad as
- * kernel-IR kernels (codegen/lower_attention.c with runtime_attention off):
- * on Vulkan (lavapipe in CI), in the kernel interpreter, and through NVRTC
- * and HIPRTC, against the reference interpreter's plain attention.
+ * test_attention_kernels.c — flash_attention and flash_attention_grad on
+ * Vulkan (lavapipe in CI) as the tiled SPIR-V shaders
+ * (codegen/attention_spirv.c, ATTENTION steps: kvk_graph_run's default) and
+ * as kernel-IR kernels (codegen/lower_attention.c with runtime_attention
+ * off: KILN_VK_ATTENTION=rows), in the kernel interpreter, and through
+ * NVRTC and HIPRTC, against the reference interpreter's plain attention.
  *
  * Each case is a graph holding one `attention` (causal or not, an additive
  * mask or none, fewer K/V heads than Q heads, T != S, head dims 16 to 128,
@@ -22,10 +24,16 @@
  *     checks every access against its buffer's bounds (no device needed).
  *   - NVRTC (sm_90 cubin) and HIPRTC (gfx90a) compile the forward and
  *     backward kernels of a few cases; skipped with the reason where absent.
- *   - Symbolic B, T and S on Vulkan, forward and backward.
+ *   - The Vulkan cases run the tiled shaders; the cases marked `rows` run
+ *     again as per-row kernels (KILN_VK_ATTENTION=rows), same checks.
+ *   - Symbolic B, T and S on Vulkan, forward and backward, both forms.
+ *   - Every tiled shader (4 kernels x f32/f64 x head dims 16..128 x causal x
+ *     mask) passes SPIRV-Tools' validator (no device needed); a head dim
+ *     over 256 is refused on Vulkan with KILN_ERR_UNSUPPORTED naming
+ *     KILN_VK_ATTENTION=rows, which runs it.
  *   - On lavapipe, a forward pass over its loop limit (65535 iterations per
- *     invocation: 4000 keys at D = 128) is refused with KILN_ERR_UNSUPPORTED,
- *     not run wrong.
+ *     invocation) is refused with KILN_ERR_UNSUPPORTED, not run wrong: per
+ *     row at 4000 keys and D = 128, tiled at 40000 keys.
  * Without a Vulkan device those parts print why and pass.
  */
 #include <math.h>
@@ -34,6 +42,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "codegen/attention_spirv.h"
 #include "codegen/cuda.h"
 #include "codegen/hip.h"
 #include "codegen/program.h"
@@ -69,7 +78,14 @@ typedef struct {
   int mask; /* 0 none, 1 [T, S], 2 [B, 1, 1, S], 3 [B, H, T, S] */
   bool fwd, grad;  /* run on Vulkan: the forward graph, the backward (loss, dq, dk, dv) */
   bool interp, gpu; /* also forward and backward in the kernel interpreter, NVRTC/HIPRTC */
+  bool rows;        /* also on Vulkan as per-row kernels (KILN_VK_ATTENTION=rows) */
 } acase;
+
+/* The Vulkan form the runs use: tiled shaders, or (rows) the per-row kernel-IR form. */
+static void set_rows(bool rows) {
+  if (rows) setenv("KILN_VK_ATTENTION", "rows", 1);
+  else unsetenv("KILN_VK_ATTENTION");
+}
 
 /* ---- graphs ---- */
 
@@ -245,9 +261,11 @@ static double check_results(const acase *c, const char *what, kiln_graph *g, voi
 
 /* ---- Vulkan ---- */
 
-static void run_vulkan(const acase *c, bool grad) {
+static void run_vulkan(const acase *c, bool grad, bool rows) {
   char what[160];
-  snprintf(what, sizeof what, "vulkan %s %s", c->name, grad ? "backward" : "forward");
+  snprintf(what, sizeof what, "vulkan%s %s %s", rows ? " rows" : "", c->name,
+           grad ? "backward" : "forward");
+  set_rows(rows);
   if (!strcmp(c->dt, "f64") && !vk_f64) {
     printf("skip %-44s the device has no shaderFloat64\n", what);
     return;
@@ -270,10 +288,11 @@ static void run_vulkan(const acase *c, bool grad) {
   }
   run_data_free(&r);
   graphs_free(&gs);
+  set_rows(false);
 }
 
 /* Symbolic batch and lengths, bound from the inputs: B = 2, T = 9, S = 11, causal, a [T, S] mask. */
-static void test_symbolic(bool grad) {
+static void test_symbolic(bool grad, bool rows) {
   static const char fwd[] =
       "func @main(%q: f32[B, 4, T, 16], %k: f32[B, 2, S, 16], %v: f32[B, 2, S, 8], %m: f32[T, S])"
       " -> (f32[B, 4, T, 8]) {\n"
@@ -286,8 +305,10 @@ static void test_symbolic(bool grad) {
       "  %l = reduce_sum(%p) {axes = [0, 1, 2, 3]} : f32[]\n  return %l\n}\n";
   static const int64_t dims[][4] = {{2, 4, 9, 16}, {2, 2, 11, 16}, {2, 2, 11, 8}, {9, 11}, {2, 4, 9, 8}};
   char what[96];
-  snprintf(what, sizeof what, "vulkan symbolic B T S %s", grad ? "backward" : "forward");
-  acase c = {"symbolic", "f32", 0, 0, 0, 0, 0, 0, 0, true, 1, !grad, grad, false, false};
+  snprintf(what, sizeof what, "vulkan%s symbolic B T S %s", rows ? " rows" : "",
+           grad ? "backward" : "forward");
+  acase c = {"symbolic", "f32", 0, 0, 0, 0, 0, 0, 0, true, 1, !grad, grad, false, false, false};
+  set_rows(rows);
   graphs gs;
   run_data r = {0};
   if (graphs_parse(grad ? bwd : fwd, "symbolic", grad, what, &gs) &&
@@ -305,16 +326,25 @@ static void test_symbolic(bool grad) {
   }
   run_data_free(&r);
   graphs_free(&gs);
+  set_rows(false);
 }
 
-/* Above lavapipe's loop limit the device refuses the kernel instead of cutting it short. */
-static void test_loop_limit(void) {
-  const char *what = "vulkan loop limit";
+/*
+ * Above lavapipe's loop limit the device refuses the kernel instead of
+ * cutting it short: per-row kernels at T = S = 4000, D = 128; the tiled
+ * forward at T = 1, S = 40000, D = 16 (about 82000 iterations: 625 key tiles
+ * of 64, two loops over each).
+ */
+static void test_loop_limit(bool rows) {
+  const char *what = rows ? "vulkan rows loop limit" : "vulkan tiled loop limit";
   if (!vk_lavapipe) {
     printf("skip %-44s not lavapipe\n", what);
     return;
   }
-  acase c = {"limit", "f32", 1, 1, 1, 4000, 4000, 128, 128, false, 0, true, false, false, false};
+  acase c = {"limit", "f32", 1, 1, 1, 4000, 4000, 128, 128, false, 0, true, false, false, false,
+             false};
+  if (!rows) c.t = 1, c.s = 40000, c.d = c.dv = 16;
+  set_rows(rows);
   graphs gs;
   run_data r = {0};
   if (graphs_make(&c, false, what, &gs)) {
@@ -326,12 +356,73 @@ static void test_loop_limit(void) {
     }
     kiln_status s = kiln_graph_run(gs.dev, KILN_BACKEND_VULKAN, r.nin, r.host, r.nout, r.out, NULL);
     if (s != KILN_ERR_UNSUPPORTED || !strstr(kiln_ctx_error(gs.ctx), "loop iterations"))
-      fail(what, "T = S = 4000, D = 128: status %d, '%s'", (int)s,
-           kiln_ctx_error(gs.ctx));
+      fail(what, "T %lld, S %lld, D %lld: status %d, '%s'", (long long)c.t, (long long)c.s,
+           (long long)c.d, (int)s, kiln_ctx_error(gs.ctx));
     else printf("ok   %-44s %s\n", what, kiln_ctx_error(gs.ctx));
   }
   run_data_free(&r);
   graphs_free(&gs);
+  set_rows(false);
+}
+
+/* Head dims over 256: the tiled shaders refuse, the per-row kernels run them. */
+static void test_head_dim_limit(void) {
+  const char *what = "vulkan head dim 288";
+  acase c = {"d288", "f32", 1, 1, 1, 3, 5, 288, 16, false, 0, true, false, false, false, true};
+  graphs gs;
+  run_data r = {0};
+  if (graphs_make(&c, false, what, &gs) && reference(&gs, what, NULL, &r)) {
+    kiln_status s = kiln_graph_run(gs.dev, KILN_BACKEND_VULKAN, r.nin, r.host, r.nout, r.out, NULL);
+    if (s != KILN_ERR_UNSUPPORTED || !strstr(kiln_ctx_error(gs.ctx), "KILN_VK_ATTENTION=rows"))
+      fail(what, "status %d, '%s'", (int)s, kiln_ctx_error(gs.ctx));
+    else printf("ok   %-44s %s\n", what, kiln_ctx_error(gs.ctx));
+  }
+  run_data_free(&r);
+  graphs_free(&gs);
+  run_vulkan(&c, false, true);
+}
+
+/* Every tiled attention shader validates (kcg_attention_spirv_render runs SPIRV-Tools). */
+static void test_spirv_modules(void) {
+  const char *what = "spirv attention modules validate";
+  kiln_ctx *ctx = kiln_ctx_create();
+  kcg_vk_limits lim = {.shared_bytes = 32768, .invocations = 1024, .groups = {65535, 65535}};
+  int n = 0, before = failures;
+  size_t words = 0;
+  for (int kind = 0; kind < KCG_VK_ATTN_KINDS; kind++)
+    for (int f64 = 0; f64 < 2; f64++)
+      for (int dm = 16; dm <= 256; dm *= 2)
+        for (int flags = 0; flags < 4; flags++) {
+          kcg_vk_attn_shader sh = {.kind = (kcg_vk_attn_kernel)kind,
+                                   .t = f64 ? KILN_F64 : KILN_F32,
+                                   .causal = flags & 1,
+                                   .has_mask = flags & 2,
+                                   .dm = dm,
+                                   .group = KCG_VK_ATTN_GROUP};
+          sh.nbind = kind == KCG_VK_ATTN_FWD ? 5u + sh.has_mask : 10u + sh.has_mask;
+          if (!kcg_attention_spirv_tiles(sh.kind, f64 ? 8 : 4, dm, &lim, &sh.br, &sh.bc)) {
+            if (dm < 256 || !f64) fail(what, "no tile for kernel %d at head dim %d", kind, dm);
+            continue; /* f64 dk/dv at 256 needs more than 32 KiB */
+          }
+          uint32_t *w = NULL;
+          size_t nw = 0;
+          if (kcg_attention_spirv_render(ctx, &sh, &w, &nw) != KILN_OK)
+            fail(what, "%s", kiln_ctx_error(ctx));
+          else n++, words += nw;
+          free(w);
+        }
+  /* 16 KiB (Vulkan's minimum) still has f32 tiles at head dim 128; 4 KiB has none */
+  int br = 0, bc = 0;
+  kcg_vk_limits small = lim;
+  small.shared_bytes = 16384;
+  if (!kcg_attention_spirv_tiles(KCG_VK_ATTN_DKV, 4, 128, &small, &br, &bc) || br != 8 ||
+      !kcg_attention_spirv_tiles(KCG_VK_ATTN_FWD, 4, 128, &small, &br, &bc) || bc != 16)
+    fail(what, "16 KiB, f32, D = 128: tiles %d x %d", br, bc);
+  small.shared_bytes = 4096;
+  if (kcg_attention_spirv_tiles(KCG_VK_ATTN_FWD, 4, 128, &small, &br, &bc))
+    fail(what, "4 KiB, D = 128 has a tile");
+  if (failures == before) printf("ok   %-44s %d modules, %zu words\n", what, n, words);
+  kiln_ctx_destroy(ctx);
 }
 
 /* ---- lowering for a target without ATTENTION steps ---- */
@@ -445,17 +536,17 @@ static void compile_gpu(const acase *c) {
 
 int main(void) {
   static const acase cases[] = {
-      /* name              dtype  b  h hk  t     s     d    dv  causal mask fwd  grad interp gpu */
-      {"T1 d16",           "f64", 1, 2, 2, 1,    1,    16,  16, false, 0, false, true, true,  false},
-      {"T7 d32 gqa causal", "f64", 2, 4, 2, 7,   7,    32,  32, true,  0, false, true, true,  true},
-      {"T7 S9 gqa mask",   "f32", 1, 4, 2, 7,    9,    16,  8,  true,  1, true,  true, true,  true},
-      {"T129 d64 causal mask", "f32", 1, 2, 2, 129, 129, 64, 64, true, 1, true,  true, false, false},
-      {"T129 S77 d128 gqa", "f64", 1, 4, 1, 129, 77,   128, 64, false, 2, false, true, false, false},
-      {"T7 S300 d64 mask", "f32", 1, 2, 2, 7,    300,  64,  64, false, 3, false, true, false, false},
-      {"T129 d128 causal", "f32", 1, 2, 1, 129,  129,  128, 128, true, 0, false, true, false, false},
-      {"T1000 d16 causal", "f32", 1, 2, 1, 1000, 1000, 16,  16, true,  0, true,  true, false, false},
-      {"T1 S1000 d16 mask", "f32", 1, 1, 1, 1,   1000, 16,  16, false, 2, true,  false, false, false},
-      {"T1000 S129 d64",   "f64", 1, 1, 1, 1000, 129,  64,  32, true,  1, true,  false, false, false},
+      /* name              dtype  b  h hk  t     s     d    dv  causal mask fwd  grad interp gpu rows */
+      {"T1 d16",           "f64", 1, 2, 2, 1,    1,    16,  16, false, 0, false, true, true,  false, false},
+      {"T7 d32 gqa causal", "f64", 2, 4, 2, 7,   7,    32,  32, true,  0, false, true, true,  true, false},
+      {"T7 S9 gqa mask",   "f32", 1, 4, 2, 7,    9,    16,  8,  true,  1, true,  true, true,  true, true},
+      {"T129 d64 causal mask", "f32", 1, 2, 2, 129, 129, 64, 64, true, 1, true,  true, false, false, false},
+      {"T129 S77 d128 gqa", "f64", 1, 4, 1, 129, 77,   128, 64, false, 2, false, true, false, false, false},
+      {"T7 S300 d64 mask", "f32", 1, 2, 2, 7,    300,  64,  64, false, 3, false, true, false, false, false},
+      {"T129 d128 causal", "f32", 1, 2, 1, 129,  129,  128, 128, true, 0, true, true, false, false, false},
+      {"T1000 d16 causal", "f32", 1, 2, 1, 1000, 1000, 16,  16, true,  0, true,  true, false, false, true},
+      {"T1 S1000 d16 mask", "f32", 1, 1, 1, 1,   1000, 16,  16, false, 2, true,  false, false, false, false},
+      {"T1000 S129 d64",   "f64", 1, 1, 1, 1000, 129,  64,  32, true,  1, true,  false, false, false, false},
   };
   size_t n = sizeof cases / sizeof *cases;
   kiln_ctx *ctx = kiln_ctx_create();
@@ -463,7 +554,21 @@ int main(void) {
   if (kvk_device_open(ctx, 0, &dev) == KILN_OK) {
     have_vk = true, vk_f64 = kvk_device_has_f64(dev);
     vk_lavapipe = !strncmp(kvk_device_name(dev), "llvmpipe", 8);
-    printf("device: %s, shaderFloat64 %s\n", kvk_device_name(dev), vk_f64 ? "yes" : "no");
+    const kcg_vk_limits *lim = kvk_device_attention_limits(dev);
+    printf("device: %s, shaderFloat64 %s, %u bytes shared, %u invocations, loop limit %u\n",
+           kvk_device_name(dev), vk_f64 ? "yes" : "no", lim->shared_bytes, lim->invocations,
+           lim->loop_limit);
+    for (int es = 4; es <= 8; es += 4)
+      for (int dm = 16; dm <= 256; dm *= 2) {
+        int t[3][2] = {{0}};
+        for (int k = 0; k < 3; k++) /* fwd, dkv, dq */
+          if (!kcg_attention_spirv_tiles(k == 0 ? KCG_VK_ATTN_FWD : k == 1 ? KCG_VK_ATTN_DKV
+                                                                           : KCG_VK_ATTN_DQ,
+                                         es, dm, lim, &t[k][0], &t[k][1]))
+            t[k][0] = t[k][1] = 0; /* does not fit */
+        printf("  tiles f%d dm %3d: fwd %dx%d, dkv %dx%d, dq %dx%d\n", es * 8, dm, t[0][0],
+               t[0][1], t[1][0], t[1][1], t[2][0], t[2][1]);
+      }
     kvk_device_close(dev);
   } else {
     printf("skip Vulkan: %s\n", kiln_ctx_error(ctx));
@@ -474,14 +579,20 @@ int main(void) {
       run_interp(&cases[i], false);
       run_interp(&cases[i], true);
     }
-  for (size_t i = 0; have_vk && i < n; i++) {
-    if (cases[i].fwd) run_vulkan(&cases[i], false);
-    if (cases[i].grad) run_vulkan(&cases[i], true);
-  }
+  test_spirv_modules();
+  for (size_t i = 0; have_vk && i < n; i++)
+    for (int rows = 0; rows < 2; rows++) {
+      if (rows && !cases[i].rows) continue;
+      if (cases[i].fwd) run_vulkan(&cases[i], false, rows);
+      if (cases[i].grad) run_vulkan(&cases[i], true, rows);
+    }
   if (have_vk) {
-    test_symbolic(false);
-    test_symbolic(true);
-    test_loop_limit();
+    for (int rows = 0; rows < 2; rows++) {
+      test_symbolic(false, rows);
+      test_symbolic(true, rows);
+      test_loop_limit(rows);
+    }
+    test_head_dim_limit();
   }
   for (size_t i = 0; i < n; i++)
     if (cases[i].gpu) compile_gpu(&cases[i]);

@@ -237,7 +237,8 @@ static void run_variant(op_stats *st, int k, const char *dtname, const char *tex
   if (kiln_graph_parse(ctx, text, len, path, &g) != KILN_OK) goto done; /* a parse-error case */
   if ((int)g->nparams != c->ninputs) goto done;
   st->variants++;
-  kcg_lower_options lo = {.fuse = kp_fusion_enabled()}; /* Vulkan's: attention as kernels */
+  /* Vulkan's: attention as the tiled shaders (KILN_VK_ATTENTION=rows: as kernels) */
+  kcg_lower_options lo = {.fuse = kp_fusion_enabled(), .runtime_attention = kvk_attention_steps()};
   kiln_status s = (lg = kp_legalize(g)) ? kcg_lower_target(ctx, lg, &arena, &lo, &prog)
                                         : KILN_ERR_NOMEM;
   if (s == KILN_OK) s = kvk_program_create(ctx, dev, prog, &vp);
