@@ -60,6 +60,16 @@ static bool nomem(kcg_lower_state *st) { return state_fail(st, KILN_ERR_NOMEM, "
 
 bool kcg_lower_runtime_attention(const kcg_lower_ctx *lc) { return lc->st->runtime_attention; }
 
+uint32_t kcg_lower_bf16_source(const kcg_lower_ctx *lc, uint32_t i) {
+  const kir_graph *g = lc->g;
+  uint32_t v = lc->inst->in[i];
+  int32_t def = g->values[v].def;
+  if (g->values[v].type.dtype != KILN_F32 || def < 0) return KILN_NO_VALUE;
+  const kir_inst *d = &g->insts[def];
+  if (d->op != KIR_OP_cast || g->values[d->in[0]].type.dtype != KILN_BF16) return KILN_NO_VALUE;
+  return d->in[0];
+}
+
 bool kcg_lower_fail(kcg_lower_ctx *lc, kiln_status s, const char *fmt, ...) {
   if (lc->st->status != KILN_OK) return false;
   va_list ap;
