@@ -55,6 +55,7 @@
  * to the padding gives NaN where the reference gives ±inf.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "lower.h"
 
@@ -445,6 +446,8 @@ static int64_t taps_of(const kir_type *x, const kir_type *w) {
  * from it (half[i]). buf[i] is the buffer to read operand i from (lc->in[i]
  * otherwise). The product sums in f32 into an f32 result, which the graph
  * then rounds once, as it does the widened f32 convolution's.
+ * KILN_CONV_BF16=0 keeps f32 columns and an unmarked f32 GEMM (the widened
+ * path), for measurements (bench/bench_conv_bf16.c).
  */
 typedef struct conv_ops {
   bool bf16;
@@ -452,8 +455,14 @@ typedef struct conv_ops {
   uint32_t buf[2];
 } conv_ops;
 
+static bool bf16_path_enabled(void) {
+  const char *env = getenv("KILN_CONV_BF16");
+  return !env || strcmp(env, "0");
+}
+
 static conv_ops conv_operands(const kcg_lower_ctx *lc) {
   conv_ops o = {.buf = {lc->in[0], lc->in[1]}};
+  if (!bf16_path_enabled()) return o;
   uint32_t src[2] = {kcg_lower_bf16_source(lc, 0), kcg_lower_bf16_source(lc, 1)};
   if (src[0] == KILN_NO_VALUE || src[1] == KILN_NO_VALUE) return o;
   o.bf16 = true;
