@@ -3,7 +3,7 @@
  * conv2d and its two gradients on shapes that take the im2col + GEMM path
  * (codegen/lower_conv.c), and the CNN forward of bench_peers.c.
  *
- *   bench_conv_bf16 conv   one row per op and shape, milliseconds per run:
+ *   bench_conv_bf16 conv [I]  one row per op and shape (I: shape I only), ms per run:
  *                          f32; bf16 widened to f32 (KILN_CONV_BF16=0: f32
  *                          columns, an f32 GEMM, what main did before); bf16
  *                          on the bf16 GEMM path as it runs by default (bf16
@@ -166,12 +166,13 @@ done:
   return ms;
 }
 
-static void bench_conv(void) {
+static void bench_conv(int only) {
   static const variant f32 = {"f32", NULL, NULL}, widened = {"bf16 widened", "0", NULL},
                        gemm = {"bf16 GEMM", NULL, NULL}, dot = {"bf16 vdpbf16ps", NULL, "dot"};
   printf("| op | x * w | f32 ms | bf16 widened ms | bf16 GEMM path ms | vdpbf16ps ms | "
          "bf16 GEMM path / f32 speed | against widened |\n|---|---|---|---|---|---|---|---|\n");
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    if (only >= 0 && (size_t)only != i) continue;
     const shape *s = &shapes[i];
     int64_t ho = s->h + 2 * s->pad - s->k + 1, wo = s->w + 2 * s->pad - s->k + 1;
     double gflop = 2e-9 * (double)(s->b * s->o * ho * wo * s->c * s->k * s->k);
@@ -272,7 +273,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: bench_conv_bf16 [conv|cnn|all]\n");
     return 2;
   }
-  if (strcmp(what, "cnn")) bench_conv();
+  if (strcmp(what, "cnn")) bench_conv(argc > 2 ? atoi(argv[2]) : -1);
   if (strcmp(what, "conv")) bench_cnn();
   return 0;
 }
