@@ -15,6 +15,10 @@
  *                          precision policy, the model in bf16 (its bf16
  *                          convolutions widened and on the bf16 GEMM path),
  *                          and the bf16 model with vdpbf16ps
+ *   bench_conv_bf16 train  the CNN's Adam step (cross-entropy): f32 against
+ *                          `precision = "bf16"` (forward and backward
+ *                          convolutions on bf16 operands), with the loss
+ *                          after the timed steps (all: the three parts)
  *
  * One thread (the model's pool has one); BENCH_CLOCK=cpu times process CPU
  * time (the machine is shared), BENCH_REPS the runs per median (default 7).
@@ -28,6 +32,7 @@
 #include <time.h>
 
 #include "kiln/compile.h"
+#include "kiln/fit.h"
 #include "kiln/kiln.h"
 #include "kiln/layers.h"
 #include "passes/mixed_precision.h"
@@ -263,17 +268,93 @@ static void bench_cnn(void) {
   }
 }
 
+/* ---- the CNN's training step ---- */
+
+/*
+ * Median ms of the CNN's Adam step (cross-entropy, batch 64, the same batch every step) at
+ * `precision` under v, and the loss after the last of them; < 0 on error.
+ */
+static double time_cnn_train(const char *precision, const variant *v, double *loss) {
+  set_env("KILN_CONV_BF16", v->conv_bf16);
+  set_env("KILN_GEMM_BF16", v->gemm_bf16);
+  kiln_ctx *ctx = kiln_ctx_create();
+  kiln_model_file *m = NULL;
+  kiln_params *p = NULL;
+  kiln_tensor *x = NULL, *y = NULL;
+  kiln_trainer *t = NULL;
+  double ms = -1, tm[MAX_REPS];
+  const int64_t xd[4] = {64, 3, 32, 32}, yd[1] = {64};
+  char text[512];
+  snprintf(text, sizeof text, cnn_kiln, "f32");
+  if (kiln_model_file_parse(ctx, text, strlen(text), "cnn", &m) ||
+      kiln_layer_init(ctx, kiln_model_file_layer(m), 1, KILN_F32, &p) ||
+      kiln_tensor_create(ctx, KILN_F32, 4, xd, &x) || kiln_tensor_create(ctx, KILN_I64, 1, yd, &y))
+    goto done;
+  fill(x, 3);
+  for (int64_t i = 0; i < 64; i++) kiln_tensor_set(y, (size_t)i, (double)(i * 7 % 10));
+  kiln_train_spec spec = {.model = kiln_model_file_layer(m), .n_inputs = 1,
+                          .inputs = kiln_model_file_inputs(m), .loss = "cross_entropy",
+                          .opt = kiln_optimizer_default(KILN_OPT_ADAM), .dtype = KILN_F32,
+                          .backend = KILN_BACKEND_COMPILED, .precision = precision};
+  if (kiln_trainer_create(ctx, &spec, p, &t)) goto done;
+  kiln_tensor *data[2] = {x, y};
+  for (int r = 0; r <= reps; r++) { /* step 0 warms up */
+    double t0 = now();
+    if (kiln_trainer_step(t, 2, data, 1e-3, 0, loss)) goto done;
+    if (r) tm[r - 1] = now() - t0;
+  }
+  qsort(tm, (size_t)reps, sizeof *tm, cmp_double);
+  ms = tm[reps / 2] * 1e3;
+done:
+  if (ms < 0) fprintf(stderr, "cnn train (%s): %s\n", v->name, kiln_ctx_error(ctx));
+  kiln_trainer_destroy(t);
+  kiln_tensor_destroy(x);
+  kiln_tensor_destroy(y);
+  kiln_params_destroy(p);
+  kiln_model_file_destroy(m);
+  kiln_ctx_destroy(ctx);
+  unsetenv("KILN_CONV_BF16");
+  unsetenv("KILN_GEMM_BF16");
+  return ms;
+}
+
+static void bench_cnn_train(void) {
+  static const variant f32 = {"f32", NULL, NULL}, widened = {"bf16 widened", "0", NULL},
+                       gemm = {"bf16 GEMM", NULL, NULL}, dot = {"bf16 vdpbf16ps", NULL, "dot"};
+  double l0 = 0;
+  double tf = time_cnn_train(NULL, &f32, &l0);
+  printf("| CNN Adam step, B 64 | ms | speed against f32 | loss after %d steps |\n|---|---|---|---|\n",
+         reps + 1);
+  printf("| f32 | %.2f | 1.00x | %.5f |\n", tf, l0);
+  static const struct {
+    const char *name;
+    const variant *v;
+  } rows[] = {
+      {"--precision bf16, convolutions widened (KILN_CONV_BF16=0)", &widened},
+      {"--precision bf16", &gemm},
+      {"--precision bf16, vdpbf16ps (KILN_GEMM_BF16=dot)", &dot},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    double l = 0, ms = time_cnn_train("bf16", rows[i].v, &l);
+    printf("| %s | %.2f | %.2fx | %.5f |\n", rows[i].name, ms, tf / ms, l);
+    fflush(stdout);
+  }
+}
+
 int main(int argc, char **argv) {
   const char *what = argc > 1 ? argv[1] : "all";
   const char *e = getenv("BENCH_CLOCK");
   if (e && !strcmp(e, "cpu")) clock_id = CLOCK_PROCESS_CPUTIME_ID;
   e = getenv("BENCH_REPS");
   if (e && atoi(e) > 0) reps = atoi(e) < MAX_REPS ? atoi(e) : MAX_REPS - 1;
-  if (strcmp(what, "conv") && strcmp(what, "cnn") && strcmp(what, "all")) {
-    fprintf(stderr, "usage: bench_conv_bf16 [conv|cnn|all]\n");
+  if (strcmp(what, "conv") && strcmp(what, "cnn") && strcmp(what, "train") && strcmp(what, "all")) {
+    fprintf(stderr, "usage: bench_conv_bf16 [conv [I]|cnn|train|all]\n");
     return 2;
   }
-  if (strcmp(what, "cnn")) bench_conv(argc > 2 ? atoi(argv[2]) : -1);
-  if (strcmp(what, "conv")) bench_cnn();
+  setenv("KILN_NUM_THREADS", "1", 0); /* the trainer's pool (compiled models take num_threads) */
+  bool all = !strcmp(what, "all");
+  if (all || !strcmp(what, "conv")) bench_conv(argc > 2 ? atoi(argv[2]) : -1);
+  if (all || !strcmp(what, "cnn")) bench_cnn();
+  if (all || !strcmp(what, "train")) bench_cnn_train();
   return 0;
 }
