@@ -19,6 +19,10 @@
  *                          `precision = "bf16"` (forward and backward
  *                          convolutions on bf16 operands), with the loss
  *                          after the timed steps (all: the three parts)
+ *   bench_conv_bf16 gemm   Kiln's GEMM alone (krt_gemm, the default path) on
+ *                          the forward GEMMs of the CNN's second convolution,
+ *                          a 32-channel one and the 1×1 one: f32 against A
+ *                          and B stored in bf16
  *
  * One thread (the model's pool has one); BENCH_CLOCK=cpu times process CPU
  * time (the machine is shared), BENCH_REPS the runs per median (default 7).
@@ -36,6 +40,7 @@
 #include "kiln/kiln.h"
 #include "kiln/layers.h"
 #include "passes/mixed_precision.h"
+#include "runtime/rt_gemm_cpu.h"
 
 static clockid_t clock_id = CLOCK_MONOTONIC;
 static int reps = 7;
@@ -341,14 +346,55 @@ static void bench_cnn_train(void) {
   }
 }
 
+/* ---- Kiln's GEMM alone on the convolutions' forward shapes ---- */
+
+/* GFLOP/s of krt_gemm on C[m, n] = A[m, k] B[k, n] with A and B f32, or both stored in bf16. */
+static double gemm_rate(int64_t m, int64_t n, int64_t k, bool bf16) {
+  float *a = malloc((size_t)(m * k) * 4), *b = malloc((size_t)(k * n) * 4);
+  float *c = malloc((size_t)(m * n) * 4);
+  uint16_t *ah = malloc((size_t)(m * k) * 2), *bh = malloc((size_t)(k * n) * 2);
+  double best = -1;
+  if (a && b && c && ah && bh) {
+    for (int64_t i = 0; i < m * k; i++) ah[i] = krt_f32_to_bf16(a[i] = (float)(i % 7) * 0.1f);
+    for (int64_t i = 0; i < k * n; i++) bh[i] = krt_f32_to_bf16(b[i] = (float)(i % 5) * 0.1f);
+    krt_gemm_desc d = {.m = m, .n = n, .k = k, .a = bf16 ? (void *)ah : a,
+                       .b = bf16 ? (void *)bh : b, .c = c, .lda = k, .ldb = n, .ldc = n,
+                       .a_type = bf16 ? KRT_GEMM_BF16 : KRT_GEMM_F32,
+                       .b_type = bf16 ? KRT_GEMM_BF16 : KRT_GEMM_F32, .c_type = KRT_GEMM_F32,
+                       .bf16 = bf16};
+    double t[MAX_REPS], flops = 2.0 * (double)(m * n * k);
+    int iters = flops < 2e8 ? (int)(2e8 / flops) + 1 : 1; /* samples of about 0.2 GFLOP */
+    for (int r = 0; r <= reps; r++) {
+      double t0 = now();
+      for (int it = 0; it < iters; it++) krt_gemm(NULL, &d);
+      if (r) t[r - 1] = now() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof *t, cmp_double);
+    best = 1e-9 * flops * iters / t[reps / 2];
+  }
+  free(a), free(b), free(c), free(ah), free(bh);
+  return best;
+}
+
+static void bench_gemm(void) {
+  static const int64_t shapes_mnk[][3] = {{64, 256, 288}, {32, 1024, 288}, {64, 3136, 64}};
+  printf("| GEMM m × n × k (one image's conv2d) | f32 GFLOP/s | bf16 A, B GFLOP/s |\n|---|---|---|\n");
+  for (size_t i = 0; i < sizeof shapes_mnk / sizeof shapes_mnk[0]; i++) {
+    const int64_t *s = shapes_mnk[i];
+    printf("| %lld × %lld × %lld | %.1f | %.1f |\n", (long long)s[0], (long long)s[1],
+           (long long)s[2], gemm_rate(s[0], s[1], s[2], false), gemm_rate(s[0], s[1], s[2], true));
+  }
+}
+
 int main(int argc, char **argv) {
   const char *what = argc > 1 ? argv[1] : "all";
   const char *e = getenv("BENCH_CLOCK");
   if (e && !strcmp(e, "cpu")) clock_id = CLOCK_PROCESS_CPUTIME_ID;
   e = getenv("BENCH_REPS");
   if (e && atoi(e) > 0) reps = atoi(e) < MAX_REPS ? atoi(e) : MAX_REPS - 1;
-  if (strcmp(what, "conv") && strcmp(what, "cnn") && strcmp(what, "train") && strcmp(what, "all")) {
-    fprintf(stderr, "usage: bench_conv_bf16 [conv [I]|cnn|train|all]\n");
+  if (strcmp(what, "conv") && strcmp(what, "cnn") && strcmp(what, "train") &&
+      strcmp(what, "gemm") && strcmp(what, "all")) {
+    fprintf(stderr, "usage: bench_conv_bf16 [conv [I]|cnn|train|gemm|all]\n");
     return 2;
   }
   setenv("KILN_NUM_THREADS", "1", 0); /* the trainer's pool (compiled models take num_threads) */
@@ -356,5 +402,6 @@ int main(int argc, char **argv) {
   if (all || !strcmp(what, "conv")) bench_conv(argc > 2 ? atoi(argv[2]) : -1);
   if (all || !strcmp(what, "cnn")) bench_cnn();
   if (all || !strcmp(what, "train")) bench_cnn_train();
+  if (!strcmp(what, "gemm")) bench_gemm();
   return 0;
 }
