@@ -60,6 +60,16 @@ static bool nomem(kcg_lower_state *st) { return state_fail(st, KILN_ERR_NOMEM, "
 
 bool kcg_lower_runtime_attention(const kcg_lower_ctx *lc) { return lc->st->runtime_attention; }
 
+uint32_t kcg_lower_bf16_source(const kcg_lower_ctx *lc, uint32_t i) {
+  const kir_graph *g = lc->g;
+  uint32_t v = lc->inst->in[i];
+  int32_t def = g->values[v].def;
+  if (g->values[v].type.dtype != KILN_F32 || def < 0) return KILN_NO_VALUE;
+  const kir_inst *d = &g->insts[def];
+  if (d->op != KIR_OP_cast || g->values[d->in[0]].type.dtype != KILN_BF16) return KILN_NO_VALUE;
+  return d->in[0];
+}
+
 bool kcg_lower_fail(kcg_lower_ctx *lc, kiln_status s, const char *fmt, ...) {
   if (lc->st->status != KILN_OK) return false;
   va_list ap;
@@ -229,6 +239,44 @@ static bool lower_inst(kcg_lower_state *st, kcg_program *p, const kir_graph *g,
   return ok && st->status == KILN_OK;
 }
 
+/*
+ * Drops the KERNEL steps whose results nothing reads. A bf16 GEMM (matmul,
+ * convolutions) reads the bf16 value a cast widened, which can leave that
+ * cast's f32 result unread (the graph's DCE ran before lowering, so nothing
+ * else does). A step is dead when every buffer its kernel writes is a TEMP
+ * that is no result and no later kept step takes as an argument, and the
+ * kernel has no run-time check (whose error would be lost). Out of memory
+ * keeps every step, which is correct too.
+ */
+static void drop_dead_steps(const kcg_lower_state *st, kcg_program *p) {
+  bool *live = calloc(p->nbufs + 1u, sizeof *live), *keep = calloc(p->nsteps + 1u, sizeof *keep);
+  if (!live || !keep) goto done;
+  for (uint32_t r = 0; r < p->nresults; r++)
+    if (p->results[r] < p->nbufs) live[p->results[r]] = true;
+  for (uint32_t s = p->nsteps; s-- > 0;) {
+    const kcg_step *sp = &p->steps[s];
+    bool k = true;
+    if (sp->kind == KCG_STEP_KERNEL && sp->kernel < st->top->nkernels) {
+      const kcg_kernel *kn = st->top->kernels[sp->kernel];
+      k = kn->nerrors > 0 || kn->nbufs != sp->nargs;
+      for (uint32_t a = 0; !k && a < sp->nargs; a++) {
+        uint32_t b = sp->args[a];
+        k = kn->bufs[a].written && (b >= p->nbufs || p->bufs[b].kind != KCG_PBUF_TEMP || live[b]);
+      }
+    }
+    keep[s] = k;
+    for (uint32_t a = 0; k && a < sp->nargs; a++)
+      if (sp->args[a] < p->nbufs) live[sp->args[a]] = true;
+  }
+  uint32_t n = 0;
+  for (uint32_t s = 0; s < p->nsteps; s++)
+    if (keep[s]) p->steps[n++] = p->steps[s];
+  p->nsteps = n;
+done:
+  free(live);
+  free(keep);
+}
+
 /* Lowers graph g into program p (empty but for its header). */
 static bool lower_graph(kcg_lower_state *st, kcg_program *p, const kir_graph *g) {
   uint32_t *map = malloc((g->nvalues + 1u) * sizeof *map);
@@ -261,6 +309,7 @@ static bool lower_graph(kcg_lower_state *st, kcg_program *p, const kir_graph *g)
     for (uint32_t r = 0; ok && r < g->nresults; r++)
       p->results[r] = map[g->results[r]];
   }
+  if (ok) drop_dead_steps(st, p);
   free(map);
   return ok;
 }

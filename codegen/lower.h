@@ -75,6 +75,14 @@ kcg_program *kcg_lower_body(kcg_lower_ctx *lc, kir_graph *body);
 bool kcg_lower_add_step(kcg_lower_ctx *lc, const kcg_step *s);
 /* Whether the target's runtime runs ATTENTION steps (kcg_lower_options.runtime_attention). */
 bool kcg_lower_runtime_attention(const kcg_lower_ctx *lc);
+/*
+ * The bf16 value that f32 operand i of the instruction is an exact widening of
+ * (a cast from bf16: what kp_widen_half makes of a bf16 operand, and the bf16
+ * precision policy of an f32 one), or KILN_NO_VALUE. Its buffer, if it has
+ * one (lc->map; none when fused into its cast), holds the same values in
+ * half the bytes, which bf16 GEMM steps read (kcg_gemm.a_bf16, b_bf16).
+ */
+uint32_t kcg_lower_bf16_source(const kcg_lower_ctx *lc, uint32_t i);
 /* Fails the lowering with a message; returns false. */
 bool kcg_lower_fail(kcg_lower_ctx *lc, kiln_status s, const char *fmt, ...) KIR_PRINTF(3, 4);
 /*

@@ -44,13 +44,18 @@
  * multiply-adds (measured: docs/cpu-runtime.md); KILN_CONV_GEMM_MIN
  * overrides it when a model is lowered (-1: never), which is how
  * bench/bench_conv.c and tests/unit/test_conv_gemm.c compare both paths.
- * Grouped convolutions keep the direct kernels. Two differences from the
+ * Grouped convolutions keep the direct kernels. bf16 convolutions (f32 ones
+ * whose operands are both widened bf16: conv_operands) take the same path
+ * with bf16 columns and a GEMM step marked bf16, so the runtime multiplies
+ * bf16 values and sums in f32, as for matmul (lower_nn.c; vdpbf16ps where
+ * it is the faster, docs/cpu-runtime.md). Two differences from the
  * direct path: the sums run in BLAS's order (compare with a tolerance that
  * grows with the reduction length), and a padding tap multiplies a 0 by
  * its weight (or dy) instead of being skipped, so a non-finite weight next
  * to the padding gives NaN where the reference gives ±inf.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "lower.h"
 
@@ -295,7 +300,10 @@ static void split_row(kcg_kernel *k, kcg_ref r, int64_t kh, int64_t kw, kcg_ref 
   *j = kcg_sub(k, t, kcg_mul(k, *i, w));
 }
 
-/* cols[b, (c, i, j), (oh, ow)] = x[b, c, ih, iw] (0 in the padding), in parallel over rows. */
+/*
+ * cols[b, (c, i, j), (oh, ow)] = x[b, c, ih, iw] (0 in the padding), in parallel over rows.
+ * bf16 cols take x from its bf16 buffer, or from its f32 widening (then cast back: exact).
+ */
 static bool im2col(kcg_lower_ctx *lc, const kir_inst *inst, const kir_type *xt,
                    const kir_type *wt, const kir_type *yt, uint32_t xbuf, uint32_t cbuf) {
   kcg_kernel *k = kcg_lower_kernel(lc, "im2col");
@@ -316,6 +324,8 @@ static bool im2col(kcg_lower_ctx *lc, const kir_inst *inst, const kir_type *xt,
   kcg_ref iw = tap_pos(k, ow, g.sw, g.pl, j, g.dw);
   kcg_ref ok = kcg_and(k, okh, kcg_in_range(k, iw, kcg_i64(k, xt->dims[3])));
   kcg_ref v = kcg_load(k, xb, x_at(k, &g, b, c, ih, iw), ok);
+  kir_dtype ct = kcg_lower_type(lc, cbuf)->dtype;
+  if (kcg_lower_type(lc, xbuf)->dtype != ct) v = kcg_cast(k, ct, v); /* exact: widened bf16 */
   kcg_store(k, lw, cb, kcg_add(k, row, kcg_add(k, kcg_mul(k, oh, kcg_i64(k, wo)), ow)), v);
   return kcg_lower_step(lc);
 }
@@ -352,11 +362,17 @@ static bool col2im(kcg_lower_ctx *lc, const kir_inst *inst, const kir_type *xt,
   return kcg_lower_step(lc);
 }
 
+/* A bf16 operand's load widened to f32 (exact), when `half` says its buffer holds bf16. */
+static kcg_ref widen(kcg_kernel *k, bool half, kcg_ref v) {
+  return half ? kcg_cast(k, KILN_F32, v) : v;
+}
+
 /*
  * A GEMM step over pa, pb -> pc described by gm (one batch axis at most,
  * each operand either batched like C or broadcast), with its fallback
  * kernel: i-p-j order, contiguous along C's row; with trans_b a dot product
- * per element, contiguous along both operands.
+ * per element, contiguous along both operands. An operand marked a_bf16 /
+ * b_bf16 is read from a bf16 buffer and widened.
  */
 static bool gemm(kcg_lower_ctx *lc, const kcg_gemm *gm, uint32_t pa, uint32_t pb, uint32_t pc) {
   kcg_kernel *k = kcg_lower_kernel(lc, "gemm");
@@ -377,8 +393,9 @@ static bool gemm(kcg_lower_ctx *lc, const kcg_gemm *gm, uint32_t pa, uint32_t pb
     kcg_assign(k, lj, l, zero_of(k, t));
     uint32_t lp = kcg_loop(k, lj, kk, false, &p);
     kcg_ref ai = gm->trans_a ? kcg_add(k, kcg_mul(k, p, m), i) : kcg_add(k, kcg_mul(k, i, kk), p);
-    kcg_ref av = kcg_load(k, ab, kcg_add(k, aoff, ai), KCG_NONE);
-    kcg_ref bv = kcg_load(k, bb, kcg_add(k, boff, kcg_add(k, kcg_mul(k, j, kk), p)), KCG_NONE);
+    kcg_ref av = widen(k, gm->a_bf16, kcg_load(k, ab, kcg_add(k, aoff, ai), KCG_NONE));
+    kcg_ref bat = kcg_add(k, boff, kcg_add(k, kcg_mul(k, j, kk), p));
+    kcg_ref bv = widen(k, gm->b_bf16, kcg_load(k, bb, bat, KCG_NONE));
     kcg_assign(k, lp, l, kcg_binary(k, KIR_OP_add, acc, kcg_binary(k, KIR_OP_mul, av, bv)));
     kcg_store(k, lj, cb, kcg_add(k, crow, j), kcg_local(k, l));
     return kcg_lower_gemm_step(lc, gm);
@@ -387,11 +404,12 @@ static bool gemm(kcg_lower_ctx *lc, const kcg_gemm *gm, uint32_t pa, uint32_t pb
   kcg_store(k, lz, cb, kcg_add(k, crow, j), zero_of(k, t));
   uint32_t lp = kcg_loop(k, lr, kk, false, &p);
   kcg_ref ai = gm->trans_a ? kcg_add(k, kcg_mul(k, p, m), i) : kcg_add(k, kcg_mul(k, i, kk), p);
-  kcg_ref av = kcg_load(k, ab, kcg_add(k, aoff, ai), KCG_NONE);
+  kcg_ref av = widen(k, gm->a_bf16, kcg_load(k, ab, kcg_add(k, aoff, ai), KCG_NONE));
   kcg_ref j2;
   uint32_t lj = kcg_loop(k, lp, n, false, &j2);
   kcg_ref at = kcg_add(k, crow, j2);
-  kcg_ref bv = kcg_load(k, bb, kcg_add(k, boff, kcg_add(k, kcg_mul(k, p, n), j2)), KCG_NONE);
+  kcg_ref bat = kcg_add(k, boff, kcg_add(k, kcg_mul(k, p, n), j2));
+  kcg_ref bv = widen(k, gm->b_bf16, kcg_load(k, bb, bat, KCG_NONE));
   kcg_ref sum =
       kcg_binary(k, KIR_OP_add, kcg_load(k, cb, at, KCG_NONE), kcg_binary(k, KIR_OP_mul, av, bv));
   kcg_store(k, lj, cb, at, sum);
@@ -419,15 +437,51 @@ static int64_t taps_of(const kir_type *x, const kir_type *w) {
   return x->dims[1] * w->dims[2] * w->dims[3];
 }
 
+/*
+ * The bf16 GEMM path: when both operands are exact widenings of bf16 values
+ * (kcg_lower_bf16_source: a bf16 convolution after kp_widen_half, or an f32
+ * one under the bf16 precision policy), the GEMM step is marked bf16 and
+ * reads the bf16 values themselves: im2col copies x into bf16 columns (a
+ * copy is exact) and each operand that has a bf16 buffer of its own is read
+ * from it (half[i]). buf[i] is the buffer to read operand i from (lc->in[i]
+ * otherwise). The product sums in f32 into an f32 result, which the graph
+ * then rounds once, as it does the widened f32 convolution's.
+ * KILN_CONV_BF16=0 keeps f32 columns and an unmarked f32 GEMM (the widened
+ * path), for measurements (bench/bench_conv_bf16.c).
+ */
+typedef struct conv_ops {
+  bool bf16;
+  bool half[2];
+  uint32_t buf[2];
+} conv_ops;
+
+static bool bf16_path_enabled(void) {
+  const char *env = getenv("KILN_CONV_BF16");
+  return !env || strcmp(env, "0");
+}
+
+static conv_ops conv_operands(const kcg_lower_ctx *lc) {
+  conv_ops o = {.buf = {lc->in[0], lc->in[1]}};
+  if (!bf16_path_enabled()) return o;
+  uint32_t src[2] = {kcg_lower_bf16_source(lc, 0), kcg_lower_bf16_source(lc, 1)};
+  if (src[0] == KILN_NO_VALUE || src[1] == KILN_NO_VALUE) return o;
+  o.bf16 = true;
+  for (int i = 0; i < 2; i++)
+    if ((o.half[i] = lc->map[src[i]] != UINT32_MAX)) o.buf[i] = lc->map[src[i]];
+  return o;
+}
+
 /* y[b] = W[O, K] · cols[b]. */
 static bool conv2d_gemm(kcg_lower_ctx *lc, const kir_inst *inst) {
   const kir_type *x = kcg_in_type(lc, 0), *w = kcg_in_type(lc, 1), *y = kcg_out_type(lc, 0);
   int64_t kk = taps_of(x, w), p = y->dims[2] * y->dims[3];
-  uint32_t cols = scratch(lc, y->dtype, x->dims[0], kk, p);
-  if (cols == UINT32_MAX || !im2col(lc, inst, x, w, y, lc->in[0], cols)) return false;
-  kcg_gemm gm = {.dtype = y->dtype, .m = w->dims[0], .n = p, .k = kk, .nbatch = 1,
-                 .batch = {x->dims[0]}, .b_rank = 1, .b_batch = {x->dims[0]}};
-  return gemm(lc, &gm, lc->in[1], cols, lc->out[0]);
+  conv_ops ops = conv_operands(lc);
+  uint32_t cols = scratch(lc, ops.bf16 ? KILN_BF16 : y->dtype, x->dims[0], kk, p);
+  if (cols == UINT32_MAX || !im2col(lc, inst, x, w, y, ops.buf[0], cols)) return false;
+  kcg_gemm gm = {.dtype = y->dtype, .bf16 = ops.bf16, .a_bf16 = ops.half[1], .b_bf16 = ops.bf16,
+                 .m = w->dims[0], .n = p, .k = kk, .nbatch = 1, .batch = {x->dims[0]},
+                 .b_rank = 1, .b_batch = {x->dims[0]}};
+  return gemm(lc, &gm, ops.buf[1], cols, lc->out[0]);
 }
 
 /* dw = Σ_b dy[b][O, P] · cols[b]ᵀ. */
@@ -435,14 +489,15 @@ static bool grad_weight_gemm(kcg_lower_ctx *lc, const kir_inst *inst) {
   const kir_type *x = kcg_in_type(lc, 0), *dy = kcg_in_type(lc, 1), *w = kcg_out_type(lc, 0);
   int64_t kk = taps_of(x, w), p = dy->dims[2] * dy->dims[3];
   kir_dim nb = x->dims[0];
-  uint32_t cols = scratch(lc, w->dtype, nb, kk, p);
-  if (cols == UINT32_MAX || !im2col(lc, inst, x, w, dy, lc->in[0], cols)) return false;
+  conv_ops ops = conv_operands(lc);
+  uint32_t cols = scratch(lc, ops.bf16 ? KILN_BF16 : w->dtype, nb, kk, p);
+  if (cols == UINT32_MAX || !im2col(lc, inst, x, w, dy, ops.buf[0], cols)) return false;
   uint32_t part = nb == 1 ? lc->out[0] : scratch(lc, w->dtype, nb, w->dims[0], kk);
   if (part == UINT32_MAX) return false;
-  kcg_gemm gm = {.dtype = w->dtype, .trans_b = true, .m = w->dims[0], .n = kk, .k = p,
-                 .nbatch = 1, .batch = {nb}, .a_rank = 1, .a_batch = {nb}, .b_rank = 1,
-                 .b_batch = {nb}};
-  if (!gemm(lc, &gm, lc->in[1], cols, part)) return false;
+  kcg_gemm gm = {.dtype = w->dtype, .trans_b = true, .bf16 = ops.bf16, .a_bf16 = ops.half[1],
+                 .b_bf16 = ops.bf16, .m = w->dims[0], .n = kk, .k = p, .nbatch = 1,
+                 .batch = {nb}, .a_rank = 1, .a_batch = {nb}, .b_rank = 1, .b_batch = {nb}};
+  if (!gemm(lc, &gm, ops.buf[1], cols, part)) return false;
   return nb == 1 || batch_sum(lc, nb, w->dims[0] * kk, part, lc->out[0]);
 }
 
@@ -452,9 +507,11 @@ static bool grad_input_gemm(kcg_lower_ctx *lc, const kir_inst *inst) {
   int64_t kk = taps_of(x, w), p = dy->dims[2] * dy->dims[3];
   uint32_t dcols = scratch(lc, x->dtype, x->dims[0], kk, p);
   if (dcols == UINT32_MAX) return false;
-  kcg_gemm gm = {.dtype = x->dtype, .trans_a = true, .m = kk, .n = p, .k = w->dims[0],
-                 .nbatch = 1, .batch = {x->dims[0]}, .b_rank = 1, .b_batch = {x->dims[0]}};
-  return gemm(lc, &gm, lc->in[1], lc->in[0], dcols) &&
+  conv_ops ops = conv_operands(lc);
+  kcg_gemm gm = {.dtype = x->dtype, .trans_a = true, .bf16 = ops.bf16, .a_bf16 = ops.half[1],
+                 .b_bf16 = ops.half[0], .m = kk, .n = p, .k = w->dims[0], .nbatch = 1,
+                 .batch = {x->dims[0]}, .b_rank = 1, .b_batch = {x->dims[0]}};
+  return gemm(lc, &gm, ops.buf[1], ops.buf[0], dcols) &&
          col2im(lc, inst, x, w, dy, dcols, lc->out[0]);
 }
 

@@ -48,26 +48,14 @@ static kcg_gemm gemm_desc(const kir_type *a, const kir_type *b, const kir_type *
   return g;
 }
 
-/* The bf16 value that f32 operand i is a cast of, or KILN_NO_VALUE. */
-static uint32_t bf16_source(const kcg_lower_ctx *lc, const kir_inst *inst, uint32_t i) {
-  const kir_graph *g = lc->g;
-  uint32_t v = inst->in[i];
-  int32_t def = g->values[v].def;
-  if (g->values[v].type.dtype != KILN_F32 || def < 0) return KILN_NO_VALUE;
-  const kir_inst *d = &g->insts[def];
-  if (d->op != KIR_OP_cast || g->values[d->in[0]].type.dtype != KILN_BF16) return KILN_NO_VALUE;
-  return d->in[0];
-}
-
 /*
  * A product of two widened bf16 values is a bf16 GEMM (kcg_gemm.bf16): the
  * operand buffers become the bf16 values where those have buffers of their
  * own (one fused into its cast has none), so the runtime reads half the
  * bytes and can hand them to vdpbf16ps as they are.
  */
-static void bf16_operands(const kcg_lower_ctx *lc, const kir_inst *inst, kcg_gemm *g,
-                          uint32_t *abuf, uint32_t *bbuf) {
-  uint32_t sa = bf16_source(lc, inst, 0), sb = bf16_source(lc, inst, 1);
+static void bf16_operands(const kcg_lower_ctx *lc, kcg_gemm *g, uint32_t *abuf, uint32_t *bbuf) {
+  uint32_t sa = kcg_lower_bf16_source(lc, 0), sb = kcg_lower_bf16_source(lc, 1);
   if (sa == KILN_NO_VALUE || sb == KILN_NO_VALUE) return;
   g->bf16 = true;
   if ((g->a_bf16 = lc->map[sa] != UINT32_MAX)) *abuf = lc->map[sa];
@@ -79,7 +67,7 @@ bool kcg_lower_matmul(kcg_lower_ctx *lc, const kir_inst *inst) {
   bool ta = inst->attrs[0].i, tb = inst->attrs[1].i;
   kcg_gemm g = gemm_desc(a, b, c, ta, tb);
   uint32_t abuf = lc->in[0], bbuf = lc->in[1];
-  bf16_operands(lc, inst, &g, &abuf, &bbuf);
+  bf16_operands(lc, &g, &abuf, &bbuf);
   kcg_kernel *k = kcg_lower_kernel(lc, "");
   if (!k) return false;
   uint32_t ab = kcg_lower_arg(lc, abuf, false), bb = kcg_lower_arg(lc, bbuf, false);

@@ -124,6 +124,13 @@ typedef struct kcg_lower_options {
 kiln_status kcg_lower_target(kiln_ctx *ctx, kir_graph *g, kir_arena *arena,
                              const kcg_lower_options *opt, kcg_program **out);
 
+/*
+ * The steps of `p`, one line each: kind, kernel, a GEMM's description (dtype,
+ * bf16 marks, transpositions, m n k) and the buffers it runs on
+ * (codegen/program_print.c; `kiln ir --emit steps`).
+ */
+void kcg_program_print(const kcg_program *p, FILE *f);
+
 /* The i64 value of dim `d` under the symbol values `sizes`. */
 static inline int64_t kcg_dim_value(kir_dim d, const int64_t *sizes) {
   return KIR_DIM_IS_SYM(d) ? sizes[KIR_DIM_SYM(d)] : d;

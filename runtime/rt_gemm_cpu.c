@@ -85,6 +85,7 @@ typedef struct gemm_kernel {
   int64_t kc, mc, nc; /* block sizes in packed units (f32, or bf16 pairs) */
   bool pairs;         /* packed unit: a bf16 pair along k */
   ukr_fn ukr;
+  ukr_fn ukr_hb;      /* the same reading B's rows where they lie as bf16 (widened: exact) */
 } gemm_kernel;
 
 static void ukr_scalar(int64_t kc, const void *ap, const void *bp, int64_t ldb, float *c,
@@ -95,6 +96,19 @@ static void ukr_scalar(int64_t kc, const void *ap, const void *bp, int64_t ldb, 
   for (int64_t p = 0; p < kc; p++, a += MR, b += ldb)
     for (int i = 0; i < MR; i++)
       for (int j = 0; j < NR; j++) t[i][j] += a[i] * b[j];
+  for (int i = 0; i < MR; i++)
+    for (int j = 0; j < NR; j++) c[i * ldc + j] = acc ? c[i * ldc + j] + t[i][j] : t[i][j];
+}
+
+static void ukr_scalar_hb(int64_t kc, const void *ap, const void *bp, int64_t ldb, float *c,
+                          int64_t ldc, bool acc) {
+  enum { MR = 4, NR = 16 };
+  const float *a = ap;
+  const uint16_t *b = bp;
+  float t[MR][NR] = {{0}};
+  for (int64_t p = 0; p < kc; p++, a += MR, b += ldb)
+    for (int i = 0; i < MR; i++)
+      for (int j = 0; j < NR; j++) t[i][j] += a[i] * krt_bf16_to_f32(b[j]);
   for (int i = 0; i < MR; i++)
     for (int j = 0; j < NR; j++) c[i * ldc + j] = acc ? c[i * ldc + j] + t[i][j] : t[i][j];
 }
@@ -115,6 +129,41 @@ TARGET_AVX2 static void ukr_avx2(int64_t kc, const void *ap, const void *bp, int
   for (int i = 0; i < MR; i++) r[i][0] = r[i][1] = _mm256_setzero_ps();
   for (int64_t p = 0; p < kc; p++, a += MR, b += ldb) {
     __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++) {
+      __m256 av = _mm256_broadcast_ss(a + i);
+      r[i][0] = _mm256_fmadd_ps(av, b0, r[i][0]);
+      r[i][1] = _mm256_fmadd_ps(av, b1, r[i][1]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; i++) {
+    float *ci = c + i * ldc;
+    if (acc) {
+      r[i][0] = _mm256_add_ps(r[i][0], _mm256_loadu_ps(ci));
+      r[i][1] = _mm256_add_ps(r[i][1], _mm256_loadu_ps(ci + 8));
+    }
+    _mm256_storeu_ps(ci, r[i][0]);
+    _mm256_storeu_ps(ci + 8, r[i][1]);
+  }
+}
+
+/* 8 bf16 at p widened to f32 (exact: the bits shifted into the high half). */
+TARGET_AVX2 static inline __m256 widen8(const uint16_t *p) {
+  __m128i h = _mm_loadu_si128((const __m128i *)p);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+TARGET_AVX2 static void ukr_avx2_hb(int64_t kc, const void *ap, const void *bp, int64_t ldb,
+                                    float *c, int64_t ldc, bool acc) {
+  enum { MR = 6 };
+  const float *a = ap;
+  const uint16_t *b = bp;
+  __m256 r[MR][2];
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; i++) r[i][0] = r[i][1] = _mm256_setzero_ps();
+  for (int64_t p = 0; p < kc; p++, a += MR, b += ldb) {
+    __m256 b0 = widen8(b), b1 = widen8(b + 8);
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++) {
       __m256 av = _mm256_broadcast_ss(a + i);
@@ -165,6 +214,32 @@ TARGET_AVX512 static void ukr_avx512(int64_t kc, const void *ap, const void *bp,
   STORE_TILE512(MR)
 }
 
+/* 16 bf16 at p widened to f32 (exact). */
+TARGET_AVX512 static inline __m512 widen16(const uint16_t *p) {
+  __m256i h = _mm256_loadu_si256((const __m256i *)p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+TARGET_AVX512 static void ukr_avx512_hb(int64_t kc, const void *ap, const void *bp, int64_t ldb,
+                                        float *c, int64_t ldc, bool acc) {
+  enum { MR = 12 };
+  const float *a = ap;
+  const uint16_t *b = bp;
+  __m512 r[MR][2];
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; i++) r[i][0] = r[i][1] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < kc; p++, a += MR, b += ldb) {
+    __m512 b0 = widen16(b), b1 = widen16(b + 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) {
+      __m512 av = _mm512_set1_ps(a[i]);
+      r[i][0] = _mm512_fmadd_ps(av, b0, r[i][0]);
+      r[i][1] = _mm512_fmadd_ps(av, b1, r[i][1]);
+    }
+  }
+  STORE_TILE512(MR)
+}
+
 /* a: kc × 12 pairs of bf16 (one uint32 each); b: kc × 32 pairs. */
 TARGET_AVX512BF16 static void ukr_avx512_bf16(int64_t kc, const void *ap, const void *bp,
                                               int64_t ldb, float *c, int64_t ldc, bool acc) {
@@ -188,18 +263,20 @@ TARGET_AVX512BF16 static void ukr_avx512_bf16(int64_t kc, const void *ap, const 
 #endif
 
 static const gemm_kernel kernels_f32[KRT_GEMM_ISA_COUNT] = {
-    [KRT_GEMM_ISA_SCALAR] = {KRT_GEMM_ISA_SCALAR, 4, 16, 256, 1024, 512, false, ukr_scalar},
+    [KRT_GEMM_ISA_SCALAR] = {KRT_GEMM_ISA_SCALAR, 4, 16, 256, 1024, 512, false, ukr_scalar,
+                             ukr_scalar_hb},
 #ifdef KRT_X86
-    [KRT_GEMM_ISA_AVX2] = {KRT_GEMM_ISA_AVX2, 6, 16, 256, 1536, 512, false, ukr_avx2},
-    [KRT_GEMM_ISA_AVX512] = {KRT_GEMM_ISA_AVX512, 12, 32, 384, 1536, 480, false, ukr_avx512},
+    [KRT_GEMM_ISA_AVX2] = {KRT_GEMM_ISA_AVX2, 6, 16, 256, 1536, 512, false, ukr_avx2, ukr_avx2_hb},
+    [KRT_GEMM_ISA_AVX512] = {KRT_GEMM_ISA_AVX512, 12, 32, 384, 1536, 480, false, ukr_avx512,
+                             ukr_avx512_hb},
     [KRT_GEMM_ISA_AVX512_BF16] = {KRT_GEMM_ISA_AVX512_BF16, 12, 32, 384, 1536, 480, false,
-                                  ukr_avx512},
+                                  ukr_avx512, ukr_avx512_hb},
 #endif
 };
 
 #ifdef KRT_X86
 static const gemm_kernel kernel_bf16 = {KRT_GEMM_ISA_AVX512_BF16, 12, 32, 256, 1536, 480, true,
-                                        ukr_avx512_bf16};
+                                        ukr_avx512_bf16, NULL};
 #endif
 
 /* ------------------------------------------------------------- dispatch */
@@ -344,16 +421,17 @@ static void pack(const gemm_job *j, const void *x, krt_gemm_type t, bool trans, 
 static int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* One tile of C: straight into C when whole, through a buffer at an edge. */
+/* One tile of C: straight into C when whole, through a buffer at an edge; hb: B is bf16 rows. */
 static void tile(const gemm_job *j, int64_t ulen, const char *ap, const char *bp, int64_t ldb,
-                 float *c, int64_t rows, int64_t cols, bool acc) {
+                 bool hb, float *c, int64_t rows, int64_t cols, bool acc) {
   const gemm_kernel *kn = j->kern;
+  ukr_fn ukr = hb ? kn->ukr_hb : kn->ukr;
   if (rows == kn->mr && cols == kn->nr) {
-    kn->ukr(ulen, ap, bp, ldb, c, j->ldc, acc);
+    ukr(ulen, ap, bp, ldb, c, j->ldc, acc);
     return;
   }
   float t[MAX_MR * MAX_NR];
-  kn->ukr(ulen, ap, bp, ldb, t, kn->nr, false);
+  ukr(ulen, ap, bp, ldb, t, kn->nr, false);
   for (int64_t i = 0; i < rows; i++)
     for (int64_t q = 0; q < cols; q++)
       c[i * j->ldc + q] = acc ? c[i * j->ldc + q] + t[i * kn->nr + q] : t[i * kn->nr + q];
@@ -370,10 +448,14 @@ static bool gemm_range(gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t 
   /*
    * A few rows of A (an RNN step's state times its weight): packing B would
    * copy all of it to use each element a few times, so the kernel reads B's
-   * f32 rows where they lie, when every tile is whole along n.
+   * f32 rows where they lie, when every tile is whole along n. bf16 rows
+   * (a bf16 GEMM's B, e.g. a bf16 convolution's columns) are widened as
+   * they are read, which is exact, so they need no rounding mode.
    */
-  bool direct_b = m1 - m0 <= DIRECT_B_MAX_M && !kn->pairs && !j->round && !d->trans_b &&
-                  d->b_type == KRT_GEMM_F32 && (n1 - n0) % kn->nr == 0;
+  bool hb = d->b_type == KRT_GEMM_BF16 && kn->ukr_hb;
+  bool direct_b = m1 - m0 <= DIRECT_B_MAX_M && !kn->pairs && !d->trans_b &&
+                  (n1 - n0) % kn->nr == 0 && (hb || (d->b_type == KRT_GEMM_F32 && !j->round));
+  int64_t bes = d->b_type == KRT_GEMM_BF16 ? 2 : 4; /* bytes of an element of B as stored */
   char *ap = aligned_alloc(64, (size_t)round_up(mc * kc * 4, 64));
   char *bp = direct_b ? NULL : aligned_alloc(64, (size_t)round_up(nc * kc * 4, 64));
   if (!ap || (!bp && !direct_b)) {
@@ -388,12 +470,12 @@ static bool gemm_range(gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t 
       pack(j, d->a, d->a_type, d->trans_a, d->lda, ic, mlen, pc, ulen, kn->mr, ap);
       for (int64_t jc = n0; jc < n1; jc += nc) {
         int64_t nlen = min64(nc, n1 - jc);
-        const char *bsrc = (const char *)d->b + (pc * d->ldb + jc) * 4;
+        const char *bsrc = (const char *)d->b + (pc * d->ldb + jc) * bes;
         if (!direct_b) pack(j, d->b, d->b_type, !d->trans_b, d->ldb, jc, nlen, pc, ulen, kn->nr, bp);
         for (int64_t ir = 0; ir < mlen; ir += kn->mr)
           for (int64_t jr = 0; jr < nlen; jr += kn->nr)
-            tile(j, ulen, ap + ir * ulen * 4, direct_b ? bsrc + jr * 4 : bp + jr * ulen * 4,
-                 direct_b ? d->ldb : kn->nr, j->c + (ic + ir) * j->ldc + jc + jr,
+            tile(j, ulen, ap + ir * ulen * 4, direct_b ? bsrc + jr * bes : bp + jr * ulen * 4,
+                 direct_b ? d->ldb : kn->nr, direct_b && hb, j->c + (ic + ir) * j->ldc + jc + jr,
                  min64(kn->mr, mlen - ir), min64(kn->nr, nlen - jr), pc > 0);
       }
     }

@@ -100,7 +100,7 @@ static const cli_command commands[] = {
      "  --dtype T   the parameters' float type (default f32)\n"
      "  -o P        the safetensors file to write"},
     {"ir", cmd_ir, "MODEL.kir|MODEL.kiln [--dtype f32|f64|f16|bf16] [--train] [--print-after-all] "
-                   "[--precision P] [--emit kir|mlir]",
+                   "[--precision P] [--emit kir|mlir|steps]",
      "print the canonical IR of a model",
      "Parses MODEL.kir and prints it in canonical form on stdout. A .kiln model file is\n"
      "built into its graph: the model's parameters by path, then its inputs.\n"
@@ -111,7 +111,9 @@ static const cli_command commands[] = {
      "  --precision P  fp32 (default), fp64, tf32, bf16 or fp16: the graph after the cast\n"
      "              pass (docs/precision.md)\n"
      "  --emit mlir  the legalized graph as an MLIR module (func, arith, math, linalg, tensor;\n"
-     "              docs/mlir.md), checked by MLIR's verifier"},
+     "              docs/mlir.md), checked by MLIR's verifier\n"
+     "  --emit steps the steps of the CPU program `kiln compile` and `run` lower it to: kernels,\n"
+     "              GEMM steps with their dtype and bf16 marks (docs/precision.md)"},
     {"run", cmd_run, "MODEL.kir --input NAME=FILE.npy ... -o DIR "
                      "[--backend auto|compiled|eager|vulkan|cuda|hip] [--device D] [--print] "
                      "[--params P.safetensors] "

@@ -6,7 +6,8 @@
  * AVX-512 with vdpbf16ps; the ones the CPU lacks are reported and skipped)
  * and runs f32 and bf16 products, every transposition, odd sizes (1, 7,
  * 33, 129, 255, k = 1, and sizes that cross the KC/NC blocks), strided
- * operands, a bf16 result, few rows of A with B read unpacked (an RNN step),
+ * operands, a bf16 result, few rows of A with B read unpacked (an RNN step;
+ * f32 B, and bf16 B widened as it is read),
  * on one thread and on a pool of two.
  *
  * Then compiled graphs: a bf16 matmul (kp_widen_half makes it an f32 GEMM
@@ -189,6 +190,12 @@ static void test_isa(krt_pool *pool, krt_gemm_isa isa) {
       {64, 96, 7, false, false, false, false, false, false, 3},
       {1, 32, 5, false, false, false, false, false, false, 0},
       {65, 64, 9, false, false, false, false, false, false, 0},
+      /* the same with B stored in bf16 (a bf16 convolution's columns): widened as read */
+      {32, 1024, 256, false, false, true, false, true, false, 0},
+      {12, 64, 300, true, false, true, true, true, false, 0},
+      {64, 96, 7, false, false, true, false, true, false, 3},
+      {1, 32, 5, false, false, true, false, true, true, 0},
+      {65, 64, 9, false, false, true, true, true, false, 0},
   };
   for (size_t i = 0; i < sizeof more / sizeof more[0]; i++, n++) check_case(pool, &more[i], name);
   printf("  %s: %d cases\n", name, n);

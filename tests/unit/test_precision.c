@@ -14,7 +14,8 @@
  *    once, so its results are measured against its operands' scale.
  *    Integer and bool results must be equal. A reference that overflows the
  *    type must give inf. The same kernels built for x86-64-v3 and x86-64
- *    give the same bits.
+ *    give the same bits. The convolutions' cases run a second time through
+ *    im2col + GEMM (KILN_CONV_GEMM_MIN=0), in bf16 the bf16 GEMM path.
  * 2. The policy pass: where its casts go for a linear layer (operands
  *    rounded once, softmax and reductions untouched, inverse casts cancelled),
  *    and that bf16/fp16/fp64 graphs compute what the reference says.
@@ -535,6 +536,17 @@ int main(int argc, char **argv) {
   if (!only || !strcmp(only, "--train")) test_bf16_training();
   for (uint16_t op = 0; op < KIR_OP_COUNT; op++)
     if (!only || !strcmp(only, kir_op(op)->name)) run_op(op);
+  /* The convolutions' cases again through im2col + GEMM, whose bf16 form is the bf16 GEMM path
+     (codegen/lower_conv.c; test_conv_bf16 has the large cases and the steps' marks). */
+  static const uint16_t convs[] = {KIR_OP_conv2d, KIR_OP_conv2d_grad_input,
+                                   KIR_OP_conv2d_grad_weight};
+  setenv("KILN_CONV_GEMM_MIN", "0", 1);
+  for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++)
+    if (!only || !strcmp(only, kir_op(convs[i])->name) || !strcmp(only, "--conv-gemm")) {
+      printf("through im2col + GEMM (KILN_CONV_GEMM_MIN=0):\n");
+      run_op(convs[i]);
+    }
+  unsetenv("KILN_CONV_GEMM_MIN");
   if (failures) printf("test_precision: %d failures\n", failures);
   return failures != 0;
 }
