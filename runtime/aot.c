@@ -470,7 +470,7 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
   kcg_program *prog = NULL;
   bool *bound = NULL;
   char tmp[4096 + 32], obj[4200], csrc[4200], blob[4200];
-  s = gpu ? krt_device_lower(ctx, kind, g, &arena, &prog) : kcg_lower(ctx, legal, &arena, &prog);
+  s = gpu ? krt_device_lower(ctx, kind, g, true, &arena, &prog) : kcg_lower(ctx, legal, &arena, &prog);
   if (s != KILN_OK) goto done;
   /* Kernel symbols: <name>_k<index>, whatever lowering called them. */
   for (uint32_t k = 0; k < prog->nkernels; k++) {

@@ -100,7 +100,7 @@ static kiln_status compile_device(kiln_compiled *c, kir_graph *g, const char *sp
   int index;
   kiln_status s = krt_device_parse(c->ctx, spec, &kind, &index);
   if (!s) s = krt_device_open(c->ctx, kind, index, &c->dev);
-  if (!s) s = krt_device_lower(c->ctx, kind, g, &c->arena, &c->prog);
+  if (!s) s = krt_device_lower(c->ctx, kind, g, false, &c->arena, &c->prog);
   if (!s) s = krt_device_program_create(c->ctx, c->dev, c->prog, NULL, &c->dprog);
   return s;
 }

@@ -229,8 +229,8 @@ static void reword(kiln_ctx *ctx, kiln_status s, krt_device_kind kind) {
   kir_fail(ctx, s, "backend '%s': %s", krt_device_kind_name(kind), msg);
 }
 
-kiln_status krt_device_lower(kiln_ctx *ctx, krt_device_kind kind, kir_graph *g, kir_arena *arena,
-                             kcg_program **out) {
+kiln_status krt_device_lower(kiln_ctx *ctx, krt_device_kind kind, kir_graph *g, bool aot,
+                             kir_arena *arena, kcg_program **out) {
   *out = NULL;
   kir_graph *lg;
   kcg_lower_options lo = {.fuse = kp_fusion_enabled(), .runtime_attention = true};
@@ -240,7 +240,7 @@ kiln_status krt_device_lower(kiln_ctx *ctx, krt_device_kind kind, kir_graph *g, 
     lg = tg ? kp_legalize(tg) : NULL;
     if (tg != wg) kiln_graph_destroy(tg);
     kiln_graph_destroy(wg);
-    lo.runtime_attention = false;
+    lo.runtime_attention = !aot && kvk_attention_steps(); /* the tiled shaders */
   } else { /* as krt_gpu_graph_run */
     lg = kp_legalize(g);
   }

@@ -105,13 +105,14 @@ void krt_device_program_set_names(krt_device_program *dp, const char *const *nam
 /*
  * Lowers `g` into a program in `arena` as the device of `kind` runs it (the
  * passes kiln_graph_run's backend of that kind applies): Vulkan widens
- * f16/bf16 arithmetic to f32 and lowers flash attention to kernels; CUDA and
- * HIP keep ATTENTION steps for their hand-tiled kernels. An op without a
- * lowering is KILN_ERR_UNSUPPORTED: "backend 'vulkan': no compiled kernel
- * for op 'OP' (DTYPE)".
+ * f16/bf16 arithmetic to f32; CUDA, HIP and Vulkan keep ATTENTION steps for
+ * their hand-written tiled kernels, except that `aot` lowers Vulkan's to
+ * kernel-IR kernels (a shared object's runtime has no shader writer for
+ * them). An op without a lowering is KILN_ERR_UNSUPPORTED: "backend
+ * 'vulkan': no compiled kernel for op 'OP' (DTYPE)".
  */
-kiln_status krt_device_lower(kiln_ctx *ctx, krt_device_kind kind, kir_graph *g, kir_arena *arena,
-                             kcg_program **out);
+kiln_status krt_device_lower(kiln_ctx *ctx, krt_device_kind kind, kir_graph *g, bool aot,
+                             kir_arena *arena, kcg_program **out);
 
 /*
  * `--device auto`: the first device that opens of CUDA, then ROCm, then a

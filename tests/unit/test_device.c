@@ -412,12 +412,12 @@ static void test_lowering(bool have_vulkan) {
   CHECK(kiln_graph_set_results(g, 1, &y) == KILN_OK);
   kir_arena arena = {0};
   kcg_program *p = NULL;
-  CHECK(krt_device_lower(ctx, KRT_DEVICE_CUDA, g, &arena, &p) == KILN_ERR_UNSUPPORTED && !p);
+  CHECK(krt_device_lower(ctx, KRT_DEVICE_CUDA, g, false, &arena, &p) == KILN_ERR_UNSUPPORTED && !p);
   CHECK(!strcmp(kiln_ctx_error(ctx), "backend 'cuda': no compiled kernel for op 'reduce_sum' (f16)"));
   printf("cuda lowering: %s\n", kiln_ctx_error(ctx));
   kir_arena_free(&arena);
   memset(&arena, 0, sizeof arena);
-  CHECK(krt_device_lower(ctx, KRT_DEVICE_VULKAN, g, &arena, &p) == KILN_OK && p);
+  CHECK(krt_device_lower(ctx, KRT_DEVICE_VULKAN, g, false, &arena, &p) == KILN_OK && p);
   kir_arena_free(&arena);
   if (have_vulkan) { /* and it runs: the sum of 4 halves, in f32, rounded to f16 */
     kiln_compiled *c = NULL;
