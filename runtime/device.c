@@ -234,7 +234,7 @@ kiln_status krt_device_lower(kiln_ctx *ctx, krt_device_kind kind, kir_graph *g, 
   *out = NULL;
   kir_graph *lg;
   kcg_lower_options lo = {.fuse = kp_fusion_enabled(), .runtime_attention = true};
-  if (kind == KRT_DEVICE_VULKAN) { /* as kvk_graph_run */
+  if (kind == KRT_DEVICE_VULKAN) {
     kir_graph *wg = kp_widen_half(g);
     kir_graph *tg = !wg ? NULL : kp_attention_tiling_enabled() ? kp_attention_tiling(wg) : wg;
     lg = tg ? kp_legalize(tg) : NULL;

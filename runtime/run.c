@@ -142,6 +142,22 @@ static kiln_status run_eager(kir_graph *g, size_t n_in, kiln_tensor *const *inpu
   return s;
 }
 
+/*
+ * The `vulkan` backend on Vulkan device `index`: the device JIT (kiln_compile
+ * with that device: runtime/device.c lowers, compiles and runs), used once.
+ */
+static kiln_status run_on_vulkan(kir_graph *g, int index, size_t n_in, kiln_tensor *const *inputs,
+                                 size_t n_out, kiln_tensor **outputs) {
+  char spec[32];
+  snprintf(spec, sizeof spec, "vulkan:%d", index);
+  kiln_compile_options o = {.device = spec};
+  kiln_compiled *c = NULL;
+  kiln_status s = kiln_compile(g, &o, &c);
+  if (s == KILN_OK) s = kiln_compiled_run(c, g->mod->ctx, n_in, inputs, n_out, outputs, NULL);
+  kiln_compiled_destroy(c);
+  return s;
+}
+
 KILN_API kiln_status kiln_graph_run(kiln_graph *g, kiln_backend backend, size_t n_in,
                                     kiln_tensor *const *inputs, size_t n_out,
                                     kiln_tensor **outputs, kiln_run_info *info) {
@@ -163,12 +179,13 @@ kiln_status krt_graph_run_device(kiln_graph *g, kiln_backend backend, int index,
                     "eager, vulkan, cuda, hip", (int)backend);
   kiln_status s = check_inputs(g, n_in, inputs, n_out);
   if (s) return s;
-  if (index != 0 && backend != KILN_BACKEND_CUDA && backend != KILN_BACKEND_HIP)
+  if (index != 0 && backend != KILN_BACKEND_VULKAN && backend != KILN_BACKEND_CUDA &&
+      backend != KILN_BACKEND_HIP)
     return kir_fail(ctx, KILN_ERR_UNSUPPORTED, "backend '%s' runs on device 0 only, not %d",
                     kiln_backend_name(backend), index);
   if (backend == KILN_BACKEND_VULKAN || backend == KILN_BACKEND_CUDA ||
       backend == KILN_BACKEND_HIP) { /* strict, like compiled: no fallback */
-    s = backend == KILN_BACKEND_VULKAN ? kvk_graph_run(g, n_in, inputs, n_out, outputs)
+    s = backend == KILN_BACKEND_VULKAN ? run_on_vulkan(g, index, n_in, inputs, n_out, outputs)
         : backend == KILN_BACKEND_CUDA ? kcu_graph_run(g, index, n_in, inputs, n_out, outputs)
                                        : khip_graph_run(g, index, n_in, inputs, n_out, outputs);
     if (!s && info) info->backend = backend, info->reason[0] = 0;

@@ -85,14 +85,5 @@ bool kvk_attention_steps(void);
 /* The limits the attention shaders are planned under (shared memory, workgroups, loop limit). */
 const kcg_vk_limits *kvk_device_attention_limits(const kvk_device *d);
 
-/*
- * kiln_graph_run's `vulkan` backend (KILN_BACKEND_VULKAN): legalizes and
- * lowers `g`, opens device 0, runs the program once and returns the results
- * as new host tensors. The caller (runtime/run.c) has checked the counts,
- * dtypes and ranks of the inputs. Strict: an op or dtype the device cannot
- * run is KILN_ERR_UNSUPPORTED, never a silent fallback to the CPU.
- */
-kiln_status kvk_graph_run(kir_graph *g, size_t n_in, kiln_tensor *const *inputs, size_t n_out,
-                          kiln_tensor **outputs);
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * test_attention_kernels.c — flash_attention and flash_attention_grad on
  * Vulkan (lavapipe in CI) as the tiled SPIR-V shaders
- * (codegen/attention_spirv.c, ATTENTION steps: kvk_graph_run's default) and
+ * (codegen/attention_spirv.c, ATTENTION steps: the Vulkan backend's default) and
  * as kernel-IR kernels (codegen/lower_attention.c with runtime_attention
  * off: KILN_VK_ATTENTION=rows), in the kernel interpreter, and through
  * NVRTC and HIPRTC, against the reference interpreter's plain attention.
@@ -10,7 +10,7 @@
  * mask or none, fewer K/V heads than Q heads, T != S, head dims 16 to 128,
  * T = 1, 7, 129, 1000). kp_attention_tiling makes it flash_attention.
  *   - Vulkan forward: the tiled graph through kiln_graph_run with
- *     KILN_BACKEND_VULKAN (kvk_graph_run lowers flash_attention to kernels)
+ *     KILN_BACKEND_VULKAN (krt_device_lower keeps its ATTENTION steps)
  *     against kir_interp_run of the plain graph (ir/ref_nn.c's softmax(q kᵀ
  *     s + mask) v): f32 within 1e-5, f64 within 1e-10, relative to the
  *     largest result (the lse result is checked by the op cases of
