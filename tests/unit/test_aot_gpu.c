@@ -411,6 +411,16 @@ static void vulkan_attention(int64_t T, int64_t S, int64_t D) {
     CHECK(0, "%s: interpreter: %s", name, kiln_ctx_error(ctx));
     goto done;
   }
+  /* what kiln compile lowers (aot): one ATTENTION step, no per-row kernels */
+  kir_arena arena = {0};
+  kcg_program *p = NULL;
+  uint32_t nattn_steps = 0;
+  CHECK(krt_device_lower(ctx, KRT_DEVICE_VULKAN, g, true, &arena, &p) == KILN_OK && p,
+        "%s: lower: %s", name, kiln_ctx_error(ctx));
+  for (uint32_t i = 0; p && i < p->nsteps; i++) nattn_steps += p->steps[i].kind == KCG_STEP_ATTENTION;
+  CHECK(nattn_steps == 1 && p->nkernels == 0, "%s: %u ATTENTION steps, %u kernels", name,
+        nattn_steps, p ? p->nkernels : 0);
+  kir_arena_free(&arena);
   built b = {.g = g};
   if (!compile(ctx, &b, "vulkan", name, so, embedded, sizeof embedded)) goto done;
   if (!(h = dlopen(so, RTLD_NOW | RTLD_LOCAL)) || !load_api(h, name, &a)) {
