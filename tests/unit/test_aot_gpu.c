@@ -373,8 +373,10 @@ done:
  * the .so (f32) against the interpreter (f64 reference, 1e-5 relative) at
  * sizes that span several key and query tiles on lavapipe (32 KiB: bc 64),
  * and its table holds the forward shader lavapipe plans (found by key).
+ * `rows`: compiled with KILN_VK_ATTENTION=rows, per-row kernels and no
+ * attention shader.
  */
-static void vulkan_attention(int64_t T, int64_t S, int64_t D) {
+static void vulkan_attention(int64_t T, int64_t S, int64_t D, bool rows) {
   kiln_ctx *ctx = kiln_ctx_create();
   char text[1024], name[48], so[512], embedded[512];
   snprintf(text, sizeof text,
@@ -384,7 +386,8 @@ static void vulkan_attention(int64_t T, int64_t S, int64_t D) {
            "  return %%r\n}\n",
            (long long)T, (long long)D, (long long)S, (long long)D, (long long)S, (long long)T,
            (long long)T);
-  snprintf(name, sizeof name, "aotvk_attn_%lld_%lld", (long long)T, (long long)S);
+  snprintf(name, sizeof name, "aotvk_attn_%lld_%lld%s", (long long)T, (long long)S,
+           rows ? "_rows" : "");
   snprintf(so, sizeof so, "%s/test_aot_gpu_%s.so", KILN_BINARY_DIR, name);
   kiln_graph *g = NULL;
   kiln_tensor *in[3] = {0}, *want[1] = {0};
@@ -411,18 +414,21 @@ static void vulkan_attention(int64_t T, int64_t S, int64_t D) {
     CHECK(0, "%s: interpreter: %s", name, kiln_ctx_error(ctx));
     goto done;
   }
-  /* what kiln compile lowers (aot): one ATTENTION step, no per-row kernels */
+  /* what kiln compile lowers (aot): one ATTENTION step, no per-row kernels (rows: the reverse) */
+  if (rows) setenv("KILN_VK_ATTENTION", "rows", 1);
   kir_arena arena = {0};
   kcg_program *p = NULL;
   uint32_t nattn_steps = 0;
   CHECK(krt_device_lower(ctx, KRT_DEVICE_VULKAN, g, true, &arena, &p) == KILN_OK && p,
         "%s: lower: %s", name, kiln_ctx_error(ctx));
   for (uint32_t i = 0; p && i < p->nsteps; i++) nattn_steps += p->steps[i].kind == KCG_STEP_ATTENTION;
-  CHECK(nattn_steps == 1 && p->nkernels == 0, "%s: %u ATTENTION steps, %u kernels", name,
-        nattn_steps, p ? p->nkernels : 0);
+  CHECK(rows ? nattn_steps == 0 && p->nkernels > 0 : nattn_steps == 1 && p->nkernels == 0,
+        "%s: %u ATTENTION steps, %u kernels", name, nattn_steps, p ? p->nkernels : 0);
   kir_arena_free(&arena);
   built b = {.g = g};
-  if (!compile(ctx, &b, "vulkan", name, so, embedded, sizeof embedded)) goto done;
+  bool compiled = compile(ctx, &b, "vulkan", name, so, embedded, sizeof embedded);
+  unsetenv("KILN_VK_ATTENTION");
+  if (!compiled) goto done;
   if (!(h = dlopen(so, RTLD_NOW | RTLD_LOCAL)) || !load_api(h, name, &a)) {
     CHECK(0, "%s: dlopen: %s", so, dlerror());
     goto done;
@@ -433,9 +439,9 @@ static void vulkan_attention(int64_t T, int64_t S, int64_t D) {
                             .dm = dm, .group = KCG_VK_ATTN_GROUP};
   CHECK(kcg_attention_spirv_tiles(KCG_VK_ATTN_FWD, 4, dm, &lav, &fwd.br, &fwd.bc), "tiles");
   const krt_image *im = krt_image_find(t, krt_attn_shader_key(&fwd), KRT_SPIRV_ATTN_ARCH);
-  CHECK(attention_images(t) == (D > 64 ? 3u : 1u), "%s: %u attention images", name,
+  CHECK(attention_images(t) == (rows ? 0u : D > 64 ? 3u : 1u), "%s: %u attention images", name,
         attention_images(t)); /* dm 128: bc 16, 32 (32 and 48 KiB), 64 */
-  CHECK(im && im->len >= 20 && *(const uint32_t *)im->data == 0x07230203u,
+  CHECK(rows ? !im : im && im->len >= 20 && *(const uint32_t *)im->data == 0x07230203u,
         "%s: no forward shader image for 32 KiB (br %d, bc %d) among %u", name, fwd.br, fwd.bc,
         attention_images(t));
   got = calloc((size_t)kiln_tensor_numel(want[0]) + 1, sizeof *got);
@@ -451,9 +457,10 @@ static void vulkan_attention(int64_t T, int64_t S, int64_t D) {
     double rel = fabs(x - y) / (1 + fabs(x));
     if (!(rel <= worst)) worst = isnan(rel) ? INFINITY : rel;
   }
-  printf("%s vulkan .so causal GQA attention T %lld S %lld D %lld: %u shader images, largest "
+  printf("%s vulkan .so causal GQA attention T %lld S %lld D %lld%s: %u shader images, largest "
          "difference from the interpreter %.2g\n",
          s == 0 && worst <= 1e-5 ? "ok  " : "FAIL", (long long)T, (long long)S, (long long)D,
+         rows ? " (KILN_VK_ATTENTION=rows)" : "",
          attention_images(t), worst);
   CHECK(s == 0 && worst <= 1e-5, "%s: the .so disagrees with the interpreter", name);
 done:
@@ -684,7 +691,8 @@ int main(int argc, char **argv) {
                                          "transformer_lm.kiln", "lstm_classifier.kiln"};
     for (size_t i = 0; vk && i < sizeof models / sizeof models[0]; i++) vulkan_model(models[i]);
     if (vk) vulkan_half("f16", 1e-3), vulkan_half("bf16", 1e-2);
-    if (vk) vulkan_attention(150, 90, 24), vulkan_attention(70, 200, 96);
+    if (vk) vulkan_attention(150, 90, 24, false), vulkan_attention(70, 200, 96, false);
+    if (vk) vulkan_attention(150, 90, 24, true);
   }
   static const char *const gpu_models[] = {"mlp.kiln", "transformer_classifier.kiln"};
   for (size_t i = 0; i < sizeof gpu_models / sizeof gpu_models[0]; i++) {
