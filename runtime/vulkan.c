@@ -994,7 +994,7 @@ static kiln_status attn_words(kiln_ctx *ctx, kvk_program *vp, const kcg_vk_attn_
 #ifdef KILN_DEVICE_RUNTIME
   return kir_fail(ctx, KILN_ERR_UNSUPPORTED,
                   "Vulkan: the program has no attention shader %s_d%d (%s, br %d, bc %d, group "
-                  "%d%s%s) for %s (%u bytes of shared memory); recompile it with this kiln",
+                  "%d%s%s) for %s (%u bytes of shared memory): compile it again with this Kiln",
                   kcg_attention_spirv_name(sh->kind), sh->dm, kiln_dtype_name(sh->t), sh->br,
                   sh->bc, sh->group, sh->causal ? ", causal" : "", sh->has_mask ? ", mask" : "",
                   vp->d->name, vp->attn_lim.shared_bytes);
