@@ -5,7 +5,14 @@
  * kernel-IR form (codegen/lower_attention.c, KILN_VK_ATTENTION=rows), both
  * after the attention-tiling pass. bench/attention_vulkan.sh runs it.
  *
- *   bench_attention_vulkan T [reps] [fwd|both] [tiled|rows] [D]
+ *   bench_attention_vulkan T [reps] [fwd|both] [tiled|rows|so|so-rows] [D]
+ *
+ * `so` (forward only) runs the graph as a shared object of `kiln compile
+ * --target vulkan` (kiln_compile_shared, dlopen): its tiled shaders come from
+ * the embedded images; `so-rows` compiles it with KILN_VK_ATTENTION=rows
+ * (per-row kernels, what such a .so ran before it embedded the shaders).
+ * There "pipeline create s" is NAME_create, and a run is NAME_run (the same
+ * copies as kvk_program_run).
  *
  * The program is lowered and its pipelines compiled once (that time is
  * printed apart; lavapipe compiles a pipeline's code at its first dispatch,
@@ -16,13 +23,16 @@
  * of lavapipe's threads, which run in this process), and the GFLOP/s of
  * the wall time (causal: 2 T^2 D flops forward, 2.5 times that backward).
  */
+#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "codegen/program.h"
+#include "kiln/aot.h"
 #include "ir/kir.h"
 #include "passes/passes.h"
 #include "runtime/vulkan.h"
@@ -65,6 +75,73 @@ static kiln_graph *parse(kiln_ctx *ctx, long long T, bool loss) {
   return g;
 }
 
+/* The forward through a .so (see the header): the row, or 1. */
+static int run_so(kiln_ctx *ctx, kiln_graph *g, long long T, int reps, bool rows) {
+  char so[256];
+  snprintf(so, sizeof so, "/tmp/bench_attention_vulkan_%d.so", (int)getpid());
+  if (rows) setenv("KILN_VK_ATTENTION", "rows", 1);
+  kiln_aot_options opt = {.output = so, .name = "att", .target = "vulkan"};
+  kiln_status st = kiln_compile_shared(g, &opt);
+  unsetenv("KILN_VK_ATTENTION");
+  if (st != KILN_OK) {
+    fprintf(stderr, "compile: %s\n", kiln_ctx_error(ctx));
+    return 1;
+  }
+  void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+  remove(so);
+  if (!h) return fprintf(stderr, "dlopen: %s\n", dlerror()), 1;
+  int (*create)(void **) = (int (*)(void **))dlsym(h, "att_create");
+  int (*run)(void *, const void *const *, const int64_t *const *, void *const *) =
+      (int (*)(void *, const void *const *, const int64_t *const *, void *const *))dlsym(h, "att_run");
+  const char *(*error)(const void *) = (const char *(*)(const void *))dlsym(h, "att_error");
+  void (*destroy)(void *) = (void (*)(void *))dlsym(h, "att_destroy");
+  int rc = 1;
+  void *m = NULL;
+  size_t n = (size_t)(8 * T * D);
+  float *x = malloc(3 * n * sizeof *x), *y = malloc(n * sizeof *y);
+  double wall[32], cpu[32], compile = NAN;
+  if (!create || !run || !error || !destroy || !x || !y) goto done;
+  unsigned seed = 1;
+  for (size_t e = 0; e < 3 * n; e++) {
+    seed = seed * 1103515245u + 12345u;
+    x[e] = (float)((seed >> 8) % 2001) / 1000.0f - 1.0f;
+  }
+  double t0 = clock_ms(CLOCK_MONOTONIC);
+  if (create(&m)) {
+    fprintf(stderr, "create: %s\n", error(NULL));
+    goto done;
+  }
+  compile = (clock_ms(CLOCK_MONOTONIC) - t0) / 1e3;
+  int64_t dims[4] = {1, 8, T, D};
+  const int64_t *dv[3] = {dims, dims, dims};
+  const void *in[3] = {x, x + n, x + 2 * n};
+  void *out[1] = {y};
+  for (int r = 0; r <= reps; r++) {
+    double w0 = clock_ms(CLOCK_MONOTONIC), c0 = clock_ms(CLOCK_PROCESS_CPUTIME_ID);
+    if (run(m, in, dv, out)) {
+      fprintf(stderr, "run: %s\n", error(m));
+      goto done;
+    }
+    if (r) {
+      wall[r - 1] = clock_ms(CLOCK_MONOTONIC) - w0;
+      cpu[r - 1] = clock_ms(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    }
+  }
+  qsort(wall, (size_t)reps, sizeof *wall, cmp);
+  qsort(cpu, (size_t)reps, sizeof *cpu, cmp);
+  printf("| %lld | %lld | %s | forward | %.1f | %.0f | %.0f | %.2f |\n", T, D,
+         rows ? ".so, per-row kernels (compiled with KILN_VK_ATTENTION=rows)"
+              : ".so (kiln compile --target vulkan), tiled shaders",
+         compile, wall[reps / 2], cpu[reps / 2],
+         2.0 * (double)T * (double)T * (double)D * 8 / (wall[reps / 2] * 1e6));
+  rc = 0;
+done:
+  if (m) destroy(m);
+  free(x), free(y);
+  dlclose(h);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: bench_attention_vulkan T [reps] [fwd|both] [tiled|rows]\n");
@@ -77,6 +154,13 @@ int main(int argc, char **argv) {
   if (argc > 5) D = atoll(argv[5]);
   if (T <= 0 || reps < 1 || reps > 31 || D <= 0 || D > 1024) return 2;
   kiln_ctx *ctx = kiln_ctx_create();
+  if (argc > 4 && !strncmp(argv[4], "so", 2)) {
+    kiln_graph *fg = both ? NULL : parse(ctx, T, false);
+    int r = fg ? run_so(ctx, fg, T, reps, !strcmp(argv[4], "so-rows")) : 2;
+    kiln_graph_destroy(fg);
+    kiln_ctx_destroy(ctx);
+    return r;
+  }
   kiln_graph *g = parse(ctx, T, both), *tg = g ? kp_attention_tiling(g) : NULL, *gg = tg;
   if (both && tg) {
     bool wrt[4] = {true, true, true, false};

@@ -7,7 +7,9 @@
 #
 #   bench/attention_vulkan.sh [T ...]   (default: 1024)
 #
-# REPS (default 3) timed runs after a warm-up; BOTH=0 skips forward+backward.
+# REPS (default 3) timed runs after a warm-up; BOTH=0 skips forward+backward;
+# SO=1 adds the forward through a shared object of `kiln compile --target
+# vulkan` (tiled shaders from its images, and per-row kernels).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build=${BUILD:-build}
@@ -21,7 +23,9 @@ reps=${REPS:-3}
   for T in "${lengths[@]}"; do
     for pass in fwd both; do
       [ "$pass" = both ] && [ "${BOTH:-1}" = 0 ] && continue
-      for form in tiled rows; do
+      forms=(tiled rows)
+      [ "$pass" = fwd ] && [ "${SO:-0}" = 1 ] && forms+=(so so-rows)
+      for form in "${forms[@]}"; do
         "$build"/bin/bench_attention_vulkan "$T" "$reps" "$pass" "$form" ||
           echo "| $T | 64 | $form | $pass | failed | | | |"
       done

@@ -103,6 +103,26 @@ kiln_status kcg_attention_spirv_plan(kiln_ctx *ctx, const kcg_program *p, const 
 kiln_status kcg_attention_spirv_render(kiln_ctx *ctx, const kcg_vk_attn_shader *sh,
                                        uint32_t **words, size_t *nwords);
 
+/*
+ * Shared objects (`kiln compile --target vulkan`, docs/aot-gpu.md): their
+ * runtime has no shader writer, so the compiler renders every shader an
+ * ATTENTION step may need ahead of time, and the runtime plans its tiles as
+ * if the device's maxComputeSharedMemorySize were the largest of
+ * kcg_attention_spirv_aot_shared (16, 32, 48 and 64 KiB) it reaches
+ * (kcg_attention_spirv_aot_limit; lavapipe's 32 KiB and most GPUs' 48 or
+ * 64 KiB are exact, more is planned as 64 KiB, which already holds the
+ * largest tiles up to dm 128 in f32). kcg_attention_spirv_variants appends to
+ * out[*n..cap) the distinct shaders step `st` runs on such devices: for
+ * each of those sizes, and for each padded head dim when D or Dv is
+ * symbolic (else the one of its head dim). A head dim over 256 is
+ * KILN_ERR_UNSUPPORTED.
+ */
+enum { KCG_VK_ATTN_AOT_SHARED = 4 };
+extern const uint32_t kcg_attention_spirv_aot_shared[KCG_VK_ATTN_AOT_SHARED];
+uint32_t kcg_attention_spirv_aot_limit(uint32_t shared_bytes);
+kiln_status kcg_attention_spirv_variants(kiln_ctx *ctx, const kcg_program *p, const kcg_step *st,
+                                         kcg_vk_attn_shader *out, uint32_t cap, uint32_t *n);
+
 /* "kiln_vk_fa_fwd_d64" etc., for messages. */
 const char *kcg_attention_spirv_name(kcg_vk_attn_kernel kind);
 

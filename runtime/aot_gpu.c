@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/attention_spirv.h"
 #include "codegen/cuda.h"
 #include "codegen/hip.h"
 #include "codegen/spirv.h"
@@ -136,10 +137,44 @@ static kiln_status capture_spirv(kiln_ctx *ctx, const kcg_program *p, kcg_aot_im
   return KILN_OK;
 }
 
+/*
+ * The tiled attention shaders of every ATTENTION step of `p` (and of its scan
+ * bodies), for each shared-memory size a .so's runtime plans with
+ * (codegen/attention_spirv.h): one image each, whatever the device's
+ * features (KRT_SPIRV_ATTN_ARCH).
+ */
+static kiln_status capture_attention(kiln_ctx *ctx, const kcg_program *p, kcg_aot_images *out) {
+  for (uint32_t i = 0; i < p->nsteps; i++) {
+    const kcg_step *st = &p->steps[i];
+    kiln_status s = KILN_OK;
+    if (st->kind == KCG_STEP_SCAN && st->body) s = capture_attention(ctx, st->body, out);
+    if (st->kind != KCG_STEP_ATTENTION || s != KILN_OK) {
+      if (s != KILN_OK) return s;
+      continue;
+    }
+    kcg_vk_attn_shader sh[64];
+    uint32_t n = 0;
+    if ((s = kcg_attention_spirv_variants(ctx, p, st, sh, 64, &n)) != KILN_OK) return s;
+    for (uint32_t v = 0; v < n; v++) {
+      uint64_t key = krt_attn_shader_key(&sh[v]);
+      if (kcg_aot_images_has(out, key, KRT_SPIRV_ATTN_ARCH)) continue; /* another step's */
+      uint32_t *words = NULL;
+      size_t nw = 0;
+      if ((s = kcg_attention_spirv_render(ctx, &sh[v], &words, &nw)) != KILN_OK ||
+          (s = add(ctx, out, key, KRT_SPIRV_ATTN_ARCH, words, nw * 4)) != KILN_OK)
+        return s;
+    }
+  }
+  return KILN_OK;
+}
+
 kiln_status krt_aot_capture(kiln_ctx *ctx, krt_device_kind kind, const kcg_program *p,
                             kcg_aot_images *out) {
   switch (kind) {
-  case KRT_DEVICE_VULKAN: return capture_spirv(ctx, p, out);
+  case KRT_DEVICE_VULKAN: {
+    kiln_status s = capture_spirv(ctx, p, out);
+    return s == KILN_OK ? capture_attention(ctx, p, out) : s;
+  }
   case KRT_DEVICE_CUDA: {
     recorder r = {.out = out};
     return capture_driver(ctx, p, &r);

@@ -231,6 +231,7 @@ static void reword(kiln_ctx *ctx, kiln_status s, krt_device_kind kind) {
 
 kiln_status krt_device_lower(kiln_ctx *ctx, krt_device_kind kind, kir_graph *g, bool aot,
                              kir_arena *arena, kcg_program **out) {
+  (void)aot; /* a shared object runs what the JIT runs (its attention shaders as images) */
   *out = NULL;
   kir_graph *lg;
   kcg_lower_options lo = {.fuse = kp_fusion_enabled(), .runtime_attention = true};
@@ -240,7 +241,8 @@ kiln_status krt_device_lower(kiln_ctx *ctx, krt_device_kind kind, kir_graph *g, 
     lg = tg ? kp_legalize(tg) : NULL;
     if (tg != wg) kiln_graph_destroy(tg);
     kiln_graph_destroy(wg);
-    lo.runtime_attention = !aot && kvk_attention_steps(); /* the tiled shaders */
+    /* the tiled shaders; a shared object's come as images (runtime/aot_gpu.c) */
+    lo.runtime_attention = kvk_attention_steps();
   } else { /* as krt_gpu_graph_run */
     lg = kp_legalize(g);
   }

@@ -106,9 +106,10 @@ void krt_device_program_set_names(krt_device_program *dp, const char *const *nam
  * Lowers `g` into a program in `arena` as the device of `kind` runs it (the
  * passes kiln_graph_run's backend of that kind applies): Vulkan widens
  * f16/bf16 arithmetic to f32; CUDA, HIP and Vulkan keep ATTENTION steps for
- * their hand-written tiled kernels, except that `aot` lowers Vulkan's to
- * kernel-IR kernels (a shared object's runtime has no shader writer for
- * them). An op without a lowering is KILN_ERR_UNSUPPORTED: "backend
+ * their hand-written tiled kernels (`aot`, for `kiln compile --target`, lowers
+ * the same: a shared object's Vulkan runtime takes the tiled shaders from
+ * its images; KILN_VK_ATTENTION=rows lowers Vulkan's to per-row kernels,
+ * either way). An op without a lowering is KILN_ERR_UNSUPPORTED: "backend
  * 'vulkan': no compiled kernel for op 'OP' (DTYPE)".
  */
 kiln_status krt_device_lower(kiln_ctx *ctx, krt_device_kind kind, kir_graph *g, bool aot,

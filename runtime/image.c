@@ -55,6 +55,15 @@ uint64_t krt_kernel_key(const kcg_kernel *k) {
   return mix_u64(h, k->nerrors);
 }
 
+uint64_t krt_attn_shader_key(const kcg_vk_attn_shader *sh) {
+  uint64_t h = krt_image_key("kiln_vk_fa", 10);
+  h = mix_u64(h, (uint64_t)sh->kind), h = mix_u64(h, (uint64_t)sh->t);
+  h = mix_u64(h, (uint64_t)sh->causal << 1 | sh->has_mask), h = mix_u64(h, sh->nbind);
+  h = mix_u64(h, (uint64_t)sh->dm), h = mix_u64(h, (uint64_t)sh->br);
+  h = mix_u64(h, (uint64_t)sh->bc);
+  return mix_u64(h, (uint64_t)sh->group);
+}
+
 const char *krt_spirv_arch(bool f64, bool storage16) {
   return f64 ? (storage16 ? "spirv+f64+s16" : "spirv+f64") : (storage16 ? "spirv+s16" : "spirv");
 }

@@ -14,6 +14,7 @@
 #ifndef KILN_RT_IMAGE_H
 #define KILN_RT_IMAGE_H
 
+#include "codegen/attention_spirv.h"
 #include "codegen/kernel.h"
 #include "runtime/device.h"
 
@@ -29,6 +30,15 @@ void krt_image_archs(const krt_image_table *t, char *buf, size_t n);
 
 /* A key of what a kernel computes: every field of its IR but its name and messages. */
 uint64_t krt_kernel_key(const kcg_kernel *k);
+
+/*
+ * A key of a Vulkan attention shader (codegen/attention_spirv.h): its every
+ * field. Its images have arch KRT_SPIRV_ATTN_ARCH whatever the device's
+ * features: the shaders use no 16-bit storage, and f64 ones are planned only
+ * on devices with shaderFloat64.
+ */
+uint64_t krt_attn_shader_key(const kcg_vk_attn_shader *sh);
+#define KRT_SPIRV_ATTN_ARCH "spirv-attention"
 
 /* The arch of SPIR-V rendered for a device with (or without) shaderFloat64 and 16-bit storage. */
 const char *krt_spirv_arch(bool f64, bool storage16);

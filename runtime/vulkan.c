@@ -84,6 +84,7 @@ struct kvk_program {
   kvk_kernel *k; /* per kernel of p */
   kvk_attn_pipe *attn; /* the attention shaders compiled so far */
   uint32_t nattn, capattn;
+  kcg_vk_limits attn_lim; /* what attention plans with: the device's, a .so's sizes with images */
 };
 
 static kiln_status attn_prepare(kiln_ctx *ctx, kvk_program *vp, const kcg_program *p,
@@ -395,6 +396,9 @@ kiln_status kvk_program_create_images(kiln_ctx *ctx, kvk_device *d, const kcg_pr
     return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   }
   vp->d = d, vp->p = p, vp->images = images;
+  vp->attn_lim = d->attn_limits;
+  if (images) /* a shared object's shaders were made for these sizes (attention_spirv.h) */
+    vp->attn_lim.shared_bytes = kcg_attention_spirv_aot_limit(vp->attn_lim.shared_bytes);
   kiln_status s = prepare(ctx, vp, p, 0);
   if (s != KILN_OK) {
     kvk_program_destroy(vp);
@@ -924,29 +928,6 @@ static void attn_step_free(kvk_device *d, struct vattn *a) {
   free(a);
 }
 
-#ifdef KILN_DEVICE_RUNTIME
-/* A runtime without the shader writer (and SPIRV-Tools): programs lower attention to kernels. */
-bool kvk_attention_steps(void) { return false; }
-static kiln_status attn_none(kiln_ctx *ctx) {
-  return kir_fail(ctx, KILN_ERR_UNSUPPORTED,
-                  "Vulkan: this runtime has no attention shaders (lower the program with "
-                  "kcg_lower_options.runtime_attention false)");
-}
-static kiln_status attn_prepare(kiln_ctx *ctx, kvk_program *vp, const kcg_program *p,
-                                const kcg_step *st) {
-  (void)vp, (void)p, (void)st;
-  return attn_none(ctx);
-}
-static void attn_free(kvk_program *vp) { free(vp->attn); }
-static kiln_status attn_bind(vrun *r, vframe *f, uint32_t i) {
-  (void)f, (void)i;
-  return attn_none(r->ctx);
-}
-static kiln_status attn_record(vrun *r, vframe *f, uint32_t i) {
-  (void)f, (void)i;
-  return attn_none(r->ctx);
-}
-#else
 bool kvk_attention_steps(void) {
   const char *e = getenv("KILN_VK_ATTENTION");
   return !(e && !strcmp(e, "rows"));
@@ -997,6 +978,32 @@ static kiln_status attn_pipeline_create(kiln_ctx *ctx, kvk_device *d, const uint
   return r == VK_SUCCESS ? KILN_OK : vk_fail(ctx, "vkCreateComputePipelines", r);
 }
 
+/*
+ * The SPIR-V of attention shader `sh`: the program's image of it (*owned
+ * false), else rendered (not in a shared object's runtime, which has no
+ * shader writer: there a missing image is an error naming the shader).
+ */
+static kiln_status attn_words(kiln_ctx *ctx, kvk_program *vp, const kcg_vk_attn_shader *sh,
+                              uint32_t **words, size_t *n, bool *owned) {
+  const krt_image *im = krt_image_find(vp->images, krt_attn_shader_key(sh), KRT_SPIRV_ATTN_ARCH);
+  *owned = false;
+  if (im && im->len % 4 == 0 && im->len) {
+    *words = (uint32_t *)im->data, *n = im->len / 4;
+    return KILN_OK;
+  }
+#ifdef KILN_DEVICE_RUNTIME
+  return kir_fail(ctx, KILN_ERR_UNSUPPORTED,
+                  "Vulkan: the program has no attention shader %s_d%d (%s, br %d, bc %d, group "
+                  "%d%s%s) for %s (%u bytes of shared memory): compile it again with this Kiln",
+                  kcg_attention_spirv_name(sh->kind), sh->dm, kiln_dtype_name(sh->t), sh->br,
+                  sh->bc, sh->group, sh->causal ? ", causal" : "", sh->has_mask ? ", mask" : "",
+                  vp->d->name, vp->attn_lim.shared_bytes);
+#else
+  *owned = true;
+  return kcg_attention_spirv_render(ctx, sh, words, n);
+#endif
+}
+
 /* The index of the pipeline of shader `sh` in vp, compiled on first use. */
 static kiln_status attn_pipeline(kiln_ctx *ctx, kvk_program *vp, const kcg_vk_attn_shader *sh,
                                  uint32_t *index) {
@@ -1010,12 +1017,13 @@ static kiln_status attn_pipeline(kiln_ctx *ctx, kvk_program *vp, const kcg_vk_at
   }
   uint32_t *words = NULL;
   size_t n = 0;
-  kiln_status s = kcg_attention_spirv_render(ctx, sh, &words, &n);
+  bool owned = false;
+  kiln_status s = attn_words(ctx, vp, sh, &words, &n, &owned);
   if (s != KILN_OK) return s;
   kvk_attn_pipe *ap = &vp->attn[vp->nattn];
   *ap = (kvk_attn_pipe){.sh = *sh};
   s = attn_pipeline_create(ctx, vp->d, words, n, sh->nbind, &ap->k);
-  free(words);
+  if (owned) free(words);
   if (s != KILN_OK) {
     kernel_free(vp->d, &ap->k);
     return s;
@@ -1043,7 +1051,7 @@ static kiln_status attn_prepare(kiln_ctx *ctx, kvk_program *vp, const kcg_progra
   }
   kcg_vk_attn_plan plan;
   kiln_status s =
-      kcg_attention_spirv_plan(ctx, p, st, NULL, &vp->d->attn_limits, vp->d->f64, &plan);
+      kcg_attention_spirv_plan(ctx, p, st, NULL, &vp->attn_lim, vp->d->f64, &plan);
   for (uint32_t l = 0; l < plan.nlaunches && s == KILN_OK; l++) {
     uint32_t index;
     s = attn_pipeline(ctx, vp, &plan.launches[l].sh, &index);
@@ -1057,7 +1065,7 @@ static kiln_status attn_bind(vrun *r, vframe *f, uint32_t i) {
   const kcg_step *st = &f->p->steps[i];
   vattn *a = calloc(1, sizeof *a);
   if (!(f->attn[i] = a)) return kir_fail(r->ctx, KILN_ERR_NOMEM, "out of memory");
-  kiln_status s = kcg_attention_spirv_plan(r->ctx, f->p, st, r->sizes, &d->attn_limits, d->f64,
+  kiln_status s = kcg_attention_spirv_plan(r->ctx, f->p, st, r->sizes, &r->vp->attn_lim, d->f64,
                                            &a->plan);
   for (uint32_t l = 0; l < a->plan.nlaunches && s == KILN_OK; l++)
     s = attn_pipeline(r->ctx, r->vp, &a->plan.launches[l].sh, &a->pipe[l]);
@@ -1109,4 +1117,3 @@ static kiln_status attn_record(vrun *r, vframe *f, uint32_t i) {
   }
   return KILN_OK;
 }
-#endif /* KILN_DEVICE_RUNTIME */

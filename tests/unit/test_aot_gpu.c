@@ -10,7 +10,11 @@
  * without 16-bit storage (two SPIR-V variants of each kernel, both embedded).
  * The .so needs only libc, libm (no
  * SPIRV-Tools, LLVM or libkiln), every kernel comes from the embedded words
- * (the runtime it links cannot render SPIR-V), and with $KILN_VULKAN naming
+ * (the runtime it links cannot render SPIR-V; attention runs as the tiled
+ * shaders, whose images the transformers' tables hold, and a causal GQA
+ * attention with T != S runs from them, the forward shader lavapipe plans
+ * found by its key; with its table's attention keys changed a run fails
+ * naming the shader), and with $KILN_VULKAN naming
  * a missing loader NAME_create fails with "no Vulkan device (...)" in
  * NAME_error(NULL).
  *
@@ -32,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "kiln/aot.h"
@@ -175,6 +180,13 @@ static bool compile(kiln_ctx *ctx, built *b, const char *target, const char *nam
 
 /* ---- Vulkan on lavapipe ---- */
 
+/* The images of tiled attention shaders (codegen/attention_spirv.h) in t. */
+static uint32_t attention_images(const krt_image_table *t) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; t && i < t->n; i++) n += !strcmp(t->images[i].arch, KRT_SPIRV_ATTN_ARCH);
+  return n;
+}
+
 static void vulkan_model(const char *file) {
   kiln_ctx *ctx = kiln_ctx_create();
   built b;
@@ -215,6 +227,11 @@ static void vulkan_model(const char *file) {
     CHECK(t->images[i].len >= 20 && *(const uint32_t *)t->images[i].data == 0x07230203u &&
               !strncmp(t->images[i].arch, "spirv", 5),
           "%s: image %u (%s) is no SPIR-V module", file, i, t->images[i].arch);
+  /* a transformer's attention is ATTENTION steps, run by the tiled shaders from their images
+     (the runtime has no per-row fallback for them): one image per shader at least */
+  uint32_t nattn = attention_images(t);
+  bool transformer = strstr(file, "transformer") != NULL;
+  CHECK(transformer ? nattn > 0 : nattn == 0, "%s: %u attention shader images", file, nattn);
   int s = a.create(&m);
   if (s) {
     CHECK(0, "%s: create: %d %s", file, s, a.error(NULL));
@@ -347,6 +364,144 @@ done:
   for (int i = 0; i < 2; i++) kiln_tensor_destroy(in[i]);
   kiln_tensor_destroy(want[0]);
   kiln_tensor_destroy(got);
+  kiln_graph_destroy(g);
+  kiln_ctx_destroy(ctx);
+}
+
+/*
+ * A .so whose table lost its attention shaders (their keys changed in place,
+ * the table's pages made writable: a stand-in for a table of another Kiln)
+ * fails its run naming the shader, never computing otherwise. A fresh
+ * instance: the first one's pipelines are already made.
+ */
+static void missing_shader(const api *a, const krt_image_table *t, const void *const *data,
+                           const int64_t *const *dims, void *const *out) {
+  long page = sysconf(_SC_PAGESIZE);
+  uintptr_t lo = (uintptr_t)t->images & ~(uintptr_t)(page - 1);
+  uintptr_t hi = (uintptr_t)(t->images + t->n);
+  if (mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE)) {
+    printf("skip: missing attention shader (mprotect failed)\n");
+    return;
+  }
+  krt_image *im = (krt_image *)t->images;
+  for (uint32_t i = 0; i < t->n; i++)
+    if (!strcmp(im[i].arch, KRT_SPIRV_ATTN_ARCH)) im[i].key ^= 0x5a5a5a5a5a5a5a5aull;
+  model *m = NULL;
+  int s = a->create(&m);
+  if (s == 0) s = a->run(m, data, dims, out);
+  const char *msg = m ? a->error(m) : a->error(NULL);
+  printf("%s vulkan .so without its attention shaders: %s\n",
+         s != 0 && strstr(msg, "no attention shader kiln_vk_fa_fwd") ? "ok  " : "FAIL", msg);
+  CHECK(s != 0 && strstr(msg, "no attention shader kiln_vk_fa_fwd"), "missing shader: %d '%s'", s,
+        msg);
+  if (m) a->destroy(m);
+}
+
+/*
+ * Attention alone, as ATTENTION steps of the tiled shaders: causal with T != S
+ * (both ways) and grouped heads (H 4, Hk 2), D (24; 96: tiles that differ
+ * with the shared-memory size, 3 images) != Dv 16, a symbolic batch;
+ * the .so (f32) against the interpreter (f64 reference, 1e-5 relative) at
+ * sizes that span several key and query tiles on lavapipe (32 KiB: bc 64),
+ * and its table holds the forward shader lavapipe plans (found by key).
+ * `rows`: compiled with KILN_VK_ATTENTION=rows, per-row kernels and no
+ * attention shader.
+ */
+static void vulkan_attention(int64_t T, int64_t S, int64_t D, bool rows) {
+  kiln_ctx *ctx = kiln_ctx_create();
+  char text[1024], name[48], so[512], embedded[512];
+  snprintf(text, sizeof text,
+           "func @main(%%q: f32[B, 4, %lld, %lld], %%k: f32[B, 2, %lld, %lld], %%v: f32[B, 2, %lld, 16]) "
+           "-> (f32[B, 4, %lld, 16]) {\n"
+           "  %%r = attention(%%q, %%k, %%v) {causal = true} : f32[B, 4, %lld, 16]\n"
+           "  return %%r\n}\n",
+           (long long)T, (long long)D, (long long)S, (long long)D, (long long)S, (long long)T,
+           (long long)T);
+  snprintf(name, sizeof name, "aotvk_attn_%lld_%lld%s", (long long)T, (long long)S,
+           rows ? "_rows" : "");
+  snprintf(so, sizeof so, "%s/test_aot_gpu_%s.so", KILN_BINARY_DIR, name);
+  kiln_graph *g = NULL;
+  kiln_tensor *in[3] = {0}, *want[1] = {0};
+  float *got = NULL;
+  void *h = NULL;
+  model *m = NULL;
+  api a = {0};
+  int64_t qd[4] = {2, 4, T, D}, kd[4] = {2, 2, S, D}, vd[4] = {2, 2, S, 16};
+  int dm = 16; /* the padded head dim */
+  while (dm < D) dm *= 2;
+  if (kiln_graph_parse(ctx, text, strlen(text), name, &g) ||
+      kiln_tensor_create(ctx, KILN_F32, 4, qd, &in[0]) ||
+      kiln_tensor_create(ctx, KILN_F32, 4, kd, &in[1]) ||
+      kiln_tensor_create(ctx, KILN_F32, 4, vd, &in[2])) {
+    CHECK(0, "%s: %s", name, kiln_ctx_error(ctx));
+    goto done;
+  }
+  for (int i = 0; i < 3; i++)
+    for (size_t e = 0; e < kiln_tensor_numel(in[i]); e++) {
+      double u = 2 * uniform() - 1;
+      kiln_tensor_set(in[i], e, u != 0 ? u : 0.25);
+    }
+  if (kiln_graph_run(g, KILN_BACKEND_EAGER, 3, in, 1, want, NULL)) {
+    CHECK(0, "%s: interpreter: %s", name, kiln_ctx_error(ctx));
+    goto done;
+  }
+  /* what kiln compile lowers (aot): one ATTENTION step, no per-row kernels (rows: the reverse) */
+  if (rows) setenv("KILN_VK_ATTENTION", "rows", 1);
+  kir_arena arena = {0};
+  kcg_program *p = NULL;
+  uint32_t nattn_steps = 0;
+  CHECK(krt_device_lower(ctx, KRT_DEVICE_VULKAN, g, true, &arena, &p) == KILN_OK && p,
+        "%s: lower: %s", name, kiln_ctx_error(ctx));
+  for (uint32_t i = 0; p && i < p->nsteps; i++) nattn_steps += p->steps[i].kind == KCG_STEP_ATTENTION;
+  CHECK(rows ? nattn_steps == 0 && p->nkernels > 0 : nattn_steps == 1 && p->nkernels == 0,
+        "%s: %u ATTENTION steps, %u kernels", name, nattn_steps, p ? p->nkernels : 0);
+  kir_arena_free(&arena);
+  built b = {.g = g};
+  bool compiled = compile(ctx, &b, "vulkan", name, so, embedded, sizeof embedded);
+  unsetenv("KILN_VK_ATTENTION");
+  if (!compiled) goto done;
+  if (!(h = dlopen(so, RTLD_NOW | RTLD_LOCAL)) || !load_api(h, name, &a)) {
+    CHECK(0, "%s: dlopen: %s", so, dlerror());
+    goto done;
+  }
+  const krt_image_table *t = a.images();
+  kcg_vk_limits lav = {.shared_bytes = 32768, .invocations = 1024, .groups = {65535, 65535}};
+  kcg_vk_attn_shader fwd = {.kind = KCG_VK_ATTN_FWD, .t = KILN_F32, .causal = true, .nbind = 5,
+                            .dm = dm, .group = KCG_VK_ATTN_GROUP};
+  CHECK(kcg_attention_spirv_tiles(KCG_VK_ATTN_FWD, 4, dm, &lav, &fwd.br, &fwd.bc), "tiles");
+  const krt_image *im = krt_image_find(t, krt_attn_shader_key(&fwd), KRT_SPIRV_ATTN_ARCH);
+  CHECK(attention_images(t) == (rows ? 0u : D > 64 ? 3u : 1u), "%s: %u attention images", name,
+        attention_images(t)); /* dm 128: bc 16, 32 (32 and 48 KiB), 64 */
+  CHECK(rows ? !im : im && im->len >= 20 && *(const uint32_t *)im->data == 0x07230203u,
+        "%s: no forward shader image for 32 KiB (br %d, bc %d) among %u", name, fwd.br, fwd.bc,
+        attention_images(t));
+  got = calloc((size_t)kiln_tensor_numel(want[0]) + 1, sizeof *got);
+  const int64_t *dims[3] = {qd, kd, vd};
+  const void *data[3] = {kiln_tensor_cdata(in[0]), kiln_tensor_cdata(in[1]), kiln_tensor_cdata(in[2])};
+  void *out[1] = {got};
+  int s = got ? a.create(&m) : -1;
+  if (s == 0) s = a.run(m, data, dims, out);
+  CHECK(s == 0, "%s: %s", name, m ? a.error(m) : a.error(NULL));
+  double worst = 0;
+  for (size_t e = 0; s == 0 && e < kiln_tensor_numel(want[0]); e++) {
+    double x = kiln_tensor_get(want[0], e), y = got[e];
+    double rel = fabs(x - y) / (1 + fabs(x));
+    if (!(rel <= worst)) worst = isnan(rel) ? INFINITY : rel;
+  }
+  printf("%s vulkan .so causal GQA attention T %lld S %lld D %lld%s: %u shader images, largest "
+         "difference from the interpreter %.2g\n",
+         s == 0 && worst <= 1e-5 ? "ok  " : "FAIL", (long long)T, (long long)S, (long long)D,
+         rows ? " (KILN_VK_ATTENTION=rows)" : "",
+         attention_images(t), worst);
+  CHECK(s == 0 && worst <= 1e-5, "%s: the .so disagrees with the interpreter", name);
+  if (!rows && s == 0) missing_shader(&a, t, data, dims, out);
+done:
+  if (m) a.destroy(m);
+  if (h) dlclose(h);
+  remove(so);
+  for (int i = 0; i < 3; i++) kiln_tensor_destroy(in[i]);
+  kiln_tensor_destroy(want[0]);
+  free(got);
   kiln_graph_destroy(g);
   kiln_ctx_destroy(ctx);
 }
@@ -565,9 +720,11 @@ int main(int argc, char **argv) {
     vulkan_missing();
     if (!vk) printf("skip: the Vulkan runs: %s\n", kiln_ctx_error(ctx));
     static const char *const models[] = {"mlp.kiln", "cnn.kiln", "transformer_classifier.kiln",
-                                         "lstm_classifier.kiln"};
+                                         "transformer_lm.kiln", "lstm_classifier.kiln"};
     for (size_t i = 0; vk && i < sizeof models / sizeof models[0]; i++) vulkan_model(models[i]);
     if (vk) vulkan_half("f16", 1e-3), vulkan_half("bf16", 1e-2);
+    if (vk) vulkan_attention(150, 90, 24, false), vulkan_attention(70, 200, 96, false);
+    if (vk) vulkan_attention(150, 90, 24, true);
   }
   static const char *const gpu_models[] = {"mlp.kiln", "transformer_classifier.kiln"};
   for (size_t i = 0; i < sizeof gpu_models / sizeof gpu_models[0]; i++) {
