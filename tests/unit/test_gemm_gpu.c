@@ -17,6 +17,15 @@
  * batch count and, per batch axis, the size and A's and B's element
  * strides (0 where they broadcast), worked out here from the operands'
  * row-major shapes. Where NVRTC or HIPRTC is absent that part is skipped.
+ *
+ * bf16-marked f32 steps (kcg_gemm.bf16: what the bf16 precision policy and
+ * bf16 models make of matmul and of im2col convolutions) in their four
+ * operand layouts (A and B bf16 buffers; A only; B only; neither, both f32
+ * buffers holding bf16 values) get the bf16 WMMA kernel on sm_90, with an
+ * f32 operand converted as it is loaded, and the FMA kernel on sm_75 and
+ * gfx90a, reading each operand as its buffer's type and writing f32; marks
+ * the kernels cannot honour (on an f64 step, a_bf16 without bf16, a buffer
+ * not of the marked type) are refused, so the generated kernel runs.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -43,8 +52,13 @@ static void fail(const char *where, const char *fmt, ...) {
 }
 
 /* A GEMM step over buffers of the given shapes (batch dims then the matrix). */
+/* bf16 marks of an f32 step: none; a_bf16 + b_bf16; a_bf16; b_bf16; bf16 alone */
+enum { MIX_NONE, MIX_AB, MIX_A, MIX_B, MIX_F32 };
+static const char *const mix_name[] = {"", "+bf16(A,B)", "+bf16(A)", "+bf16(B)", "+bf16(f32)"};
+
 typedef struct gcase {
   kir_dtype dt;
+  int mix;
   bool ta, tb;
   int64_t m, n, k;
   int nc, na, nb; /* batch ranks of C, A, B */
@@ -62,6 +76,9 @@ static void make(fake *f, const gcase *c) {
   memset(f, 0, sizeof *f);
   kcg_gemm *g = &f->step.gemm;
   g->dtype = c->dt, g->trans_a = c->ta, g->trans_b = c->tb;
+  g->bf16 = c->mix != MIX_NONE;
+  g->a_bf16 = c->mix == MIX_AB || c->mix == MIX_A;
+  g->b_bf16 = c->mix == MIX_AB || c->mix == MIX_B;
   g->m = c->m, g->n = c->n, g->k = c->k;
   g->nbatch = (uint8_t)c->nc, g->a_rank = (uint8_t)c->na, g->b_rank = (uint8_t)c->nb;
   for (int d = 0; d < c->nc; d++)
@@ -85,6 +102,8 @@ static void make(fake *f, const gcase *c) {
     f->bufs[i].kind = KCG_PBUF_TEMP;
     f->args[i] = (uint32_t)(2 - i); /* any order: the plan names args, not buffers */
   }
+  if (g->a_bf16) f->bufs[f->args[0]].type.dtype = KILN_BF16;
+  if (g->b_bf16) f->bufs[f->args[1]].type.dtype = KILN_BF16;
   f->prog.bufs = f->bufs, f->prog.nbufs = 3;
   f->step.kind = KCG_STEP_GEMM, f->step.args = f->args, f->step.nargs = 3;
 }
@@ -115,8 +134,8 @@ static void compile_variant(kiln_ctx *ctx, const gcase *c, bool tf32) {
   fake f;
   make(&f, c);
   char where[96];
-  snprintf(where, sizeof where, "%s ta=%d tb=%d batch rank %d", dt_name(c->dt, tf32), c->ta, c->tb,
-           c->nc);
+  snprintf(where, sizeof where, "%s%s ta=%d tb=%d batch rank %d", dt_name(c->dt, tf32),
+           mix_name[c->mix], c->ta, c->tb, c->nc);
   kcg_gpu_target sm90 = {.sm = 90, .tensor_cores = true, .tf32 = tf32};
   kcg_gpu_target sm75 = {.sm = 75, .tf32 = tf32};
   kcg_gpu_target gfx = {.hip = true, .gfx = "gfx90a", .tf32 = tf32};
@@ -130,15 +149,36 @@ static void compile_variant(kiln_ctx *ctx, const gcase *c, bool tf32) {
       continue;
     }
     bool tc = strstr(src, "wmma::mma_sync") != NULL;
-    bool want_tc =
-        t == 0 && (c->dt == KILN_F16 || c->dt == KILN_BF16 || (tf32 && c->dt == KILN_F32));
+    bool want_tc = t == 0 && (c->dt == KILN_F16 || c->dt == KILN_BF16 || c->mix != MIX_NONE ||
+                              (tf32 && c->dt == KILN_F32));
     if (tc != want_tc)
       fail(where, "%s source %s tensor cores",
            t == 0   ? "sm_90"
            : t == 1 ? "sm_75"
                     : "gfx90a",
            tc ? "uses" : "does not use");
-    if (tc && tf32 && !strstr(src, "precision::tf32")) fail(where, "tf32 without precision::tf32");
+    if (tc && tf32 && c->mix == MIX_NONE && !strstr(src, "precision::tf32"))
+      fail(where, "tf32 without precision::tf32");
+    if (c->mix != MIX_NONE) { /* the operands' and the result's types as the kernel reads them */
+      bool a16 = c->mix == MIX_AB || c->mix == MIX_A, b16 = c->mix == MIX_AB || c->mix == MIX_B;
+      char want[160];
+      snprintf(want, sizeof want, "#define KG_AT %s\n#define KG_BT %s\n#define KG_CT float\n",
+               a16 ? "unsigned short" : "float", b16 ? "unsigned short" : "float");
+      if (!strstr(src, want)) fail(where, "the source lacks '%s'", want);
+      if (tc && (!strstr(src, "wmma::fragment<wmma::matrix_a, 16, 16, KG_WK, KG_WT, KG_LA>") ||
+                 !strstr(src, "#define KG_WT __nv_bfloat16") || strstr(src, "precision::tf32")))
+        fail(where, "the tensor-core kernel does not multiply bf16");
+      if (tc) {
+        snprintf(want, sizeof want, "#define KG_LDFA %s\n#define KG_LDFB %s\n",
+                 a16 ? "kg_load" : "kg_load_f2b", b16 ? "kg_load" : "kg_load_f2b");
+        if (!strstr(src, want)) fail(where, "the source lacks '%s'", want);
+        if (!strstr(src, "#define KG_OUT(x) (x)")) fail(where, "the f32 result is rounded");
+      } else {
+        snprintf(want, sizeof want, "#define KG_LDA(x) %s(x)\n#define KG_LDB(x) %s(x)\n"
+                 "#define KG_ST(x) (x)\n", a16 ? "kg_b2f" : "", b16 ? "kg_b2f" : "");
+        if (!strstr(src, want)) fail(where, "the source lacks '%s'", want);
+      }
+    }
     if (!strstr(src, "kiln_gemm(")) fail(where, "no kiln_gemm in the source");
     if (!seen_before(src, tg->hip ? "hip" : "cuda")) {
       void *code = NULL;
@@ -165,8 +205,8 @@ static void check_plan(kiln_ctx *ctx, const gcase *c, bool tf32) {
   fake f;
   make(&f, c);
   char where[160];
-  snprintf(where, sizeof where, "plan %s ta=%d tb=%d m=%lld n=%lld k=%lld batch rank %d",
-           dt_name(c->dt, tf32), c->ta, c->tb, (long long)c->m, (long long)c->n, (long long)c->k,
+  snprintf(where, sizeof where, "plan %s%s ta=%d tb=%d m=%lld n=%lld k=%lld batch rank %d",
+           dt_name(c->dt, tf32), mix_name[c->mix], c->ta, c->tb, (long long)c->m, (long long)c->n, (long long)c->k,
            c->nc);
   kcg_gpu_target targets[2] = {{.sm = 90, .tensor_cores = true, .tf32 = tf32},
                                {.hip = true, .gfx = "gfx90a"}};
@@ -251,6 +291,30 @@ static void test_refusals(kiln_ctx *ctx) {
       !strstr(kiln_ctx_error(ctx), "names buffer 7 of 3"))
     fail("bad arg", "gave '%s'", kiln_ctx_error(ctx));
   f.args[1] = 1;
+  /* bf16 marks the tiled kernels cannot honour: the generated kernel runs */
+  const struct {
+    kir_dtype dt;
+    bool bf16, a16, b16;
+    kir_dtype abuf;
+    const char *msg;
+  } marks[] = {{KILN_F64, true, false, false, KILN_F64, "f64 step marked bf16"},
+               {KILN_F32, false, true, false, KILN_BF16, "marked a_bf16"},
+               {KILN_F32, true, true, false, KILN_F32, "operand 0 is f32"},
+               {KILN_F32, true, false, false, KILN_BF16, "operand 0 is bf16"}};
+  for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++) {
+    c.dt = marks[i].dt;
+    make(&f, &c);
+    f.step.gemm.bf16 = marks[i].bf16, f.step.gemm.a_bf16 = marks[i].a16;
+    f.step.gemm.b_bf16 = marks[i].b16;
+    f.bufs[f.args[0]].type.dtype = marks[i].abuf;
+    if (kcg_gemm_gpu_source(ctx, &kcg_cuda_dialect, &tg, &f.prog, &f.step, &src) !=
+            KILN_ERR_UNSUPPORTED ||
+        !strstr(kiln_ctx_error(ctx), marks[i].msg))
+      fail("marks", "%s: gave '%s'", marks[i].msg, kiln_ctx_error(ctx));
+    free(src), src = NULL;
+  }
+  c.dt = KILN_F32;
+  make(&f, &c);
   f.step.kind = KCG_STEP_KERNEL;
   if (kcg_gemm_gpu_plan(ctx, &tg, &f.prog, &f.step, NULL, &plan) != KILN_ERR_INVALID)
     fail("kernel step", "accepted");
@@ -304,16 +368,16 @@ int main(void) {
   struct {
     kir_dtype dt;
     bool tf32;
-  } dts[] = {{KILN_F64, false},
-             {KILN_F32, false},
-             {KILN_F32, true},
-             {KILN_F16, false},
-             {KILN_BF16, false}};
+    int mix;
+  } dts[] = {{KILN_F64, false, MIX_NONE}, {KILN_F32, false, MIX_NONE}, {KILN_F32, true, MIX_NONE},
+             {KILN_F16, false, MIX_NONE}, {KILN_BF16, false, MIX_NONE}, {KILN_F32, false, MIX_AB},
+             {KILN_F32, true, MIX_A},     {KILN_F32, false, MIX_B},    {KILN_F32, false, MIX_F32}};
   clock_t t0 = clock();
   for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
     for (int tr = 0; tr < 4; tr++) {
       int nc = (int)((i + (size_t)tr) % 4);
       gcase c = {.dt = dts[i].dt,
+                 .mix = dts[i].mix,
                  .ta = tr & 1,
                  .tb = tr >> 1,
                  .m = 33,
@@ -326,8 +390,8 @@ int main(void) {
                  .ab = {2, 3, 4, 5},
                  .bb = {3, 4, 5}};
       compile_variant(ctx, &c, dts[i].tf32);
-      printf("compiled %-4s ta=%d tb=%d batch rank %d\n", dt_name(dts[i].dt, dts[i].tf32), c.ta,
-             c.tb, nc);
+      printf("compiled %-4s%s ta=%d tb=%d batch rank %d\n", dt_name(dts[i].dt, dts[i].tf32),
+             mix_name[dts[i].mix], c.ta, c.tb, nc);
     }
   printf("%d sources compiled in %.1f s of CPU\n", ncompiled,
          (double)(clock() - t0) / CLOCKS_PER_SEC);
@@ -341,6 +405,7 @@ int main(void) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
       for (int tr = 0; tr < 4; tr++) {
         gcase c = {.dt = dts[i].dt,
+                   .mix = dts[i].mix,
                    .ta = tr & 1,
                    .tb = tr >> 1,
                    .m = shapes[s][0],
