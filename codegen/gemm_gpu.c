@@ -33,6 +33,17 @@
  *     a col_major fragment), so the four trans variants copy the same way.
  *     The f32 results are rounded once (to nearest even) to the storage type.
  *
+ *   bf16 operands, f32 result (an f32 step marked bf16, program.h: a bf16
+ *     model's or the bf16 policy's matmul, an im2col convolution): the bf16
+ *     tensor-core kernel above (or, without tensor cores, the FMA kernel)
+ *     with each buffer in its own type: an operand marked a_bf16 / b_bf16
+ *     is read as bf16, an unmarked one as f32 and, in the tensor-core
+ *     kernel, rounded to bf16 on its way to shared memory (kg_load_f2b;
+ *     exact, its values being widened bf16), and C is written as f32
+ *     without rounding. Marks that do not fit (on another dtype, a_bf16
+ *     without bf16, a buffer of another type) are UNSUPPORTED: the step's
+ *     generated kernel runs.
+ *
  * Every size is a run-time argument and every edge tile is predicated, so
  * any m, n, k (including 0) works. The batch axes of C are walked by
  * blockIdx.z (grid-stride, so more than 65535 batches work too); A's and
