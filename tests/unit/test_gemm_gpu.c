@@ -36,6 +36,8 @@
 #include "codegen/cuda.h"
 #include "codegen/gpu_kernels.h"
 #include "codegen/hip.h"
+#include "passes/mixed_precision.h"
+#include "passes/passes.h"
 
 static int failures;
 static bool have_nvrtc = true, have_hiprtc = true;
@@ -320,6 +322,100 @@ static void test_refusals(kiln_ctx *ctx) {
     fail("kernel step", "accepted");
 }
 
+/*
+ * The GEMM steps the lowering makes of bf16 models and of the bf16 policy
+ * (kp_widen_half, legalize, kcg_lower, as kiln_compile runs them): each is an
+ * f32 step marked bf16 that the sm_90 target multiplies on bf16 tensor cores
+ * and gfx90a through the FMA kernel, none falling back to the generated
+ * kernel; the sm_90 source of each also compiles.
+ */
+static void test_lowered(kiln_ctx *ctx) {
+  static const struct {
+    const char *name, *text;
+    int gemms;
+  } graphs[] = {
+      {"bf16 matmul, B transposed",
+       "func @main(%a: bf16[M, 70], %b: bf16[90, 70]) -> (bf16[M, 90]) {\n"
+       "  %c = matmul(%a, %b) {transpose_b = true} : bf16[M, 90]\n  return %c\n}\n", 1},
+      {"bf16 policy on an f32 matmul",
+       "func @main(%a: f32[M, 70], %b: f32[70, 90]) -> (f32[M, 90]) {\n"
+       "  %a1 = cast(%a) {dtype = bf16} : bf16[M, 70]\n"
+       "  %a2 = cast(%a1) {dtype = f32} : f32[M, 70]\n"
+       "  %b1 = cast(%b) {dtype = bf16} : bf16[70, 90]\n"
+       "  %b2 = cast(%b1) {dtype = f32} : f32[70, 90]\n"
+       "  %c = matmul(%a2, %b2) : f32[M, 90]\n  return %c\n}\n", 1},
+      {"bf16 batched matmul, B broadcast",
+       "func @main(%a: bf16[3, M, 33], %b: bf16[33, 17]) -> (bf16[3, M, 17]) {\n"
+       "  %c = matmul(%a, %b) : bf16[3, M, 17]\n  return %c\n}\n", 1},
+      {"bf16 conv2d (im2col)",
+       "func @main(%x: bf16[2, 3, 9, 9], %w: bf16[4, 3, 3, 3]) -> (bf16[2, 4, 7, 7]) {\n"
+       "  %y = conv2d(%x, %w) : bf16[2, 4, 7, 7]\n  return %y\n}\n", 1},
+      {"bf16 conv2d_grad_input (im2col)",
+       "func @main(%dy: bf16[2, 4, 7, 7], %w: bf16[4, 3, 3, 3]) -> (bf16[2, 3, 9, 9]) {\n"
+       "  %dx = conv2d_grad_input(%dy, %w) {input_size = [9, 9]} : bf16[2, 3, 9, 9]\n"
+       "  return %dx\n}\n", 1},
+      {"bf16 conv2d_grad_weight (im2col)",
+       "func @main(%x: bf16[2, 3, 9, 9], %dy: bf16[2, 4, 7, 7]) -> (bf16[4, 3, 3, 3]) {\n"
+       "  %dw = conv2d_grad_weight(%x, %dy) {kernel_size = [3, 3]} : bf16[4, 3, 3, 3]\n"
+       "  return %dw\n}\n", 1}};
+  setenv("KILN_CONV_GEMM_MIN", "0", 1); /* every convolution through im2col and a GEMM */
+  kcg_gpu_target sm90 = {.sm = 90, .tensor_cores = true};
+  kcg_gpu_target gfx = {.hip = true, .gfx = "gfx90a"};
+  for (size_t i = 0; i < sizeof graphs / sizeof graphs[0]; i++) {
+    kiln_graph *g = NULL;
+    if (kiln_graph_parse(ctx, graphs[i].text, strlen(graphs[i].text), "lowered", &g) != KILN_OK) {
+      fail(graphs[i].name, "parse: %s", kiln_ctx_error(ctx));
+      continue;
+    }
+    kiln_graph *wg = kp_widen_half(g), *lg = wg ? kp_legalize(wg) : NULL;
+    kir_arena arena = {0};
+    kcg_program *prog = NULL;
+    int gemms = 0;
+    if (!lg || kcg_lower(ctx, lg, &arena, &prog) != KILN_OK)
+      fail(graphs[i].name, "lowering: %s", kiln_ctx_error(ctx));
+    for (uint32_t s = 0; prog && s < prog->nsteps; s++) {
+      const kcg_step *st = &prog->steps[s];
+      if (st->kind != KCG_STEP_GEMM) continue;
+      gemms++;
+      const kcg_gemm *gm = &st->gemm;
+      if (gm->dtype != KILN_F32 || !gm->bf16)
+        fail(graphs[i].name, "a %s GEMM step%s", kiln_dtype_name(gm->dtype),
+             gm->bf16 ? "" : " not marked bf16");
+      char *src = NULL;
+      if (kcg_gemm_gpu_source(ctx, &kcg_cuda_dialect, &sm90, prog, st, &src) != KILN_OK) {
+        fail(graphs[i].name, "sm_90: %s", kiln_ctx_error(ctx));
+      } else {
+        if (!strstr(src, "wmma::mma_sync") || !strstr(src, "#define KG_WT __nv_bfloat16"))
+          fail(graphs[i].name, "sm_90 does not multiply on bf16 tensor cores");
+        void *code = NULL;
+        size_t len = 0;
+        if (have_nvrtc && kcg_cuda_compile_source(ctx, src, "sm_90", false, &code, &len) != KILN_OK)
+          fail(graphs[i].name, "NVRTC: %s", kiln_ctx_error(ctx));
+        free(code);
+      }
+      free(src), src = NULL;
+      if (kcg_gemm_gpu_source(ctx, &kcg_hip_dialect, &gfx, prog, st, &src) != KILN_OK)
+        fail(graphs[i].name, "gfx90a: %s", kiln_ctx_error(ctx));
+      else if (strstr(src, "wmma::"))
+        fail(graphs[i].name, "gfx90a source uses WMMA");
+      free(src);
+      kcg_gpu_plan plan;
+      int64_t sizes[8] = {37, 37, 37, 37, 37, 37, 37, 37};
+      if (kcg_gemm_gpu_plan(ctx, &sm90, prog, st, sizes, &plan) != KILN_OK || plan.nlaunches != 1)
+        fail(graphs[i].name, "plan: %s", kiln_ctx_error(ctx));
+    }
+    if (gemms != graphs[i].gemms)
+      fail(graphs[i].name, "%d GEMM steps, wanted %d", gemms, graphs[i].gemms);
+    printf("lowered %s: %d bf16 GEMM step(s) on tensor cores\n", graphs[i].name, gemms);
+    if (getenv("KILN_TEST_VERBOSE") && prog) kcg_program_print(prog, stdout);
+    kir_arena_free(&arena);
+    if (lg) kiln_graph_destroy(lg);
+    if (wg) kiln_graph_destroy(wg);
+    kiln_graph_destroy(g);
+  }
+  unsetenv("KILN_CONV_GEMM_MIN");
+}
+
 /* Symbolic sizes: the plan reads them from the run's symbol values. */
 static void test_symbols(kiln_ctx *ctx) {
   gcase c = {
@@ -363,6 +459,7 @@ int main(void) {
   free(code);
   test_refusals(ctx);
   test_symbols(ctx);
+  test_lowered(ctx);
 
   /* sources: every dtype x trans variant, batch ranks 0..3 spread over them */
   struct {
