@@ -208,8 +208,8 @@ static void check_plan(kiln_ctx *ctx, const gcase *c, bool tf32) {
   make(&f, c);
   char where[160];
   snprintf(where, sizeof where, "plan %s%s ta=%d tb=%d m=%lld n=%lld k=%lld batch rank %d",
-           dt_name(c->dt, tf32), mix_name[c->mix], c->ta, c->tb, (long long)c->m, (long long)c->n, (long long)c->k,
-           c->nc);
+           dt_name(c->dt, tf32), mix_name[c->mix], c->ta, c->tb, (long long)c->m, (long long)c->n,
+           (long long)c->k, c->nc);
   kcg_gpu_target targets[2] = {{.sm = 90, .tensor_cores = true, .tf32 = tf32},
                                {.hip = true, .gfx = "gfx90a"}};
   for (int t = 0; t < 2; t++) {
