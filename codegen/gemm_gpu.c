@@ -33,6 +33,17 @@
  *     a col_major fragment), so the four trans variants copy the same way.
  *     The f32 results are rounded once (to nearest even) to the storage type.
  *
+ *   bf16 operands, f32 result (an f32 step marked bf16, program.h: a bf16
+ *     model's or the bf16 policy's matmul, an im2col convolution): the bf16
+ *     tensor-core kernel above (or, without tensor cores, the FMA kernel)
+ *     with each buffer in its own type: an operand marked a_bf16 / b_bf16
+ *     is read as bf16, an unmarked one as f32 and, in the tensor-core
+ *     kernel, rounded to bf16 on its way to shared memory (kg_load_f2b;
+ *     exact, its values being widened bf16), and C is written as f32
+ *     without rounding. Marks that do not fit (on another dtype, a_bf16
+ *     without bf16, a buffer of another type) are UNSUPPORTED: the step's
+ *     generated kernel runs.
+ *
  * Every size is a run-time argument and every edge tile is predicated, so
  * any m, n, k (including 0) works. The batch axes of C are walked by
  * blockIdx.z (grid-stride, so more than 65535 batches work too); A's and
@@ -57,20 +68,32 @@
 typedef struct gemm_variant {
   bool tc;    /* tensor-core (WMMA) kernel */
   int bm, bn; /* C tile of a block */
+  kir_dtype a, b, c; /* the dtypes of the A, B and C buffers: what the kernel loads and stores */
+  kir_dtype mul;     /* the multiply: the step's dtype, or bf16 for a bf16-marked f32 step */
 } gemm_variant;
 
-static bool pick(const kcg_gpu_target *t, kir_dtype dt, gemm_variant *v) {
+static bool pick(const kcg_gpu_target *t, const kcg_gemm *g, gemm_variant *v) {
   bool tc_ok = t && !t->hip && t->tensor_cores && t->sm >= 80;
+  kir_dtype dt = g->dtype;
+  v->a = v->b = v->c = v->mul = dt;
+  v->bm = v->bn = 128;
+  if (g->bf16) { /* f32 (checked by the caller): bf16 operands, f32 sums and result */
+    v->mul = KILN_BF16;
+    v->a = g->a_bf16 ? KILN_BF16 : KILN_F32;
+    v->b = g->b_bf16 ? KILN_BF16 : KILN_F32;
+    v->tc = tc_ok;
+    return true;
+  }
   switch (dt) {
   case KILN_F64:
-    *v = (gemm_variant){false, 64, 64};
+    v->tc = false, v->bm = v->bn = 64;
     return true;
   case KILN_F32:
-    *v = (gemm_variant){tc_ok && t->tf32, 128, 128};
+    v->tc = tc_ok && t->tf32;
     return true;
   case KILN_F16:
   case KILN_BF16:
-    *v = (gemm_variant){tc_ok, 128, 128};
+    v->tc = tc_ok;
     return true;
   default:
     return false;
@@ -155,8 +178,9 @@ static const char fma_body[] =
     "  for (long long z = blockIdx.z; z < NB; z += gridDim.z) {\n"
     "    long long ao = 0, bo = 0;\n"
     "    KG_BATCH_OFFSETS\n"
-    "    const KG_T *a = A + ao, *b = B + bo;\n"
-    "    KG_T *c = C + z * M * N;\n"
+    "    const KG_AT *a = A + ao;\n"
+    "    const KG_BT *b = B + bo;\n"
+    "    KG_CT *c = C + z * M * N;\n"
     "    for (long long by = blockIdx.y; by < mt; by += gridDim.y) {\n"
     "      const long long m0 = by * KG_BM, n0 = (long long)blockIdx.x * KG_BN;\n"
     "      KG_ACC acc[KG_TM][KG_TN], pa[KG_BM * KG_BK / 256], pb[KG_BN * KG_BK / 256];\n"
@@ -186,11 +210,11 @@ static const char fma_body[] =
     "#define KG_LOAD(k0) {\\\n"
     "        _Pragma(\"unroll\") for (int t = 0; t < KG_BM * KG_BK / 256; t++) {\\\n"
     "          KG_AIP(t) const long long gi = m0 + i, gp = (k0) + p;\\\n"
-    "          pa[t] = gi < M && gp < K ? KG_LD(KG_AAT(gi, gp)) : (KG_ACC)0;\\\n"
+    "          pa[t] = gi < M && gp < K ? KG_LDA(KG_AAT(gi, gp)) : (KG_ACC)0;\\\n"
     "        }\\\n"
     "        _Pragma(\"unroll\") for (int t = 0; t < KG_BN * KG_BK / 256; t++) {\\\n"
     "          KG_BPJ(t) const long long gj = n0 + j, gp = (k0) + p;\\\n"
-    "          pb[t] = gj < N && gp < K ? KG_LD(KG_BAT(gp, gj)) : (KG_ACC)0;\\\n"
+    "          pb[t] = gj < N && gp < K ? KG_LDB(KG_BAT(gp, gj)) : (KG_ACC)0;\\\n"
     "        } }\n"
     "      KG_LOAD(0LL)\n"
     "      for (long long k0 = 0; k0 < K; k0 += KG_BK) {\n"
@@ -279,8 +303,41 @@ static const char tc_helpers[] =
     "    *reinterpret_cast<uint4 *>(s + o * (INNER + KG_PAD) + i) = r[t];\n"
     "  }\n"
     "}\n"
-    "KG bool kg_vec_ok(const KG_T *g, long long ld) {\n"
+    "template <typename G>\n"
+    "KG bool kg_vec_ok(const G *g, long long ld) {\n"
     "  return ld % KG_VEC == 0 && (reinterpret_cast<unsigned long long>(g) & 15ull) == 0;\n"
+    "}\n";
+
+/*
+ * The loader of an f32 operand of a bf16-marked step (its values are exact
+ * bf16 by program.h's contract, so rounding to nearest even changes none):
+ * kg_load's share of the panel, read as two float4 per 8 elements where
+ * the leading dimension and base allow it, stored as bf16 bits.
+ */
+static const char tc_f2b_loader[] =
+    "template <int OUTER, int INNER>\n"
+    "KG void kg_load_f2b(uint4 *r, const float *g, long long ld, long long o0, long long olim,\n"
+    "                    long long i0, long long ilim, bool vec) {\n"
+    "#pragma unroll\n"
+    "  for (int t = 0; t < OUTER * INNER / KG_VEC / 256; t++) {\n"
+    "    const int v = (int)threadIdx.x + t * 256, o = v / (INNER / KG_VEC),"
+    " i = (v % (INNER / KG_VEC)) * KG_VEC;\n"
+    "    const long long go = o0 + o, gi = i0 + i;\n"
+    "    kg_vec x;\n"
+    "    if (vec && go < olim && gi < ilim) {\n"
+    "      const float4 *q = reinterpret_cast<const float4 *>(g + go * ld + gi);\n"
+    "      const float4 u = q[0], w = q[1];\n"
+    "      x.e[0] = kg_f2b(u.x), x.e[1] = kg_f2b(u.y);\n"
+    "      x.e[2] = kg_f2b(u.z), x.e[3] = kg_f2b(u.w);\n"
+    "      x.e[4] = kg_f2b(w.x), x.e[5] = kg_f2b(w.y);\n"
+    "      x.e[6] = kg_f2b(w.z), x.e[7] = kg_f2b(w.w);\n"
+    "    } else {\n"
+    "#pragma unroll\n"
+    "      for (int u = 0; u < KG_VEC; u++)\n"
+    "        x.e[u] = go < olim && gi + u < ilim ? kg_f2b(g[go * ld + gi + u]) : (KG_T)0;\n"
+    "    }\n"
+    "    r[t] = x.v;\n"
+    "  }\n"
     "}\n";
 
 /*
@@ -300,8 +357,9 @@ static const char tc_body[] =
     "  for (long long z = blockIdx.z; z < NB; z += gridDim.z) {\n"
     "    long long ao = 0, bo = 0;\n"
     "    KG_BATCH_OFFSETS\n"
-    "    const KG_T *a = A + ao, *b = B + bo;\n"
-    "    KG_T *c = C + z * M * N;\n"
+    "    const KG_AT *a = A + ao;\n"
+    "    const KG_BT *b = B + bo;\n"
+    "    KG_CT *c = C + z * M * N;\n"
     "    const bool va = kg_vec_ok(a, KG_TA ? M : K), vb = kg_vec_ok(b, KG_TB ? K : N);\n"
     "    for (long long by = blockIdx.y; by < mt; by += gridDim.y) {\n"
     "      const long long m0 = by * 128, n0 = (long long)blockIdx.x * 128;\n"
@@ -312,14 +370,14 @@ static const char tc_body[] =
     "        for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);\n"
     "      uint4 ra[KG_AO * KG_AI / KG_VEC / 256], rb[KG_BO * KG_BI / KG_VEC / 256];\n"
     "#if KG_TA\n"
-    "#define KG_LOAD_A(k0) kg_load<KG_AO, KG_AI>(ra, a, M, k0, K, m0, M, va)\n"
+    "#define KG_LOAD_A(k0) KG_LDFA<KG_AO, KG_AI>(ra, a, M, k0, K, m0, M, va)\n"
     "#else\n"
-    "#define KG_LOAD_A(k0) kg_load<KG_AO, KG_AI>(ra, a, K, m0, M, k0, K, va)\n"
+    "#define KG_LOAD_A(k0) KG_LDFA<KG_AO, KG_AI>(ra, a, K, m0, M, k0, K, va)\n"
     "#endif\n"
     "#if KG_TB\n"
-    "#define KG_LOAD_B(k0) kg_load<KG_BO, KG_BI>(rb, b, K, n0, N, k0, K, vb)\n"
+    "#define KG_LOAD_B(k0) KG_LDFB<KG_BO, KG_BI>(rb, b, K, n0, N, k0, K, vb)\n"
     "#else\n"
-    "#define KG_LOAD_B(k0) kg_load<KG_BO, KG_BI>(rb, b, N, k0, K, n0, N, vb)\n"
+    "#define KG_LOAD_B(k0) KG_LDFB<KG_BO, KG_BI>(rb, b, N, k0, K, n0, N, vb)\n"
     "#endif\n"
     "      KG_LOAD_A(0LL);\n"
     "      KG_LOAD_B(0LL);\n"
@@ -404,7 +462,8 @@ static const char *storage_type(kir_dtype dt) {
 
 static void put_signature(sbuf *b, int nbatch) {
   put(b, "extern \"C\" __global__ void __launch_bounds__(256, KG_MINB)\n"
-         "kiln_gemm(const KG_T *__restrict__ A, const KG_T *__restrict__ B, KG_T *__restrict__ C,"
+         "kiln_gemm(const KG_AT *__restrict__ A, const KG_BT *__restrict__ B,"
+         " KG_CT *__restrict__ C,"
          " long long M, long long N, long long K, long long NB");
   for (int d = 0; d < nbatch; d++)
     put(b, ", long long d%d, long long as%d, long long bs%d", d, d, d);
@@ -416,39 +475,57 @@ static void put_signature(sbuf *b, int nbatch) {
   put(b, " }\n");
 }
 
-static void put_fma(sbuf *b, const kcg_gemm *g) {
+static const char *load_fn(kir_dtype dt) {
+  return dt == KILN_F16 ? "kg_h2f" : dt == KILN_BF16 ? "kg_b2f" : "";
+}
+static const char *store_fn(kir_dtype dt) {
+  return dt == KILN_F16 ? "kg_f2h" : dt == KILN_BF16 ? "kg_f2b" : "";
+}
+
+/* The buffers' element types (kiln_gemm's A, B and C). */
+static void put_types(sbuf *b, const gemm_variant *v) {
+  put(b, "#define KG_AT %s\n#define KG_BT %s\n#define KG_CT %s\n", storage_type(v->a),
+      storage_type(v->b), storage_type(v->c));
+}
+
+static void put_fma(sbuf *b, const kcg_gemm *g, const gemm_variant *v) {
   bool f64 = g->dtype == KILN_F64;
   int bm = f64 ? 64 : 128;
-  put(b, "#define KG_T %s\n#define KG_ACC %s\n", storage_type(g->dtype), f64 ? "double" : "float");
+  put_types(b, v);
+  put(b, "#define KG_ACC %s\n", f64 ? "double" : "float");
   put(b, "#ifndef KG_MINB\n#define KG_MINB %d\n#endif\n", minb(g->dtype, false));
   put(b,
       "#define KG_BM %d\n#define KG_BN %d\n#define KG_BK 8\n#define KG_TM %d\n#define KG_TN %d\n",
       bm, bm, bm / 16, bm / 16);
   put(b, "#define KG_TA %d\n#define KG_TB %d\n#define KG_V4 %d\n", g->trans_a, g->trans_b, !f64);
   put(b, "#define KG_FMA(x, y, z) %s(x, y, z)\n", f64 ? "fma" : "fmaf");
-  const char *ld = g->dtype == KILN_F16 ? "kg_h2f" : g->dtype == KILN_BF16 ? "kg_b2f" : "";
-  const char *st = g->dtype == KILN_F16 ? "kg_f2h" : g->dtype == KILN_BF16 ? "kg_f2b" : "";
-  put(b, "#define KG_LD(x) %s(x)\n#define KG_ST(x) %s(x)\n", ld, st);
+  put(b, "#define KG_LDA(x) %s(x)\n#define KG_LDB(x) %s(x)\n#define KG_ST(x) %s(x)\n",
+      load_fn(v->a), load_fn(v->b), store_fn(v->c));
   put_signature(b, g->nbatch);
   put(b, "%s", fma_body);
 }
 
-static void put_tc(sbuf *b, const kcg_gemm *g) {
-  bool tf32 = g->dtype == KILN_F32;
+static void put_tc(sbuf *b, const kcg_gemm *g, const gemm_variant *v) {
+  kir_dtype mul = v->mul; /* the panels' and fragments' type */
+  bool tf32 = mul == KILN_F32;
   put(b, "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <mma.h>\n"
          "using namespace nvcuda;\n");
-  put(b, "#define KG_T %s\n", storage_type(g->dtype));
-  put(b, "#ifndef KG_MINB\n#define KG_MINB %d\n#endif\n", minb(g->dtype, true));
+  put(b, "#define KG_T %s\n", storage_type(mul));
+  put_types(b, v);
+  put(b, "#ifndef KG_MINB\n#define KG_MINB %d\n#endif\n", minb(mul, true));
   put(b, "#define KG_VEC %d\n#define KG_PAD %d\n#define KG_WK %d\n#define KG_TF32 %d\n",
       tf32 ? 4 : 8, tf32 ? 4 : 8, tf32 ? 8 : 16, tf32);
   put(b, "#define KG_W %s\n#define KG_WT %s\n",
-      tf32                   ? "float"
-      : g->dtype == KILN_F16 ? "__half"
-                             : "__nv_bfloat16",
-      tf32                   ? "wmma::precision::tf32"
-      : g->dtype == KILN_F16 ? "__half"
-                             : "__nv_bfloat16");
-  put(b, "#define KG_OUT(x) %s(x)\n", tf32 ? "" : g->dtype == KILN_F16 ? "kg_f2h" : "kg_f2b");
+      tf32              ? "float"
+      : mul == KILN_F16 ? "__half"
+                        : "__nv_bfloat16",
+      tf32              ? "wmma::precision::tf32"
+      : mul == KILN_F16 ? "__half"
+                        : "__nv_bfloat16");
+  put(b, "#define KG_OUT(x) %s(x)\n", store_fn(v->c));
+  /* an f32 operand of a bf16 multiply is converted as it is loaded */
+  put(b, "#define KG_LDFA %s\n#define KG_LDFB %s\n", v->a != mul ? "kg_load_f2b" : "kg_load",
+      v->b != mul ? "kg_load_f2b" : "kg_load");
   /* panels: A is 128 (m) x 32 (k), B 32 (k) x 128 (n), each in its memory layout */
   put(b, "#define KG_TA %d\n#define KG_TB %d\n", g->trans_a, g->trans_b);
   put(b, "#define KG_AO %d\n#define KG_AI %d\n#define KG_LA %s\n", g->trans_a ? 32 : 128,
@@ -456,6 +533,7 @@ static void put_tc(sbuf *b, const kcg_gemm *g) {
   put(b, "#define KG_BO %d\n#define KG_BI %d\n#define KG_LB %s\n", g->trans_b ? 128 : 32,
       g->trans_b ? 32 : 128, g->trans_b ? "wmma::col_major" : "wmma::row_major");
   put(b, "%s", tc_helpers);
+  if (v->a != mul || v->b != mul) put(b, "%s", tc_f2b_loader);
   put_signature(b, g->nbatch);
   put(b, "%s", tc_body);
 }
@@ -475,21 +553,25 @@ static kiln_status check_step(kiln_ctx *ctx, const kcg_gpu_target *target, const
   if (g->nbatch > KIR_MAX_RANK || g->a_rank > g->nbatch || g->b_rank > g->nbatch)
     return kir_fail(ctx, KILN_ERR_INVALID, "GPU GEMM: batch ranks %u, %u, %u are malformed",
                     g->nbatch, g->a_rank, g->b_rank);
-  if (!pick(target, g->dtype, v))
+  /* bf16 marks (program.h) only on f32 steps, a_bf16 / b_bf16 only with bf16 */
+  if ((g->bf16 || g->a_bf16 || g->b_bf16) && (g->dtype != KILN_F32 || !g->bf16))
+    return kir_fail(ctx, KILN_ERR_UNSUPPORTED,
+                    "GPU GEMM: a %s step marked%s%s%s has no tiled kernel (the generated kernel "
+                    "runs)", kiln_dtype_name(g->dtype), g->bf16 ? " bf16" : "",
+                    g->a_bf16 ? " a_bf16" : "", g->b_bf16 ? " b_bf16" : "");
+  if (!pick(target, g, v))
     return kir_fail(ctx, KILN_ERR_UNSUPPORTED,
                     "GPU GEMM: no tiled kernel for %s (the step's generated kernel runs instead)",
                     kiln_dtype_name(g->dtype));
-  /* An f32 GEMM whose operand buffer holds bf16 (program.h: the CPU's bf16 GEMM reads the
-   * cast's input), or any operand not in the step's dtype: the generated kernel widens it. */
-  if (g->a_bf16 || g->b_bf16)
-    return kir_fail(ctx, KILN_ERR_UNSUPPORTED,
-                    "GPU GEMM: bf16 operands of an f32 product run the generated kernel");
+  /* each buffer in the type the kernel reads it as; anything else: the generated kernel */
+  const kir_dtype want[3] = {v->a, v->b, v->c};
   for (uint32_t i = 0; i < 3; i++)
-    if (p->bufs[st->args[i]].type.dtype != g->dtype)
+    if (p->bufs[st->args[i]].type.dtype != want[i])
       return kir_fail(ctx, KILN_ERR_UNSUPPORTED,
-                      "GPU GEMM: operand %u is %s in a %s product (the generated kernel runs)", i,
-                      kiln_dtype_name(p->bufs[st->args[i]].type.dtype),
-                      kiln_dtype_name(g->dtype));
+                      "GPU GEMM: operand %u is %s where the %s%s product reads %s (the generated "
+                      "kernel runs)", i, kiln_dtype_name(p->bufs[st->args[i]].type.dtype),
+                      kiln_dtype_name(g->dtype), g->bf16 ? " (bf16-marked)" : "",
+                      kiln_dtype_name(want[i]));
   return KILN_OK;
 }
 
@@ -503,15 +585,17 @@ kiln_status kcg_gemm_gpu_source(kiln_ctx *ctx, const kcg_c_dialect *dialect,
   const kcg_gemm *g = &st->gemm;
   sbuf b = {0};
   put(&b, "%s", dialect && dialect->header ? dialect->header : "");
-  put(&b, "// Kiln GEMM (%s): %s%s%s, %u batch axes, %s kernel\n",
+  put(&b, "// Kiln GEMM (%s): %s%s%s%s%s%s, %u batch axes, %s kernel\n",
       dialect && dialect->name ? dialect->name : "GPU", kiln_dtype_name(g->dtype),
+      g->bf16 ? " from bf16 operands" : "", g->bf16 && !g->a_bf16 ? " (A f32 -> bf16)" : "",
+      g->bf16 && !g->b_bf16 ? " (B f32 -> bf16)" : "",
       g->trans_a ? ", A transposed" : "", g->trans_b ? ", B transposed" : "", g->nbatch,
       v.tc ? "tensor-core (WMMA)" : "FMA");
   put(&b, "%s", helpers);
   if (v.tc)
-    put_tc(&b, g);
+    put_tc(&b, g, &v);
   else
-    put_fma(&b, g);
+    put_fma(&b, g, &v);
   if (b.oom) {
     free(b.s);
     return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");

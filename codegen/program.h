@@ -46,7 +46,8 @@ typedef struct kcg_gemm {
    * f32 only: bf16 is set when both operands are exact widenings of bf16
    * values (casts from bf16: a bf16 matmul after kp_widen_half, or one under
    * the bf16 precision policy), so the runtime may multiply them as bf16
-   * (runtime/rt_gemm_cpu.h); a_bf16 / b_bf16 when that operand's buffer is
+   * (runtime/rt_gemm_cpu.h; on a GPU the bf16 tensor-core kernel of
+   * codegen/gemm_gpu.c); a_bf16 / b_bf16 when that operand's buffer is
    * then the bf16 value itself (2 bytes an element; the kernel widens what it
    * loads), the cast's f32 result not being read.
    */

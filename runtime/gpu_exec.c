@@ -12,7 +12,10 @@
  * codegen/gpu_kernels.h (codegen/gemm_gpu.c, codegen/attention_gpu.c): their
  * source is compiled once per step into its own module, and their plan is
  * executed launch by launch. The table `hand` below names them, so that a
- * test can run the executor with them switched off.
+ * test can run the executor with them switched off. A GEMM step they do
+ * not cover (integers; bf16 marks that do not fit, see gemm_gpu.c; their
+ * source is UNSUPPORTED) keeps its generated kernel; bf16-marked f32 steps
+ * (bf16 models, --precision bf16) get the bf16 tensor-core kernel.
  */
 #include <stdio.h>
 #include <stdlib.h>

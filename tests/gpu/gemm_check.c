@@ -17,6 +17,7 @@
  *
  * Correctness: variants f64, f32 (FMA), tf32, f16 and bf16 (tensor cores
  * where the device has them, sm_80+), and f16/bf16 through the FMA kernel;
+ * the bf16in variants (f32 steps marked bf16, see below);
  * odd shapes, 1 x k and k x 1, k = 0 (C is filled with NaN first, so a
  * missed write shows), every trans_a/trans_b, batches broadcast on either
  * side, more batches than grid.z holds and more m tiles than grid.y holds.
@@ -27,7 +28,10 @@
  * bf16 <= 1e-2, f16 <= 1e-3.
  *
  * Timing: 4096^3 f64, f32 (no tf32), tf32, then 8192^3 bf16 and f16 (and
- * bf16 with B transposed, a linear layer's layout), each with the kernel's
+ * bf16 with B transposed, a linear layer's layout; then bf16 operands with
+ * an f32 C, NN and NT, and NT with B an f32 buffer: a bf16 model's matmul,
+ * against torch's bf16 rate, timed with the default launch bound only),
+ * each with the kernel's
  * own launch bound and again compiled for the other (1 or 2 blocks per SM,
  * KG_MINB in codegen/gemm_gpu.c), each
  * the median of 10 runs after 2 warm-up runs, timed with CUDA events, and
@@ -193,26 +197,52 @@ static double b2d(uint16_t b) {
 }
 
 /* The variants checked: a dtype and whether tensor cores / tf32 may be used. */
-typedef enum { V_F64, V_F32, V_TF32, V_F16, V_BF16, V_F16_FMA, V_BF16_FMA, NV } variant;
-static const char *const vname[NV] = {"f64", "f32", "tf32", "f16", "bf16", "f16-fma", "bf16-fma"};
-static const double vtol[NV] = {1e-12, 1e-5, 1e-2, 1e-3, 1e-2, 1e-3, 1e-2};
+/*
+ * The bf16in variants are f32 steps marked bf16 (kcg_gemm.bf16: a bf16
+ * model's or the bf16 policy's matmul and im2col convolution): bf16
+ * operands, f32 sums and an f32 C. bf16in reads both operands from bf16
+ * buffers (a_bf16, b_bf16); bf16in-a only A (B is an f32 buffer of bf16
+ * values, converted as it is loaded); bf16in-b only B; bf16in-fma as
+ * bf16in through the FMA kernel (HIP's, and CUDA's below sm_80). Their
+ * products of bf16 values are exact, so only the f32 sums err: 1e-4.
+ */
+typedef enum {
+  V_F64, V_F32, V_TF32, V_F16, V_BF16, V_F16_FMA, V_BF16_FMA,
+  V_BF16IN, V_BF16IN_A, V_BF16IN_B, V_BF16IN_FMA, NV
+} variant;
+static const char *const vname[NV] = {"f64",     "f32",      "tf32",     "f16",
+                                      "bf16",    "f16-fma",  "bf16-fma", "bf16in",
+                                      "bf16in-a", "bf16in-b", "bf16in-fma"};
+static const double vtol[NV] = {1e-12, 1e-5, 1e-2, 1e-3, 1e-2, 1e-3, 1e-2, 1e-4, 1e-4, 1e-4, 1e-4};
 
+static bool vmixed(variant v) { return v >= V_BF16IN; }
+/* The step's dtype. */
 static kir_dtype vdtype(variant v) {
-  return v == V_F64                     ? KILN_F64
-         : v == V_F32 || v == V_TF32    ? KILN_F32
-         : v == V_F16 || v == V_F16_FMA ? KILN_F16
-                                        : KILN_BF16;
+  return v == V_F64                                ? KILN_F64
+         : v == V_F32 || v == V_TF32 || vmixed(v) ? KILN_F32
+         : v == V_F16 || v == V_F16_FMA            ? KILN_F16
+                                                   : KILN_BF16;
+}
+/* The dtype of buffer i (0 A, 1 B, 2 C). */
+static kir_dtype buf_dtype(variant v, int i) {
+  if (!vmixed(v) || i == 2) return vdtype(v);
+  bool half = i == 0 ? v != V_BF16IN_B : v != V_BF16IN_A;
+  return half ? KILN_BF16 : KILN_F32;
 }
 static size_t esize(kir_dtype t) { return t == KILN_F64 ? 8 : t == KILN_F32 ? 4 : 2; }
 static kcg_gpu_target vtarget(variant v) {
-  bool fma = v == V_F16_FMA || v == V_BF16_FMA;
+  bool fma = v == V_F16_FMA || v == V_BF16_FMA || v == V_BF16IN_FMA;
   return (kcg_gpu_target){.sm = sm, .tensor_cores = sm >= 80 && !fma, .tf32 = v == V_TF32};
 }
 
-/* Fills n elements with values uniform in [-1, 1] in the storage type. */
-static void fill(void *p, kir_dtype t, int64_t n) {
+/*
+ * Fills n elements with values uniform in [-1, 1] in the storage type;
+ * `bf16` rounds them to bf16 values first (an f32 operand of a bf16 step).
+ */
+static void fill(void *p, kir_dtype t, int64_t n, bool bf16) {
   for (int64_t i = 0; i < n; i++) {
     double f = (double)(next_u64() >> 11) * 0x1p-52 - 1.0;
+    if (bf16) f = b2d(f2b((float)f));
     switch (t) {
     case KILN_F64:
       ((double *)p)[i] = f;
@@ -274,8 +304,11 @@ static void make(fake *f, const gcase *c) {
     g->a_batch[d] = c->ab[d];
   for (int d = 0; d < c->nb; d++)
     g->b_batch[d] = c->bb[d];
+  g->bf16 = vmixed(c->v);
+  g->a_bf16 = buf_dtype(c->v, 0) == KILN_BF16 && g->bf16;
+  g->b_bf16 = buf_dtype(c->v, 1) == KILN_BF16 && g->bf16;
   for (int i = 0; i < 3; i++) {
-    f->bufs[i].type.dtype = g->dtype;
+    f->bufs[i].type.dtype = buf_dtype(c->v, i);
     f->args[i] = (uint32_t)i;
   }
   f->prog.bufs = f->bufs, f->prog.nbufs = 3;
@@ -290,8 +323,9 @@ static int64_t prod(const int64_t *d, int n) {
 }
 
 /* The reference C element (z, i, j) in double, indexed from the operands' own shapes. */
-static double ref_elem(const gcase *c, const void *a, const void *b, kir_dtype t, int64_t z,
-                       int64_t i, int64_t j) {
+static double ref_elem(const gcase *c, const void *a, const void *b, int64_t z, int64_t i,
+                       int64_t j) {
+  kir_dtype at = buf_dtype(c->v, 0), bt = buf_dtype(c->v, 1);
   int64_t coord[3], rest = z;
   for (int d = c->nc - 1; d >= 0; d--)
     coord[d] = rest % c->cb[d], rest /= c->cb[d];
@@ -307,8 +341,8 @@ static double ref_elem(const gcase *c, const void *a, const void *b, kir_dtype t
   const int64_t m = c->m, n = c->n, k = c->k;
   double s = 0;
   for (int64_t p = 0; p < k; p++) {
-    double x = get(a, t, za * m * k + (c->ta ? p * m + i : i * k + p));
-    double y = get(b, t, zb * k * n + (c->tb ? j * k + p : p * n + j));
+    double x = get(a, at, za * m * k + (c->ta ? p * m + i : i * k + p));
+    double y = get(b, bt, zb * k * n + (c->tb ? j * k + p : p * n + j));
     s += x * y;
   }
   return s;
@@ -316,7 +350,7 @@ static double ref_elem(const gcase *c, const void *a, const void *b, kir_dtype t
 
 /* ---- compiled modules, one per distinct source ---- */
 
-enum { MAX_MODS = 64 };
+enum { MAX_MODS = 128 };
 typedef struct module {
   variant v;
   bool ta, tb;
@@ -477,15 +511,15 @@ static void free_bufs(dbufs *b) {
 /* Host and device buffers for A, B (random) and C (NaN bytes). */
 static bool alloc_bufs(const gcase *c, dbufs *b) {
   memset(b, 0, sizeof *b);
-  kir_dtype t = vdtype(c->v);
   int64_t n[3] = {prod(c->ab, c->na) * c->m * c->k, prod(c->bb, c->nb) * c->k * c->n,
                   prod(c->cb, c->nc) * c->m * c->n};
   for (int i = 0; i < 3; i++) {
+    kir_dtype t = buf_dtype(c->v, i);
     b->bytes[i] = (size_t)n[i] * esize(t);
     size_t alloc = b->bytes[i] ? b->bytes[i] : 16;
     b->h[i] = malloc(alloc);
     if (!b->h[i]) return printf("out of host memory\n"), false;
-    if (i < 2) fill(b->h[i], t, n[i]);
+    if (i < 2) fill(b->h[i], t, n[i], vmixed(c->v));
     if (!ck(cu.alloc(&b->d[i], alloc), "cuMemAlloc")) return false;
     if (b->bytes[i] && i < 2 && !ck(cu.htod(b->d[i], b->h[i], b->bytes[i]), "cuMemcpyHtoD"))
       return false;
@@ -543,7 +577,7 @@ static void check_case(const gcase *c) {
     if (!dead) free_bufs(&b);
     return;
   }
-  kir_dtype t = vdtype(c->v);
+  kir_dtype t = buf_dtype(c->v, 2);
   bool ok = launch(fn, &plan, b.d) && ck(cu.sync(), "cuCtxSynchronize (after the kernel)") &&
             (b.bytes[2] == 0 || ck(cu.dtoh(b.h[2], b.d[2], b.bytes[2]), "cuMemcpyDtoH"));
   if (!ok) {
@@ -559,7 +593,7 @@ static void check_case(const gcase *c) {
     for (int64_t i = 0; i < c->m; i++)
       for (int64_t j = 0; j < c->n; j++) {
         int64_t e = (z * c->m + i) * c->n + j;
-        double r = ref_elem(c, b.h[0], b.h[1], t, z, i, j), g = get(b.h[2], t, e);
+        double r = ref_elem(c, b.h[0], b.h[1], z, i, j), g = get(b.h[2], t, e);
         if (fabs(r) > maxref) maxref = fabs(r);
         if (!isfinite(g)) {
           if (!nan) worst = e, got_w = g, ref_w = r;
@@ -626,11 +660,11 @@ static void time_case(const gcase *c, double peak) {
     return;
   }
   /* 64 sampled elements against the reference */
-  kir_dtype t = vdtype(c->v);
+  kir_dtype t = buf_dtype(c->v, 2);
   double maxref = 0, maxerr = 0;
   for (int s = 0; s < 64; s++) {
     int64_t i = (int64_t)(next_u64() % (uint64_t)c->m), j = (int64_t)(next_u64() % (uint64_t)c->n);
-    double r = ref_elem(c, b.h[0], b.h[1], t, 0, i, j), g = get(b.h[2], t, i * c->n + j);
+    double r = ref_elem(c, b.h[0], b.h[1], 0, i, j), g = get(b.h[2], t, i * c->n + j);
     maxref = fmax(maxref, fabs(r));
     maxerr = isfinite(g) ? fmax(maxerr, fabs(g - r)) : INFINITY;
   }
@@ -671,7 +705,12 @@ static gcase plain(variant v, bool ta, bool tb, int64_t m, int64_t n, int64_t k)
   return (gcase){.v = v, .ta = ta, .tb = tb, .m = m, .n = n, .k = k};
 }
 
+/*
+ * GEMM_CHECK_NO_HUGE=1 (the emulator's quick mode, tests/gpu/gemm_emulate.sh) leaves out the two
+ * cases with huge grids, which only a GPU runs in reasonable time.
+ */
 static void build_cases(void) {
+  const bool huge_off = getenv("GEMM_CHECK_NO_HUGE") && atoi(getenv("GEMM_CHECK_NO_HUGE"));
   for (int v = 0; v < NV; v++) {
     variant vv = (variant)v;
     add(plain(vv, false, false, 1, 1, 1));
@@ -684,7 +723,7 @@ static void build_cases(void) {
     add(plain(vv, false, true, 1, 300, 200));
     add(plain(vv, true, false, 300, 1, 5));
     add(plain(vv, false, false, 17, 19, 0));     /* k = 0: C is zeros */
-    add(plain(vv, false, false, 8400000, 1, 1)); /* more m tiles than grid.y */
+    if (!huge_off) add(plain(vv, false, false, 8400000, 1, 1)); /* more m tiles than grid.y */
     /* C[2,3,4] = A[2,1,4] x B[3,1]: size-1 axes broadcast on both sides */
     for (int s = 0; s < 2; s++) {
       gcase c = plain(vv, false, false, s ? 64 : 33, s ? 72 : 45, s ? 48 : 40);
@@ -696,7 +735,7 @@ static void build_cases(void) {
     /* C[5] = A[5] x B (B a plain matrix), transposed operands */
     /* ... and (the last) more batches than grid.z holds */
     const int64_t bt[3][4] = {{64, 72, 48, 5}, {31, 9, 13, 5}, {2, 3, 2, 70000}};
-    for (int s = 0; s < 3; s++) {
+    for (int s = 0; s < (huge_off ? 2 : 3); s++) {
       gcase c = plain(vv, true, true, bt[s][0], bt[s][1], bt[s][2]);
       c.nc = 1, c.na = 1, c.cb[0] = bt[s][3], c.ab[0] = bt[s][3];
       add(c);
@@ -739,7 +778,11 @@ int main(int argc, char **argv) {
     bool tb; /* B transposed: a linear layer's x W^T */
   } timed[] = {{V_F64, 4096, 0, false},      {V_F32, 4096, 48.8, false},
                {V_TF32, 4096, 318.3, false}, {V_BF16, 8192, 757.7, false},
-               {V_F16, 8192, 731.1, false},  {V_BF16, 8192, 757.7, true}};
+               {V_F16, 8192, 731.1, false},  {V_BF16, 8192, 757.7, true},
+               /* a bf16 model's matmul: bf16 operands, f32 result; with B an f32 buffer of
+                * bf16 values, converted on load (bf16in-a) */
+               {V_BF16IN, 8192, 757.7, false}, {V_BF16IN, 8192, 757.7, true},
+               {V_BF16IN_A, 8192, 757.7, true}};
   /* each timed product also with the other launch bound (1 or 2 blocks per SM) */
   enum { NTIMED = sizeof timed / sizeof timed[0] };
   gcase tcases[2 * NTIMED];
@@ -752,6 +795,7 @@ int main(int argc, char **argv) {
       if (n < 1) n = 1;
       tcases[ntc] = plain(timed[i].v, false, timed[i].tb, n, n, n);
       tcases[ntc++].minb = !alt ? 0 : timed[i].v == V_TF32 ? 2 : 1;
+      if (alt && vmixed(timed[i].v)) ntc--; /* one launch bound: the bf16 kernel's is timed */
     }
   for (int i = 0; i < ncases; i++)
     want_module(&cases[i]);

@@ -631,6 +631,37 @@ static void test_fake_programs(kiln_ctx *ctx, kcu_device *d, fake_cuda_state *st
   kir_arena_free(&arena);
 }
 
+/*
+ * A matmul under the bf16 policy lowers to an f32 GEMM step marked bf16 (its
+ * operands the bf16 buffers): runtime/gpu_exec.c gives it its own module of
+ * hand-tiled kernels (the bf16 tensor-core GEMM) instead of the generated
+ * kernel, as it does an f32 one. Only loaded: the stand-in runs no kernel.
+ */
+static void test_fake_bf16_gemm(kiln_ctx *ctx, kcu_device *d, fake_cuda_state *st) {
+  static const char text[] = "func @main(%a: f32[N, 40], %b: f32[40, 24]) -> (f32[N, 24]) {\n"
+                             "  %a1 = cast(%a) {dtype = bf16} : bf16[N, 40]\n"
+                             "  %a2 = cast(%a1) {dtype = f32} : f32[N, 40]\n"
+                             "  %b1 = cast(%b) {dtype = bf16} : bf16[40, 24]\n"
+                             "  %b2 = cast(%b1) {dtype = f32} : f32[40, 24]\n"
+                             "  %c = matmul(%a2, %b2) : f32[N, 24]\n  return %c\n}\n";
+  kir_arena arena = {0};
+  kiln_graph *g = NULL;
+  kcg_program *p = lower_text(ctx, text, &arena, &g);
+  CHECK(p != NULL);
+  int marked = 0;
+  for (uint32_t i = 0; p && i < p->nsteps; i++)
+    marked += p->steps[i].kind == KCG_STEP_GEMM && p->steps[i].gemm.bf16 &&
+              p->steps[i].gemm.a_bf16 && p->steps[i].gemm.b_bf16;
+  CHECK(marked == 1);
+  kcu_program *cp = NULL;
+  if (p) CHECK(kcu_program_create(ctx, d, p, &cp) == KILN_OK);
+  CHECK(st->live_modules == 1 + krt_gpu_has_gemm_kernels() && st->errors == 0);
+  kcu_program_destroy(cp);
+  CHECK(st->live_modules == 0 && st->errors == 0);
+  kiln_graph_destroy(g);
+  kir_arena_free(&arena);
+}
+
 static void test_fake_driver(void) {
   void *lib = dlopen(FAKE_CUDA, RTLD_NOW);
   fake_cuda_state *(*get)(void) = NULL;
@@ -651,6 +682,7 @@ static void test_fake_driver(void) {
   CHECK(kcu_device_open(ctx, 1, &d1) == KILN_ERR_UNSUPPORTED && !d1);
   CHECK(!strcmp(kiln_ctx_error(ctx), "no CUDA device (1 device, no index 1)"));
   if (d && have_nvrtc) test_fake_programs(ctx, d, st);
+  if (d && have_nvrtc) test_fake_bf16_gemm(ctx, d, st);
   kcu_device_close(d);
   CHECK(st->retained == 0 && st->live_streams == 0 && st->errors == 0);
   setenv("FAKE_CUDA_FAIL", "init", 1);

@@ -17,6 +17,15 @@
  * batch count and, per batch axis, the size and A's and B's element
  * strides (0 where they broadcast), worked out here from the operands'
  * row-major shapes. Where NVRTC or HIPRTC is absent that part is skipped.
+ *
+ * bf16-marked f32 steps (kcg_gemm.bf16: what the bf16 precision policy and
+ * bf16 models make of matmul and of im2col convolutions) in their four
+ * operand layouts (A and B bf16 buffers; A only; B only; neither, both f32
+ * buffers holding bf16 values) get the bf16 WMMA kernel on sm_90, with an
+ * f32 operand converted as it is loaded, and the FMA kernel on sm_75 and
+ * gfx90a, reading each operand as its buffer's type and writing f32; marks
+ * the kernels cannot honour (on an f64 step, a_bf16 without bf16, a buffer
+ * not of the marked type) are refused, so the generated kernel runs.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -27,6 +36,8 @@
 #include "codegen/cuda.h"
 #include "codegen/gpu_kernels.h"
 #include "codegen/hip.h"
+#include "passes/mixed_precision.h"
+#include "passes/passes.h"
 
 static int failures;
 static bool have_nvrtc = true, have_hiprtc = true;
@@ -43,8 +54,13 @@ static void fail(const char *where, const char *fmt, ...) {
 }
 
 /* A GEMM step over buffers of the given shapes (batch dims then the matrix). */
+/* bf16 marks of an f32 step: none; a_bf16 + b_bf16; a_bf16; b_bf16; bf16 alone */
+enum { MIX_NONE, MIX_AB, MIX_A, MIX_B, MIX_F32 };
+static const char *const mix_name[] = {"", "+bf16(A,B)", "+bf16(A)", "+bf16(B)", "+bf16(f32)"};
+
 typedef struct gcase {
   kir_dtype dt;
+  int mix;
   bool ta, tb;
   int64_t m, n, k;
   int nc, na, nb; /* batch ranks of C, A, B */
@@ -62,6 +78,9 @@ static void make(fake *f, const gcase *c) {
   memset(f, 0, sizeof *f);
   kcg_gemm *g = &f->step.gemm;
   g->dtype = c->dt, g->trans_a = c->ta, g->trans_b = c->tb;
+  g->bf16 = c->mix != MIX_NONE;
+  g->a_bf16 = c->mix == MIX_AB || c->mix == MIX_A;
+  g->b_bf16 = c->mix == MIX_AB || c->mix == MIX_B;
   g->m = c->m, g->n = c->n, g->k = c->k;
   g->nbatch = (uint8_t)c->nc, g->a_rank = (uint8_t)c->na, g->b_rank = (uint8_t)c->nb;
   for (int d = 0; d < c->nc; d++)
@@ -85,6 +104,8 @@ static void make(fake *f, const gcase *c) {
     f->bufs[i].kind = KCG_PBUF_TEMP;
     f->args[i] = (uint32_t)(2 - i); /* any order: the plan names args, not buffers */
   }
+  if (g->a_bf16) f->bufs[f->args[0]].type.dtype = KILN_BF16;
+  if (g->b_bf16) f->bufs[f->args[1]].type.dtype = KILN_BF16;
   f->prog.bufs = f->bufs, f->prog.nbufs = 3;
   f->step.kind = KCG_STEP_GEMM, f->step.args = f->args, f->step.nargs = 3;
 }
@@ -115,8 +136,8 @@ static void compile_variant(kiln_ctx *ctx, const gcase *c, bool tf32) {
   fake f;
   make(&f, c);
   char where[96];
-  snprintf(where, sizeof where, "%s ta=%d tb=%d batch rank %d", dt_name(c->dt, tf32), c->ta, c->tb,
-           c->nc);
+  snprintf(where, sizeof where, "%s%s ta=%d tb=%d batch rank %d", dt_name(c->dt, tf32),
+           mix_name[c->mix], c->ta, c->tb, c->nc);
   kcg_gpu_target sm90 = {.sm = 90, .tensor_cores = true, .tf32 = tf32};
   kcg_gpu_target sm75 = {.sm = 75, .tf32 = tf32};
   kcg_gpu_target gfx = {.hip = true, .gfx = "gfx90a", .tf32 = tf32};
@@ -130,15 +151,36 @@ static void compile_variant(kiln_ctx *ctx, const gcase *c, bool tf32) {
       continue;
     }
     bool tc = strstr(src, "wmma::mma_sync") != NULL;
-    bool want_tc =
-        t == 0 && (c->dt == KILN_F16 || c->dt == KILN_BF16 || (tf32 && c->dt == KILN_F32));
+    bool want_tc = t == 0 && (c->dt == KILN_F16 || c->dt == KILN_BF16 || c->mix != MIX_NONE ||
+                              (tf32 && c->dt == KILN_F32));
     if (tc != want_tc)
       fail(where, "%s source %s tensor cores",
            t == 0   ? "sm_90"
            : t == 1 ? "sm_75"
                     : "gfx90a",
            tc ? "uses" : "does not use");
-    if (tc && tf32 && !strstr(src, "precision::tf32")) fail(where, "tf32 without precision::tf32");
+    if (tc && tf32 && c->mix == MIX_NONE && !strstr(src, "precision::tf32"))
+      fail(where, "tf32 without precision::tf32");
+    if (c->mix != MIX_NONE) { /* the operands' and the result's types as the kernel reads them */
+      bool a16 = c->mix == MIX_AB || c->mix == MIX_A, b16 = c->mix == MIX_AB || c->mix == MIX_B;
+      char want[160];
+      snprintf(want, sizeof want, "#define KG_AT %s\n#define KG_BT %s\n#define KG_CT float\n",
+               a16 ? "unsigned short" : "float", b16 ? "unsigned short" : "float");
+      if (!strstr(src, want)) fail(where, "the source lacks '%s'", want);
+      if (tc && (!strstr(src, "wmma::fragment<wmma::matrix_a, 16, 16, KG_WK, KG_WT, KG_LA>") ||
+                 !strstr(src, "#define KG_WT __nv_bfloat16") || strstr(src, "precision::tf32")))
+        fail(where, "the tensor-core kernel does not multiply bf16");
+      if (tc) {
+        snprintf(want, sizeof want, "#define KG_LDFA %s\n#define KG_LDFB %s\n",
+                 a16 ? "kg_load" : "kg_load_f2b", b16 ? "kg_load" : "kg_load_f2b");
+        if (!strstr(src, want)) fail(where, "the source lacks '%s'", want);
+        if (!strstr(src, "#define KG_OUT(x) (x)")) fail(where, "the f32 result is rounded");
+      } else {
+        snprintf(want, sizeof want, "#define KG_LDA(x) %s(x)\n#define KG_LDB(x) %s(x)\n"
+                 "#define KG_ST(x) (x)\n", a16 ? "kg_b2f" : "", b16 ? "kg_b2f" : "");
+        if (!strstr(src, want)) fail(where, "the source lacks '%s'", want);
+      }
+    }
     if (!strstr(src, "kiln_gemm(")) fail(where, "no kiln_gemm in the source");
     if (!seen_before(src, tg->hip ? "hip" : "cuda")) {
       void *code = NULL;
@@ -165,9 +207,9 @@ static void check_plan(kiln_ctx *ctx, const gcase *c, bool tf32) {
   fake f;
   make(&f, c);
   char where[160];
-  snprintf(where, sizeof where, "plan %s ta=%d tb=%d m=%lld n=%lld k=%lld batch rank %d",
-           dt_name(c->dt, tf32), c->ta, c->tb, (long long)c->m, (long long)c->n, (long long)c->k,
-           c->nc);
+  snprintf(where, sizeof where, "plan %s%s ta=%d tb=%d m=%lld n=%lld k=%lld batch rank %d",
+           dt_name(c->dt, tf32), mix_name[c->mix], c->ta, c->tb, (long long)c->m, (long long)c->n,
+           (long long)c->k, c->nc);
   kcg_gpu_target targets[2] = {{.sm = 90, .tensor_cores = true, .tf32 = tf32},
                                {.hip = true, .gfx = "gfx90a"}};
   for (int t = 0; t < 2; t++) {
@@ -251,9 +293,127 @@ static void test_refusals(kiln_ctx *ctx) {
       !strstr(kiln_ctx_error(ctx), "names buffer 7 of 3"))
     fail("bad arg", "gave '%s'", kiln_ctx_error(ctx));
   f.args[1] = 1;
+  /* bf16 marks the tiled kernels cannot honour: the generated kernel runs */
+  const struct {
+    kir_dtype dt;
+    bool bf16, a16, b16;
+    kir_dtype abuf;
+    const char *msg;
+  } marks[] = {{KILN_F64, true, false, false, KILN_F64, "f64 step marked bf16"},
+               {KILN_F32, false, true, false, KILN_BF16, "marked a_bf16"},
+               {KILN_F32, true, true, false, KILN_F32, "operand 0 is f32"},
+               {KILN_F32, true, false, false, KILN_BF16, "operand 0 is bf16"}};
+  for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++) {
+    c.dt = marks[i].dt;
+    make(&f, &c);
+    f.step.gemm.bf16 = marks[i].bf16, f.step.gemm.a_bf16 = marks[i].a16;
+    f.step.gemm.b_bf16 = marks[i].b16;
+    f.bufs[f.args[0]].type.dtype = marks[i].abuf;
+    if (kcg_gemm_gpu_source(ctx, &kcg_cuda_dialect, &tg, &f.prog, &f.step, &src) !=
+            KILN_ERR_UNSUPPORTED ||
+        !strstr(kiln_ctx_error(ctx), marks[i].msg))
+      fail("marks", "%s: gave '%s'", marks[i].msg, kiln_ctx_error(ctx));
+    free(src), src = NULL;
+  }
+  c.dt = KILN_F32;
+  make(&f, &c);
   f.step.kind = KCG_STEP_KERNEL;
   if (kcg_gemm_gpu_plan(ctx, &tg, &f.prog, &f.step, NULL, &plan) != KILN_ERR_INVALID)
     fail("kernel step", "accepted");
+}
+
+/*
+ * The GEMM steps the lowering makes of bf16 models and of the bf16 policy
+ * (kp_widen_half, legalize, kcg_lower, as kiln_compile runs them): each is an
+ * f32 step marked bf16 that the sm_90 target multiplies on bf16 tensor cores
+ * and gfx90a through the FMA kernel, none falling back to the generated
+ * kernel; the sm_90 source of each also compiles.
+ */
+static void test_lowered(kiln_ctx *ctx) {
+  static const struct {
+    const char *name, *text;
+    int gemms;
+  } graphs[] = {
+      {"bf16 matmul, B transposed",
+       "func @main(%a: bf16[M, 70], %b: bf16[90, 70]) -> (bf16[M, 90]) {\n"
+       "  %c = matmul(%a, %b) {transpose_b = true} : bf16[M, 90]\n  return %c\n}\n", 1},
+      {"bf16 policy on an f32 matmul",
+       "func @main(%a: f32[M, 70], %b: f32[70, 90]) -> (f32[M, 90]) {\n"
+       "  %a1 = cast(%a) {dtype = bf16} : bf16[M, 70]\n"
+       "  %a2 = cast(%a1) {dtype = f32} : f32[M, 70]\n"
+       "  %b1 = cast(%b) {dtype = bf16} : bf16[70, 90]\n"
+       "  %b2 = cast(%b1) {dtype = f32} : f32[70, 90]\n"
+       "  %c = matmul(%a2, %b2) : f32[M, 90]\n  return %c\n}\n", 1},
+      {"bf16 batched matmul, B broadcast",
+       "func @main(%a: bf16[3, M, 33], %b: bf16[33, 17]) -> (bf16[3, M, 17]) {\n"
+       "  %c = matmul(%a, %b) : bf16[3, M, 17]\n  return %c\n}\n", 1},
+      {"bf16 conv2d (im2col)",
+       "func @main(%x: bf16[2, 3, 9, 9], %w: bf16[4, 3, 3, 3]) -> (bf16[2, 4, 7, 7]) {\n"
+       "  %y = conv2d(%x, %w) : bf16[2, 4, 7, 7]\n  return %y\n}\n", 1},
+      {"bf16 conv2d_grad_input (im2col)",
+       "func @main(%dy: bf16[2, 4, 7, 7], %w: bf16[4, 3, 3, 3]) -> (bf16[2, 3, 9, 9]) {\n"
+       "  %dx = conv2d_grad_input(%dy, %w) {input_size = [9, 9]} : bf16[2, 3, 9, 9]\n"
+       "  return %dx\n}\n", 1},
+      {"bf16 conv2d_grad_weight (im2col)",
+       "func @main(%x: bf16[2, 3, 9, 9], %dy: bf16[2, 4, 7, 7]) -> (bf16[4, 3, 3, 3]) {\n"
+       "  %dw = conv2d_grad_weight(%x, %dy) {kernel_size = [3, 3]} : bf16[4, 3, 3, 3]\n"
+       "  return %dw\n}\n", 1}};
+  setenv("KILN_CONV_GEMM_MIN", "0", 1); /* every convolution through im2col and a GEMM */
+  kcg_gpu_target sm90 = {.sm = 90, .tensor_cores = true};
+  kcg_gpu_target gfx = {.hip = true, .gfx = "gfx90a"};
+  for (size_t i = 0; i < sizeof graphs / sizeof graphs[0]; i++) {
+    kiln_graph *g = NULL;
+    if (kiln_graph_parse(ctx, graphs[i].text, strlen(graphs[i].text), "lowered", &g) != KILN_OK) {
+      fail(graphs[i].name, "parse: %s", kiln_ctx_error(ctx));
+      continue;
+    }
+    kiln_graph *wg = kp_widen_half(g), *lg = wg ? kp_legalize(wg) : NULL;
+    kir_arena arena = {0};
+    kcg_program *prog = NULL;
+    int gemms = 0;
+    if (!lg || kcg_lower(ctx, lg, &arena, &prog) != KILN_OK)
+      fail(graphs[i].name, "lowering: %s", kiln_ctx_error(ctx));
+    for (uint32_t s = 0; prog && s < prog->nsteps; s++) {
+      const kcg_step *st = &prog->steps[s];
+      if (st->kind != KCG_STEP_GEMM) continue;
+      gemms++;
+      const kcg_gemm *gm = &st->gemm;
+      if (gm->dtype != KILN_F32 || !gm->bf16)
+        fail(graphs[i].name, "a %s GEMM step%s", kiln_dtype_name(gm->dtype),
+             gm->bf16 ? "" : " not marked bf16");
+      char *src = NULL;
+      if (kcg_gemm_gpu_source(ctx, &kcg_cuda_dialect, &sm90, prog, st, &src) != KILN_OK) {
+        fail(graphs[i].name, "sm_90: %s", kiln_ctx_error(ctx));
+      } else {
+        if (!strstr(src, "wmma::mma_sync") || !strstr(src, "#define KG_WT __nv_bfloat16"))
+          fail(graphs[i].name, "sm_90 does not multiply on bf16 tensor cores");
+        void *code = NULL;
+        size_t len = 0;
+        if (have_nvrtc && kcg_cuda_compile_source(ctx, src, "sm_90", false, &code, &len) != KILN_OK)
+          fail(graphs[i].name, "NVRTC: %s", kiln_ctx_error(ctx));
+        free(code);
+      }
+      free(src), src = NULL;
+      if (kcg_gemm_gpu_source(ctx, &kcg_hip_dialect, &gfx, prog, st, &src) != KILN_OK)
+        fail(graphs[i].name, "gfx90a: %s", kiln_ctx_error(ctx));
+      else if (strstr(src, "wmma::"))
+        fail(graphs[i].name, "gfx90a source uses WMMA");
+      free(src);
+      kcg_gpu_plan plan;
+      int64_t sizes[8] = {37, 37, 37, 37, 37, 37, 37, 37};
+      if (kcg_gemm_gpu_plan(ctx, &sm90, prog, st, sizes, &plan) != KILN_OK || plan.nlaunches != 1)
+        fail(graphs[i].name, "plan: %s", kiln_ctx_error(ctx));
+    }
+    if (gemms != graphs[i].gemms)
+      fail(graphs[i].name, "%d GEMM steps, wanted %d", gemms, graphs[i].gemms);
+    printf("lowered %s: %d bf16 GEMM step(s) on tensor cores\n", graphs[i].name, gemms);
+    if (getenv("KILN_TEST_VERBOSE") && prog) kcg_program_print(prog, stdout);
+    kir_arena_free(&arena);
+    if (lg) kiln_graph_destroy(lg);
+    if (wg) kiln_graph_destroy(wg);
+    kiln_graph_destroy(g);
+  }
+  unsetenv("KILN_CONV_GEMM_MIN");
 }
 
 /* Symbolic sizes: the plan reads them from the run's symbol values. */
@@ -299,21 +459,22 @@ int main(void) {
   free(code);
   test_refusals(ctx);
   test_symbols(ctx);
+  test_lowered(ctx);
 
   /* sources: every dtype x trans variant, batch ranks 0..3 spread over them */
   struct {
     kir_dtype dt;
     bool tf32;
-  } dts[] = {{KILN_F64, false},
-             {KILN_F32, false},
-             {KILN_F32, true},
-             {KILN_F16, false},
-             {KILN_BF16, false}};
+    int mix;
+  } dts[] = {{KILN_F64, false, MIX_NONE}, {KILN_F32, false, MIX_NONE}, {KILN_F32, true, MIX_NONE},
+             {KILN_F16, false, MIX_NONE}, {KILN_BF16, false, MIX_NONE}, {KILN_F32, false, MIX_AB},
+             {KILN_F32, true, MIX_A},     {KILN_F32, false, MIX_B},    {KILN_F32, false, MIX_F32}};
   clock_t t0 = clock();
   for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++)
     for (int tr = 0; tr < 4; tr++) {
       int nc = (int)((i + (size_t)tr) % 4);
       gcase c = {.dt = dts[i].dt,
+                 .mix = dts[i].mix,
                  .ta = tr & 1,
                  .tb = tr >> 1,
                  .m = 33,
@@ -326,8 +487,8 @@ int main(void) {
                  .ab = {2, 3, 4, 5},
                  .bb = {3, 4, 5}};
       compile_variant(ctx, &c, dts[i].tf32);
-      printf("compiled %-4s ta=%d tb=%d batch rank %d\n", dt_name(dts[i].dt, dts[i].tf32), c.ta,
-             c.tb, nc);
+      printf("compiled %-4s%s ta=%d tb=%d batch rank %d\n", dt_name(dts[i].dt, dts[i].tf32),
+             mix_name[dts[i].mix], c.ta, c.tb, nc);
     }
   printf("%d sources compiled in %.1f s of CPU\n", ncompiled,
          (double)(clock() - t0) / CLOCKS_PER_SEC);
@@ -341,6 +502,7 @@ int main(void) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
       for (int tr = 0; tr < 4; tr++) {
         gcase c = {.dt = dts[i].dt,
+                   .mix = dts[i].mix,
                    .ta = tr & 1,
                    .tb = tr >> 1,
                    .m = shapes[s][0],

@@ -49,9 +49,9 @@ int nvrtcCompileProgram(void *p, int n, const char *const *opts) {
   int nb = count(pr->src, "long long d") ; /* batch axes: d0, d1, ... in the signature */
   fprintf(f, "%s\n", pr->src);
   fprintf(f, "static void emu_body_fn(void *a) {\n  void **p = (void **)a;\n"
-             "  kiln_gemm((const KG_T *)(uintptr_t)*(unsigned long long *)p[0],"
-             " (const KG_T *)(uintptr_t)*(unsigned long long *)p[1],"
-             " (KG_T *)(uintptr_t)*(unsigned long long *)p[2]");
+             "  kiln_gemm((const KG_AT *)(uintptr_t)*(unsigned long long *)p[0],"
+             " (const KG_BT *)(uintptr_t)*(unsigned long long *)p[1],"
+             " (KG_CT *)(uintptr_t)*(unsigned long long *)p[2]");
   for (int i = 3; i < 7 + 3 * nb; i++) fprintf(f, ", *(long long *)p[%d]", i);
   fprintf(f, ");\n}\nextern \"C\" void kiln_emu_launch(unsigned gx, unsigned gy, unsigned gz,"
              " unsigned bx, void **p) { emu_run(gx, gy, gz, bx, emu_body_fn, p); }\n");
