@@ -120,6 +120,18 @@ static void ukr_scalar_hb(int64_t kc, const void *ap, const void *bp, int64_t ld
 #define TARGET_AVX512BF16 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
 
+/* Adds (or stores) the MR×16 accumulators r into c. */
+#define STORE_TILE256(MR)                                              \
+  _Pragma("GCC unroll 6") for (int i = 0; i < MR; i++) {              \
+    float *ci = c + i * ldc;                                           \
+    if (acc) {                                                         \
+      r[i][0] = _mm256_add_ps(r[i][0], _mm256_loadu_ps(ci));          \
+      r[i][1] = _mm256_add_ps(r[i][1], _mm256_loadu_ps(ci + 8));      \
+    }                                                                  \
+    _mm256_storeu_ps(ci, r[i][0]);                                     \
+    _mm256_storeu_ps(ci + 8, r[i][1]);                                 \
+  }
+
 TARGET_AVX2 static void ukr_avx2(int64_t kc, const void *ap, const void *bp, int64_t ldb,
                                  float *c, int64_t ldc, bool acc) {
   enum { MR = 6 };
@@ -136,16 +148,7 @@ TARGET_AVX2 static void ukr_avx2(int64_t kc, const void *ap, const void *bp, int
       r[i][1] = _mm256_fmadd_ps(av, b1, r[i][1]);
     }
   }
-#pragma GCC unroll 6
-  for (int i = 0; i < MR; i++) {
-    float *ci = c + i * ldc;
-    if (acc) {
-      r[i][0] = _mm256_add_ps(r[i][0], _mm256_loadu_ps(ci));
-      r[i][1] = _mm256_add_ps(r[i][1], _mm256_loadu_ps(ci + 8));
-    }
-    _mm256_storeu_ps(ci, r[i][0]);
-    _mm256_storeu_ps(ci + 8, r[i][1]);
-  }
+  STORE_TILE256(MR)
 }
 
 /* 8 bf16 at p widened to f32 (exact: the bits shifted into the high half). */
@@ -171,16 +174,7 @@ TARGET_AVX2 static void ukr_avx2_hb(int64_t kc, const void *ap, const void *bp, 
       r[i][1] = _mm256_fmadd_ps(av, b1, r[i][1]);
     }
   }
-#pragma GCC unroll 6
-  for (int i = 0; i < MR; i++) {
-    float *ci = c + i * ldc;
-    if (acc) {
-      r[i][0] = _mm256_add_ps(r[i][0], _mm256_loadu_ps(ci));
-      r[i][1] = _mm256_add_ps(r[i][1], _mm256_loadu_ps(ci + 8));
-    }
-    _mm256_storeu_ps(ci, r[i][0]);
-    _mm256_storeu_ps(ci + 8, r[i][1]);
-  }
+  STORE_TILE256(MR)
 }
 
 /* Adds (or stores) the 12×32 accumulators r into c. */

@@ -296,36 +296,29 @@ static kiln_status kernel_words(kiln_ctx *ctx, kvk_device *d, const krt_image_ta
 #endif
 }
 
-static kiln_status kernel_create(kiln_ctx *ctx, kvk_device *d, const krt_image_table *images,
-                                 const kcg_kernel *kk, kvk_kernel *k) {
-  uint32_t *words = NULL;
-  size_t n = 0;
-  bool owned = false;
-  kiln_status s = kernel_words(ctx, d, images, kk, &words, &n, &owned);
-  if (s != KILN_OK) return s;
+/* A compute pipeline of `words` with `nbind` storage buffers and `push` bytes of push constants. */
+static kiln_status pipeline_create(kiln_ctx *ctx, kvk_device *d, const uint32_t *words, size_t n,
+                                   uint32_t nbind, uint32_t push, kvk_kernel *k) {
   VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                  .codeSize = n * 4,
                                  .pCode = words};
   VkResult r = d->vkCreateShaderModule(d->dev, &mi, NULL, &k->module);
-  if (owned) free(words);
   if (r != VK_SUCCESS) return vk_fail(ctx, "vkCreateShaderModule", r);
-  uint32_t nb = kk->nbufs + 1;
-  VkDescriptorSetLayoutBinding *b = calloc(nb, sizeof *b);
+  VkDescriptorSetLayoutBinding *b = calloc(nbind, sizeof *b);
   if (!b) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
-  for (uint32_t i = 0; i < nb; i++)
+  for (uint32_t i = 0; i < nbind; i++)
     b[i] = (VkDescriptorSetLayoutBinding){.binding = i,
                                           .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                           .descriptorCount = 1,
                                           .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
   VkDescriptorSetLayoutCreateInfo li = {.sType =
                                             VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
-                                        .bindingCount = nb,
+                                        .bindingCount = nbind,
                                         .pBindings = b};
   r = d->vkCreateDescriptorSetLayout(d->dev, &li, NULL, &k->dsl);
   free(b);
   if (r != VK_SUCCESS) return vk_fail(ctx, "vkCreateDescriptorSetLayout", r);
-  VkPushConstantRange pc = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT,
-                            .size = kcg_spirv_push_size(kk)};
+  VkPushConstantRange pc = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .size = push};
   VkPipelineLayoutCreateInfo pli = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
                                     .setLayoutCount = 1,
                                     .pSetLayouts = &k->dsl,
@@ -342,6 +335,17 @@ static kiln_status kernel_create(kiln_ctx *ctx, kvk_device *d, const krt_image_t
       .layout = k->layout};
   r = d->vkCreateComputePipelines(d->dev, VK_NULL_HANDLE, 1, &ci, NULL, &k->pipeline);
   return r == VK_SUCCESS ? KILN_OK : vk_fail(ctx, "vkCreateComputePipelines", r);
+}
+
+static kiln_status kernel_create(kiln_ctx *ctx, kvk_device *d, const krt_image_table *images,
+                                 const kcg_kernel *kk, kvk_kernel *k) {
+  uint32_t *words = NULL;
+  size_t n = 0;
+  bool owned = false;
+  kiln_status s = kernel_words(ctx, d, images, kk, &words, &n, &owned);
+  if (s == KILN_OK) s = pipeline_create(ctx, d, words, n, kk->nbufs + 1, kcg_spirv_push_size(kk), k);
+  if (owned) free(words);
+  return s;
 }
 
 /* Checks the buffers of `p` and compiles the kernels its steps (and its scans' bodies) use. */
@@ -939,45 +943,6 @@ static bool same_shader(const kcg_vk_attn_shader *a, const kcg_vk_attn_shader *b
          a->bc == b->bc && a->group == b->group;
 }
 
-/* A compute pipeline of `words` with `nbind` storage buffers and `push` bytes of push constants. */
-static kiln_status attn_pipeline_create(kiln_ctx *ctx, kvk_device *d, const uint32_t *words,
-                                        size_t n, uint32_t nbind, kvk_kernel *k) {
-  VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-                                 .codeSize = n * 4,
-                                 .pCode = words};
-  VkResult r = d->vkCreateShaderModule(d->dev, &mi, NULL, &k->module);
-  if (r != VK_SUCCESS) return vk_fail(ctx, "vkCreateShaderModule", r);
-  VkDescriptorSetLayoutBinding b[24];
-  if (nbind > 24) return kir_fail(ctx, KILN_ERR_INVALID, "Vulkan attention: %u bindings", nbind);
-  for (uint32_t i = 0; i < nbind; i++)
-    b[i] = (VkDescriptorSetLayoutBinding){.binding = i,
-                                          .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                                          .descriptorCount = 1,
-                                          .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
-  VkDescriptorSetLayoutCreateInfo li = {
-      .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, .bindingCount = nbind,
-      .pBindings = b};
-  r = d->vkCreateDescriptorSetLayout(d->dev, &li, NULL, &k->dsl);
-  if (r != VK_SUCCESS) return vk_fail(ctx, "vkCreateDescriptorSetLayout", r);
-  VkPushConstantRange pc = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .size = KCG_VK_ATTN_PUSH};
-  VkPipelineLayoutCreateInfo pli = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
-                                    .setLayoutCount = 1,
-                                    .pSetLayouts = &k->dsl,
-                                    .pushConstantRangeCount = 1,
-                                    .pPushConstantRanges = &pc};
-  r = d->vkCreatePipelineLayout(d->dev, &pli, NULL, &k->layout);
-  if (r != VK_SUCCESS) return vk_fail(ctx, "vkCreatePipelineLayout", r);
-  VkComputePipelineCreateInfo ci = {
-      .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
-      .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
-                .stage = VK_SHADER_STAGE_COMPUTE_BIT,
-                .module = k->module,
-                .pName = "main"},
-      .layout = k->layout};
-  r = d->vkCreateComputePipelines(d->dev, VK_NULL_HANDLE, 1, &ci, NULL, &k->pipeline);
-  return r == VK_SUCCESS ? KILN_OK : vk_fail(ctx, "vkCreateComputePipelines", r);
-}
-
 /*
  * The SPIR-V of attention shader `sh`: the program's image of it (*owned
  * false), else rendered (not in a shared object's runtime, which has no
@@ -1022,7 +987,7 @@ static kiln_status attn_pipeline(kiln_ctx *ctx, kvk_program *vp, const kcg_vk_at
   if (s != KILN_OK) return s;
   kvk_attn_pipe *ap = &vp->attn[vp->nattn];
   *ap = (kvk_attn_pipe){.sh = *sh};
-  s = attn_pipeline_create(ctx, vp->d, words, n, sh->nbind, &ap->k);
+  s = pipeline_create(ctx, vp->d, words, n, sh->nbind, KCG_VK_ATTN_PUSH, &ap->k);
   if (owned) free(words);
   if (s != KILN_OK) {
     kernel_free(vp->d, &ap->k);
