@@ -316,9 +316,9 @@ static bool nd_index(ox_node *n, kiln_value idx, const kiln_dim *d, int r, int b
 static bool op_gather_nd(ox_node *n) {
   kiln_value x = ox_in0(n), idx = ox_in(n, 1);
   if (x == KILN_NO_VALUE || idx == KILN_NO_VALUE) return false;
-  kiln_dim d[KILN_MAX_RANK], fd[KILN_MAX_RANK];
-  int r = ox_dims_of(n, x, d), m, b = (int)ox_attr_i(n, "batch_dims", 0);
-  kiln_value lin;
+  kiln_dim d[KILN_MAX_RANK] = {0}, fd[KILN_MAX_RANK] = {0};
+  int r = ox_dims_of(n, x, d), m = 0, b = (int)ox_attr_i(n, "batch_dims", 0);
+  kiln_value lin = KILN_NO_VALUE;
   if (!nd_index(n, idx, d, r, b, &lin, &fd[0], &m)) return false;
   int fr = 1;
   for (int k = b + m; k < r; k++)
@@ -335,9 +335,9 @@ static bool op_scatter_nd(ox_node *n) {
   const char *red = ox_attr_s(n, "reduction", "none");
   bool add = !strcmp(red, "add");
   if (!add && strcmp(red, "none")) return ox_fail(n, KILN_ERR_UNSUPPORTED, "reduction '%s'", red);
-  kiln_dim d[KILN_MAX_RANK], fd[KILN_MAX_RANK], ud[KILN_MAX_RANK];
-  int r = ox_dims_of(n, x, d), m;
-  kiln_value lin;
+  kiln_dim d[KILN_MAX_RANK] = {0}, fd[KILN_MAX_RANK] = {0}, ud[KILN_MAX_RANK] = {0};
+  int r = ox_dims_of(n, x, d), m = 0;
+  kiln_value lin = KILN_NO_VALUE;
   if (!nd_index(n, idx, d, r, 0, &lin, &fd[0], &m)) return false;
   int fr = 1;
   for (int k = m; k < r; k++)

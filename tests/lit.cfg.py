@@ -13,7 +13,21 @@ config.substitutions.append(("%kiln_lib", os.path.join(os.path.dirname(config.ki
 config.substitutions.append(("%kiln", os.path.join(config.kiln_bin, "kiln")))
 config.substitutions.append(("FileCheck", config.filecheck))
 config.substitutions.append(("%src", config.kiln_src))
+# The tests' Python (tests/CMakeLists.txt: one with numpy where there is one); never a bare python3.
+config.substitutions.append(("%python", config.python))
+if config.python_numpy.upper() in ("ON", "1", "TRUE", "YES"):
+    config.available_features.add("numpy")
+elif os.environ.get("KILN_TEST_REQUIRE", "0") != "0":
+    lit_config.fatal("KILN_TEST_REQUIRE is set and %s has no numpy (run tools/setup.sh)" % config.python)
+sanitize = config.sanitize.upper() in ("ON", "1", "TRUE", "YES")
+# LeakSanitizer leaves out what third-party libraries keep (tests/lsan.supp), as under ctest.
+if sanitize:
+    for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS"):
+        if var in os.environ:
+            config.environment[var] = os.environ[var]
+    config.environment["LSAN_OPTIONS"] = ":".join(
+        v for v in (os.environ.get("LSAN_OPTIONS", ""), "suppressions=" + config.lsan_suppressions) if v)
 # A C program linked against a model compiled by `kiln compile` must use the same
 # sanitizers as the libkiln_rt.a inside that model.
 config.substitutions.append(("%sanitize",
-    "-fsanitize=address,undefined" if config.sanitize.upper() in ("ON", "1", "TRUE", "YES") else ""))
+    "-fsanitize=address,undefined" if sanitize else ""))

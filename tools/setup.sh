@@ -15,6 +15,7 @@ set -euo pipefail
 
 required=(
   cmake ninja-build build-essential python3           # build and test drivers
+  python3-numpy                                       # the tests' Python is /usr/bin/python3 with numpy
   clang-16 llvm-16-dev llvm-16-tools libclang-rt-16-dev  # CPU codegen, lit/FileCheck, libFuzzer
   libmlir-16-dev mlir-16-tools
   libopenblas-dev                                     # BLAS for large CPU matmuls

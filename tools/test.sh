@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # test.sh — builds Kiln three ways and runs every test; exits non-zero if any fails.
 #
-#   build/        Release with debug info, warnings as errors: unit tests, per-op tests,
+#   build/        Release (gcc, -O3), warnings as errors: unit tests, per-op tests,
 #                 lit tests (IR text, errors, CLI)
-#   build-asan/   the same under AddressSanitizer + UndefinedBehaviorSanitizer (and LeakSanitizer)
-#   build-fuzz/   clang-16 with libFuzzer: only the fuzz targets, each for KILN_FUZZ_SECONDS
+#   build-asan/   the same at -O0 under AddressSanitizer + UndefinedBehaviorSanitizer (and
+#                 LeakSanitizer, which leaves out third-party libraries: tests/lsan.supp)
+#   build-fuzz/   clang-16 (-O2) with libFuzzer: only the fuzz targets, each for KILN_FUZZ_SECONDS
 #                 (default 60) on a copy of its corpus in tests/fuzz/corpus/
 #
-# Every suite runs even when an earlier one fails; a summary at the end says which failed.
-# Re-running is incremental: the build folders are reused.
+# Every suite runs even when an earlier one fails; a summary at the end says which failed and
+# which tests were skipped (an optional dependency absent; KILN_TEST_REQUIRE=1, as .ci/run sets,
+# makes a skip a failure). Re-running is incremental: the build folders are reused.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -17,6 +19,8 @@ tools/setup.sh
 fuzz_seconds=${KILN_FUZZ_SECONDS:-60}
 jobs=-j2
 failed=()
+skipped=()
+start=$SECONDS
 
 # configure DIR ARGS...: (re)configures DIR with Ninja, starting afresh if an
 # earlier configure used another generator or compiler.
@@ -43,21 +47,30 @@ suite() {
     return
   fi
   echo "=== $name: ctest $ctest_args"
+  local log=$dir/ctest-summary.log
   # shellcheck disable=SC2086 # ctest_args is a list of words
-  if ! (cd "$dir" && ctest --output-on-failure "$jobs" $ctest_args); then
+  if ! (cd "$dir" && ctest --output-on-failure "$jobs" $ctest_args) | tee "$log"; then
     echo "=== $name: TESTS FAILED"
     failed+=("$name")
   fi
+  local s
+  while read -r s; do skipped+=("$name: $s"); done < <(sed -n 's/^.*Test *#[0-9]*: \([^ ]*\) .*Skipped.*$/\1/p' "$log")
+  echo "=== $name: $(( SECONDS - start ))s since the start"
 }
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$PWD/tests/lsan.supp
 
-suite release build "" -- -DCMAKE_BUILD_TYPE=RelWithDebInfo
+suite release build "" -- -DCMAKE_BUILD_TYPE=Release
 suite asan build-asan "" -- -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON
 CC=clang-16 suite fuzz build-fuzz "-R fuzz" -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON \
   -DKILN_FUZZ_SECONDS="$fuzz_seconds"
 
+if [[ ${#skipped[@]} -gt 0 ]]; then
+  echo "test.sh: skipped (an optional dependency is absent): ${skipped[*]}"
+fi
+echo "test.sh: $(( SECONDS - start ))s in all"
 if [[ ${#failed[@]} -gt 0 ]]; then
   echo "test.sh: FAILED: ${failed[*]}"
   exit 1

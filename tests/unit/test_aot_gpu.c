@@ -43,6 +43,7 @@
 #include "kiln/kiln.h"
 #include "runtime/device.h"
 #include "runtime/image.h"
+#include "skip.h"
 
 typedef struct model model;
 typedef struct api {
@@ -380,7 +381,7 @@ static void missing_shader(const api *a, const krt_image_table *t, const void *c
   uintptr_t lo = (uintptr_t)t->images & ~(uintptr_t)(page - 1);
   uintptr_t hi = (uintptr_t)(t->images + t->n);
   if (mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE)) {
-    printf("skip: missing attention shader (mprotect failed)\n");
+    test_skip("missing attention shader: mprotect failed");
     return;
   }
   krt_image *im = (krt_image *)t->images;
@@ -718,7 +719,7 @@ int main(int argc, char **argv) {
   krt_device_close(d);
   if (!only || !strcmp(only, "vulkan")) {
     vulkan_missing();
-    if (!vk) printf("skip: the Vulkan runs: %s\n", kiln_ctx_error(ctx));
+    if (!vk) test_skip("the Vulkan runs: %s", kiln_ctx_error(ctx));
     static const char *const models[] = {"mlp.kiln", "cnn.kiln", "transformer_classifier.kiln",
                                          "transformer_lm.kiln", "lstm_classifier.kiln"};
     for (size_t i = 0; vk && i < sizeof models / sizeof models[0]; i++) vulkan_model(models[i]);
@@ -733,5 +734,5 @@ int main(int argc, char **argv) {
   }
   kiln_ctx_destroy(ctx);
   printf("%d failures\n", failures);
-  return failures ? 1 : 0;
+  return test_status(failures);
 }

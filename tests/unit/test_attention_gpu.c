@@ -33,6 +33,7 @@
 #include "codegen/gpu_kernels.h"
 #include "codegen/hip.h"
 #include "tests/attention_case.h"
+#include "skip.h"
 
 static int failures;
 static bool have_nvrtc = true, have_hiprtc = true;
@@ -97,7 +98,7 @@ static bool ptxas_accepts(const void *ptx, size_t len, char *msg, size_t msgn) {
 static bool compiled(kiln_status s, kiln_ctx *ctx, bool *have, const char *who, const char *where) {
   if (s == KILN_OK) return true;
   if (s == KILN_ERR_UNSUPPORTED && strstr(kiln_ctx_error(ctx), "not found")) {
-    printf("skip %s: %s\n", who, kiln_ctx_error(ctx));
+    test_skip("%s: %s", who, kiln_ctx_error(ctx));
     *have = false;
     return false;
   }
@@ -365,7 +366,7 @@ int main(void) {
   if (access(bin, X_OK) == 0)
     snprintf(ptxas, sizeof ptxas, "%s", bin);
   else
-    printf("skip ptxas: %s not found\n", bin);
+    test_skip("ptxas: %s not found", bin);
   check_tiles();
   check_refusals();
   const kir_dtype F32 = KILN_F32, F64 = KILN_F64, F16 = KILN_F16, BF = KILN_BF16;
@@ -389,5 +390,5 @@ int main(void) {
     printf("%d failure(s)\n", failures);
   else
     printf("all passed\n");
-  return failures ? 1 : 0;
+  return test_status(failures);
 }

@@ -49,6 +49,7 @@
 #include "ir/kir.h"
 #include "passes/passes.h"
 #include "runtime/vulkan.h"
+#include "skip.h"
 
 static int failures;
 static bool have_vk, vk_f64, vk_lavapipe;
@@ -504,7 +505,7 @@ static void compile_gpu(const acase *c) {
       double t0 = now();
       kiln_status s = kcg_cuda_compile(gs.ctx, ks, n, "sm_90", false, &code, &len);
       if (s == KILN_ERR_UNSUPPORTED && strstr(kiln_ctx_error(gs.ctx), "not found")) {
-        printf("skip NVRTC: %s\n", kiln_ctx_error(gs.ctx));
+        test_skip("NVRTC: %s", kiln_ctx_error(gs.ctx));
         have_nvrtc = false;
       } else if (s != KILN_OK) {
         fail(what, "NVRTC: %s", kiln_ctx_error(gs.ctx));
@@ -517,7 +518,7 @@ static void compile_gpu(const acase *c) {
       double t0 = now();
       kiln_status s = kcg_hip_compile(gs.ctx, ks, n, "gfx90a", &code, &len);
       if (s == KILN_ERR_UNSUPPORTED && strstr(kiln_ctx_error(gs.ctx), "not found")) {
-        printf("skip HIPRTC: %s\n", kiln_ctx_error(gs.ctx));
+        test_skip("HIPRTC: %s", kiln_ctx_error(gs.ctx));
         have_hiprtc = false;
       } else if (s != KILN_OK) {
         fail(what, "HIPRTC: %s", kiln_ctx_error(gs.ctx));
@@ -571,7 +572,7 @@ int main(void) {
       }
     kvk_device_close(dev);
   } else {
-    printf("skip Vulkan: %s\n", kiln_ctx_error(ctx));
+    test_skip("Vulkan: %s", kiln_ctx_error(ctx));
   }
   kiln_ctx_destroy(ctx);
   for (size_t i = 0; i < n; i++)
@@ -597,5 +598,5 @@ int main(void) {
   for (size_t i = 0; i < n; i++)
     if (cases[i].gpu) compile_gpu(&cases[i]);
   printf("%d failures\n", failures);
-  return failures ? 1 : 0;
+  return test_status(failures);
 }

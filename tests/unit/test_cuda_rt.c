@@ -44,6 +44,7 @@
 #include "runtime/cuda.h"
 #include "runtime/gpu_exec.h"
 #include "runtime/hip.h"
+#include "skip.h"
 
 static int failures;
 
@@ -547,7 +548,7 @@ static void test_nvrtc(void) {
                                           false, &out, &len);
   free(out);
   if (s == KILN_ERR_UNSUPPORTED) {
-    printf("skipped the NVRTC part: %s\n", kiln_ctx_error(ctx));
+    test_skip("the NVRTC part: %s", kiln_ctx_error(ctx));
     kiln_ctx_destroy(ctx);
     return;
   }
@@ -712,5 +713,5 @@ int main(void) {
     printf("  (%.1f s)\n", now() - t0);
   }
   if (failures) printf("%d failures\n", failures);
-  return failures ? 1 : 0;
+  return test_status(failures);
 }

@@ -46,6 +46,7 @@
 #include "ir/kir.h"
 #include "kiln/kiln.h"
 #include "runtime/device.h"
+#include "skip.h"
 
 static int failures;
 #define CHECK(c)                                                            \
@@ -592,7 +593,7 @@ static void test_fake_cuda(void) {
   fake_cuda_state *(*get)(void) = NULL;
   memcpy(&get, &sym, sizeof sym);
   if (!get) {
-    printf("skipped the stand-in CUDA part: %s\n", s ? kiln_ctx_error(ctx) : "no fake_cuda");
+    test_skip("the stand-in CUDA part: %s", s ? kiln_ctx_error(ctx) : "no fake_cuda");
     CHECK(s == KILN_ERR_UNSUPPORTED);
     if (lib) dlclose(lib);
     kiln_ctx_destroy(ctx);
@@ -657,7 +658,7 @@ int main(int argc, char **argv) {
     printf("device: vulkan:0 %s\n", desc);
     CHECK(krt_device_kind_of(d) == KRT_DEVICE_VULKAN);
   } else {
-    printf("skip the Vulkan parts: %s\n", kiln_ctx_error(ctx));
+    test_skip("the Vulkan parts: %s", kiln_ctx_error(ctx));
     CHECK(s == KILN_ERR_UNSUPPORTED);
   }
   krt_device_close(d);
@@ -672,5 +673,5 @@ int main(int argc, char **argv) {
   if (!only || !strcmp(only, "cuda")) test_fake_cuda();
   if (have && (!only || !strcmp(only, "models"))) check_models();
   printf("%d failures\n", failures);
-  return failures ? 1 : 0;
+  return test_status(failures);
 }

@@ -38,6 +38,7 @@
 #include "codegen/hip.h"
 #include "passes/mixed_precision.h"
 #include "passes/passes.h"
+#include "skip.h"
 
 static int failures;
 static bool have_nvrtc = true, have_hiprtc = true;
@@ -447,13 +448,13 @@ int main(void) {
   size_t len = 0;
   if (kcg_cuda_compile_source(ctx, "extern \"C\" __global__ void f() {}", "sm_90", false, &code,
                               &len) == KILN_ERR_UNSUPPORTED) {
-    printf("skip NVRTC: %s\n", kiln_ctx_error(ctx));
+    test_skip("NVRTC: %s", kiln_ctx_error(ctx));
     have_nvrtc = false;
   }
   free(code), code = NULL;
   if (kcg_hip_compile_source(ctx, "extern \"C\" __global__ void f() {}", "gfx90a", &code, &len) ==
       KILN_ERR_UNSUPPORTED) {
-    printf("skip HIPRTC: %s\n", kiln_ctx_error(ctx));
+    test_skip("HIPRTC: %s", kiln_ctx_error(ctx));
     have_hiprtc = false;
   }
   free(code);
@@ -537,5 +538,5 @@ int main(void) {
   printf("NVRTC %s, HIPRTC %s; %d failures\n", have_nvrtc ? "used" : "absent (skipped)",
          have_hiprtc ? "used" : "absent (skipped)", failures);
   kiln_ctx_destroy(ctx);
-  return failures ? 1 : 0;
+  return test_status(failures);
 }

@@ -30,6 +30,7 @@
 #include "codegen/program.h"
 #include "op_cases.h"
 #include "passes/passes.h"
+#include "skip.h"
 
 static int failures;
 static bool have_nvrtc = true, have_hiprtc = true;
@@ -203,7 +204,7 @@ static bool ptxas_accepts(const void *ptx, size_t len, char *msg, size_t msgn) {
 static bool compiled(kiln_status s, kiln_ctx *ctx, bool *have, const char *what, const char *op) {
   if (s == KILN_OK) return true;
   if (s == KILN_ERR_UNSUPPORTED && strstr(kiln_ctx_error(ctx), "not found")) {
-    printf("skip %s: %s\n", what, kiln_ctx_error(ctx));
+    test_skip("%s: %s", what, kiln_ctx_error(ctx));
     *have = false;
   } else {
     fail(op, "%s: %s", what, kiln_ctx_error(ctx));
@@ -366,7 +367,7 @@ int main(void) {
   if (access(bin, X_OK) == 0)
     snprintf(ptxas, sizeof ptxas, "%s", bin);
   else
-    printf("skip ptxas: %s not found\n", bin);
+    test_skip("ptxas: %s not found", bin);
   if (getenv("KILN_GPU_ALL_CASES")) max_cases = 1 << 30;
   test_messages();
   test_16bit();
@@ -376,5 +377,5 @@ int main(void) {
          secs[2], secs[3]);
   printf("NVRTC %s, HIPRTC %s; %d failures\n", have_nvrtc ? "used" : "absent (skipped)",
          have_hiprtc ? "used" : "absent (skipped)", failures);
-  return failures ? 1 : 0;
+  return test_status(failures);
 }

@@ -30,6 +30,7 @@
 #include "op_cases.h"
 #include "passes/mixed_precision.h"
 #include "passes/passes.h"
+#include "skip.h"
 
 static int failures;
 
@@ -145,7 +146,7 @@ static kiln_status compile(collection *c, kcg_kernel *const *k, uint32_t n, bool
                       : kcg_cuda_compile(c->ctx, k, n, "sm_90", false, &code, &len);
   free(code);
   if (s == KILN_ERR_UNSUPPORTED && strstr(kiln_ctx_error(c->ctx), "not found")) {
-    printf("skip %s: %s\n", hip ? "HIPRTC" : "NVRTC", kiln_ctx_error(c->ctx));
+    test_skip("%s: %s", hip ? "HIPRTC" : "NVRTC", kiln_ctx_error(c->ctx));
     *(hip ? &have_hiprtc : &have_nvrtc) = false;
     return KILN_OK;
   }
@@ -199,5 +200,5 @@ int main(void) {
   run_type("bf16");
   printf("NVRTC %s, HIPRTC %s; %d failures\n", have_nvrtc ? "used" : "absent (skipped)",
          have_hiprtc ? "used" : "absent (skipped)", failures);
-  return failures ? 1 : 0;
+  return test_status(failures);
 }

@@ -34,7 +34,7 @@
  * models); KILN_VK_DUMP=1 prints the kernels, KILN_VK_DEBUG=1 a model's
  * mismatching elements.
  *
- * Without a Vulkan device the test prints why and passes.
+ * Without a Vulkan device the test prints why and is reported skipped (skip.h).
  */
 #include <dirent.h>
 #include <math.h>
@@ -49,6 +49,7 @@
 #include "passes/fusion.h"
 #include "passes/passes.h"
 #include "runtime/vulkan.h"
+#include "skip.h"
 
 static int failures;
 static kvk_device *dev;
@@ -577,9 +578,9 @@ int main(int argc, char **argv) {
   kiln_ctx *ctx = kiln_ctx_create();
   kiln_status s = kvk_device_open(ctx, 0, &dev);
   if (s != KILN_OK) {
-    printf("skip: %s\n", kiln_ctx_error(ctx));
+    test_skip("no Vulkan device: %s", kiln_ctx_error(ctx));
     kiln_ctx_destroy(ctx);
-    return s == KILN_ERR_UNSUPPORTED ? 0 : 1;
+    return s == KILN_ERR_UNSUPPORTED ? test_status(0) : 1;
   }
   printf("device: %s, shaderFloat64 %s\n", kvk_device_name(dev),
          kvk_device_has_f64(dev) ? "yes" : "no");

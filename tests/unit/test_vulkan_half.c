@@ -34,6 +34,7 @@
 #include "op_cases.h"
 #include "passes/mixed_precision.h"
 #include "runtime/vulkan.h"
+#include "skip.h"
 
 static int failures, total_runs;
 
@@ -289,9 +290,9 @@ int main(int argc, char **argv) {
   kvk_device *dev = NULL;
   kiln_status s = kvk_device_open(ctx, 0, &dev);
   if (s != KILN_OK) {
-    printf("skip: %s\n", kiln_ctx_error(ctx));
+    test_skip("no Vulkan device: %s", kiln_ctx_error(ctx));
     kiln_ctx_destroy(ctx);
-    return s == KILN_ERR_UNSUPPORTED ? 0 : 1;
+    return s == KILN_ERR_UNSUPPORTED ? test_status(0) : 1;
   }
   printf("device: %s, storageBuffer16BitAccess %s\n", kvk_device_name(dev),
          kvk_device_has_storage16(dev) ? "yes" : "no");
@@ -326,5 +327,5 @@ int main(int argc, char **argv) {
   if (failures) printf("test_vulkan_half: %d failures\n", failures);
   kvk_device_close(dev);
   kiln_ctx_destroy(ctx);
-  return failures != 0;
+  return test_status(failures);
 }
