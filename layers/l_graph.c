@@ -132,7 +132,7 @@ static kiln_value inv_sqrt_degree(kl_build *b, kiln_dim n) {
 
 static kiln_status gcn_apply(kl_build *b, const kl_layer *l, const char *path, kl_val in,
                              kl_val *out) {
-  kiln_value x;
+  kiln_value x = KILN_NO_VALUE;
   kiln_status s = need_graph(b);
   if (s == KILN_OK) s = node_features(b, l, in, kl_geti(l, "n_in"), &x);
   if (s) return s;
@@ -173,7 +173,7 @@ static kiln_status sage_declare(kl_decl *d, const kl_layer *l) {
 
 static kiln_status sage_apply(kl_build *b, const kl_layer *l, const char *path, kl_val in,
                               kl_val *out) {
-  kiln_value x;
+  kiln_value x = KILN_NO_VALUE;
   kiln_status s = need_graph(b);
   if (s == KILN_OK) s = node_features(b, l, in, kl_geti(l, "n_in"), &x);
   if (s) return s;
@@ -231,7 +231,7 @@ static kiln_value leaky_relu(kl_build *b, kiln_value x, double slope) {
 
 static kiln_status gat_apply(kl_build *b, const kl_layer *l, const char *path, kl_val in,
                              kl_val *out) {
-  kiln_value x;
+  kiln_value x = KILN_NO_VALUE;
   kiln_status s = need_graph(b);
   if (s == KILN_OK) s = node_features(b, l, in, kl_geti(l, "n_in"), &x);
   if (s) return s;
@@ -297,7 +297,7 @@ static kiln_status gin_declare(kl_decl *d, const kl_layer *l) {
 
 static kiln_status gin_apply(kl_build *b, const kl_layer *l, const char *path, kl_val in,
                              kl_val *out) {
-  kiln_value x;
+  kiln_value x = KILN_NO_VALUE;
   kiln_status s = need_graph(b);
   if (s == KILN_OK) s = node_features(b, l, in, kl_geti(l, "n_in"), &x);
   if (s) return s;
@@ -331,7 +331,7 @@ kiln_status kl_make_gin(kiln_ctx *ctx, const kl_arg *a, kl_layer **out) {
 static kiln_status pool_apply(kl_build *b, const kl_layer *l, const char *path, kl_val in,
                               kl_val *out) {
   (void)path;
-  kiln_value x;
+  kiln_value x = KILN_NO_VALUE;
   kiln_status s = node_features(b, l, in, -1, &x);
   if (s) return s;
   const char *how = kl_gets(l, "how");

@@ -234,7 +234,9 @@ static void check_model(const char *dir, const char *file, kp_precision pr) {
   if (kiln_compile(g, NULL, &cm) || kiln_compiled_run(cm, ctx, n, in, nout, a, NULL)) goto fail;
   kiln_status s = kiln_graph_run(g, KILN_BACKEND_VULKAN, n, in, nout, b, NULL);
   if (s == KILN_ERR_UNSUPPORTED) {
-    printf("unsupported model %-28s %s: %s\n", file, kiln_dtype_name(t), kiln_ctx_error(ctx));
+    printf("FAIL unsupported model %-28s %s: %s\n", file, kiln_dtype_name(t),
+           kiln_ctx_error(ctx));
+    failures++;
     goto done;
   }
   if (s) goto fail;
