@@ -1,36 +1,37 @@
 #!/usr/bin/env bash
 # attention.sh — causal attention B=1 H=8 D=64 f32: Kiln's tiled
 # flash_attention, Kiln with the pass off (KILN_ATTENTION_TILING=0), and
-# PyTorch 1.13 eager (Debian's /usr/bin/python3), and torch 2.x's CPU
-# scaled_dot_product_attention (pip's torch for the python3 on PATH:
-# bench/attention_sdpa.py), each length in a fresh process so that the max
-# RSS is that run's. Writes bench/results/<date>-attention.md (or $OUT).
+# PyTorch 1.13 eager (Debian's /usr/bin/python3: the torch1 peer), and torch
+# 2.x's CPU scaled_dot_product_attention (pip's torch in the venv of
+# tools/setup.sh --bench: the torch2 peer, bench/attention_sdpa.py; both named
+# by bench/peers.sh), each length in a fresh process so that the max RSS is
+# that run's. Writes bench/results/<date>-attention.md (or $OUT).
 #
 #   bench/attention.sh [T ...]      (default: 1024 4096 16384)
+#   BENCH_PEERS=torch1 bench/attention.sh ...   leave the SDPA rows out (default: torch1 torch2)
 #
-# Without torch >= 2 for python3 the SDPA rows say so; KILN_BENCH_INSTALL_TORCH=1
-# installs it first (`python3 -m pip install torch`: large, from PyPI).
+# A peer asked for that is not there stops the script before it runs anything
+# (`tools/setup.sh --bench` installs both); a peer left out says so in its rows.
 #
 # Lengths whose T x T scores would not fit in memory are skipped for the
 # untiled runs (8 heads x T^2 x 4 bytes is 8 GiB at T = 16384, and eager
 # keeps several such tensors).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+. bench/peers.sh
+bench_select torch1 torch2
+bench_need "${bench_peers[@]}"
 cmake -S . -B build-rel -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-rel -j2 --target bench_attention >/dev/null
 lengths=("$@")
 [ ${#lengths[@]} -gt 0 ] || lengths=(1024 4096 16384)
 out=${OUT:-bench/results/$(date +%Y-%m-%d)-attention.md}
 mkdir -p bench/results
-has_sdpa() { python3 -c 'import sys, torch; sys.exit(int(torch.__version__.split(".")[0]) < 2)' 2>/dev/null; }
-if ! has_sdpa && [ "${KILN_BENCH_INSTALL_TORCH:-0}" = 1 ]; then
-  python3 -m pip install -q torch >&2 || true
-fi
 sdpa() { # T reps mode
-  if has_sdpa; then
-    python3 bench/attention_sdpa.py "$@" || echo "| $1 | torch 2.x SDPA (CPU flash) | failed |"
+  if bench_has torch2; then
+    "$bench_venv_py" bench/attention_sdpa.py "$@" || echo "| $1 | torch 2.x SDPA (CPU flash) | failed |"
   else
-    echo "| $1 | torch 2.x SDPA (CPU flash) | not run: no torch >= 2 for python3 | | | | | |"
+    echo "| $1 | torch 2.x SDPA (CPU flash) | not run: left out (BENCH_PEERS) | | | | | |"
   fi
 }
 {
@@ -54,7 +55,11 @@ sdpa() { # T reps mode
     if [ "$t" -le 4096 ]; then
       KILN_ATTENTION_TILING=0 build-rel/bin/bench_attention "$t" "$reps" both ||
         echo "| $t | kiln plain (tiling off) | failed |"
-      /usr/bin/python3 bench/attention.py "$t" "$reps" both || echo "| $t | torch eager | failed |"
+      if bench_has torch1; then
+        "$bench_debian_py" bench/attention.py "$t" "$reps" both || echo "| $t | torch eager | failed |"
+      else
+        echo "| $t | torch eager | not run: left out (BENCH_PEERS) | | | | | |"
+      fi
     else
       echo "| $t | kiln plain (tiling off) | not run: the T x T scores do not fit | | | | | |"
       echo "| $t | torch eager | not run: the T x T scores do not fit | | | | | |"

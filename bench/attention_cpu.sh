@@ -9,8 +9,15 @@
 #   bench/attention_cpu.sh [T ...]                 (default: 1024 4096)
 #   BIN=path/to/bench_attention bench/attention_cpu.sh ...   (another build)
 #   KILN_ATTENTION_ISA=scalar bench/attention_cpu.sh ...     (the portable kernels)
+#   BENCH_PEERS="" bench/attention_cpu.sh ...                 (Kiln alone, no torch rows)
+#
+# torch 2.x is the torch2 peer, pip's torch in the venv of tools/setup.sh --bench
+# (bench/peers.sh); the script stops before it runs anything when it is not there.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+. bench/peers.sh
+bench_select torch2
+bench_need "${bench_peers[@]}"
 bin=${BIN:-build/bin/bench_attention}
 [ -x "$bin" ] || { echo "no $bin: cmake --build build --target bench_attention" >&2; exit 1; }
 lengths=("$@")
@@ -21,8 +28,9 @@ for t in "${lengths[@]}"; do
   f1=$(user "$t" 1 fwd) fn=$(user "$t" "$n" fwd)
   b1=$(user "$t" 1 both) bn=$(user "$t" "$n" both)
   # `both` times the forward graph and then the gradient graph, reps each
-  python3 -c "
+  "$bench_debian_py" -c "
 f = ($fn - $f1) / ($n - 1); b = ($bn - $b1) / ($n - 1) - f
 print('| $t | kiln flash_attention (${KILN_ATTENTION_ISA:-auto}) | %.3f | %.3f |' % (f, b))"
-  python3 bench/attention_sdpa_cpu.py "$t" "$n" | sed -E 's/^T=([0-9]+) (.*) 1 thread: fwd ([0-9.]+) s, fwd\+bwd ([0-9.]+) s.*/| \1 | \2 | \3 | \4 |/'
+  bench_has torch2 || continue
+  "$bench_venv_py" bench/attention_sdpa_cpu.py "$t" "$n" | sed -E 's/^T=([0-9]+) (.*) 1 thread: fwd ([0-9.]+) s, fwd\+bwd ([0-9.]+) s.*/| \1 | \2 | \3 | \4 |/'
 done

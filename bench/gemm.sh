@@ -10,6 +10,7 @@
 # Prints `impl threads n GFLOP/s` lines (build-rel/bin/bench_gemm) and a table.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+. bench/peers.sh # the table below is written by Debian's python3 (bench_debian_py)
 build=${BUILD_DIR:-build-rel}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j2 --target bench_gemm >/dev/null
@@ -18,7 +19,7 @@ trap 'rm -f "$tmp"' EXIT
 OPENBLAS_CORETYPE=Haswell "$build"/bin/bench_gemm "$@" | tee -a "$tmp"
 OPENBLAS_CORETYPE=SkylakeX BENCH_BLAS_ONLY=1 "$build"/bin/bench_gemm "$@" | tee -a "$tmp"
 # One row per implementation, one column per (threads, size).
-python3 - "$tmp" <<'PY'
+"$bench_debian_py" - "$tmp" <<'PY'
 import sys, collections
 rows = collections.OrderedDict(); cols = []
 for line in open(sys.argv[1]):

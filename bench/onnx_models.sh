@@ -10,11 +10,13 @@
 # bench/onnx_models.py (Debian's python3-torch 1.13 and python3-torchvision through /usr/bin/python3)
 # exports each model with a random input and PyTorch's outputs; for each, `kiln compile model.onnx
 # -o model.so` and `kiln run model.onnx` run, both outputs are compared with PyTorch's (f32, 1e-4
-# relative), and bench/onnx_run.py (the pip python3: numpy and onnxruntime, installed here if
-# missing) times the compiled .so through ctypes and ONNX Runtime on the same input. A model Kiln
-# cannot import gets its error in the table instead of numbers.
+# relative), and bench/onnx_run.py (the venv of tools/setup.sh --bench: pip's numpy and
+# onnxruntime; bench/peers.sh names both interpreters) times the compiled .so through ctypes and
+# ONNX Runtime on the same input. A model Kiln cannot import gets its error in the table instead
+# of numbers. Without torchvision or ONNX Runtime the script stops before it runs anything.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+. bench/peers.sh
 export KILN_NUM_THREADS=${KILN_NUM_THREADS:-1}
 export OPENBLAS_NUM_THREADS=$KILN_NUM_THREADS OMP_NUM_THREADS=$KILN_NUM_THREADS
 export BENCH_REPS=${BENCH_REPS:-20}
@@ -23,10 +25,7 @@ build=${BUILD_DIR:-build}
 models=("$@")
 [ ${#models[@]} -eq 0 ] && models=(resnet18 mobilenet_v2 transformer lstm)
 
-/usr/bin/python3 -c 'import torch, torchvision' ||
-  { echo "onnx_models.sh: needs python3-torch and python3-torchvision (tools/setup.sh --bench)" >&2; exit 1; }
-python3 -c 'import onnxruntime' 2>/dev/null || python3 -m pip install -q onnxruntime ||
-  { echo "onnx_models.sh: cannot install onnxruntime for $(command -v python3)" >&2; exit 1; }
+bench_need torchvision ort
 if [ -z "${KILN:-}" ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
     cmake --build "$build" -j2 --target kiln kiln_rt >/dev/null || exit 1
@@ -35,7 +34,7 @@ kiln=${KILN:-$build/bin/kiln}
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-/usr/bin/python3 bench/onnx_models.py export "$tmp" "${models[@]}" 2>"$tmp/export.err" ||
+"$bench_debian_py" bench/onnx_models.py export "$tmp" "${models[@]}" 2>"$tmp/export.err" ||
   { echo "export failed: $(tail -5 "$tmp/export.err")" >&2; exit 1; }
 
 rows=() fails=0
@@ -55,10 +54,10 @@ for m in "${models[@]}"; do
   fi
   ctime=$(echo "$(date +%s.%N) - $t0" | bc)
   "$kiln" run "$tmp/$m.onnx" "${inputs[@]}" -o "$tmp/$m.run" >/dev/null 2>"$tmp/$m.run.err" &&
-    python3 bench/onnx_run.py compare "$tmp" "$m" "$tmp/$m.run" >"$tmp/$m.check" || fails=$((fails + 1))
-  python3 bench/onnx_run.py kiln "$tmp" "$m" "$tmp/$m.so" >>"$tmp/$m.check" || fails=$((fails + 1))
-  python3 bench/onnx_run.py ort "$tmp" "$m" >>"$tmp/$m.check" || fails=$((fails + 1))
-  /usr/bin/python3 bench/onnx_models.py time "$tmp" "$m" >>"$tmp/$m.check" 2>/dev/null
+    "$bench_venv_py" bench/onnx_run.py compare "$tmp" "$m" "$tmp/$m.run" >"$tmp/$m.check" || fails=$((fails + 1))
+  "$bench_venv_py" bench/onnx_run.py kiln "$tmp" "$m" "$tmp/$m.so" >>"$tmp/$m.check" || fails=$((fails + 1))
+  "$bench_venv_py" bench/onnx_run.py ort "$tmp" "$m" >>"$tmp/$m.check" || fails=$((fails + 1))
+  "$bench_debian_py" bench/onnx_models.py time "$tmp" "$m" >>"$tmp/$m.check" 2>/dev/null
   cat "$tmp/$m.check" >&2
   err() { grep "CHECK $m $1 " "$tmp/$m.check" | sed 's/.*error \([^ ]*\) (\(.*\))/\1 \2/' | sort -g -r | head -1; }
   res() { grep "RESULT $m $1 " "$tmp/$m.check" | awk '{print $4}'; }
@@ -70,11 +69,11 @@ done
   echo
   echo "Command: \`bench/onnx_models.sh ${*:-}\` (KILN_NUM_THREADS=$KILN_NUM_THREADS, medians of"
   echo "$BENCH_REPS runs after 3 warm-ups). Models exported by \`bench/onnx_models.py\` with Debian's"
-  echo "PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)') / torchvision"
-  echo "$(/usr/bin/python3 -c 'import torchvision; print(torchvision.__version__)') (random weights,"
+  echo "PyTorch $("$bench_debian_py" -c 'import torch; print(torch.__version__)') / torchvision"
+  echo "$("$bench_debian_py" -c 'import torchvision; print(torchvision.__version__)') (random weights,"
   echo "eval mode, opset 17; resnet18 and mobilenet_v2 at 1x3x224x224, the transformer encoder 2 layers"
   echo "d=64 h=4 ff=128 at 1x16x64, the LSTM 2 layers x 64 at 1x16x32). ONNX Runtime"
-  echo "$(python3 -c 'import onnxruntime; print(onnxruntime.__version__)') (pip, CPU provider)."
+  echo "$("$bench_venv_py" -c 'import onnxruntime; print(onnxruntime.__version__)') (pip, CPU provider)."
   echo "Machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs,"
   echo "shared with other jobs (load average $(cut -d' ' -f1-3 /proc/loadavg)): times are indicative."
   echo

@@ -50,7 +50,7 @@ def main():
     triad = res.get(("triad", "stream"))
     blas = res.get(("sgemm", "openblas"))
     try:
-        core = subprocess.run(["python3", "-c", "import onnxruntime as o; print(o.__version__)"],
+        core = subprocess.run([sys.executable, "-c", "import onnxruntime as o; print(o.__version__)"],
                               capture_output=True, text=True).stdout.strip()
     except OSError:
         core = ""

@@ -2,11 +2,15 @@
 # setup.sh — installs the Debian packages that Kiln and its coming issues need.
 #
 #   tools/setup.sh            what building, running and testing need (CI runs this)
-#   tools/setup.sh --bench    also what bench/ needs: PyTorch 1.13 and torchvision (the peers,
-#                             and the ONNX exports of bench/onnx_models.sh) and matplotlib (charts)
+#   tools/setup.sh --bench    also what bench/ needs: Debian's PyTorch 1.13 and torchvision (a
+#                             peer, and the ONNX exports of bench/run.sh and bench/onnx_models.sh)
+#                             and matplotlib (charts), then the pip peers in a virtual environment
+#                             of /usr/bin/python3 at build-bench-venv/: torch 2.x (eager and
+#                             torch.compile), onnxruntime, onnx and numpy (bench/peers.sh names it)
 #
 # Idempotent and quick when everything is there: it asks dpkg which packages
-# are missing and only then runs `apt-get update` and `apt-get install`.
+# are missing and only then runs `apt-get update` and `apt-get install`
+# (and with --bench, imports the pip peers in the venv and only then runs pip).
 # Runs as root, or through sudo when it is available. The HIP packages are
 # installed only where the distribution offers them (apt-cache shows a
 # candidate), and failing to install them is a warning, not an error: a HIP
@@ -26,9 +30,20 @@ required=(
   valgrind
 )
 optional=(libamdhip64-dev rocm-device-libs)           # the HIP target
-# `setup.sh --bench`: what bench/ needs besides (the peers and the chart; not needed by the tests)
-bench=(python3-torch python3-torchvision python3-matplotlib)
-[[ ${1:-} == --bench ]] && required+=("${bench[@]}")
+# `setup.sh --bench`: what bench/ needs besides (the peers and the chart; not needed by the tests):
+# python3-venv and python3-pip make the venv below, python3-dev's Python.h is what torch.compile's
+# C++ kernels include on the CPU
+bench=(python3-torch python3-torchvision python3-matplotlib python3-venv python3-pip python3-dev)
+with_bench=false
+[[ ${1:-} == --bench ]] && with_bench=true && required+=("${bench[@]}")
+# The pip peers of bench/ live in a venv of Debian's python3 (not the python3 on PATH, which
+# differs between machines; not Debian's site-packages, whose torch is 1.13).
+bench_venv=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build-bench-venv
+pip_peers=("torch>=2" onnxruntime onnx numpy)
+pip_check='import sys, torch, torch._dynamo, onnxruntime, onnx, numpy
+print("torch %s, onnxruntime %s, onnx %s, numpy %s" % (torch.__version__, onnxruntime.__version__,
+      onnx.__version__, numpy.__version__))
+sys.exit(int(torch.__version__.split(".")[0]) < 2)'
 
 # (Outputs are captured before grep -q looks at them: with pipefail, a writer
 # killed by SIGPIPE when grep stops early would fail the test.)
@@ -61,10 +76,34 @@ apt_install() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
 }
 
+# `setup.sh --bench`: the venv and its pip packages, when an import of them fails
+bench_pip() {
+  local py=$bench_venv/bin/python have
+  if [[ -x $py ]] && have=$("$py" -c "$pip_check" 2>/dev/null); then
+    echo "setup.sh: the bench venv $bench_venv has $have"
+    return 0
+  fi
+  if [[ ! -x $py ]]; then
+    echo "setup.sh: creating the bench venv $bench_venv (/usr/bin/python3 -m venv)"
+    /usr/bin/python3 -m venv "$bench_venv" ||
+      { echo "setup.sh: /usr/bin/python3 -m venv $bench_venv failed" >&2; exit 1; }
+  fi
+  echo "setup.sh: pip-installing ${pip_peers[*]} into $bench_venv (torch from PyPI: several GB)"
+  "$py" -m pip install --disable-pip-version-check "${pip_peers[@]}" ||
+    { echo "setup.sh: pip could not install ${pip_peers[*]} into $bench_venv (pip's error above)" >&2
+      exit 1; }
+  if ! have=$("$py" -c "$pip_check"); then
+    echo "setup.sh: after pip, $py still cannot import torch >= 2, onnxruntime, onnx and numpy" >&2
+    exit 1
+  fi
+  echo "setup.sh: the bench venv has $have"
+}
+
 mapfile -t missing < <(missing_of "${required[@]}")
 mapfile -t missing_optional < <(hip_available && missing_of "${optional[@]}" || true)
 if [[ ${#missing[@]} -eq 0 && ${#missing_optional[@]} -eq 0 ]]; then
   echo "setup.sh: all packages are installed"
+  $with_bench && bench_pip
   exit 0
 fi
 
@@ -85,4 +124,5 @@ if [[ ${#still[@]} -gt 0 ]]; then
   echo "setup.sh: still missing after apt-get: ${still[*]}" >&2
   exit 1
 fi
+$with_bench && bench_pip
 echo "setup.sh: done"
