@@ -29,7 +29,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "frontend/onnx_impl.h"
 #include "ir/kir.h"
@@ -292,6 +294,45 @@ static bool safe_location(const char *loc) {
   return true;
 }
 
+/* Opens `loc` (relative, without "..": safe_location) under `dir` for reading, without following
+   a symbolic link anywhere in `loc` and without blocking (a FIFO or a device would): component by
+   component with openat(O_NOFOLLOW), the last one O_NONBLOCK. -1 with errno on failure (ELOOP or
+   ENOTDIR for a link). The caller checks with fstat that it is a regular file. */
+static int open_beneath(const char *dir, const char *loc) {
+  int at = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (at < 0) return -1;
+  char part[4096];
+  for (const char *p = loc;;) {
+    const char *e = strchr(p, '/');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    if (len >= sizeof part) {
+      close(at);
+      errno = ENAMETOOLONG;
+      return -1;
+    }
+    memcpy(part, p, len);
+    part[len] = 0;
+    if (!e) {
+      int fd = openat(at, part, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+      int err = errno;
+      close(at);
+      errno = err;
+      return fd;
+    }
+    int next = len == 0 || (len == 1 && part[0] == '.')
+                   ? dup(at)
+                   : openat(at, part, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int err = errno;
+    close(at);
+    if (next < 0) {
+      errno = err;
+      return -1;
+    }
+    at = next;
+    p = e + 1;
+  }
+}
+
 /* Reads `nbytes` of external data into a malloc'ed buffer. */
 static bool read_external(ox *im, const Onnx__TensorProto *t, const char *what, size_t nbytes,
                           uint8_t **out) {
@@ -322,13 +363,20 @@ static bool read_external(ox *im, const Onnx__TensorProto *t, const char *what, 
   char *path = malloc(plen);
   if (!path) return fail(im, KILN_ERR_NOMEM, "out of memory");
   snprintf(path, plen, "%s/%s", im->base_dir, loc);
-  FILE *f = fopen(path, "rb");
+  int fd = open_beneath(im->base_dir, loc);
+  int err = errno;
+  FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+  if (fd >= 0 && !f) close(fd);
   struct stat st;
   bool ok = false;
   uint8_t *buf = NULL;
-  if (!f || fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
+  if (!f) {
     fail(im, KILN_ERR_IO, "%s: external data file %s: %s", what, path,
-         f ? "not a regular file" : strerror(errno));
+         err == ELOOP || err == ENOTDIR
+             ? "a symbolic link (external data is read only from files inside the model's folder)"
+             : strerror(err));
+  } else if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
+    fail(im, KILN_ERR_IO, "%s: external data file %s: not a regular file", what, path);
   } else if (off > (uint64_t)st.st_size || len > (uint64_t)st.st_size - off) {
     fail(im, KILN_ERR_PARSE,
          "%s: external data at offset %llu, length %llu runs past the end of %s (%lld bytes)",
@@ -684,6 +732,15 @@ done:
   return result;
 }
 
+/* Frees the known values an op function left in cout[from..OX_MAX_IO): every one on an error, and
+   those past the node's outputs (a Constant node with no output still writes cout[0]). */
+static void free_consts(ox_node *n, size_t from) {
+  for (size_t k = from; k < OX_MAX_IO; k++) {
+    ox_const_free(n->cout[k]);
+    n->cout[k] = NULL;
+  }
+}
+
 static bool should_fold(const ox_node *n, const ox_op *op) {
   if (!op->fold) return false;
   size_t total = 0;
@@ -726,11 +783,15 @@ static bool import_node(ox *im, const Onnx__NodeProto *p) {
   if (folded < 0) return false;
   if (!folded) {
     if (!op->fn(&n) || im->err != KILN_OK) {
-      for (size_t k = 0; k < n.nout; k++) ox_const_free(n.cout[k]);
+      free_consts(&n, 0);
       return im->err != KILN_OK ? false : node_builder_failed(&n, kiln_graph_status(im->g));
     }
-    if (kiln_graph_status(im->g) != KILN_OK) return node_builder_failed(&n, kiln_graph_status(im->g));
+    if (kiln_graph_status(im->g) != KILN_OK) {
+      free_consts(&n, 0);
+      return node_builder_failed(&n, kiln_graph_status(im->g));
+    }
   }
+  free_consts(&n, n.nout);
   bool ok = true;
   for (size_t k = 0; k < n.nout; k++) {
     if (!ox_wants(&n, k)) {
