@@ -117,7 +117,9 @@ int main(int argc, char **argv) {
   bool both = argc > 3 && !strcmp(argv[3], "both");
   if (T <= 0 || reps < 1 || reps > 31) return 2;
   kiln_ctx *ctx = kiln_ctx_create();
-  bool tiled = kp_attention_tiling_enabled();
+  kiln_options env;
+  kiln_options_from_env(&env);
+  bool tiled = env.attention_tiling != KILN_SWITCH_OFF;
   double arena = 0, rss = 0, barena = 0, brss = 0, bt = NAN;
   kiln_graph *g = parse(ctx, T, false);
   double ft = g ? time_graph(ctx, g, reps, &arena, &rss) : NAN;

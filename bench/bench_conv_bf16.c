@@ -299,7 +299,7 @@ static double time_cnn_train(const char *precision, const variant *v, double *lo
   for (int64_t i = 0; i < 64; i++) kiln_tensor_set(y, (size_t)i, (double)(i * 7 % 10));
   kiln_train_spec spec = {.model = kiln_model_file_layer(m), .n_inputs = 1,
                           .inputs = kiln_model_file_inputs(m), .loss = "cross_entropy",
-                          .opt = kiln_optimizer_default(KILN_OPT_ADAM), .dtype = KILN_F32,
+                          .opt = kiln_optimizer_default(KILN_OPTIM_ADAM), .dtype = KILN_F32,
                           .backend = KILN_BACKEND_COMPILED, .precision = precision};
   if (kiln_trainer_create(ctx, &spec, p, &t)) goto done;
   kiln_tensor *data[2] = {x, y};
@@ -362,6 +362,9 @@ static double gemm_rate(int64_t m, int64_t n, int64_t k, bool bf16) {
                        .a_type = bf16 ? KRT_GEMM_BF16 : KRT_GEMM_F32,
                        .b_type = bf16 ? KRT_GEMM_BF16 : KRT_GEMM_F32, .c_type = KRT_GEMM_F32,
                        .bf16 = bf16};
+    kiln_options env; /* KILN_GEMM_BF16=dot|f32, as a model would read it */
+    kiln_options_from_env(&env);
+    d.bf16_dot = env.gemm_bf16_dot;
     double t[MAX_REPS], flops = 2.0 * (double)(m * n * k);
     int iters = flops < 2e8 ? (int)(2e8 / flops) + 1 : 1; /* samples of about 0.2 GFLOP */
     for (int r = 0; r <= reps; r++) {

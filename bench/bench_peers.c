@@ -297,7 +297,7 @@ static void bench_mlp_adam(kiln_ctx *ctx) {
   fill(x, 9);
   for (int64_t i = 0; i < BATCH; i++) kiln_tensor_set(y, (size_t)i, (double)(i * 7 % 10));
   kiln_train_spec spec = {.model = l, .n_inputs = 1, .inputs = &mi, .loss = "cross_entropy",
-                          .opt = kiln_optimizer_default(KILN_OPT_ADAM), .dtype = KILN_F32,
+                          .opt = kiln_optimizer_default(KILN_OPTIM_ADAM), .dtype = KILN_F32,
                           .backend = KILN_BACKEND_COMPILED};
   spec.opt.lr = 1e-3;
   for (int fuse = 0; fuse < 2; fuse++) {
@@ -359,12 +359,12 @@ static const char lstm_kiln[] = "use layers\ninput x: f32[B, 64, 256]\n"
                                 "sequential([lstm_layer(256, 256), lstm_layer(256, 256)])\n";
 
 static const model_workload model_workloads[] = {
-    {"block", block_kiln, 3, {8, 256, 256}, {0}, 0, "mse", KILN_OPT_ADAMW,
+    {"block", block_kiln, 3, {8, 256, 256}, {0}, 0, "mse", KILN_OPTIM_ADAMW,
      /* QKV, output, 2 ff matmuls (12 d^2 per token), QK^T and PV (4 T d per token) */
      2.0 * 8 * 256 * 12 * 256 * 256 + 4.0 * 8 * 256 * 256 * 256},
-    {"cnn", cnn_kiln, 4, {64, 3, 32, 32}, {64}, 1, "cross_entropy", KILN_OPT_ADAM,
+    {"cnn", cnn_kiln, 4, {64, 3, 32, 32}, {64}, 1, "cross_entropy", KILN_OPTIM_ADAM,
      2.0 * 64 * (32 * 27 * 32 * 32 + 64 * 32 * 9 * 16 * 16 + 4096 * 10)},
-    {"lstm", lstm_kiln, 3, {32, 64, 256}, {0}, 0, "mse", KILN_OPT_ADAM,
+    {"lstm", lstm_kiln, 3, {32, 64, 256}, {0}, 0, "mse", KILN_OPTIM_ADAM,
      2.0 * 2 * 64 * 32 * 1024 * 512},
 };
 

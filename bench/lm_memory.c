@@ -69,7 +69,7 @@ int main(int argc, char **argv) {
   }
   long long base = status_kb("VmRSS:");
   kiln_train_spec spec = {.model = l, .n_inputs = 1, .inputs = &in, .loss = "cross_entropy",
-                          .opt = kiln_optimizer_default(KILN_OPT_ADAMW), .dtype = KILN_F32,
+                          .opt = kiln_optimizer_default(KILN_OPTIM_ADAMW), .dtype = KILN_F32,
                           .backend = KILN_BACKEND_COMPILED};
   if (kiln_trainer_create(ctx, &spec, p, &t)) goto fail;
   kiln_tensor *data[2] = {tok, tgt};

@@ -70,7 +70,7 @@ static int measure(kiln_ctx *ctx, const int64_t *dims, int64_t d, int64_t heads,
   int rc = 1;
   kiln_model_input in = {"x", KILN_INPUT_TENSOR, KILN_F32, 3, dims, NULL};
   kiln_train_spec spec = {.model = model, .n_inputs = 1, .inputs = &in, .loss = "mse",
-                          .opt = kiln_optimizer_default(KILN_OPT_ADAM), .dtype = KILN_F32,
+                          .opt = kiln_optimizer_default(KILN_OPTIM_ADAM), .dtype = KILN_F32,
                           .backend = KILN_BACKEND_COMPILED};
   if (!model || !data[0] || !data[1] || kiln_layer_init(ctx, model, 0, KILN_F32, &p0) ||
       kiln_trainer_create(ctx, &spec, p0, &t))

@@ -85,7 +85,7 @@ int main(int argc, char **argv) {
   if (!model || !data[0] || !data[1] || kiln_layer_init(ctx, model, 0, KILN_F32, &p0)) goto fail;
   kiln_train_spec spec = {.model = model, .n_inputs = 1, .inputs = &in,
                           .loss = mlp ? "cross_entropy" : "mse",
-                          .opt = kiln_optimizer_default(KILN_OPT_ADAM), .dtype = KILN_F32,
+                          .opt = kiln_optimizer_default(KILN_OPTIM_ADAM), .dtype = KILN_F32,
                           .backend = KILN_BACKEND_COMPILED};
   double t0 = now_ms();
   if (kiln_trainer_create(ctx, &spec, p0, &t)) goto fail;

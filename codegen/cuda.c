@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cuda.h"
+#include "ir/options.h"
 
 const kcg_c_dialect kcg_cuda_dialect = {
     .name = "CUDA",
@@ -47,9 +48,8 @@ static bool sym(void *lib, const char *name, void *fn) {
   return p != NULL;
 }
 
-static void *open_first(const char *env, const char *const *names, size_t n) {
-  const char *own = getenv(env);
-  if (own && *own) return dlopen(own, RTLD_NOW | RTLD_LOCAL);
+static void *open_first(const char *own, const char *const *names, size_t n) {
+  if (own) return dlopen(own, RTLD_NOW | RTLD_LOCAL);
   for (size_t i = 0; i < n; i++) {
     void *lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (lib) return lib;
@@ -60,7 +60,9 @@ static void *open_first(const char *env, const char *const *names, size_t n) {
 static kiln_status load_nvrtc(kiln_ctx *ctx, nvrtc *f, bool ptx) {
   static const char *const names[] = {"/usr/local/cuda/lib64/libnvrtc.so", "libnvrtc.so",
                                       "libnvrtc.so.13", "libnvrtc.so.12"};
-  void *lib = open_first("KILN_NVRTC", names, sizeof names / sizeof names[0]);
+  kiln_options o;
+  kir_options_resolve(kir_ctx_opts(ctx), NULL, &o);
+  void *lib = open_first(o.nvrtc_library, names, sizeof names / sizeof names[0]);
   if (!lib)
     return kir_fail(ctx, KILN_ERR_UNSUPPORTED,
                     "NVRTC not found (libnvrtc.so: install the CUDA toolkit or set KILN_NVRTC)");

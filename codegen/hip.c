@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "hip.h"
+#include "ir/options.h"
 
 const kcg_c_dialect kcg_hip_dialect = {
     .name = "HIP",
@@ -53,9 +54,10 @@ static bool sym(void *lib, const char *name, void *fn) {
   return p != NULL;
 }
 
-static void *open_hip(void) {
-  const char *own = getenv("KILN_HIP");
-  if (own && *own) return dlopen(own, RTLD_NOW | RTLD_LOCAL);
+static void *open_hip(kiln_ctx *ctx) {
+  kiln_options o;
+  kir_options_resolve(kir_ctx_opts(ctx), NULL, &o);
+  if (o.hip_library) return dlopen(o.hip_library, RTLD_NOW | RTLD_LOCAL);
   static const char *const names[] = {"libamdhip64.so", "libamdhip64.so.5", "libamdhip64.so.6",
                                       "/opt/rocm/lib/libamdhip64.so"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -66,7 +68,7 @@ static void *open_hip(void) {
 }
 
 static kiln_status load_hiprtc(kiln_ctx *ctx, hiprtc *f) {
-  void *lib = open_hip();
+  void *lib = open_hip(ctx);
   if (!lib)
     return kir_fail(ctx, KILN_ERR_UNSUPPORTED,
                     "HIPRTC not found (libamdhip64.so: install ROCm's HIP or set KILN_HIP)");
@@ -149,7 +151,7 @@ kiln_status kcg_hip_compile(kiln_ctx *ctx, kcg_kernel *const *kernels, uint32_t 
 
 kiln_status kcg_hip_device_count(kiln_ctx *ctx, int *n) {
   *n = 0;
-  void *lib = open_hip();
+  void *lib = open_hip(ctx);
   int (*count)(int *) = NULL;
   if (!lib) {
     kir_fail(ctx, KILN_OK, "no ROCm device (libamdhip64.so not found)");

@@ -594,7 +594,7 @@ static bool run_attention(prun *r, frame *f, const kcg_step *s) {
   if (!addr) return prun_fail(r, KILN_ERR_NOMEM, "out of memory");
   for (uint32_t a = 0; a < s->nargs; a++)
     addr[a] = f->ptr[s->args[a]];
-  kiln_status st = krt_attention_run(r->ctx, f->p, s, addr, r->sizes, NULL);
+  kiln_status st = krt_attention_run(r->ctx, f->p, s, addr, r->sizes, NULL, true);
   free(addr);
   if (st != KILN_OK && r->status == KILN_OK) r->status = st;
   return st == KILN_OK;

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "fuse.h"
+#include "ir/options.h"
 #include "lower.h"
 
 struct kcg_lower_state {
@@ -34,8 +35,7 @@ struct kcg_lower_state {
   const kir_module *mod;
   kcg_program *top;
   kiln_status status;
-  bool fuse; /* lower fusion groups (passes/fusion.c) as one kernel each */
-  bool runtime_attention; /* ATTENTION steps, not kernels (kcg_lower_options) */
+  kcg_lower_options opt; /* fusion, attention steps, convolution choices, the backend's name */
   /* Lowered scan bodies, so a body used by several scans is lowered once. */
   const kir_graph **body_graphs;
   kcg_program **body_progs;
@@ -58,7 +58,8 @@ static bool state_fail(kcg_lower_state *st, kiln_status s, const char *fmt, ...)
 
 static bool nomem(kcg_lower_state *st) { return state_fail(st, KILN_ERR_NOMEM, "out of memory"); }
 
-bool kcg_lower_runtime_attention(const kcg_lower_ctx *lc) { return lc->st->runtime_attention; }
+bool kcg_lower_runtime_attention(const kcg_lower_ctx *lc) { return lc->st->opt.runtime_attention; }
+const kcg_lower_options *kcg_lower_opts(const kcg_lower_ctx *lc) { return &lc->st->opt; }
 
 uint32_t kcg_lower_bf16_source(const kcg_lower_ctx *lc, uint32_t i) {
   const kir_graph *g = lc->g;
@@ -193,7 +194,8 @@ static bool dtype_supported(const kir_op_desc *d, uint16_t op, kir_dtype t) {
 
 static bool unsupported(kcg_lower_state *st, const kir_op_desc *d, kir_dtype t) {
   return state_fail(st, KILN_ERR_UNSUPPORTED,
-                    "backend 'compiled': no compiled kernel for op '%s' (%s)", d->name,
+                    "backend '%s': no compiled kernel for op '%s' (%s)",
+                    st->opt.backend ? st->opt.backend : "compiled", d->name,
                     kiln_dtype_name(t));
 }
 
@@ -291,7 +293,7 @@ static bool lower_graph(kcg_lower_state *st, kcg_program *p, const kir_graph *g)
     ok = p->params[i] != UINT32_MAX;
   }
   kp_fusion fusion = {0};
-  if (ok && st->fuse && !kp_fusion_plan(g, &fusion)) ok = nomem(st);
+  if (ok && st->opt.fuse && !kp_fusion_plan(g, &fusion)) ok = nomem(st);
   for (uint32_t i = 0; ok && i < g->ninsts; i++) {
     uint32_t root = fusion.group ? fusion.group[i] : KP_NO_GROUP;
     if (root != KP_NO_GROUP && root != i) {
@@ -338,13 +340,28 @@ static bool copy_symbols(kcg_lower_state *st, kcg_program *p) {
   return true;
 }
 
+void kcg_lower_options_for(const kiln_options *o, kcg_lower_options *out) {
+  *out = (kcg_lower_options){.fuse = kir_switch_on(o->fusion, true),
+                             .runtime_attention = true,
+                             .conv_bf16 = kir_switch_on(o->conv_bf16, true),
+                             .conv_gemm_min = o->conv_gemm_min};
+}
+
 kiln_status kcg_lower(kiln_ctx *ctx, kir_graph *g, kir_arena *arena, kcg_program **out) {
-  return kcg_lower_ex(ctx, g, arena, kp_fusion_enabled(), out);
+  kiln_options o;
+  kir_options_resolve(kir_ctx_opts(ctx), NULL, &o);
+  kcg_lower_options opt;
+  kcg_lower_options_for(&o, &opt);
+  return kcg_lower_target(ctx, g, arena, &opt, out);
 }
 
 kiln_status kcg_lower_ex(kiln_ctx *ctx, kir_graph *g, kir_arena *arena, bool fuse,
                          kcg_program **out) {
-  kcg_lower_options opt = {.fuse = fuse, .runtime_attention = true};
+  kiln_options o;
+  kir_options_resolve(kir_ctx_opts(ctx), NULL, &o);
+  kcg_lower_options opt;
+  kcg_lower_options_for(&o, &opt);
+  opt.fuse = fuse;
   return kcg_lower_target(ctx, g, arena, &opt, out);
 }
 
@@ -353,8 +370,7 @@ kiln_status kcg_lower_target(kiln_ctx *ctx, kir_graph *g, kir_arena *arena,
   *out = NULL;
   if (g->mod->status != KILN_OK)
     return kir_fail(ctx, g->mod->status, "graph @%s has an error", g->name);
-  kcg_lower_state st = {.ctx = ctx, .arena = arena, .mod = g->mod, .fuse = opt->fuse,
-                        .runtime_attention = opt->runtime_attention};
+  kcg_lower_state st = {.ctx = ctx, .arena = arena, .mod = g->mod, .opt = *opt};
   st.top = program_new(&st);
   if (!st.top) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   if (!copy_symbols(&st, st.top) || !lower_graph(&st, st.top, g)) return st.status;

@@ -75,6 +75,8 @@ kcg_program *kcg_lower_body(kcg_lower_ctx *lc, kir_graph *body);
 bool kcg_lower_add_step(kcg_lower_ctx *lc, const kcg_step *s);
 /* Whether the target's runtime runs ATTENTION steps (kcg_lower_options.runtime_attention). */
 bool kcg_lower_runtime_attention(const kcg_lower_ctx *lc);
+/* The options the lowering runs under. */
+const kcg_lower_options *kcg_lower_opts(const kcg_lower_ctx *lc);
 /*
  * The bf16 value that f32 operand i of the instruction is an exact widening of
  * (a cast from bf16: what kp_widen_half makes of a bf16 operand, and the bf16

@@ -263,22 +263,17 @@ static bool grad_weight_direct(kcg_lower_ctx *lc, const kir_inst *inst) {
 /* Measured on this machine: docs/cpu-runtime.md, "Convolutions through GEMM". */
 #define CONV_GEMM_MIN ((int64_t)1 << 20)
 
-static int64_t gemm_min(void) {
-  const char *env = getenv("KILN_CONV_GEMM_MIN");
-  if (env && *env) {
-    char *end;
-    long long v = strtoll(env, &end, 10);
-    if (!*end) return v < 0 ? -1 : v;
-  }
-  return CONV_GEMM_MIN;
+static int64_t gemm_min(const kcg_lower_ctx *lc) {
+  int64_t v = kcg_lower_opts(lc)->conv_gemm_min;
+  return v ? v : CONV_GEMM_MIN;
 }
 
 /* Whether the convolution x * w -> y (for a gradient: the forward's types) goes through GEMM. */
-static bool use_gemm(const kir_inst *inst, const kir_type *x, const kir_type *w,
-                     const kir_type *y) {
+static bool use_gemm(const kcg_lower_ctx *lc, const kir_inst *inst, const kir_type *x,
+                     const kir_type *w, const kir_type *y) {
   if (inst->attrs[3].i != 1 || (y->dtype != KILN_F32 && y->dtype != KILN_F64)) return false;
   if (KIR_DIM_IS_SYM(x->dims[1]) || KIR_DIM_IS_SYM(w->dims[0])) return false;
-  int64_t min = gemm_min();
+  int64_t min = gemm_min(lc);
   double mnk = (double)w->dims[0] * (double)(y->dims[2] * y->dims[3]) *
                (double)(x->dims[1] * w->dims[2] * w->dims[3]);
   return min >= 0 && mnk >= (double)min;
@@ -455,14 +450,9 @@ typedef struct conv_ops {
   uint32_t buf[2];
 } conv_ops;
 
-static bool bf16_path_enabled(void) {
-  const char *env = getenv("KILN_CONV_BF16");
-  return !env || strcmp(env, "0");
-}
-
 static conv_ops conv_operands(const kcg_lower_ctx *lc) {
   conv_ops o = {.buf = {lc->in[0], lc->in[1]}};
-  if (!bf16_path_enabled()) return o;
+  if (!kcg_lower_opts(lc)->conv_bf16) return o;
   uint32_t src[2] = {kcg_lower_bf16_source(lc, 0), kcg_lower_bf16_source(lc, 1)};
   if (src[0] == KILN_NO_VALUE || src[1] == KILN_NO_VALUE) return o;
   o.bf16 = true;
@@ -518,19 +508,19 @@ static bool grad_input_gemm(kcg_lower_ctx *lc, const kir_inst *inst) {
 /* ---- entry points (ops.def) ---- */
 
 bool kcg_lower_conv2d(kcg_lower_ctx *lc, const kir_inst *inst) {
-  return use_gemm(inst, kcg_in_type(lc, 0), kcg_in_type(lc, 1), kcg_out_type(lc, 0))
+  return use_gemm(lc, inst, kcg_in_type(lc, 0), kcg_in_type(lc, 1), kcg_out_type(lc, 0))
              ? conv2d_gemm(lc, inst)
              : conv2d_direct(lc, inst);
 }
 
 bool kcg_lower_conv2d_grad_input(kcg_lower_ctx *lc, const kir_inst *inst) {
-  return use_gemm(inst, kcg_out_type(lc, 0), kcg_in_type(lc, 1), kcg_in_type(lc, 0))
+  return use_gemm(lc, inst, kcg_out_type(lc, 0), kcg_in_type(lc, 1), kcg_in_type(lc, 0))
              ? grad_input_gemm(lc, inst)
              : grad_input_direct(lc, inst);
 }
 
 bool kcg_lower_conv2d_grad_weight(kcg_lower_ctx *lc, const kir_inst *inst) {
-  return use_gemm(inst, kcg_in_type(lc, 0), kcg_out_type(lc, 0), kcg_in_type(lc, 1))
+  return use_gemm(lc, inst, kcg_in_type(lc, 0), kcg_out_type(lc, 0), kcg_in_type(lc, 1))
              ? grad_weight_gemm(lc, inst)
              : grad_weight_direct(lc, inst);
 }

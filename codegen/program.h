@@ -107,10 +107,7 @@ struct kcg_program {
  * lowering is KILN_ERR_UNSUPPORTED naming both.
  */
 kiln_status kcg_lower(kiln_ctx *ctx, kir_graph *g, kir_arena *arena, kcg_program **out);
-/*
- * The same with fusion chosen: `fuse` lowers each group of passes/fusion.c
- * as one kernel. kcg_lower fuses unless the environment sets KILN_FUSION=0.
- */
+/* The same with fusion chosen: `fuse` lowers each group of passes/fusion.c as one kernel. */
 kiln_status kcg_lower_ex(kiln_ctx *ctx, kir_graph *g, kir_arena *arena, bool fuse,
                          kcg_program **out);
 /*
@@ -118,10 +115,17 @@ kiln_status kcg_lower_ex(kiln_ctx *ctx, kir_graph *g, kir_arena *arena, bool fus
  * target's runtime executes ATTENTION steps itself (the CPU executor, whose
  * kcg_lower and kcg_lower_ex set it), else flash_attention(_grad) become
  * kernel-IR kernels any renderer compiles (codegen/lower_attention.c; Vulkan).
+ * kcg_lower and kcg_lower_ex take the rest from the context's options
+ * (kcg_lower_options_for).
  */
 typedef struct kcg_lower_options {
   bool fuse, runtime_attention;
+  bool conv_bf16;         /* bf16 convolutions as bf16 GEMMs (kiln_options.conv_bf16) */
+  int64_t conv_gemm_min;  /* kiln_options.conv_gemm_min: 0 measured, -1 never */
+  const char *backend;    /* the name refusals give ("backend 'NAME': ..."); NULL: compiled */
 } kcg_lower_options;
+/* The lowering options that `o` (resolved) asks for, for the CPU executor. */
+void kcg_lower_options_for(const kiln_options *o, kcg_lower_options *out);
 kiln_status kcg_lower_target(kiln_ctx *ctx, kir_graph *g, kir_arena *arena,
                              const kcg_lower_options *opt, kcg_program **out);
 

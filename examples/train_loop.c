@@ -162,7 +162,7 @@ int main(int argc, char **argv) {
   printf("\n");
 
   /* Adam with PyTorch's defaults but lr 0.01, and the global gradient norm clipped to 5. */
-  kiln_optimizer adam = kiln_optimizer_default(KILN_OPT_ADAM);
+  kiln_optimizer adam = kiln_optimizer_default(KILN_OPTIM_ADAM);
   adam.lr = 1e-2;
   if ((s = kiln_opt_state_create(ctx, &adam, params, 5.0, &opt_state))) goto done;
 

@@ -12,13 +12,24 @@
 #include <string.h>
 
 #include "kir.h"
+#include "options.h"
 
 KILN_API kiln_ctx *kiln_ctx_create(void) { return calloc(1, sizeof(kiln_ctx)); }
 KILN_API void kiln_ctx_destroy(kiln_ctx *ctx) { free(ctx); }
 KILN_API const char *kiln_ctx_error(const kiln_ctx *ctx) { return ctx ? ctx->msg : ""; }
+KILN_API kiln_status kiln_ctx_status(const kiln_ctx *ctx) { return ctx ? ctx->status : KILN_OK; }
+
+KILN_API const kiln_options *kiln_ctx_options(const kiln_ctx *ctx) { return kir_ctx_opts(ctx); }
+KILN_API void kiln_ctx_set_options(kiln_ctx *ctx, const kiln_options *opt) {
+  ctx->opts = opt ? *opt : (kiln_options){0};
+}
+KILN_API void kiln_options_from_env(kiln_options *out) { kir_options_env(out); }
 
 kiln_status kir_vfail(kiln_ctx *ctx, kiln_status s, const char *fmt, va_list ap) {
-  if (ctx) vsnprintf(ctx->msg, sizeof ctx->msg, fmt, ap);
+  if (ctx) {
+    vsnprintf(ctx->msg, sizeof ctx->msg, fmt, ap);
+    ctx->status = s;
+  }
   return s;
 }
 

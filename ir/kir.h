@@ -32,7 +32,14 @@
 
 struct kiln_ctx {
   char msg[1024];
+  kiln_status status; /* the code of the last failure (KILN_OK if none) */
+  kiln_options opts;  /* kiln_ctx_set_options(); zeroed: the environment's, else the defaults */
 };
+
+/* The context's own options, NULL for a NULL context (kir_options_resolve takes either). */
+static inline const kiln_options *kir_ctx_opts(const kiln_ctx *ctx) {
+  return ctx ? &ctx->opts : NULL;
+}
 
 /* Sets the context's message; returns `s` so callers can `return kir_fail(...)`. */
 kiln_status kir_fail(kiln_ctx *ctx, kiln_status s, const char *fmt, ...) KIR_PRINTF(3, 4);

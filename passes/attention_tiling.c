@@ -20,20 +20,15 @@
  * which recomputes the scores from the saved log-sum-exp, so a training
  * step after this pass is linear in T too.
  *
- * The compile pipelines (runtime/compile.c, runtime/aot.c) run it just
- * before kp_legalize unless the environment variable KILN_ATTENTION_TILING
- * is "0" or "off", which keeps the plain attention for measuring the
- * difference (bench/attention.sh).
+ * The pipelines (passes/pipeline.c) run it just before kp_legalize unless
+ * kiln_options.attention_tiling is off (KILN_ATTENTION_TILING=0), which
+ * keeps the plain attention for measuring the difference
+ * (bench/attention.sh).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "passes.h"
-
-bool kp_attention_tiling_enabled(void) {
-  const char *e = getenv("KILN_ATTENTION_TILING");
-  return !e || (strcmp(e, "0") != 0 && strcmp(e, "off") != 0);
-}
 
 static bool tiled_dtype(kir_dtype t) { return t == KILN_F32 || t == KILN_F64; }
 

@@ -316,7 +316,7 @@ static bool fold(rw *r) {
   kir_inst probe = *inst;
   probe.in = (uint32_t *)r->in;
   if (!foldable(ng, &probe)) return false;
-  kiln_ctx tctx = {{0}};
+  kiln_ctx tctx = {.status = KILN_OK};
   kir_graph *t = kir_module_new(&tctx, "fold");
   if (!t) return false;
   uint32_t tin[16], tout[8];
@@ -591,8 +591,3 @@ kir_graph *kp_canonicalize_ex(kir_graph *g, kp_canon_stats *stats) {
 }
 
 kir_graph *kp_canonicalize(kir_graph *g) { return kp_canonicalize_ex(g, NULL); }
-
-bool kp_canonicalize_enabled(void) {
-  const char *e = getenv("KILN_CANONICALIZE");
-  return !(e && (!strcmp(e, "0") || !strcmp(e, "off")));
-}

@@ -3,9 +3,8 @@
  * folding, CSE and DCE over the SSA IR (passes/canonicalize.c,
  * docs/passes.md).
  *
- * The compile pipelines (runtime/compile.c, runtime/aot.c) run it after
- * kp_legalize, when kp_canonicalize_enabled(): unless the environment
- * variable KILN_CANONICALIZE is "0" or "off".
+ * The cpu pipeline (passes/pipeline.c) runs it after kp_legalize unless
+ * kiln_options.canonicalize is off (KILN_CANONICALIZE=0).
  */
 #ifndef KP_CANONICALIZE_H
 #define KP_CANONICALIZE_H
@@ -35,6 +34,5 @@ kir_graph *kp_canonicalize(kir_graph *g);
 kir_graph *kp_canonicalize_ex(kir_graph *g, kp_canon_stats *stats);
 /* The name of hits[i] ("mul-one", "fold", ...), "?" for an unused index. */
 const char *kp_canon_rule_name(uint32_t i);
-bool kp_canonicalize_enabled(void);
 
 #endif

@@ -45,14 +45,4 @@ int kp_fusion_group_shape(const kir_graph *g, const kp_fusion *f, uint32_t root,
 /* One line per group: "fused group N (elementwise|rows): op op ... -> %root". */
 void kp_fusion_print(const kir_graph *g, const kp_fusion *f, FILE *out);
 
-/*
- * `kiln ir --print-after-all`: g as parsed, after kp_legalize, and the fusion
- * groups of the legalized graph (comments), on `out`. The message of a
- * failure is on g's context.
- */
-kiln_status kp_print_after_all(kir_graph *g, FILE *out);
-
-/* Whether fusion is on by default: unless the environment says KILN_FUSION=0. */
-bool kp_fusion_enabled(void);
-
 #endif

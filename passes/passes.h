@@ -61,12 +61,10 @@ kir_graph *kp_legalize(kir_graph *g);
  * Replaces attention — the `attention` op and the written-out
  * softmax(q k^T * c [+ mask]) v — in f32 and f64 by flash_attention, whose
  * kernel is tiled over the keys and linear in memory (passes/attention_tiling.c).
- * Returns a new module; NULL on failure. The compile pipelines run it before
- * kp_legalize when kp_attention_tiling_enabled(): unless the environment
- * variable KILN_ATTENTION_TILING is "0" or "off".
+ * Returns a new module; NULL on failure. The pipelines run it before
+ * kp_legalize unless kiln_options.attention_tiling is off (pipeline.h).
  */
 kir_graph *kp_attention_tiling(kir_graph *g);
-bool kp_attention_tiling_enabled(void);
 
 /*
  * Reverse-mode autodiff (passes/autodiff.c, docs/autodiff.md). `g`'s result

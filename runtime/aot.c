@@ -41,8 +41,9 @@
 #include "runtime/rt.h"
 #include "kiln/aot.h"
 #include "kiln/params.h"
-#include "passes/canonicalize.h"
+#include "ir/options.h"
 #include "passes/mixed_precision.h"
+#include "passes/pipeline.h"
 
 extern char **environ;
 
@@ -90,7 +91,7 @@ static void write_entry_points(FILE *c, const char *name, const char *prefix, ui
           "  *out = NULL;\n"
           "  if (!m) return KILN_ERR_NOMEM;\n"
           "  m->pool = krt_pool_create(0);\n"
-          "  kiln_status s = krt_model_create(&m->ctx, &%sp%u, %sfns, m->pool, &m->m);\n"
+          "  kiln_status s = krt_model_create(&m->ctx, &%sp%u, %sfns, m->pool, NULL, &m->m);\n"
           "  if (s == KILN_OK) s = krt_model_set_param_names(m->m, %sparam_names);\n"
           "  if (s != KILN_OK) {\n    %s_destroy(m);\n    return s;\n  }\n"
           "  *out = m;\n  return KILN_OK;\n}\n\n"
@@ -256,9 +257,9 @@ static kp_action drop_identity_cast(kp_rebuild *rb, kir_graph *ng, const kir_ins
  * to bf16 taking bf16 themselves (low[p] set), their casts gone; g itself
  * (not a copy) when there are none. NULL on failure.
  */
-static kir_graph *bf16_weights(kir_graph *g, const kiln_params *params, bool *low) {
-  const char *env = getenv("KILN_AOT_BF16_WEIGHTS"); /* =0: keep f32, for comparing */
-  if (env && !strcmp(env, "0")) return g;
+static kir_graph *bf16_weights(kir_graph *g, const kiln_params *params, bool *low,
+                               const kiln_options *o) {
+  if (!kir_switch_on(o->aot_bf16_weights, true)) return g; /* off: keep f32, for comparing */
   bool any = false;
   for (uint32_t p = 0; params && p < g->nparams; p++) {
     const char *n = g->values[g->params[p]].name;
@@ -361,7 +362,7 @@ static kiln_status plan_peak(kiln_ctx *ctx, const kcg_program *prog, size_t *pea
   for (uint32_t k = 0; k < prog->nkernels; k++) fns[k] = no_kernel; /* planned, never run */
   krt_model *m = NULL;
   krt_workspace *w = NULL;
-  kiln_status s = fixed ? krt_model_create(ctx, prog, fns, NULL, &m) : KILN_OK;
+  kiln_status s = fixed ? krt_model_create(ctx, prog, fns, NULL, NULL, &m) : KILN_OK;
   if (fixed && !s) s = krt_prepare(m, ctx, dims, &w);
   if (w) *peak = krt_workspace_total(w);
   krt_release(w);
@@ -370,22 +371,20 @@ static kiln_status plan_peak(kiln_ctx *ctx, const kcg_program *prog, size_t *pea
   return s;
 }
 
-static const char *env_or(const char *var, const char *dflt) {
-  const char *v = getenv(var);
-  return v && *v ? v : dflt;
-}
-
 /* Links the generated C with a runtime library into opt->output. */
 static kiln_status link_so(kiln_ctx *ctx, const kiln_aot_options *opt, const char *csrc,
                            const char *obj, bool gpu) {
+  kiln_options o;
+  kir_options_resolve(kir_ctx_opts(ctx), opt->options, &o);
+  const char *src_dir = o.source_dir ? o.source_dir : KILN_SOURCE_DIR;
   char inc_src[4200], inc_api[4200], rtlib[4200];
-  snprintf(inc_src, sizeof inc_src, "-I%s", env_or("KILN_SOURCE_DIR", KILN_SOURCE_DIR));
-  snprintf(inc_api, sizeof inc_api, "-I%s/include", env_or("KILN_SOURCE_DIR", KILN_SOURCE_DIR));
-  snprintf(rtlib, sizeof rtlib, "%s/%s", env_or("KILN_LIB_DIR", KILN_LIB_DIR),
+  snprintf(inc_src, sizeof inc_src, "-I%s", src_dir);
+  snprintf(inc_api, sizeof inc_api, "-I%s/include", src_dir);
+  snprintf(rtlib, sizeof rtlib, "%s/%s", o.lib_dir ? o.lib_dir : KILN_LIB_DIR,
            gpu ? "libkiln_gpurt.a" : "libkiln_rt.a");
   if (access(rtlib, R_OK))
     return kir_fail(ctx, KILN_ERR_IO, "kiln compile: %s is missing (set KILN_LIB_DIR)", rtlib);
-  const char *cc = opt->cc ? opt->cc : env_or("CC", "cc");
+  const char *cc = opt->cc ? opt->cc : o.cc ? o.cc : "cc";
   char *cpu_argv[] = {(char *)cc, "-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
                       "-w", inc_src, inc_api, "-o", (char *)opt->output, (char *)csrc,
                       (char *)obj, rtlib, "-lopenblas", "-lm", "-lpthread", NULL};
@@ -449,28 +448,43 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
   if (s != KILN_OK) return s;
   bool *low = calloc(g->nparams + 1, sizeof *low);
   if (!low) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
-  /* A GPU target lowers as the device's JIT does (runtime/device.c), below. */
-  kir_graph *src = gpu ? NULL : bf16_weights(g, opt->params, low);
-  kir_graph *wide = src ? kp_widen_half(src) : NULL; /* f16/bf16 accumulate in f32 */
-  if (src != g) kiln_graph_destroy(src);
-  kir_graph *tiled = !wide ? NULL : kp_attention_tiling_enabled() ? kp_attention_tiling(wide) : wide;
-  kir_graph *legal = tiled ? kp_legalize(tiled) : NULL;
-  if (tiled != wide) kiln_graph_destroy(tiled);
-  kiln_graph_destroy(wide);
-  if (legal && kp_canonicalize_enabled()) { /* fold, CSE, DCE (passes/canonicalize.c) */
-    kir_graph *canon = kp_canonicalize(legal);
-    kiln_graph_destroy(legal);
-    legal = canon;
+  /* The pipeline's options: the model's over the context's and the environment's. */
+  kp_pipeline_options po;
+  kp_pipeline_options_init(&po, g, opt->options);
+  if (opt->precision && !kp_precision_parse(opt->precision, &po.precision)) {
+    free(low);
+    return kir_fail(ctx, KILN_ERR_INVALID,
+                    "unknown precision '%s' (fp64, fp32, tf32, bf16 or fp16)", opt->precision);
   }
+  /*
+   * A GPU target lowers as the device's JIT does (runtime/device.c), below. On the CPU the
+   * precision policy comes first, so that the weights it only rounds to bf16 are stored so.
+   */
+  kir_graph *pg = g, *src = NULL, *legal = NULL;
+  if (!gpu && po.precision != KP_PREC_FP32) {
+    pg = kp_mixed_precision(g, po.precision);
+    po.precision = KP_PREC_FP32;
+  }
+  src = gpu || !pg ? NULL : bf16_weights(pg, opt->params, low, &po.opts);
+  if (src) s = kp_pipeline_run("cpu", src, &po, &legal);
+  if (src != pg) kiln_graph_destroy(src);
+  if (pg != g) kiln_graph_destroy(pg);
   if (!legal && !gpu) {
     free(low);
-    return KILN_ERR_UNSUPPORTED;
+    if (!s) s = kiln_ctx_status(ctx);
+    return s ? s : KILN_ERR_UNSUPPORTED;
   }
   kir_arena arena = {0};
   kcg_program *prog = NULL;
   bool *bound = NULL;
   char tmp[4096 + 32], obj[4200], csrc[4200], blob[4200];
-  s = gpu ? krt_device_lower(ctx, kind, g, true, &arena, &prog) : kcg_lower(ctx, legal, &arena, &prog);
+  if (gpu) {
+    s = krt_device_lower(ctx, kind, g, &po, &arena, &prog);
+  } else {
+    kcg_lower_options lo;
+    kcg_lower_options_for(&po.opts, &lo);
+    s = kcg_lower_target(ctx, legal, &arena, &lo, &prog);
+  }
   if (s != KILN_OK) goto done;
   /* Kernel symbols: <name>_k<index>, whatever lowering called them. */
   for (uint32_t k = 0; k < prog->nkernels; k++) {

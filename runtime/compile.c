@@ -2,17 +2,15 @@
  * compile.c — the JIT path of the public API: graph in, native code out.
  *
  * kiln_compile() chains the stages of the data flow that a compiled model
- * needs: kp_attention_tiling() (attention becomes the tiled flash_attention,
- * unless KILN_ATTENTION_TILING=0), kp_legalize() (compound ops without a
- * kernel become primitives, in a copy of the graph), kp_canonicalize()
- * (rewrite rules, constant folding, CSE, DCE, unless KILN_CANONICALIZE=0),
- * kcg_lower() (the copy
- * becomes a kcg_program of
- * kernel-IR kernels and steps, in the compiled model's own arena, with no
- * pointer back into any graph), kcg_cpu_jit() (LLVM compiles every kernel
- * for this CPU in one module), and krt_model_create() (the executor of
- * runtime/rt_exec.c bound to those functions and to a thread pool). The
- * graph can be freed as soon as this returns.
+ * needs: the "cpu" pass pipeline (passes/pipeline.h: the precision policy,
+ * widening, attention tiling, legalization and canonicalization, in a copy
+ * of the graph, as the model's options say), kcg_lower_target() (the copy
+ * becomes a kcg_program of kernel-IR kernels and steps, in the compiled
+ * model's own arena, with no pointer back into any graph), kcg_cpu_jit()
+ * (LLVM compiles every kernel for this CPU in one module), and
+ * krt_model_create() (the executor of runtime/rt_exec.c bound to those
+ * functions and to a thread pool). The graph can be freed as soon as this
+ * returns.
  *
  * With options->device naming a GPU device, the graph is lowered as that
  * device's kiln_graph_run backend lowers it (krt_device_lower) and compiled
@@ -31,8 +29,7 @@
 
 #include "codegen/llvm_cpu.h"
 #include "ir/kir.h"
-#include "passes/canonicalize.h"
-#include "passes/mixed_precision.h"
+#include "passes/pipeline.h"
 #include "runtime/device.h"
 #include "runtime/rt.h"
 
@@ -73,34 +70,36 @@ static kiln_status graph_error(kir_graph *g) {
   return kir_fail(ctx, g->mod->status, "graph @%s has an error: %s", g->name, first);
 }
 
-/* Legalize and lower `g` into c's arena. */
-static kiln_status lower(kiln_compiled *c, kir_graph *g) {
-  kir_graph *wg = kp_widen_half(g); /* f16/bf16 accumulate in f32 */
-  kir_graph *tg = !wg ? NULL : kp_attention_tiling_enabled() ? kp_attention_tiling(wg) : wg;
-  kir_graph *lg = tg ? kp_legalize(tg) : NULL;
-  if (tg != wg) kiln_graph_destroy(tg);
-  kiln_graph_destroy(wg);
-  if (lg && kp_canonicalize_enabled()) { /* fold, CSE, DCE (passes/canonicalize.c) */
-    kir_graph *cg = kp_canonicalize(lg);
-    kiln_graph_destroy(lg);
-    lg = cg;
-  }
-  if (!lg) {
-    bool oom = !strcmp(kiln_ctx_error(c->ctx), "out of memory");
-    return oom ? KILN_ERR_NOMEM : KILN_ERR_INVALID; /* the message is on the context */
-  }
-  kiln_status s = kcg_lower(c->ctx, lg, &c->arena, &c->prog);
+/* The run's pipeline options: the model's options and precision over the context's. */
+static kiln_status pipeline_options(kiln_ctx *ctx, kir_graph *g, const kiln_compile_options *opt,
+                                    kp_pipeline_options *po) {
+  kp_pipeline_options_init(po, g, opt->options);
+  if (opt->precision && !kp_precision_parse(opt->precision, &po->precision))
+    return kir_fail(ctx, KILN_ERR_INVALID,
+                    "unknown precision '%s' (fp64, fp32, tf32, bf16 or fp16)", opt->precision);
+  return KILN_OK;
+}
+
+/* Runs the cpu pipeline on `g` and lowers the result into c's arena. */
+static kiln_status lower(kiln_compiled *c, kir_graph *g, const kp_pipeline_options *po) {
+  kir_graph *lg;
+  kiln_status s = kp_pipeline_run("cpu", g, po, &lg);
+  if (s) return s;
+  kcg_lower_options lo;
+  kcg_lower_options_for(&po->opts, &lo);
+  s = kcg_lower_target(c->ctx, lg, &c->arena, &lo, &c->prog);
   kiln_graph_destroy(lg);
   return s;
 }
 
 /* Opens the device `spec` names, lowers `g` for it and compiles the program there. */
-static kiln_status compile_device(kiln_compiled *c, kir_graph *g, const char *spec) {
+static kiln_status compile_device(kiln_compiled *c, kir_graph *g, const char *spec,
+                                  const kp_pipeline_options *po) {
   krt_device_kind kind;
   int index;
   kiln_status s = krt_device_parse(c->ctx, spec, &kind, &index);
   if (!s) s = krt_device_open(c->ctx, kind, index, &c->dev);
-  if (!s) s = krt_device_lower(c->ctx, kind, g, false, &c->arena, &c->prog);
+  if (!s) s = krt_device_lower(c->ctx, kind, g, po, &c->arena, &c->prog);
   if (!s) s = krt_device_program_create(c->ctx, c->dev, c->prog, NULL, &c->dprog);
   return s;
 }
@@ -128,7 +127,7 @@ KILN_API kiln_status kiln_compile(kiln_graph *g, const kiln_compile_options *opt
   if (g->is_body)
     return kir_fail(ctx, KILN_ERR_INVALID, "graph @%s is a scan body: compile the graph that "
                     "uses it", g->name);
-  if ((unsigned)opt->opt_level > KILN_OPT_O3)
+  if ((unsigned)opt->opt_level > KILN_O3)
     return kir_fail(ctx, KILN_ERR_INVALID, "unknown optimisation level %d", (int)opt->opt_level);
   kiln_compiled *c = calloc(1, sizeof *c);
   if (!c || !(c->name = strdup(g->name))) {
@@ -137,7 +136,9 @@ KILN_API kiln_status kiln_compile(kiln_graph *g, const kiln_compile_options *opt
   }
   c->ctx = ctx;
   bool on_device = opt->device && strcmp(opt->device, "cpu");
-  kiln_status s = on_device ? compile_device(c, g, opt->device) : lower(c, g);
+  kp_pipeline_options po;
+  kiln_status s = pipeline_options(ctx, g, opt, &po);
+  if (!s) s = on_device ? compile_device(c, g, opt->device, &po) : lower(c, g, &po);
   if (on_device) {
     if (!s) s = keep_param_names(c, g);
     if (s) {
@@ -155,9 +156,10 @@ KILN_API kiln_status kiln_compile(kiln_graph *g, const kiln_compile_options *opt
                           .opt_level = (kcg_opt_level)opt->opt_level, .dump_ir = opt->dump_ir};
     s = kcg_cpu_jit(ctx, c->prog->kernels, c->prog->nkernels, &co, &c->code, c->fns);
   }
-  if (!s && c->prog->nkernels && !(c->pool = krt_pool_create(opt->num_threads)))
+  int threads = opt->num_threads ? opt->num_threads : po.opts.num_threads;
+  if (!s && c->prog->nkernels && !(c->pool = krt_pool_create(threads)))
     s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
-  if (!s) s = krt_model_create(ctx, c->prog, c->fns, c->pool, &c->model);
+  if (!s) s = krt_model_create(ctx, c->prog, c->fns, c->pool, &po.opts, &c->model);
   if (!s) s = keep_param_names(c, g);
   if (s) {
     kiln_compiled_destroy(c);

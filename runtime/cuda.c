@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "codegen/cuda.h"
+#include "ir/options.h"
 #include "runtime/cuda.h"
 #include "runtime/gpu_exec.h"
 
@@ -203,8 +204,9 @@ static bool load_fns(kcu_device *d, const char **missing) {
 
 static kiln_status open_device(kiln_ctx *ctx, kcu_device *d, int index) {
   const char *missing = NULL;
-  const char *path = getenv("KILN_CUDA");
-  if (!path || !*path) path = "libcuda.so.1";
+  kiln_options o;
+  kir_options_resolve(kir_ctx_opts(ctx), NULL, &o);
+  const char *path = o.cuda_library ? o.cuda_library : "libcuda.so.1";
   d->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!d->lib) return no_device(ctx, "%s not found", path);
   if (!load_fns(d, &missing)) return no_device(ctx, "libcuda.so.1 lacks %s", missing);

@@ -14,9 +14,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "passes/fusion.h"
-#include "passes/mixed_precision.h"
-#include "passes/passes.h"
+#include "ir/options.h"
+#include "passes/pipeline.h"
 #include "runtime/bind.h"
 #include "runtime/cuda.h"
 #include "runtime/device.h"
@@ -220,36 +219,22 @@ kiln_status krt_device_program_run(krt_device_program *dp, kiln_ctx *ctx,
 
 /* ---- lowering for a device ---- */
 
-/* The lowering words its refusals for the CPU back end; they are the device's here. */
-static void reword(kiln_ctx *ctx, kiln_status s, krt_device_kind kind) {
-  if (s != KILN_ERR_UNSUPPORTED || strncmp(kiln_ctx_error(ctx), "backend 'compiled': ", 20))
-    return;
-  char msg[sizeof ctx->msg];
-  snprintf(msg, sizeof msg, "%s", kiln_ctx_error(ctx) + 20);
-  kir_fail(ctx, s, "backend '%s': %s", krt_device_kind_name(kind), msg);
-}
-
-kiln_status krt_device_lower(kiln_ctx *ctx, krt_device_kind kind, kir_graph *g, bool aot,
-                             kir_arena *arena, kcg_program **out) {
-  (void)aot; /* a shared object runs what the JIT runs (its attention shaders as images) */
+kiln_status krt_device_lower(kiln_ctx *ctx, krt_device_kind kind, kir_graph *g,
+                             const kp_pipeline_options *po, kir_arena *arena, kcg_program **out) {
   *out = NULL;
+  kp_pipeline_options own;
+  if (!po) kp_pipeline_options_init(&own, g, NULL), po = &own;
+  const char *target = krt_device_kind_name(kind);
   kir_graph *lg;
-  kcg_lower_options lo = {.fuse = kp_fusion_enabled(), .runtime_attention = true};
-  if (kind == KRT_DEVICE_VULKAN) {
-    kir_graph *wg = kp_widen_half(g);
-    kir_graph *tg = !wg ? NULL : kp_attention_tiling_enabled() ? kp_attention_tiling(wg) : wg;
-    lg = tg ? kp_legalize(tg) : NULL;
-    if (tg != wg) kiln_graph_destroy(tg);
-    kiln_graph_destroy(wg);
-    /* the tiled shaders; a shared object's come as images (runtime/aot_gpu.c) */
-    lo.runtime_attention = kvk_attention_steps();
-  } else { /* as krt_gpu_graph_run */
-    lg = kp_legalize(g);
-  }
-  if (!lg) return strcmp(kiln_ctx_error(ctx), "out of memory") ? KILN_ERR_INVALID : KILN_ERR_NOMEM;
-  kiln_status s = kcg_lower_target(ctx, lg, arena, &lo, out);
+  kiln_status s = kp_pipeline_run(kp_pipeline_for_target(target), g, po, &lg);
+  if (s) return s;
+  kcg_lower_options lo;
+  kcg_lower_options_for(&po->opts, &lo);
+  lo.backend = target;
+  /* Vulkan's tiled shaders (a shared object's come as images, runtime/aot_gpu.c), or rows */
+  if (kind == KRT_DEVICE_VULKAN) lo.runtime_attention = kir_switch_on(po->opts.vk_attention_steps, true);
+  s = kcg_lower_target(ctx, lg, arena, &lo, out);
   kiln_graph_destroy(lg);
-  reword(ctx, s, kind);
   if (s != KILN_OK) *out = NULL;
   return s;
 }

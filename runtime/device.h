@@ -21,6 +21,7 @@
 #define KILN_RT_DEVICE_H
 
 #include "codegen/program.h"
+#include "passes/pipeline.h"
 
 typedef enum krt_device_kind {
   KRT_DEVICE_VULKAN,
@@ -103,16 +104,19 @@ kiln_status krt_device_program_run(krt_device_program *dp, kiln_ctx *ctx,
 void krt_device_program_set_names(krt_device_program *dp, const char *const *names);
 
 /*
- * Lowers `g` into a program in `arena` as the device of `kind` runs it (the
- * passes kiln_graph_run's backend of that kind applies): Vulkan widens
- * f16/bf16 arithmetic to f32; CUDA, HIP and Vulkan keep ATTENTION steps for
- * their hand-written tiled kernels (`aot`, for `kiln compile --target`, lowers
- * the same: a shared object's Vulkan runtime takes the tiled shaders from
- * its images; KILN_VK_ATTENTION=rows lowers Vulkan's to per-row kernels,
- * either way). An op without a lowering is KILN_ERR_UNSUPPORTED: "backend
- * 'vulkan': no compiled kernel for op 'OP' (DTYPE)".
+ * Lowers `g` into a program in `arena` as the device of `kind` runs it: the
+ * pass pipeline of that target (passes/pipeline.h; Vulkan widens f16/bf16
+ * arithmetic to f32 and tiles attention) under `po` (NULL: the options of
+ * g's context and the environment), then the lowering. CUDA, HIP and Vulkan
+ * keep ATTENTION steps for their hand-written tiled kernels (a shared
+ * object's Vulkan runtime takes the tiled shaders from its images;
+ * kiln_options.vk_attention_steps off, KILN_VK_ATTENTION=rows, lowers
+ * Vulkan's to per-row kernels). An op without a lowering is
+ * KILN_ERR_UNSUPPORTED: "backend 'vulkan': no compiled kernel for op 'OP'
+ * (DTYPE)".
  */
-kiln_status krt_device_lower(kiln_ctx *ctx, krt_device_kind kind, kir_graph *g, bool aot,
+kiln_status krt_device_lower(kiln_ctx *ctx, krt_device_kind kind, kir_graph *g,
+                             const kp_pipeline_options *po,
                              kir_arena *arena, kcg_program **out);
 
 /*

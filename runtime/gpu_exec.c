@@ -617,17 +617,18 @@ kiln_status krt_gpu_graph_run(kir_graph *g, const krt_gpu_driver *drv, const cha
   kiln_ctx *ctx = g->mod->ctx;
   if (seconds) *seconds = 0;
   for (size_t i = 0; i < n_out; i++) outputs[i] = NULL;
-  kir_graph *lg = kp_legalize(g);
-  if (!lg) return strcmp(kiln_ctx_error(ctx), "out of memory") ? KILN_ERR_INVALID : KILN_ERR_NOMEM;
+  kp_pipeline_options po;
+  kp_pipeline_options_init(&po, g, NULL);
+  kir_graph *lg;
+  kiln_status s = kp_pipeline_run(kp_pipeline_for_target(backend), g, &po, &lg);
+  if (s) return s;
   kir_arena arena = {0};
   kcg_program *p = NULL;
-  kiln_status s = kcg_lower(ctx, lg, &arena, &p);
+  kcg_lower_options lo;
+  kcg_lower_options_for(&po.opts, &lo);
+  lo.backend = backend;
+  s = kcg_lower_target(ctx, lg, &arena, &lo, &p);
   kiln_graph_destroy(lg);
-  if (s == KILN_ERR_UNSUPPORTED && !strncmp(kiln_ctx_error(ctx), "backend 'compiled': ", 20)) {
-    char msg[512]; /* the lowering words it for the CPU back end */
-    snprintf(msg, sizeof msg, "%s", kiln_ctx_error(ctx) + 20);
-    kir_fail(ctx, s, "backend '%s': %s", backend, msg);
-  }
   if (s == KILN_OK && (n_in != p->nparams || n_out != p->nresults))
     s = kir_fail(ctx, KILN_ERR_INVALID, "%s: the graph takes %u inputs and has %u results",
                  drv->name, p->nparams, p->nresults);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "codegen/hip.h"
+#include "ir/options.h"
 #include "runtime/gpu_exec.h"
 #include "runtime/hip.h"
 
@@ -174,9 +175,8 @@ static bool sym(void *lib, const char *name, void *fn) {
   return p != NULL;
 }
 
-static void *open_hip(void) {
-  const char *own = getenv("KILN_HIP");
-  if (own && *own) return dlopen(own, RTLD_NOW | RTLD_LOCAL);
+static void *open_hip(const kiln_options *o) {
+  if (o->hip_library) return dlopen(o->hip_library, RTLD_NOW | RTLD_LOCAL);
   static const char *const names[] = {"libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5",
                                       "/opt/rocm/lib/libamdhip64.so"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -200,14 +200,13 @@ static const char *load_fns(khip_device *d) {
 }
 
 /*
- * The gfx target: $KILN_HIP_ARCH, else gcnArchName. Its offset in
+ * The gfx target: kiln_options.hip_arch ($KILN_HIP_ARCH), else gcnArchName. Its offset in
  * hipDeviceProp_t differs between ROCm releases, so the first NUL-led
  * "gfx<alnum>" string in the structure is taken, up to a ':'.
  */
-static void find_arch(khip_device *d) {
-  const char *own = getenv("KILN_HIP_ARCH");
-  if (own && *own) {
-    snprintf(d->arch, sizeof d->arch, "%s", own);
+static void find_arch(khip_device *d, const kiln_options *o) {
+  if (o->hip_arch) {
+    snprintf(d->arch, sizeof d->arch, "%s", o->hip_arch);
     return;
   }
   char *props = calloc(1, PROPS_BYTES);
@@ -226,7 +225,9 @@ static void find_arch(khip_device *d) {
 }
 
 static kiln_status open_device(kiln_ctx *ctx, khip_device *d, int index) {
-  d->lib = open_hip();
+  kiln_options o;
+  kir_options_resolve(kir_ctx_opts(ctx), NULL, &o);
+  d->lib = open_hip(&o);
   if (!d->lib) return no_device(ctx, "libamdhip64.so not found");
   const char *missing = load_fns(d);
   if (missing) return no_device(ctx, "the HIP library lacks %s", missing);
@@ -241,7 +242,7 @@ static kiln_status open_device(kiln_ctx *ctx, khip_device *d, int index) {
   if (d->hipDeviceGetName(d->name, (int)sizeof d->name - 1, d->dev) != 0)
     snprintf(d->name, sizeof d->name, "ROCm device %d", index);
   if (d->hipDeviceTotalMem(&d->mem, d->dev) != 0) d->mem = 0;
-  find_arch(d);
+  find_arch(d, &o);
   if ((r = d->hipStreamCreate(&d->stream)) != 0)
     return no_device(ctx, "hipStreamCreate: %s (HIP error %d)", hip_error(d, r), r);
   return KILN_OK;

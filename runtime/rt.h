@@ -34,7 +34,8 @@ typedef struct krt_pool krt_pool;
 /* One contiguous chunk [lo, hi) of a parallel_for range. */
 typedef void (*krt_task_fn)(void *arg, int64_t lo, int64_t hi);
 
-/* KILN_NUM_THREADS if set to a positive number, else the CPUs this process may run on. */
+/* kiln_options.num_threads of the environment (KILN_NUM_THREADS) if set, else the CPUs this process
+ * may run on. */
 int krt_default_threads(void);
 /* A pool of `nthreads` threads counting the caller's (<= 0: krt_default_threads()); NULL if out of memory. */
 krt_pool *krt_pool_create(int nthreads);
@@ -83,7 +84,7 @@ typedef struct krt_workspace krt_workspace;
  * KILN_ERR_INVALID.
  */
 kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_cpu_fn *fns,
-                             krt_pool *pool, krt_model **out);
+                             krt_pool *pool, const kiln_options *opt, krt_model **out);
 void krt_model_destroy(krt_model *m);
 /* Names of the entry parameters for messages ("input 1 (%w)"); copied. NULL: numbers only. */
 kiln_status krt_model_set_param_names(krt_model *m, const char *const *names);

@@ -50,6 +50,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ir/options.h"
 #include "rt_attention.h"
 
 /*
@@ -189,9 +190,10 @@ static bool fa_cpu_avx512(void) {
 #endif
 }
 
-const char *krt_attention_isa(void) {
-  const char *want = getenv("KILN_ATTENTION_ISA");
-  if (want && !strcmp(want, "scalar")) return "scalar";
+const char *krt_attention_isa(const kiln_options *opt) {
+  kiln_options env;
+  if (!opt) kir_options_env(&env), opt = &env;
+  if (opt->attention_avx512 == KILN_SWITCH_OFF) return "scalar";
   return fa_cpu_avx512() ? "avx512" : "scalar";
 }
 
@@ -219,7 +221,10 @@ void krt_attention_tiles(kir_dtype dtype, int64_t d, int64_t dv, int64_t *br, in
 }
 
 static kiln_status fail(kiln_ctx *ctx, kiln_status s, const char *msg) {
-  if (ctx) snprintf(ctx->msg, sizeof ctx->msg, "%s", msg);
+  if (ctx) {
+    snprintf(ctx->msg, sizeof ctx->msg, "%s", msg);
+    ctx->status = s;
+  }
   return s;
 }
 
@@ -241,7 +246,8 @@ static void mask_strides(const kcg_program *p, uint32_t buf, const int64_t *size
 }
 
 kiln_status krt_attention_run(kiln_ctx *ctx, const kcg_program *prog, const kcg_step *st,
-                              void *const *addr, const int64_t *sizes, krt_pool *pool) {
+                              void *const *addr, const int64_t *sizes, krt_pool *pool,
+                              bool avx512) {
   const kcg_attn *a = &st->attn;
   uint32_t nin = a->backward ? 6u + a->has_mask : 3u + a->has_mask;
   if (st->nargs != nin + (a->backward ? 3u : 2u) ||
@@ -255,7 +261,7 @@ kiln_status krt_attention_run(kiln_ctx *ctx, const kcg_program *prog, const kcg_
   if (jb.Hk <= 0 || jb.H % jb.Hk)
     return fail(ctx, KILN_ERR_RUNTIME, "attention: the query heads are not a multiple of the kv heads");
   jb.group = jb.H / jb.Hk;
-  jb.z = !strcmp(krt_attention_isa(), "avx512");
+  jb.z = avx512 && fa_cpu_avx512();
   jb.scale = a->scale != 0 ? a->scale : 1 / sqrt((double)jb.D);
   krt_attention_tiles(a->dtype, jb.D, jb.Dv, &jb.br, &jb.bc);
   jb.nitems = jb.B * jb.H * ((jb.T + jb.br - 1) / jb.br);

@@ -17,15 +17,18 @@
 void krt_attention_tiles(kir_dtype dtype, int64_t d, int64_t dv, int64_t *br, int64_t *bc);
 
 /*
- * The kernels the next step runs on this CPU: "avx512" (register-blocked
- * AVX-512 micro-kernels) where the CPU has AVX-512F/VL/DQ and FMA, else
- * "scalar" (the portable GCC-vector code); KILN_ATTENTION_ISA=scalar forces
- * "scalar" (a test hook, read at each step).
+ * The kernels a model made under `opt` (NULL: the environment's options)
+ * runs on this CPU: "avx512" (register-blocked AVX-512 micro-kernels) where
+ * the CPU has AVX-512F/VL/DQ and FMA, else "scalar" (the portable GCC-vector
+ * code); kiln_options.attention_avx512 off (KILN_ATTENTION_ISA=scalar)
+ * forces "scalar".
  */
-const char *krt_attention_isa(void);
+const char *krt_attention_isa(const kiln_options *opt);
 
-/* Runs one ATTENTION step; a NULL pool runs it on the calling thread. */
+/* Runs one ATTENTION step (on the AVX-512 kernels if `avx512` and the CPU has them); a NULL pool
+ * runs it on the calling thread. */
 kiln_status krt_attention_run(kiln_ctx *ctx, const kcg_program *prog, const kcg_step *st,
-                              void *const *addr, const int64_t *sizes, krt_pool *pool);
+                              void *const *addr, const int64_t *sizes, krt_pool *pool,
+                              bool avx512);
 
 #endif

@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/options.h"
 #include "rt.h"
 #include "rt_attention.h"
 #include "rt_gemm_cpu.h"
@@ -77,6 +78,8 @@ struct krt_model {
   char **param_names;
   int64_t gemm_threshold;      /* for BLAS */
   int64_t gemm_threshold_kiln; /* for Kiln's GEMM */
+  kiln_switch bf16_dot;        /* bf16 GEMMs on dot products (kiln_options.gemm_bf16_dot) */
+  bool attention_avx512;       /* attention steps on the AVX-512 kernel */
   bool gemm_kiln; /* f32 GEMM steps run Kiln's own GEMM (rt_gemm_cpu.c) instead of BLAS */
   _Atomic(krt_workspace *) spare;
   _Atomic size_t last_peak;
@@ -102,6 +105,7 @@ static kiln_status fail(kiln_ctx *ctx, kiln_status s, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(ctx->msg, sizeof ctx->msg, fmt, ap);
     va_end(ap);
+    ctx->status = s;
   }
   return s;
 }
@@ -223,12 +227,12 @@ static bool blas_core_sse_only(const char *core) {
  * Whether f32 GEMM steps use Kiln's own GEMM rather than cblas_sgemm: its
  * AVX-512 path beats every OpenBLAS kernel but the AVX-512 ones, its AVX2
  * path only the SSE ones (the rule and its measurements: docs/cpu-runtime.md,
- * "Kiln's GEMM"). KILN_GEMM=kiln or =blas decides instead, for measuring.
+ * "Kiln's GEMM"). kiln_options.gemm (KILN_GEMM=kiln or =blas) decides
+ * instead, for measuring.
  */
-static bool default_gemm_kiln(void) {
-  const char *env = getenv("KILN_GEMM");
-  if (env && !strcmp(env, "kiln")) return true;
-  if (env && !strcmp(env, "blas")) return false;
+static bool default_gemm_kiln(kiln_gemm_library lib) {
+  if (lib == KILN_GEMM_KILN) return true;
+  if (lib == KILN_GEMM_BLAS) return false;
   static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
   const char *core = openblas_get_corename();
   for (size_t i = 0; core && i < sizeof avx512 / sizeof avx512[0]; i++)
@@ -243,8 +247,11 @@ static int64_t default_gemm_threshold(void) {
 }
 
 kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_cpu_fn *fns,
-                             krt_pool *pool, krt_model **out) {
+                             krt_pool *pool, const kiln_options *opt, krt_model **out) {
   *out = NULL;
+  kiln_options o;
+  if (opt) o = *opt;
+  else kir_options_resolve(kir_ctx_opts(ctx), NULL, &o);
   kiln_status s = check_program(ctx, prog, prog, fns, 0);
   if (s) return s;
   krt_model *m = calloc(1, sizeof *m);
@@ -252,20 +259,17 @@ kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_c
   m->prog = prog;
   m->fns = fns;
   m->pool = pool;
-  m->gemm_kiln = default_gemm_kiln();
+  m->gemm_kiln = default_gemm_kiln(o.gemm);
   m->gemm_threshold = default_gemm_threshold();
   m->gemm_threshold_kiln = KRT_GEMM_THRESHOLD_KILN;
-  const char *env = getenv("KILN_GEMM_THRESHOLD"); /* for measuring it (docs/cpu-runtime.md) */
-  if (env && *env) {
-    char *end;
-    long long v = strtoll(env, &end, 10);
-    if (!*end) m->gemm_threshold = m->gemm_threshold_kiln = v < 0 ? -1 : v;
-  }
+  if (o.gemm_threshold) /* for measuring it (docs/cpu-runtime.md) */
+    m->gemm_threshold = m->gemm_threshold_kiln = o.gemm_threshold;
+  m->bf16_dot = o.gemm_bf16_dot;
+  m->attention_avx512 = !strcmp(krt_attention_isa(&o), "avx512");
   atomic_init(&m->spare, NULL);
   atomic_init(&m->last_peak, 0);
   atomic_init(&m->last_total, 0);
-  env = getenv("KILN_MEMORY_PLAN"); /* 0: every temporary its own bytes, for measuring */
-  m->reuse = !(env && (!strcmp(env, "0") || !strcmp(env, "off")));
+  m->reuse = kir_switch_on(o.memory_plan, true); /* off: every temporary its own bytes */
   *out = m;
   return KILN_OK;
 }
@@ -836,6 +840,7 @@ static kiln_status kiln_gemm(krt_workspace *w, const kcg_gemm *g, const char *a,
   krt_gemm_desc d = {.trans_a = g->trans_a, .trans_b = g->trans_b, .m = M, .n = N, .k = K,
                      .a = a, .b = b, .c = c, .lda = g->trans_a ? M : K,
                      .ldb = g->trans_b ? K : N, .ldc = N, .bf16 = g->bf16,
+                     .bf16_dot = w->m->bf16_dot,
                      .a_type = g->a_bf16 ? KRT_GEMM_BF16 : KRT_GEMM_F32,
                      .b_type = g->b_bf16 ? KRT_GEMM_BF16 : KRT_GEMM_F32};
   return krt_gemm(w->m->pool, &d) ? KILN_OK : fail(w->ctx, KILN_ERR_NOMEM, "out of memory");
@@ -883,7 +888,8 @@ static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
 
 static kiln_status run_attention(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   for (uint32_t i = 0; i < st->nargs; i++) pl->args[i] = pl->addr[st->args[i]];
-  return krt_attention_run(w->ctx, pl->prog, st, pl->args, w->sizes, w->m->pool);
+  return krt_attention_run(w->ctx, pl->prog, st, pl->args, w->sizes, w->m->pool,
+                           w->m->attention_avx512);
 }
 
 static void copy_bytes(void *dst, const void *src, size_t n) {

@@ -497,12 +497,11 @@ static void gemm_task(void *arg, int64_t lo, int64_t hi) {
  * On the Intel cores measured (Emerald Rapids, docs/cpu-runtime.md) it issues
  * at a quarter of the rate of 512-bit FMAs, half their flops, so the widened
  * f32 kernel is faster there; AMD's Zen 4 and 5 document it at the FMA rate.
- * KILN_GEMM_BF16=dot or =f32 decides instead.
+ * The descriptor's bf16_dot (kiln_options.gemm_bf16_dot: KILN_GEMM_BF16=dot
+ * or =f32) decides instead.
  */
-static bool bf16_dot_preferred(void) {
-  const char *env = getenv("KILN_GEMM_BF16");
-  if (env && !strcmp(env, "dot")) return true;
-  if (env && !strcmp(env, "f32")) return false;
+static bool bf16_dot_preferred(kiln_switch choice) {
+  if (choice != KILN_SWITCH_DEFAULT) return choice == KILN_SWITCH_ON;
 #ifdef KRT_X86
   __builtin_cpu_init();
   return __builtin_cpu_is("amd");
@@ -516,7 +515,7 @@ static const gemm_kernel *pick_kernel(const krt_gemm_desc *d, bool *round) {
   bool bf16 = d->bf16 || d->a_type == KRT_GEMM_BF16 || d->b_type == KRT_GEMM_BF16;
 #ifdef KRT_X86
   if (bf16 && isa == KRT_GEMM_ISA_AVX512_BF16 &&
-      (atomic_load(&forced_isa) == KRT_GEMM_ISA_AVX512_BF16 || bf16_dot_preferred())) {
+      (atomic_load(&forced_isa) == KRT_GEMM_ISA_AVX512_BF16 || bf16_dot_preferred(d->bf16_dot))) {
     *round = false;
     return &kernel_bf16;
   }

@@ -47,6 +47,7 @@ typedef struct krt_gemm_desc {
   int64_t lda, ldb, ldc; /* row strides, in elements, of A, B, C as stored */
   krt_gemm_type a_type, b_type, c_type;
   bool bf16;             /* bf16 mode even for f32 operands (implied by a bf16 operand) */
+  kiln_switch bf16_dot;  /* bf16 on AVX512-BF16 dot products: ON, OFF, or DEFAULT (AMD: on) */
 } krt_gemm_desc;
 
 /*

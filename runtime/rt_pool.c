@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ir/options.h"
 #include "rt.h"
 
 #define SPIN_NS 50000 /* how long a thread polls before it sleeps */
@@ -83,12 +84,9 @@ typedef struct {
 } worker_start;
 
 int krt_default_threads(void) {
-  const char *env = getenv("KILN_NUM_THREADS");
-  if (env && *env) {
-    char *end;
-    long v = strtol(env, &end, 10);
-    if (*end == 0 && v > 0) return v > 1024 ? 1024 : (int)v;
-  }
+  kiln_options o;
+  kir_options_env(&o);
+  if (o.num_threads > 0) return o.num_threads;
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
   long n = sysconf(_SC_NPROCESSORS_ONLN);

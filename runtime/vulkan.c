@@ -20,6 +20,7 @@
 
 #include "codegen/attention_spirv.h"
 #include "codegen/spirv.h"
+#include "ir/options.h"
 #include "runtime/image.h"
 #include "passes/fusion.h"
 #include "passes/mixed_precision.h"
@@ -138,10 +139,10 @@ static int keep_driver(struct dl_phdr_info *info, size_t size, void *arg) {
   return 0;
 }
 
-static kiln_status create_instance(kiln_ctx *ctx, kvk_device *d) {
-  const char *path = getenv("KILN_VULKAN");
-  d->lib = dlopen(path && *path ? path : "libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!d->lib) return no_device(ctx, "%s not found", path && *path ? path : "libvulkan.so.1");
+static kiln_status create_instance(kiln_ctx *ctx, kvk_device *d, const kiln_options *o) {
+  const char *path = o->vulkan_library ? o->vulkan_library : "libvulkan.so.1";
+  d->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!d->lib) return no_device(ctx, "%s not found", path);
   d->gipa = (PFN_vkGetInstanceProcAddr)dlsym(d->lib, "vkGetInstanceProcAddr");
   PFN_vkCreateInstance create =
       d->gipa ? (PFN_vkCreateInstance)d->gipa(NULL, "vkCreateInstance") : NULL;
@@ -160,7 +161,7 @@ static kiln_status create_instance(kiln_ctx *ctx, kvk_device *d) {
 }
 
 /* The index-th physical device with a compute queue, Vulkan 1.2 and shaderInt64. */
-static kiln_status pick_device(kiln_ctx *ctx, kvk_device *d, int index) {
+static kiln_status pick_device(kiln_ctx *ctx, kvk_device *d, int index, const kiln_options *o) {
   uint32_t n = 0;
   if (d->vkEnumeratePhysicalDevices(d->instance, &n, NULL) != VK_SUCCESS || n == 0)
     return no_device(ctx, "the loader lists no device");
@@ -196,14 +197,14 @@ static kiln_status pick_device(kiln_ctx *ctx, kvk_device *d, int index) {
                      VK_API_VERSION_MINOR(props.apiVersion));
   if (!feats.shaderInt64) return no_device(ctx, "%s has no shaderInt64", d->name);
   d->f64 = feats.shaderFloat64;
-  /* 16-bit storage (Vulkan 1.1 core); KILN_VK_NO_STORAGE16=1 uses the 32-bit words instead */
+  /* 16-bit storage (Vulkan 1.1 core); kiln_options.vk_storage16 off (KILN_VK_NO_STORAGE16=1)
+     uses the 32-bit words instead */
   VkPhysicalDevice16BitStorageFeatures s16 = {
       .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
   VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
                                   .pNext = &s16};
   d->vkGetPhysicalDeviceFeatures2(d->phys, &f2);
-  const char *no16 = getenv("KILN_VK_NO_STORAGE16");
-  d->s16 = s16.storageBuffer16BitAccess && !(no16 && *no16 && strcmp(no16, "0"));
+  d->s16 = s16.storageBuffer16BitAccess && kir_switch_on(o->vk_storage16, true);
   d->max_groups = props.limits.maxComputeWorkGroupCount[0];
   d->attn_limits = (kcg_vk_limits){.shared_bytes = props.limits.maxComputeSharedMemorySize,
                                    .invocations = props.limits.maxComputeWorkGroupInvocations,
@@ -248,8 +249,10 @@ kiln_status kvk_device_open(kiln_ctx *ctx, int index, kvk_device **out) {
   if (index < 0) return no_device(ctx, "bad index %d", index);
   kvk_device *d = calloc(1, sizeof *d);
   if (!d) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
-  kiln_status s = create_instance(ctx, d);
-  if (s == KILN_OK) s = pick_device(ctx, d, index);
+  kiln_options o;
+  kir_options_resolve(kir_ctx_opts(ctx), NULL, &o);
+  kiln_status s = create_instance(ctx, d, &o);
+  if (s == KILN_OK) s = pick_device(ctx, d, index, &o);
   if (s == KILN_OK) s = create_device(ctx, d);
   if (s != KILN_OK) {
     kvk_device_close(d);
@@ -947,11 +950,6 @@ static void attn_step_free(kvk_device *d, struct vattn *a) {
   if (!a) return;
   vbuf_free(d, &a->scratch);
   free(a);
-}
-
-bool kvk_attention_steps(void) {
-  const char *e = getenv("KILN_VK_ATTENTION");
-  return !(e && !strcmp(e, "rows"));
 }
 
 static bool same_shader(const kcg_vk_attn_shader *a, const kcg_vk_attn_shader *b) {

@@ -74,14 +74,6 @@ void kvk_program_destroy(kvk_program *vp);
 kiln_status kvk_program_run(kiln_ctx *ctx, kvk_program *vp, void *const *inputs,
                             void *const *outputs, const int64_t *sizes);
 
-/*
- * Whether ATTENTION steps run as the tiled attention shaders
- * (codegen/attention_spirv.h), so a lowering for Vulkan should set
- * kcg_lower_options.runtime_attention: true unless the environment sets
- * KILN_VK_ATTENTION=rows, which keeps the per-row kernel-IR form
- * (codegen/lower_attention.c) for comparison. A program may hold either.
- */
-bool kvk_attention_steps(void);
 /* The limits the attention shaders are planned under (shared memory, workgroups, loop limit). */
 const kcg_vk_limits *kvk_device_attention_limits(const kvk_device *d);
 

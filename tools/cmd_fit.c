@@ -259,7 +259,7 @@ static int run(const char *cmd, int argc, char **argv) {
   if (!status) {
     fill_spec(&o, m, &spec);
     if (o.opt && kiln_optimizer_parse(ctx, o.opt, &spec.opt)) status = cli_error("%s", kiln_ctx_error(ctx));
-    else if (!o.opt) spec.opt = kiln_optimizer_default(KILN_OPT_ADAM);
+    else if (!o.opt) spec.opt = kiln_optimizer_default(KILN_OPTIM_ADAM);
     if (o.lr > 0) spec.opt.lr = o.lr;
   }
   /* The trainer's input names tell which file goes where. */

@@ -6,56 +6,78 @@
  * values in order. A .kiln model file is built into its graph first
  * (parameters by path, then the inputs), in the dtype of its float inputs
  * or --dtype, with dropout and sampling when --train is given.
- * `--print-after-all` prints the graph after each pass of the compiled
- * pipeline (legalize) and the fusion groups (passes/fusion.c). `--emit mlir`
+ * `--pipeline NAME` prints the graph after pass pipeline NAME
+ * (passes/pipeline.h: cpu, vulkan, cuda, hip, training, precision);
+ * `--print-after-all` prints it after each pass of that pipeline (cpu when
+ * none is named) and the fusion groups (passes/fusion.c). `--emit mlir`
  * prints the legalized graph as an MLIR module instead (codegen/mlir_emit.c);
  * `--emit steps` the steps of the CPU program kiln_compile would lower it to
  * (codegen/program_print.c).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "codegen/mlir_emit.h"
 #include "codegen/program.h"
-#include "passes/canonicalize.h"
-#include "passes/fusion.h"
 #include "passes/mixed_precision.h"
+#include "passes/pipeline.h"
 
-/* g through kiln_compile's passes (runtime/compile.c) and lowered; its steps on stdout. */
-static kiln_status print_steps(kiln_graph *g) {
+/* g through kiln_compile's pipeline and lowered (runtime/compile.c); its steps on stdout. */
+static kiln_status print_steps(kiln_graph *g, const kp_pipeline_options *po) {
   kiln_ctx *ctx = kiln_graph_ctx(g);
-  kir_graph *wg = kp_widen_half(g);
-  kir_graph *tg = !wg ? NULL : kp_attention_tiling_enabled() ? kp_attention_tiling(wg) : wg;
-  kir_graph *lg = tg ? kp_legalize(tg) : NULL;
-  if (tg != wg) kiln_graph_destroy(tg);
-  kiln_graph_destroy(wg);
-  if (lg && kp_canonicalize_enabled()) {
-    kir_graph *cg = kp_canonicalize(lg);
-    kiln_graph_destroy(lg);
-    lg = cg;
-  }
-  if (!lg) return KILN_ERR_INVALID; /* the message is on the context */
+  kir_graph *lg;
+  kiln_status s = kp_pipeline_run("cpu", g, po, &lg);
+  if (s) return s;
   kir_arena arena = {0};
   kcg_program *p = NULL;
-  kiln_status s = kcg_lower(ctx, lg, &arena, &p);
+  kcg_lower_options lo;
+  kcg_lower_options_for(&po->opts, &lo);
+  s = kcg_lower_target(ctx, lg, &arena, &lo, &p);
   if (s == KILN_OK) kcg_program_print(p, stdout);
   kir_arena_free(&arena);
   kiln_graph_destroy(lg);
   return s;
 }
 
+/* g after pipeline `name` (training: the gradients of result 0 for every float parameter). */
+static kiln_status print_pipeline(kiln_graph *g, const char *name, kp_pipeline_options *po,
+                                  bool after_all) {
+  bool *wrt = NULL;
+  if (!strcmp(name, "training")) {
+    wrt = calloc(g->nparams + 1, sizeof *wrt);
+    if (!wrt) return kir_fail(kiln_graph_ctx(g), KILN_ERR_NOMEM, "out of memory");
+    for (uint32_t i = 0; i < g->nparams; i++)
+      wrt[i] = kir_dtype_is_float(g->values[g->params[i]].type.dtype);
+    po->wrt = wrt;
+  }
+  kiln_status s;
+  if (after_all) {
+    s = kp_print_after_all(name, g, po, stdout);
+  } else {
+    kir_graph *out;
+    s = kp_pipeline_run(name, g, po, &out);
+    if (!s) s = kiln_graph_print(out, stdout);
+    if (!s) kiln_graph_destroy(out);
+  }
+  free(wrt);
+  po->wrt = NULL;
+  return s;
+}
+
 int cmd_ir(int argc, char **argv) {
   cli_parser p = {.cmd = "ir", .argc = argc, .argv = argv, .i = 1};
-  enum { O_DTYPE, O_TRAIN, O_AFTER_ALL, O_PRECISION, O_EMIT };
+  enum { O_DTYPE, O_TRAIN, O_AFTER_ALL, O_PRECISION, O_EMIT, O_PIPELINE };
   static const cli_option opts[] = {[O_DTYPE] = {"--dtype", NULL, true},
                                     [O_TRAIN] = {"--train", NULL, false},
                                     [O_AFTER_ALL] = {"--print-after-all", NULL, false},
                                     [O_PRECISION] = {"--precision", NULL, true},
                                     [O_EMIT] = {"--emit", NULL, true},
+                                    [O_PIPELINE] = {"--pipeline", NULL, true},
                                     {0}};
   kp_precision precision = KP_PREC_FP32;
-  const char *model = NULL, *v;
+  const char *model = NULL, *pipeline = NULL, *v;
   kiln_dtype dtype = KILN_DTYPE_COUNT;
   bool train = false, kiln_only = false, after_all = false, mlir = false, steps = false;
   int k;
@@ -80,6 +102,12 @@ int cmd_ir(int argc, char **argv) {
       mlir = !strcmp(v, "mlir");
       steps = !strcmp(v, "steps");
       break;
+    case O_PIPELINE:
+      if (!kp_pipeline_exists(v))
+        return cli_usage_error("ir", "--pipeline expects cpu, vulkan, cuda, hip, training or "
+                               "precision, got '%s'", v);
+      pipeline = v;
+      break;
     case CLI_ARG:
       if (model) return cli_usage_error("ir", "unexpected argument '%s'", v);
       model = v;
@@ -87,9 +115,9 @@ int cmd_ir(int argc, char **argv) {
     }
   }
   if (!model) return cli_usage_error("ir", "no model file given");
-  if ((mlir || steps) && after_all)
-    return cli_usage_error("ir", "--emit %s and --print-after-all do not go together",
-                           mlir ? "mlir" : "steps");
+  if ((mlir || steps) && (after_all || pipeline))
+    return cli_usage_error("ir", "--emit %s and --%s do not go together", mlir ? "mlir" : "steps",
+                           after_all ? "print-after-all" : "pipeline");
   if (kiln_only && !cli_is_kiln_file(model))
     return cli_usage_error("ir", "--dtype and --train apply to .kiln model files only");
 
@@ -104,10 +132,13 @@ int cmd_ir(int argc, char **argv) {
     else kiln_graph_destroy(g), g = pg;
   }
   if (!status) {
-    kiln_status s = mlir        ? kcg_emit_mlir(g, stdout)
-                    : steps     ? print_steps(g)
-                    : after_all ? kp_print_after_all(g, stdout)
-                                : kiln_graph_print(g, stdout);
+    kp_pipeline_options po;
+    kp_pipeline_options_init(&po, g, NULL);
+    kiln_status s = mlir                    ? kcg_emit_mlir(g, stdout)
+                    : steps                 ? print_steps(g, &po)
+                    : after_all || pipeline ? print_pipeline(g, pipeline ? pipeline : "cpu", &po,
+                                                             after_all)
+                                            : kiln_graph_print(g, stdout);
     if (s != KILN_OK) status = cli_error("%s", kiln_ctx_error(ctx));
   }
   kiln_graph_destroy(g);

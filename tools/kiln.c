@@ -99,15 +99,18 @@ static const cli_command commands[] = {
      "  --seed S    a non-negative integer (default 0)\n"
      "  --dtype T   the parameters' float type (default f32)\n"
      "  -o P        the safetensors file to write"},
-    {"ir", cmd_ir, "MODEL.kir|MODEL.kiln [--dtype f32|f64|f16|bf16] [--train] [--print-after-all] "
-                   "[--precision P] [--emit kir|mlir|steps]",
+    {"ir", cmd_ir, "MODEL.kir|MODEL.kiln [--dtype f32|f64|f16|bf16] [--train] [--pipeline NAME] "
+                   "[--print-after-all] [--precision P] [--emit kir|mlir|steps]",
      "print the canonical IR of a model",
      "Parses MODEL.kir and prints it in canonical form on stdout. A .kiln model file is\n"
      "built into its graph: the model's parameters by path, then its inputs.\n"
      "  --dtype T   (.kiln) parameters and activations in T; default: the float inputs' dtype\n"
      "  --train     (.kiln) dropout and sampling on: the graph gets an i64 input \"seed\"\n"
-     "  --print-after-all  the graph after each pass: as parsed, legalized, and the fusion\n"
-     "              groups (each becomes one kernel)\n"
+     "  --pipeline NAME  the graph after pass pipeline NAME: cpu, vulkan, cuda, hip (what\n"
+     "              compiling for that target runs), training (the gradients of result 0 with\n"
+     "              respect to every float parameter) or precision (docs/passes.md)\n"
+     "  --print-after-all  the graph after each pass of the pipeline (cpu unless --pipeline\n"
+     "              names another) and the fusion groups (each becomes one kernel)\n"
      "  --precision P  fp32 (default), fp64, tf32, bf16 or fp16: the graph after the cast\n"
      "              pass (docs/precision.md)\n"
      "  --emit mlir  the legalized graph as an MLIR module (func, arith, math, linalg, tensor;\n"

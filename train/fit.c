@@ -22,6 +22,7 @@
 #include "kiln/fit.h"
 #include "layers/layers.h"
 #include "passes/mixed_precision.h"
+#include "passes/pipeline.h"
 #include "train/loss_scale.h"
 
 /* What each parameter of the step graph is fed with. */
@@ -176,7 +177,7 @@ static kiln_status compile_graph(kiln_ctx *ctx, const kiln_train_spec *spec, kil
   }
   /* On a device: compiled once for it (runtime/device.h), strict like kiln_graph_run's device
      backends. */
-  kiln_compile_options co = {.device = train_device(spec)};
+  kiln_compile_options co = {.device = train_device(spec), .options = spec->options};
   kiln_status s = kiln_compile(g, &co, out);
   if (s == KILN_ERR_UNSUPPORTED && spec->backend == KILN_BACKEND_AUTO && !co.device) {
     *out = NULL; /* the reference interpreter runs it */
@@ -291,10 +292,9 @@ kiln_status kiln_trainer_create(kiln_ctx *ctx, const kiln_train_spec *spec,
   t->ctx = ctx;
   t->spec = *spec;
   t->dt = spec->dtype;
-  /* A zeroed optimizer means Adam (fit.h); any other, lr 0 included, is taken as given and
-   * checked below. */
-  if (t->spec.opt.kind == KILN_OPT_SGD && t->spec.opt.lr == 0)
-    t->spec.opt = kiln_optimizer_default(KILN_OPT_ADAM);
+  /* Kind KILN_OPTIM_DEFAULT (a zeroed optimizer) means Adam (fit.h); any other, lr 0 included,
+   * is taken as given and checked below. */
+  if (t->spec.opt.kind == KILN_OPTIM_DEFAULT) t->spec.opt = kiln_optimizer_default(KILN_OPTIM_ADAM);
   if (!spec->model || (spec->dtype != KILN_F32 && spec->dtype != KILN_F64)) {
     kiln_trainer_destroy(t);
     return kir_fail(ctx, KILN_ERR_INVALID, "fit(): the model's dtype must be f32 or f64");
@@ -337,14 +337,12 @@ kiln_status kiln_trainer_create(kiln_ctx *ctx, const kiln_train_spec *spec,
      * Attention tiled before differentiating, so that the step's backward is
      * flash_attention_grad and its memory linear in T (docs/flash-attention.md).
      */
-    kiln_graph *tg = kp_attention_tiling_enabled() ? kp_attention_tiling(lg) : lg;
-    t->step_g = tg ? kp_grad(tg, wrt, 0) : NULL;
-    if (tg != lg) kiln_graph_destroy(tg);
+    kp_pipeline_options po;
+    kp_pipeline_options_init(&po, lg, spec->options);
+    po.wrt = wrt;
+    s = kp_pipeline_run("training", lg, &po, &t->step_g);
     free(wrt);
-    if (!t->step_g) {
-      s = kiln_graph_status(lg) ? kiln_graph_status(lg) : KILN_ERR_INVALID;
-      goto fail;
-    }
+    if (s) goto fail;
   }
   if ((s = add_update(t, t->step_g, 0))) goto fail;
   if ((s = kiln_graph_verify(t->step_g))) goto fail;
@@ -354,11 +352,11 @@ kiln_status kiln_trainer_create(kiln_ctx *ctx, const kiln_train_spec *spec,
   /* The precision policy on both, after autodiff: backward matmuls take low operands too. */
   for (int k = 0; k < 2 && t->prec != KP_PREC_FP32; k++) {
     kiln_graph **gp = k ? &t->eval_g : &t->step_g;
-    kiln_graph *pg = kp_mixed_precision(*gp, t->prec);
-    if (!pg) {
-      s = kiln_graph_status(*gp) ? kiln_graph_status(*gp) : KILN_ERR_INVALID;
-      goto fail;
-    }
+    kp_pipeline_options po;
+    kp_pipeline_options_init(&po, *gp, spec->options);
+    po.precision = t->prec;
+    kiln_graph *pg;
+    if ((s = kp_pipeline_run("precision", *gp, &po, &pg))) goto fail;
     kiln_graph_destroy(*gp);
     *gp = pg;
   }

@@ -29,14 +29,17 @@
 
 /* ---------------------------------------------------------- descriptions */
 
-static const char *const kind_names[KILN_OPT_COUNT] = {"sgd",     "adam",  "adamw", "rmsprop",
-                                                       "adagrad", "nadam", "radam"};
+static const char *const kind_names[KILN_OPTIM_COUNT] = {
+    [KILN_OPTIM_SGD] = "sgd",         [KILN_OPTIM_ADAM] = "adam",   [KILN_OPTIM_ADAMW] = "adamw",
+    [KILN_OPTIM_RMSPROP] = "rmsprop", [KILN_OPTIM_ADAGRAD] = "adagrad",
+    [KILN_OPTIM_NADAM] = "nadam",     [KILN_OPTIM_RADAM] = "radam"};
 
 KILN_API const char *kiln_optimizer_name(kiln_optimizer_kind kind) {
-  return (unsigned)kind < KILN_OPT_COUNT ? kind_names[kind] : NULL;
+  return (unsigned)kind < KILN_OPTIM_COUNT ? kind_names[kind] : NULL;
 }
 
 KILN_API kiln_optimizer kiln_optimizer_default(kiln_optimizer_kind kind) {
+  if (kind == KILN_OPTIM_DEFAULT) kind = KILN_OPTIM_ADAM;
   kiln_optimizer o = {.kind = kind,
                       .lr = 1e-3,
                       .b1 = 0.9,
@@ -45,17 +48,17 @@ KILN_API kiln_optimizer kiln_optimizer_default(kiln_optimizer_kind kind) {
                       .alpha = 0.99,
                       .momentum_decay = 4e-3};
   switch (kind) {
-  case KILN_OPT_ADAMW:
+  case KILN_OPTIM_ADAMW:
     o.weight_decay = 1e-2;
     break;
-  case KILN_OPT_RMSPROP:
+  case KILN_OPTIM_RMSPROP:
     o.lr = 1e-2;
     break;
-  case KILN_OPT_ADAGRAD:
+  case KILN_OPTIM_ADAGRAD:
     o.lr = 1e-2;
     o.eps = 1e-10;
     break;
-  case KILN_OPT_NADAM:
+  case KILN_OPTIM_NADAM:
     o.lr = 2e-3;
     break;
   default:
@@ -76,17 +79,17 @@ typedef struct {
 #define B(name)                                                                                    \
   { #name, offsetof(kiln_optimizer, name), true }
 /* Each optimizer's arguments in torch.optim's positional order, then maximize. */
-static const opt_field fields[KILN_OPT_COUNT][8] = {
-    [KILN_OPT_SGD] = {F(lr), F(momentum), F(dampening), F(weight_decay), B(nesterov), B(maximize)},
-    [KILN_OPT_ADAM] = {F(lr), F(b1), F(b2), F(eps), F(weight_decay), B(amsgrad), B(maximize)},
-    [KILN_OPT_ADAMW] = {F(lr), F(b1), F(b2), F(eps), F(weight_decay), B(amsgrad), B(maximize)},
-    [KILN_OPT_RMSPROP] = {F(lr), F(alpha), F(eps), F(weight_decay), F(momentum), B(centered),
+static const opt_field fields[KILN_OPTIM_COUNT][8] = {
+    [KILN_OPTIM_SGD] = {F(lr), F(momentum), F(dampening), F(weight_decay), B(nesterov), B(maximize)},
+    [KILN_OPTIM_ADAM] = {F(lr), F(b1), F(b2), F(eps), F(weight_decay), B(amsgrad), B(maximize)},
+    [KILN_OPTIM_ADAMW] = {F(lr), F(b1), F(b2), F(eps), F(weight_decay), B(amsgrad), B(maximize)},
+    [KILN_OPTIM_RMSPROP] = {F(lr), F(alpha), F(eps), F(weight_decay), F(momentum), B(centered),
                           B(maximize)},
-    [KILN_OPT_ADAGRAD] = {F(lr), F(lr_decay), F(weight_decay), F(initial_accumulator_value), F(eps),
+    [KILN_OPTIM_ADAGRAD] = {F(lr), F(lr_decay), F(weight_decay), F(initial_accumulator_value), F(eps),
                           B(maximize)},
-    [KILN_OPT_NADAM] = {F(lr), F(b1), F(b2), F(eps), F(weight_decay), F(momentum_decay),
+    [KILN_OPTIM_NADAM] = {F(lr), F(b1), F(b2), F(eps), F(weight_decay), F(momentum_decay),
                         B(maximize)},
-    [KILN_OPT_RADAM] = {F(lr), F(b1), F(b2), F(eps), F(weight_decay), B(maximize)},
+    [KILN_OPTIM_RADAM] = {F(lr), F(b1), F(b2), F(eps), F(weight_decay), B(maximize)},
 };
 #undef F
 #undef B
@@ -108,7 +111,7 @@ static kiln_status check_range(kiln_ctx *ctx, const char *opt, const char *name,
 }
 
 KILN_API kiln_status kiln_optimizer_check(kiln_ctx *ctx, const kiln_optimizer *o) {
-  if (!o || (unsigned)o->kind >= KILN_OPT_COUNT)
+  if (!o || o->kind == KILN_OPTIM_DEFAULT || (unsigned)o->kind >= KILN_OPTIM_COUNT)
     return kir_fail(ctx, KILN_ERR_INVALID, "not an optimizer kind: %d", o ? (int)o->kind : -1);
   const char *n = kind_names[o->kind];
   kiln_status s = KILN_OK;
@@ -119,7 +122,7 @@ KILN_API kiln_status kiln_optimizer_check(kiln_ctx *ctx, const kiln_optimizer *o
     bool beta = !strcmp(f[i].name, "b1") || !strcmp(f[i].name, "b2");
     s = check_range(ctx, n, f[i].name, v, 0, beta ? 1 : INFINITY, true);
   }
-  if (s == KILN_OK && o->kind == KILN_OPT_SGD && o->nesterov &&
+  if (s == KILN_OK && o->kind == KILN_OPTIM_SGD && o->nesterov &&
       (o->momentum <= 0 || o->dampening != 0))
     s = kir_fail(ctx, KILN_ERR_INVALID,
                  "sgd(): nesterov momentum needs momentum > 0 and dampening 0");
@@ -231,7 +234,7 @@ KILN_API kiln_status kiln_optimizer_parse(kiln_ctx *ctx, const char *text, kiln_
   const char *p = skip_space(text);
   size_t n = ident_len(p);
   int kind = -1;
-  for (int k = 0; k < KILN_OPT_COUNT; k++)
+  for (int k = KILN_OPTIM_SGD; k < KILN_OPTIM_COUNT; k++)
     if (strlen(kind_names[k]) == n && !strncmp(kind_names[k], p, n)) kind = k;
   const char *rest = skip_space(p + n);
   if (kind < 0 || (*rest && *rest != '('))
@@ -258,26 +261,26 @@ typedef struct {
 static size_t state_slots(const kiln_optimizer *o, state_slot *s) {
   size_t n = 0;
   switch (o->kind) {
-  case KILN_OPT_SGD:
+  case KILN_OPTIM_SGD:
     if (o->momentum != 0) s[n++] = (state_slot){"momentum_buffer", 0, false};
     break;
-  case KILN_OPT_ADAM:
-  case KILN_OPT_ADAMW:
-  case KILN_OPT_NADAM:
-  case KILN_OPT_RADAM:
+  case KILN_OPTIM_ADAM:
+  case KILN_OPTIM_ADAMW:
+  case KILN_OPTIM_NADAM:
+  case KILN_OPTIM_RADAM:
     s[n++] = (state_slot){"exp_avg", 0, false};
     s[n++] = (state_slot){"exp_avg_sq", 0, false};
-    if (o->kind == KILN_OPT_NADAM)
+    if (o->kind == KILN_OPTIM_NADAM)
       s[n++] = (state_slot){"mu_product", 1, true};
-    else if (o->kind != KILN_OPT_RADAM && o->amsgrad)
+    else if (o->kind != KILN_OPTIM_RADAM && o->amsgrad)
       s[n++] = (state_slot){"max_exp_avg_sq", 0, false};
     break;
-  case KILN_OPT_RMSPROP:
+  case KILN_OPTIM_RMSPROP:
     s[n++] = (state_slot){"square_avg", 0, false};
     if (o->momentum > 0) s[n++] = (state_slot){"momentum_buffer", 0, false};
     if (o->centered) s[n++] = (state_slot){"grad_avg", 0, false};
     break;
-  case KILN_OPT_ADAGRAD:
+  case KILN_OPTIM_ADAGRAD:
     s[n++] = (state_slot){"sum", o->initial_accumulator_value, false};
     break;
   default:
@@ -341,7 +344,7 @@ static kiln_value ema(emit *e, kiln_value s, kiln_value x, double beta) {
 static kiln_value effective_grad(emit *e, kiln_value p, kiln_value gr) {
   const kiln_optimizer *o = e->o;
   if (o->maximize) gr = kiln_unary(e->g, "neg", gr);
-  if (o->weight_decay != 0 && o->kind != KILN_OPT_ADAMW)
+  if (o->weight_decay != 0 && o->kind != KILN_OPTIM_ADAMW)
     gr = add(e, gr, mul(e, p, k_(e, p, o->weight_decay)));
   return gr;
 }
@@ -364,7 +367,7 @@ static kiln_value sgd(emit *e, kiln_value p, kiln_value d, const kiln_value *s, 
 
 static kiln_value adam(emit *e, kiln_value p, kiln_value gr, const kiln_value *s, kiln_value *ns) {
   const kiln_optimizer *o = e->o;
-  if (o->kind == KILN_OPT_ADAMW && o->weight_decay != 0)
+  if (o->kind == KILN_OPTIM_ADAMW && o->weight_decay != 0)
     p = mul(e, p, as_(e, p, one_minus(e, mul(e, e->lr, c64(e, o->weight_decay)))));
   kiln_value m = ns[0] = ema(e, s[0], gr, o->b1);
   kiln_value v = ns[1] = ema(e, s[1], mul(e, gr, gr), o->b2);
@@ -451,11 +454,11 @@ static kiln_value radam(emit *e, kiln_value p, kiln_value gr, const kiln_value *
 /* Whether the rule reads the step number. */
 static bool needs_step(const kiln_optimizer *o) {
   switch (o->kind) {
-  case KILN_OPT_SGD:
+  case KILN_OPTIM_SGD:
     return o->momentum != 0 && o->dampening != 0;
-  case KILN_OPT_RMSPROP:
+  case KILN_OPTIM_RMSPROP:
     return false;
-  case KILN_OPT_ADAGRAD:
+  case KILN_OPTIM_ADAGRAD:
     return o->lr_decay != 0;
   default:
     return true;
@@ -534,23 +537,23 @@ KILN_API kiln_status kiln_optimizer_step(kiln_graph *g, const kiln_optimizer *op
     if (!check_types(g, i, params[i], grads[i], si, slot, ns)) break;
     kiln_value p = params[i], gr = effective_grad(&e, p, grads[i]);
     switch (opt->kind) {
-    case KILN_OPT_SGD:
+    case KILN_OPTIM_SGD:
       new_params[i] = sgd(&e, p, gr, si, nsi);
       break;
-    case KILN_OPT_ADAM:
-    case KILN_OPT_ADAMW:
+    case KILN_OPTIM_ADAM:
+    case KILN_OPTIM_ADAMW:
       new_params[i] = adam(&e, p, gr, si, nsi);
       break;
-    case KILN_OPT_RMSPROP:
+    case KILN_OPTIM_RMSPROP:
       new_params[i] = rmsprop(&e, p, gr, si, nsi);
       break;
-    case KILN_OPT_ADAGRAD:
+    case KILN_OPTIM_ADAGRAD:
       new_params[i] = adagrad(&e, p, gr, si, nsi);
       break;
-    case KILN_OPT_NADAM:
+    case KILN_OPTIM_NADAM:
       new_params[i] = nadam(&e, p, gr, si, nsi);
       break;
-    case KILN_OPT_RADAM:
+    case KILN_OPTIM_RADAM:
       new_params[i] = radam(&e, p, gr, si, nsi);
       break;
     default:

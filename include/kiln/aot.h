@@ -21,6 +21,7 @@
 #define KILN_AOT_H
 
 #include "graph.h"
+#include "options.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,6 +48,10 @@ typedef struct kiln_aot_options {
   /* If set, receives what was embedded for a GPU target ("SPIR-V spirv+f64: 12 (34 KiB), ..."). */
   char *embedded;
   size_t embedded_size;
+  /* The precision policy, "fp64", "fp32" (NULL), "tf32", "bf16" or "fp16" (docs/precision.md). */
+  const char *precision;
+  /* This model's options (include/kiln/options.h); NULL: the context's and the environment's. */
+  const kiln_options *options;
 } kiln_aot_options;
 
 KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *opt);

@@ -27,6 +27,7 @@
 #ifndef KILN_COMPILE_H
 #define KILN_COMPILE_H
 
+#include "options.h"
 #include "tensor.h"
 
 #ifdef __cplusplus
@@ -36,11 +37,11 @@ extern "C" {
 typedef struct kiln_compiled kiln_compiled;
 
 typedef enum kiln_opt_level {
-  KILN_OPT_DEFAULT = 0, /* O3 */
-  KILN_OPT_O0,
-  KILN_OPT_O1,
-  KILN_OPT_O2,
-  KILN_OPT_O3
+  KILN_O_DEFAULT = 0, /* O3 */
+  KILN_O0,
+  KILN_O1,
+  KILN_O2,
+  KILN_O3
 } kiln_opt_level;
 
 /* Options of kiln_compile(); a zeroed struct (or NULL) means the defaults. */
@@ -48,7 +49,7 @@ typedef struct kiln_compile_options {
   const char *cpu;          /* LLVM CPU name ("x86-64-v3"), which must run here; NULL: this CPU */
   const char *features;     /* LLVM features ("+avx2,+fma"); NULL: those of `cpu` or this CPU */
   kiln_opt_level opt_level;
-  int num_threads;          /* threads of the model's pool; 0: $KILN_NUM_THREADS or the CPUs */
+  int num_threads;          /* threads of the model's pool; 0: the options' num_threads or the CPUs */
   FILE *dump_ir;            /* if set, the optimised LLVM IR of the kernels is written here */
   /*
    * Where the model runs: NULL or "cpu" (the above), or a device, "vulkan[:N]", "cuda[:N]" or
@@ -59,6 +60,10 @@ typedef struct kiln_compile_options {
    * its message ("no CUDA device (...)"), an op it cannot run KILN_ERR_UNSUPPORTED naming it.
    */
   const char *device;
+  /* The precision policy, "fp64", "fp32" (NULL), "tf32", "bf16" or "fp16" (docs/precision.md). */
+  const char *precision;
+  /* This model's options (include/kiln/options.h); NULL: the context's and the environment's. */
+  const kiln_options *options;
 } kiln_compile_options;
 
 /* Compiles top-level graph `g`; errors go to g's context. */

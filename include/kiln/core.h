@@ -39,6 +39,8 @@ KILN_API kiln_ctx *kiln_ctx_create(void);
 KILN_API void kiln_ctx_destroy(kiln_ctx *ctx);
 /* The message of the last failed call in this context ("" if none). */
 KILN_API const char *kiln_ctx_error(const kiln_ctx *ctx);
+/* The status of that failure (KILN_OK if none): callers branch on it, never on the message. */
+KILN_API kiln_status kiln_ctx_status(const kiln_ctx *ctx);
 KILN_API const char *kiln_status_name(kiln_status s);
 /* Kiln's version, "MAJOR.MINOR.PATCH". */
 KILN_API const char *kiln_version(void);

@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include "layers.h"
+#include "options.h"
 #include "train.h"
 
 #ifdef __cplusplus
@@ -47,7 +48,7 @@ typedef struct kiln_train_spec {
                              file (kiln_model_file_fn); the target has the prediction's type */
   double huber_delta;    /* 0: 1.0 */
   double vae_beta;       /* 0: 1.0 */
-  kiln_optimizer opt;    /* kiln_optimizer_default(KILN_OPT_ADAM) when opt.kind is 0 and lr 0 */
+  kiln_optimizer opt;    /* kind KILN_OPTIM_DEFAULT (zeroed): kiln_optimizer_default(KILN_OPTIM_ADAM) */
   double clip;           /* global gradient-norm clipping; <= 0: none */
   int masked;            /* the loss takes an f32 mask [N] input "loss_mask" (node tasks) */
   kiln_dtype dtype;      /* parameters' float type (KILN_F32 or KILN_F64) */
@@ -63,6 +64,9 @@ typedef struct kiln_train_spec {
      compiled once for it and every step runs there, strictly (no fallback to the interpreter);
      parameters and optimizer state go to the device and back with each step (docs/gpu.md). */
   const char *device;
+  /* The options of the step's and the evaluation's compilation (include/kiln/options.h); NULL:
+     the context's and the environment's. */
+  const kiln_options *options;
 } kiln_train_spec;
 
 typedef struct kiln_trainer kiln_trainer;

@@ -3,6 +3,7 @@
 #define KILN_KILN_H
 
 #include "core.h"
+#include "options.h"
 #include "graph.h"
 #include "tensor.h"
 #include "params.h"

@@ -79,15 +79,17 @@ KILN_API kiln_value kiln_vae_loss(kiln_graph *g, kiln_value recon, kiln_value mu
 
 /* -------------------------------------------------------------- optimizers */
 
+/* KILN_OPTIM_DEFAULT, the zero of a zeroed kiln_optimizer, stands for Adam with its defaults. */
 typedef enum kiln_optimizer_kind {
-  KILN_OPT_SGD = 0,
-  KILN_OPT_ADAM,
-  KILN_OPT_ADAMW,
-  KILN_OPT_RMSPROP,
-  KILN_OPT_ADAGRAD,
-  KILN_OPT_NADAM,
-  KILN_OPT_RADAM,
-  KILN_OPT_COUNT
+  KILN_OPTIM_DEFAULT = 0,
+  KILN_OPTIM_SGD,
+  KILN_OPTIM_ADAM,
+  KILN_OPTIM_ADAMW,
+  KILN_OPTIM_RMSPROP,
+  KILN_OPTIM_ADAGRAD,
+  KILN_OPTIM_NADAM,
+  KILN_OPTIM_RADAM,
+  KILN_OPTIM_COUNT
 } kiln_optimizer_kind;
 
 /* An optimizer's hyper-parameters, named as in torch.optim (betas = b1, b2). */
@@ -115,8 +117,9 @@ typedef struct kiln_optimizer {
  * rmsprop lr 1e-2, alpha .99, eps 1e-8; adagrad lr 1e-2, eps 1e-10;
  * nadam lr 2e-3, momentum_decay 4e-3; radam lr 1e-3.
  */
-KILN_API kiln_optimizer kiln_optimizer_default(kiln_optimizer_kind kind);
-/* "sgd", "adam", "adamw", "rmsprop", "adagrad", "nadam", "radam"; NULL if out of range. */
+KILN_API kiln_optimizer kiln_optimizer_default(kiln_optimizer_kind kind); /* DEFAULT: adam's */
+/* "sgd", "adam", "adamw", "rmsprop", "adagrad", "nadam", "radam"; NULL for DEFAULT or out of
+ * range. */
 KILN_API const char *kiln_optimizer_name(kiln_optimizer_kind kind);
 
 /*

@@ -679,7 +679,7 @@ static bool reference_step(const fa_case *c, double *const *in, double **out) {
     addr[a] = a < nin ? in[a] : out[a];
   kiln_ctx *ctx = kiln_ctx_create();
   kiln_status s =
-      ctx ? krt_attention_run(ctx, &fp.p, &fp.st, addr, fp.sizes, pool) : KILN_ERR_NOMEM;
+      ctx ? krt_attention_run(ctx, &fp.p, &fp.st, addr, fp.sizes, pool, true) : KILN_ERR_NOMEM;
   if (s != KILN_OK)
     printf("FAIL reference: %s\n", ctx ? kiln_ctx_error(ctx) : "no context"), failures++;
   kiln_ctx_destroy(ctx);

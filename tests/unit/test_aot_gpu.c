@@ -451,7 +451,7 @@ static void vulkan_attention(int64_t T, int64_t S, int64_t D, bool rows) {
   kir_arena arena = {0};
   kcg_program *p = NULL;
   uint32_t nattn_steps = 0;
-  CHECK(krt_device_lower(ctx, KRT_DEVICE_VULKAN, g, true, &arena, &p) == KILN_OK && p,
+  CHECK(krt_device_lower(ctx, KRT_DEVICE_VULKAN, g, NULL, &arena, &p) == KILN_OK && p,
         "%s: lower: %s", name, kiln_ctx_error(ctx));
   for (uint32_t i = 0; p && i < p->nsteps; i++) nattn_steps += p->steps[i].kind == KCG_STEP_ATTENTION;
   CHECK(rows ? nattn_steps == 0 && p->nkernels > 0 : nattn_steps == 1 && p->nkernels == 0,

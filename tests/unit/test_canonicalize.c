@@ -332,11 +332,11 @@ int main(void) {
   if (d) closedir(d);
   if (nmodels < 10) FAIL("only %d model files in %s", nmodels, dir);
   for (int i = 0; i < nmodels; i++) check_model(ctx, dir, names[i]);
-  check_train(ctx, dir, "mlp.kiln", KILN_OPT_ADAM);
-  check_train(ctx, dir, "transformer_classifier.kiln", KILN_OPT_ADAM);
-  check_train(ctx, dir, "cnn.kiln", KILN_OPT_SGD);
-  check_train(ctx, dir, "lstm_classifier.kiln", KILN_OPT_ADAM);
-  check_train(ctx, dir, "resnet_mlp.kiln", KILN_OPT_SGD);
+  check_train(ctx, dir, "mlp.kiln", KILN_OPTIM_ADAM);
+  check_train(ctx, dir, "transformer_classifier.kiln", KILN_OPTIM_ADAM);
+  check_train(ctx, dir, "cnn.kiln", KILN_OPTIM_SGD);
+  check_train(ctx, dir, "lstm_classifier.kiln", KILN_OPTIM_ADAM);
+  check_train(ctx, dir, "resnet_mlp.kiln", KILN_OPTIM_SGD);
   kiln_ctx_destroy(ctx);
   printf("test_canonicalize: %d failures\n", failures);
   return failures != 0;

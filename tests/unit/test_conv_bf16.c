@@ -40,6 +40,7 @@
 #include "passes/mixed_precision.h"
 #include "passes/passes.h"
 #include "runtime/rt_gemm_cpu.h"
+#include "passes/pipeline.h"
 
 static int failures;
 #define CHECK(c)                                                                                   \
@@ -174,18 +175,15 @@ static void against_widened(const char *what, int r, const kiln_tensor *got,
   }
 }
 
-/* g as kiln_compile lowers it (widen, legalize, canonicalize), into arena; NULL on failure. */
+/* g as kiln_compile lowers it (the cpu pipeline), into arena; NULL on failure. */
 static kcg_program *lower_like_compile(kiln_ctx *ctx, kiln_graph *g, kir_arena *arena) {
-  kiln_graph *wg = kp_widen_half(g), *lg = wg ? kp_legalize(wg) : NULL;
-  if (lg && kp_canonicalize_enabled()) {
-    kiln_graph *cg = kp_canonicalize(lg);
-    kiln_graph_destroy(lg);
-    lg = cg;
-  }
+  kp_pipeline_options po;
+  kp_pipeline_options_init(&po, g, NULL);
+  kiln_graph *lg = NULL;
   kcg_program *prog = NULL;
-  if (!lg || kcg_lower(ctx, lg, arena, &prog) != KILN_OK) prog = NULL;
-  if (lg) kiln_graph_destroy(lg);
-  if (wg) kiln_graph_destroy(wg);
+  if (kp_pipeline_run("cpu", g, &po, &lg) || kcg_lower(ctx, lg, arena, &prog) != KILN_OK)
+    prog = NULL;
+  kiln_graph_destroy(lg);
   return prog;
 }
 

@@ -413,12 +413,12 @@ static void test_lowering(bool have_vulkan) {
   CHECK(kiln_graph_set_results(g, 1, &y) == KILN_OK);
   kir_arena arena = {0};
   kcg_program *p = NULL;
-  CHECK(krt_device_lower(ctx, KRT_DEVICE_CUDA, g, false, &arena, &p) == KILN_ERR_UNSUPPORTED && !p);
+  CHECK(krt_device_lower(ctx, KRT_DEVICE_CUDA, g, NULL, &arena, &p) == KILN_ERR_UNSUPPORTED && !p);
   CHECK(!strcmp(kiln_ctx_error(ctx), "backend 'cuda': no compiled kernel for op 'reduce_sum' (f16)"));
   printf("cuda lowering: %s\n", kiln_ctx_error(ctx));
   kir_arena_free(&arena);
   memset(&arena, 0, sizeof arena);
-  CHECK(krt_device_lower(ctx, KRT_DEVICE_VULKAN, g, false, &arena, &p) == KILN_OK && p);
+  CHECK(krt_device_lower(ctx, KRT_DEVICE_VULKAN, g, NULL, &arena, &p) == KILN_OK && p);
   kir_arena_free(&arena);
   if (have_vulkan) { /* and it runs: the sum of 4 halves, in f32, rounded to f16 */
     kiln_compiled *c = NULL;
@@ -560,7 +560,7 @@ static void test_fit_errors(void) {
   kiln_trainer *t = (kiln_trainer *)&t;
   CHECK(l && kiln_layer_init(ctx, l, 1, KILN_F32, &p0) == KILN_OK);
   kiln_train_spec spec = {.model = l, .n_inputs = 1, .inputs = &in, .dtype = KILN_F32,
-                          .opt = kiln_optimizer_default(KILN_OPT_SGD),
+                          .opt = kiln_optimizer_default(KILN_OPTIM_SGD),
                           .backend = KILN_BACKEND_CUDA};
   CHECK(kiln_trainer_create(ctx, &spec, p0, &t) == KILN_ERR_UNSUPPORTED && !t);
   CHECK(!strncmp(kiln_ctx_error(ctx), "no CUDA device (", 16));
@@ -631,7 +631,7 @@ static void test_fake_cuda(void) {
   kiln_params *pp = NULL;
   double moved = 0;
   int before = st->launches;
-  kiln_optimizer sgd = kiln_optimizer_default(KILN_OPT_SGD);
+  kiln_optimizer sgd = kiln_optimizer_default(KILN_OPTIM_SGD);
   s = train(ctx, "cuda", sgd, loss, &pp, &moved);
   if (s) printf("FAIL fake cuda training: %s\n", kiln_ctx_error(ctx));
   CHECK(s == KILN_OK && st->launches > before);
@@ -665,8 +665,8 @@ int main(int argc, char **argv) {
   kiln_ctx_destroy(ctx);
   if (!only || !strcmp(only, "errors")) test_errors(have), test_fit_errors(), test_lowering(have);
   if (have && (!only || !strcmp(only, "train"))) {
-    test_training("adam", kiln_optimizer_default(KILN_OPT_ADAM));
-    kiln_optimizer sgd = kiln_optimizer_default(KILN_OPT_SGD);
+    test_training("adam", kiln_optimizer_default(KILN_OPTIM_ADAM));
+    kiln_optimizer sgd = kiln_optimizer_default(KILN_OPTIM_SGD);
     sgd.lr = 0.05, sgd.momentum = 0.9;
     test_training("sgd", sgd);
   }

@@ -89,7 +89,7 @@ static void test_spirals(kiln_ctx *ctx) {
   kiln_params *p0 = NULL;
   CHECK(kiln_layer_init(ctx, l, 0, KILN_F32, &p0) == KILN_OK);
   kiln_train_spec spec = {.model = l, .n_inputs = 1, .inputs = &in, .loss = "cross_entropy",
-                          .opt = kiln_optimizer_default(KILN_OPT_ADAM), .dtype = KILN_F32,
+                          .opt = kiln_optimizer_default(KILN_OPTIM_ADAM), .dtype = KILN_F32,
                           .backend = KILN_BACKEND_COMPILED};
   spec.opt.lr = 1e-2;
   kiln_tensor *data[2] = {x, y};
@@ -147,7 +147,7 @@ static void test_precisions(kiln_ctx *ctx) {
   double final[3] = {0};
   for (int k = 0; k < 3; k++) {
     kiln_train_spec spec = {.model = l, .n_inputs = 1, .inputs = &in, .loss = "cross_entropy",
-                            .opt = kiln_optimizer_default(KILN_OPT_ADAM), .dtype = KILN_F32,
+                            .opt = kiln_optimizer_default(KILN_OPTIM_ADAM), .dtype = KILN_F32,
                             .backend = KILN_BACKEND_COMPILED, .precision = precs[k],
                             .loss_scale = 0x1p24, .loss_scale_interval = 50};
     spec.opt.lr = 1e-2;
@@ -211,7 +211,7 @@ static void test_gcn(kiln_ctx *ctx) {
   kiln_params *p0 = NULL;
   CHECK(kiln_layer_init(ctx, l, 3, KILN_F32, &p0) == KILN_OK);
   kiln_train_spec spec = {.model = l, .n_inputs = 2, .inputs = ins, .loss = "cross_entropy",
-                          .opt = kiln_optimizer_default(KILN_OPT_ADAM), .masked = 1,
+                          .opt = kiln_optimizer_default(KILN_OPTIM_ADAM), .masked = 1,
                           .dtype = KILN_F32, .backend = KILN_BACKEND_COMPILED};
   spec.opt.lr = 1e-2;
   kiln_trainer *t = NULL;
@@ -265,7 +265,7 @@ static void test_vae(kiln_ctx *ctx) {
   kiln_params *p0 = NULL;
   CHECK(kiln_layer_init(ctx, l, 0, KILN_F32, &p0) == KILN_OK);
   kiln_train_spec spec = {.model = l, .n_inputs = 1, .inputs = &in, .loss = "vae",
-                          .opt = kiln_optimizer_default(KILN_OPT_ADAM), .dtype = KILN_F32,
+                          .opt = kiln_optimizer_default(KILN_OPTIM_ADAM), .dtype = KILN_F32,
                           .backend = KILN_BACKEND_COMPILED};
   spec.opt.lr = 3e-3;
   kiln_fit_options fo = {.epochs = 40, .batch_size = 32, .seed = 5};
@@ -310,7 +310,7 @@ static void test_lm(kiln_ctx *ctx) {
   double final[2] = {0}, mid[2] = {0};
   for (int k = 0; k < 2; k++) {
     kiln_train_spec spec = {.model = l, .n_inputs = 1, .inputs = &in, .loss = "cross_entropy",
-                            .opt = kiln_optimizer_default(KILN_OPT_ADAMW), .masked = 1,
+                            .opt = kiln_optimizer_default(KILN_OPTIM_ADAMW), .masked = 1,
                             .clip = 1.0, .dtype = KILN_F32, .backend = KILN_BACKEND_COMPILED,
                             .precision = precs[k]};
     spec.opt.lr = 3e-3;
@@ -355,7 +355,7 @@ static void test_own_loop(kiln_ctx *ctx) {
   CHECK(kiln_layer_init(ctx, l, 4, KILN_F64, &p0) == KILN_OK);
   CHECK(kiln_layer_init(ctx, l, 4, KILN_F64, &p) == KILN_OK);
   kiln_train_spec spec = {.model = l, .n_inputs = 1, .inputs = &in, .loss = "mse",
-                          .opt = kiln_optimizer_default(KILN_OPT_ADAMW), .clip = 0.5,
+                          .opt = kiln_optimizer_default(KILN_OPTIM_ADAMW), .clip = 0.5,
                           .dtype = KILN_F64, .backend = KILN_BACKEND_COMPILED};
   kiln_trainer *t = NULL;
   kiln_grad_fn *gf = NULL;
@@ -392,6 +392,54 @@ static void test_own_loop(kiln_ctx *ctx) {
   kiln_params_destroy(p0), kiln_params_destroy(p);
   kiln_layer_release(l);
   kiln_tensor_destroy(x), kiln_tensor_destroy(y);
+}
+
+/* The largest change of any parameter from `p0` after one epoch of kiln_fit under `opt`. */
+static double one_step_change(kiln_ctx *ctx, const kiln_optimizer *opt) {
+  enum { N = 8 };
+  int64_t xd[2] = {N, 3}, yd[2] = {N, 2};
+  kiln_tensor *x = tensor(ctx, KILN_F64, 2, xd), *y = tensor(ctx, KILN_F64, 2, yd);
+  for (size_t i = 0; i < N * 3; i++) kiln_tensor_set(x, i, nrand());
+  for (size_t i = 0; i < N * 2; i++) kiln_tensor_set(y, i, nrand());
+  kiln_layer *l = kiln_layer_call(ctx, "mlp", "I", (size_t)2, (const int64_t[]){3, 2});
+  const char *syms[2] = {"N", NULL};
+  kiln_model_input in = {"x", KILN_INPUT_TENSOR, KILN_F64, 2, xd, syms};
+  kiln_params *p0 = NULL;
+  CHECK(kiln_layer_init(ctx, l, 5, KILN_F64, &p0) == KILN_OK);
+  kiln_train_spec spec = {.model = l, .n_inputs = 1, .inputs = &in, .loss = "mse", .opt = *opt,
+                          .dtype = KILN_F64, .backend = KILN_BACKEND_EAGER};
+  double change = -1;
+  kiln_tensor *data[2] = {x, y};
+  kiln_fit_options fo = {.epochs = 1, .seed = 1};
+  kiln_fit_result r = {0};
+  if (kiln_fit(ctx, &spec, p0, 2, data, &fo, &r) == KILN_OK) {
+    const kiln_params *pt = r.params;
+    change = 0;
+    for (size_t i = 0; i < kiln_params_count(p0); i++) {
+      const kiln_tensor *a = kiln_params_tensor(p0, i);
+      const kiln_tensor *b = kiln_params_find(pt, kiln_params_name(p0, i));
+      for (size_t e = 0; b && e < kiln_tensor_numel(a); e++)
+        change = fmax(change, fabs(kiln_tensor_get(a, e) - kiln_tensor_get(b, e)));
+    }
+  } else {
+    fprintf(stderr, "one epoch: %s\n", kiln_ctx_error(ctx));
+  }
+  kiln_fit_result_free(&r);
+  kiln_params_destroy(p0);
+  kiln_layer_release(l);
+  kiln_tensor_destroy(x), kiln_tensor_destroy(y);
+  return change;
+}
+
+/* SGD with lr 0 is SGD with lr 0 (no step), not Adam; a zeroed optimizer is Adam's defaults. */
+static void test_optimizer_choice(kiln_ctx *ctx) {
+  kiln_optimizer sgd0 = kiln_optimizer_default(KILN_OPTIM_SGD), zeroed = {0};
+  sgd0.lr = 0;
+  double still = one_step_change(ctx, &sgd0), moved = one_step_change(ctx, &zeroed);
+  printf("one epoch: sgd lr 0 moves the parameters by %.3g, the default optimizer by %.3g\n", still,
+         moved);
+  CHECK(still == 0);
+  CHECK(moved > 1e-5 && moved < 2e-3); /* Adam's first step is about lr = 1e-3 per weight */
 }
 
 /* A loss written in the model file's language gives the built-in loss's value and gradients. */
@@ -447,6 +495,7 @@ int main(int argc, char **argv) {
   kiln_ctx *ctx = kiln_ctx_create();
   const char *only = argc > 1 ? argv[1] : NULL;
   if (!only || !strcmp(only, "own")) test_own_loop(ctx);
+  if (!only || !strcmp(only, "optimizer")) test_optimizer_choice(ctx);
   if (!only || !strcmp(only, "file_loss")) test_file_loss(ctx);
   if (!only || !strcmp(only, "spirals")) test_spirals(ctx);
   if (!only || !strcmp(only, "precision")) test_precisions(ctx);

@@ -33,6 +33,7 @@
 #include "ir/kir.h"
 #include "kiln/compile.h"
 #include "passes/passes.h"
+#include "passes/pipeline.h"
 
 static int failures;
 
@@ -340,7 +341,10 @@ static void test_switch(void) {
   outcome on, off;
   if (g && compare(ctx, "tiling on", g, g, 1e-5, &on)) {
     setenv("KILN_ATTENTION_TILING", "0", 1);
-    if (kp_attention_tiling_enabled()) fail("switch", "KILN_ATTENTION_TILING=0 is not off");
+    kp_pipeline_options po;
+    kp_pipeline_options_init(&po, g, NULL);
+    if (kp_pass_enabled("attention-tiling", &po))
+      fail("switch", "KILN_ATTENTION_TILING=0 is not off");
     if (compare(ctx, "tiling off", g, g, 1e-5, &off)) {
       size_t scores = 300 * 300 * 4;
       if (off.peak < scores || on.peak >= scores)

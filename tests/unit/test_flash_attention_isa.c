@@ -93,16 +93,16 @@ static double rel_ref(const kiln_tensor *a, const kir_tensor *ref) {
 
 enum { MAXP = 8 };
 
-/* Compiles g and runs it on `in` under KILN_ATTENTION_ISA=`isa` (NULL: the runtime's choice). */
-static bool run_isa(kiln_ctx *ctx, kiln_graph *g, kiln_tensor **in, const char *isa,
+/* Compiles g and runs it on `in`, on the scalar kernels if `scalar` (kiln_options.attention_avx512
+ * off), else on the runtime's choice. */
+static bool run_isa(kiln_ctx *ctx, kiln_graph *g, kiln_tensor **in, bool scalar,
                     kiln_tensor **out) {
-  if (isa) setenv("KILN_ATTENTION_ISA", isa, 1);
-  else unsetenv("KILN_ATTENTION_ISA");
+  kiln_options o = {.attention_avx512 = scalar ? KILN_SWITCH_OFF : KILN_SWITCH_DEFAULT};
+  kiln_compile_options co = {.options = &o};
   kiln_compiled *c = NULL;
-  bool ok = kiln_compile(g, NULL, &c) == KILN_OK &&
+  bool ok = kiln_compile(g, &co, &c) == KILN_OK &&
             kiln_compiled_run(c, ctx, g->nparams, in, g->nresults, out, NULL) == KILN_OK;
   kiln_compiled_destroy(c);
-  unsetenv("KILN_ATTENTION_ISA");
   return ok;
 }
 
@@ -131,11 +131,11 @@ static void check(kiln_ctx *ctx, const char *what, kiln_graph *ref_g, kiln_graph
     FAIL("%s: interpreter: %s", what, kiln_ctx_error(ctx));
     goto out;
   }
-  if (!run_isa(ctx, g, in, "scalar", o1)) {
+  if (!run_isa(ctx, g, in, true, o1)) {
     FAIL("%s: scalar run: %s", what, kiln_ctx_error(ctx));
     goto out;
   }
-  if (avx && !run_isa(ctx, g, in, NULL, o2)) {
+  if (avx && !run_isa(ctx, g, in, false, o2)) {
     FAIL("%s: avx512 run: %s", what, kiln_ctx_error(ctx));
     goto out;
   }
@@ -195,9 +195,9 @@ int main(void) {
       {"f64 causal d64",    "f64", 1, 2, 1, 150, 150, 64, 64, true,  false, true},
       {"f64 mask d20",      "f64", 1, 2, 2, 45,  77,  20, 12, false, true,  true},
   };
-  bool avx = !strcmp(krt_attention_isa(), "avx512");
+  bool avx = !strcmp(krt_attention_isa(NULL), "avx512");
   setenv("KILN_ATTENTION_ISA", "scalar", 1);
-  if (strcmp(krt_attention_isa(), "scalar")) FAIL("KILN_ATTENTION_ISA=scalar does not force it");
+  if (strcmp(krt_attention_isa(NULL), "scalar")) FAIL("KILN_ATTENTION_ISA=scalar does not force it");
   unsetenv("KILN_ATTENTION_ISA");
   printf("this CPU: %s\n", avx ? "avx512 and scalar kernels" : "no AVX-512: scalar kernels only");
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(&cases[i], avx);

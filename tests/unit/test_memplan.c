@@ -26,6 +26,7 @@
 #include "passes/mixed_precision.h"
 #include "runtime/rt.h"
 #include "train_graph.h"
+#include "passes/pipeline.h"
 
 static int failures;
 #define FAIL(...)        \
@@ -42,18 +43,12 @@ static void no_kernel(void **b, const int64_t *s, int64_t lo, int64_t hi, int32_
 
 /* The compile pipeline of runtime/compile.c up to the program. */
 static kiln_status lower_like_compile(kiln_ctx *ctx, kir_graph *g, kir_arena *a, kcg_program **p) {
-  kir_graph *wg = kp_widen_half(g);
-  kir_graph *tg = !wg ? NULL : kp_attention_tiling_enabled() ? kp_attention_tiling(wg) : wg;
-  kir_graph *lg = tg ? kp_legalize(tg) : NULL;
-  if (tg != wg) kiln_graph_destroy(tg);
-  kiln_graph_destroy(wg);
-  if (lg && kp_canonicalize_enabled()) {
-    kir_graph *cg = kp_canonicalize(lg);
-    kiln_graph_destroy(lg);
-    lg = cg;
-  }
-  if (!lg) return KILN_ERR_INVALID;
-  kiln_status s = kcg_lower(ctx, lg, a, p);
+  kp_pipeline_options po;
+  kp_pipeline_options_init(&po, g, NULL);
+  kir_graph *lg;
+  kiln_status s = kp_pipeline_run("cpu", g, &po, &lg);
+  if (s) return s;
+  s = kcg_lower(ctx, lg, a, p);
   kiln_graph_destroy(lg);
   return s;
 }
@@ -79,7 +74,7 @@ static bool check_plan(const char *name, kir_graph *g, int64_t scale, krt_memory
                          : t->dims[d];
       dp[i] = dims[i];
     }
-    ok = krt_model_create(ctx, p, fns, NULL, &m) == KILN_OK &&
+    ok = krt_model_create(ctx, p, fns, NULL, NULL, &m) == KILN_OK &&
          krt_prepare(m, ctx, dp, &w) == KILN_OK && krt_workspace_check(w, ctx) == KILN_OK;
     if (ok) krt_workspace_memory(w, mem);
   } else ok = false;
@@ -193,7 +188,7 @@ static void check_models(kiln_ctx *ctx) {
                                         "lstm_classifier.kiln", "resnet_mlp.kiln", "vae.kiln"};
     for (size_t t = 0; t < sizeof train / sizeof *train; t++) {
       if (strcmp(train[t], de->d_name)) continue;
-      kir_graph *ts = tg_train_step(g, nw, t % 2 ? KILN_OPT_SGD : KILN_OPT_ADAM);
+      kir_graph *ts = tg_train_step(g, nw, t % 2 ? KILN_OPTIM_SGD : KILN_OPTIM_ADAM);
       g = NULL;
       char name[400];
       snprintf(name, sizeof name, "%.300s train step", de->d_name);
@@ -221,7 +216,7 @@ static void check_block(kiln_ctx *ctx) {
     kiln_layer_release(l);
     return;
   }
-  kir_graph *ts = tg_train_step(g, kiln_params_count(p), KILN_OPT_ADAM);
+  kir_graph *ts = tg_train_step(g, kiln_params_count(p), KILN_OPTIM_ADAM);
   kiln_params_destroy(p);
   kiln_layer_release(l);
   krt_memory m;

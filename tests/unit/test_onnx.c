@@ -821,7 +821,7 @@ static result run_frozen(kiln_ctx *ctx, const char *dir, const char *path, char 
       }
     }
     if (r == R_PASS) {
-      kiln_compile_options opt = {.opt_level = KILN_OPT_O1, .num_threads = 1};
+      kiln_compile_options opt = {.opt_level = KILN_O1, .num_threads = 1};
       s = kiln_compile(g, &opt, &c);
       if (s != KILN_OK) {
         snprintf(why, cap, "compile: %s", kiln_ctx_error(ctx));
@@ -875,7 +875,7 @@ static void test_rnn_fixtures(kiln_ctx *ctx) {
     free(ops);
     kiln_graph *g = NULL;
     kiln_compiled *c = NULL;
-    kiln_compile_options opt = {.opt_level = KILN_OPT_O1, .num_threads = 1};
+    kiln_compile_options opt = {.opt_level = KILN_O1, .num_threads = 1};
     result r = R_FAIL;
     if (kiln_onnx_import(ctx, path, &g) != KILN_OK || kiln_compile(g, &opt, &c) != KILN_OK)
       snprintf(why, sizeof why, "%s", kiln_ctx_error(ctx));
@@ -919,7 +919,7 @@ static void conform_one(kiln_ctx *ctx, const char *suite, const char *dir, const
     r = R_FAIL;
     snprintf(why, sizeof why, "import: %s", kiln_ctx_error(ctx));
   } else {
-    kiln_compile_options opt = {.opt_level = KILN_OPT_O1, .num_threads = 1};
+    kiln_compile_options opt = {.opt_level = KILN_O1, .num_threads = 1};
     st = kiln_compile(g, &opt, &c);
     if (st == KILN_ERR_UNSUPPORTED) {
       r = R_UNSUPPORTED;

@@ -262,7 +262,7 @@ static void test_torch_fixtures(kiln_ctx *ctx) {
   config cf[64];
   int n = read_configs(cf, 64);
   CHECK(n >= 29);
-  bool seen[KILN_OPT_COUNT] = {0};
+  bool seen[KILN_OPTIM_COUNT] = {0};
   for (int i = 0; i < n; i++) {
     kiln_optimizer o;
     if (kiln_optimizer_parse(ctx, cf[i].text, &o) == KILN_OK) seen[o.kind] = true;
@@ -272,32 +272,41 @@ static void test_torch_fixtures(kiln_ctx *ctx) {
     printf("%-18s eager f64 %.1e  compiled f64 %.1e  compiled f32 %.1e\n", cf[i].name, e64, c64,
            c32);
   }
-  for (int k = 0; k < KILN_OPT_COUNT; k++)
+  for (int k = KILN_OPTIM_SGD; k < KILN_OPTIM_COUNT; k++)
     CHECK(seen[k]); /* every optimizer has fixtures */
 }
 
 /* --------------------------------------------------- the description */
 
 static void test_defaults(void) {
-  kiln_optimizer o = kiln_optimizer_default(KILN_OPT_ADAM);
+  kiln_optimizer o = kiln_optimizer_default(KILN_OPTIM_ADAM);
   CHECK(o.lr == 1e-3 && o.b1 == 0.9 && o.b2 == 0.999 && o.eps == 1e-8 && o.weight_decay == 0 &&
         !o.amsgrad && !o.maximize);
-  o = kiln_optimizer_default(KILN_OPT_ADAMW);
+  o = kiln_optimizer_default(KILN_OPTIM_ADAMW);
   CHECK(o.lr == 1e-3 && o.b1 == 0.9 && o.b2 == 0.999 && o.eps == 1e-8 && o.weight_decay == 1e-2);
-  o = kiln_optimizer_default(KILN_OPT_SGD);
+  o = kiln_optimizer_default(KILN_OPTIM_SGD);
   CHECK(o.momentum == 0 && o.dampening == 0 && !o.nesterov && o.weight_decay == 0);
-  o = kiln_optimizer_default(KILN_OPT_RMSPROP);
+  o = kiln_optimizer_default(KILN_OPTIM_RMSPROP);
   CHECK(o.lr == 1e-2 && o.alpha == 0.99 && o.eps == 1e-8 && o.momentum == 0 && !o.centered);
-  o = kiln_optimizer_default(KILN_OPT_ADAGRAD);
+  o = kiln_optimizer_default(KILN_OPTIM_ADAGRAD);
   CHECK(o.lr == 1e-2 && o.eps == 1e-10 && o.lr_decay == 0 && o.initial_accumulator_value == 0);
-  o = kiln_optimizer_default(KILN_OPT_NADAM);
+  o = kiln_optimizer_default(KILN_OPTIM_NADAM);
   CHECK(o.lr == 2e-3 && o.b1 == 0.9 && o.b2 == 0.999 && o.eps == 1e-8 && o.momentum_decay == 4e-3);
-  o = kiln_optimizer_default(KILN_OPT_RADAM);
+  o = kiln_optimizer_default(KILN_OPTIM_RADAM);
   CHECK(o.lr == 1e-3 && o.b1 == 0.9 && o.b2 == 0.999 && o.eps == 1e-8);
-  for (int k = 0; k < KILN_OPT_COUNT; k++)
+  for (int k = KILN_OPTIM_SGD; k < KILN_OPTIM_COUNT; k++)
     CHECK(kiln_optimizer_name((kiln_optimizer_kind)k) != NULL);
-  CHECK(kiln_optimizer_name(KILN_OPT_COUNT) == NULL);
-  CHECK(!strcmp(kiln_optimizer_name(KILN_OPT_RMSPROP), "rmsprop"));
+  CHECK(kiln_optimizer_name(KILN_OPTIM_COUNT) == NULL);
+  CHECK(kiln_optimizer_name(KILN_OPTIM_DEFAULT) == NULL);
+  /* a zeroed optimizer is Adam's defaults; SGD is SGD whatever its lr (no trap at lr 0) */
+  o = kiln_optimizer_default(KILN_OPTIM_DEFAULT);
+  CHECK(o.kind == KILN_OPTIM_ADAM && o.lr == 1e-3);
+  kiln_optimizer none = {0};
+  CHECK(kiln_optimizer_check(NULL, &none) == KILN_ERR_INVALID);
+  o = kiln_optimizer_default(KILN_OPTIM_SGD);
+  o.lr = 0;
+  CHECK(kiln_optimizer_check(NULL, &o) == KILN_OK && o.kind == KILN_OPTIM_SGD);
+  CHECK(!strcmp(kiln_optimizer_name(KILN_OPTIM_RMSPROP), "rmsprop"));
 }
 
 static size_t nstate(kiln_ctx *ctx, const char *text) {
@@ -323,7 +332,7 @@ static void test_state_layout(kiln_ctx *ctx) {
   CHECK(kiln_optimizer_state(&o, 1, &info) == KILN_OK && !strcmp(info.name, "momentum_buffer"));
   CHECK(kiln_optimizer_state(&o, 2, &info) == KILN_OK && !strcmp(info.name, "grad_avg"));
   CHECK(kiln_optimizer_state(&o, 3, &info) == KILN_ERR_INVALID);
-  o = kiln_optimizer_default(KILN_OPT_NADAM);
+  o = kiln_optimizer_default(KILN_OPTIM_NADAM);
   CHECK(kiln_optimizer_state(&o, 2, &info) == KILN_OK && !strcmp(info.name, "mu_product") &&
         info.scalar && info.init == 1);
   CHECK(kiln_optimizer_state(&o, 0, &info) == KILN_OK && !info.scalar && info.init == 0);
@@ -335,11 +344,11 @@ static void test_state_layout(kiln_ctx *ctx) {
 static void test_parse(kiln_ctx *ctx) {
   kiln_optimizer o;
   CHECK(kiln_optimizer_parse(ctx, "adam(0.1, 0.8)", &o) == KILN_OK);
-  CHECK(o.kind == KILN_OPT_ADAM && o.lr == 0.1 && o.b1 == 0.8 && o.b2 == 0.999);
+  CHECK(o.kind == KILN_OPTIM_ADAM && o.lr == 0.1 && o.b1 == 0.8 && o.b2 == 0.999);
   CHECK(kiln_optimizer_parse(ctx, " sgd ( 0.1 , 0.9, nesterov = true ) ", &o) == KILN_OK);
-  CHECK(o.kind == KILN_OPT_SGD && o.lr == 0.1 && o.momentum == 0.9 && o.nesterov);
+  CHECK(o.kind == KILN_OPTIM_SGD && o.lr == 0.1 && o.momentum == 0.9 && o.nesterov);
   CHECK(kiln_optimizer_parse(ctx, "adamw(lr=3e-4, weight_decay=0.1)", &o) == KILN_OK);
-  CHECK(o.kind == KILN_OPT_ADAMW && o.lr == 3e-4 && o.weight_decay == 0.1 && o.b1 == 0.9);
+  CHECK(o.kind == KILN_OPTIM_ADAMW && o.lr == 3e-4 && o.weight_decay == 0.1 && o.b1 == 0.9);
   CHECK(kiln_optimizer_parse(ctx, "adamw()", &o) == KILN_OK && o.weight_decay == 1e-2);
   CHECK(kiln_optimizer_parse(ctx, "rmsprop(0.01, 0.9, 1e-6, 0, 0.5, true)", &o) == KILN_OK);
   CHECK(o.alpha == 0.9 && o.eps == 1e-6 && o.momentum == 0.5 && o.centered);
@@ -375,7 +384,7 @@ static void test_parse(kiln_ctx *ctx) {
   CHECK_MSG(ctx, "adam(): b2 must be in [0, 1), got 1");
   CHECK(kiln_optimizer_parse(ctx, "sgd(0.1, nesterov=true)", &o) == KILN_ERR_INVALID);
   CHECK_MSG(ctx, "sgd(): nesterov momentum needs momentum > 0 and dampening 0");
-  o = kiln_optimizer_default(KILN_OPT_RMSPROP);
+  o = kiln_optimizer_default(KILN_OPTIM_RMSPROP);
   o.weight_decay = -0.5;
   CHECK(kiln_optimizer_check(ctx, &o) == KILN_ERR_INVALID);
   CHECK_MSG(ctx, "rmsprop(): weight_decay must be >= 0, got -0.5");
@@ -386,7 +395,7 @@ static void test_parse(kiln_ctx *ctx) {
 static void test_step_errors(kiln_ctx *ctx) {
   kiln_graph *g = NULL;
   int64_t d3[1] = {3}, d4[1] = {4};
-  kiln_optimizer adam = kiln_optimizer_default(KILN_OPT_ADAM);
+  kiln_optimizer adam = kiln_optimizer_default(KILN_OPTIM_ADAM);
   kiln_value np[1], ns[2];
 
   CHECK(kiln_graph_create(ctx, "e", &g) == KILN_OK);
@@ -421,7 +430,7 @@ static void test_step_errors(kiln_ctx *ctx) {
   CHECK(kiln_graph_create(ctx, "e", &g) == KILN_OK);
   p = kiln_graph_param(g, "p", KILN_F32, 1, d3);
   kiln_value lr = kiln_graph_param(g, "lr", KILN_I64, 0, NULL);
-  kiln_optimizer sgd = kiln_optimizer_default(KILN_OPT_SGD);
+  kiln_optimizer sgd = kiln_optimizer_default(KILN_OPTIM_SGD);
   CHECK(kiln_optimizer_step(g, &sgd, 1, &p, &p, NULL, KILN_NO_VALUE, lr, np, NULL) ==
         KILN_ERR_TYPE);
   CHECK_MSG(ctx, "optimizer step: the learning rate must be a float scalar");
@@ -452,7 +461,7 @@ static void test_clip_and_constant_lr(kiln_ctx *ctx) {
              gr = kiln_graph_param(g, "g", KILN_F32, 1, d2);
   kiln_value cg, np;
   kiln_value norm = kiln_clip_grad_norm(g, 1, &gr, 2.5, &cg);
-  kiln_optimizer o = kiln_optimizer_default(KILN_OPT_SGD);
+  kiln_optimizer o = kiln_optimizer_default(KILN_OPTIM_SGD);
   o.lr = 0.5;
   CHECK(kiln_optimizer_step(g, &o, 1, &p, &cg, NULL, KILN_NO_VALUE, KILN_NO_VALUE, &np, NULL) ==
         KILN_OK);

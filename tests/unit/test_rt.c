@@ -216,7 +216,7 @@ typedef struct {
 } fixture;
 
 static bool make_model(fixture *f) {
-  if (krt_model_create(ctx, f->p, f->fns, f->pool, &f->m) == KILN_OK) return true;
+  if (krt_model_create(ctx, f->p, f->fns, f->pool, NULL, &f->m) == KILN_OK) return true;
   fprintf(stderr, "model: %s\n", kiln_ctx_error(ctx));
   failures++;
   return false;
@@ -375,9 +375,9 @@ static void test_bad_shapes(void) {
   ka = add_kernel(p, "add1", KILN_F64, 2, N_, true, 0, NULL);
   a = add_buf(p, KCG_PBUF_INPUT, KILN_F64, 1, (kir_dim[]){N_});
   add_step(p, KCG_STEP_KERNEL, ka, 2, (uint32_t[]){a, 7});
-  CHECK(krt_model_create(ctx, p, h.fns, NULL, &h.m) == KILN_ERR_INVALID && !h.m);
+  CHECK(krt_model_create(ctx, p, h.fns, NULL, NULL, &h.m) == KILN_ERR_INVALID && !h.m);
   p->steps[0].args[1] = a;
-  CHECK(krt_model_create(ctx, p, h.fns, NULL, &h.m) == KILN_ERR_INVALID); /* no function */
+  CHECK(krt_model_create(ctx, p, h.fns, NULL, NULL, &h.m) == KILN_ERR_INVALID); /* no function */
   CHECK_MSG(ctx, "program: step 0: kernel 0 has no function");
   fixture_free(&h);
 }

@@ -52,6 +52,7 @@
 #include "passes/passes.h"
 #include "runtime/vulkan.h"
 #include "skip.h"
+#include "ir/options.h"
 
 static int failures;
 static kvk_device *dev;
@@ -241,7 +242,11 @@ static void run_variant(op_stats *st, int k, const char *dtname, const char *tex
   if ((int)g->nparams != c->ninputs) goto done;
   st->variants++;
   /* Vulkan's: attention as the tiled shaders (KILN_VK_ATTENTION=rows: as kernels) */
-  kcg_lower_options lo = {.fuse = kp_fusion_enabled(), .runtime_attention = kvk_attention_steps()};
+  kiln_options o;
+  kir_options_resolve(kir_ctx_opts(ctx), NULL, &o);
+  kcg_lower_options lo;
+  kcg_lower_options_for(&o, &lo);
+  lo.runtime_attention = kir_switch_on(o.vk_attention_steps, true);
   kiln_status s = (lg = kp_legalize(g)) ? kcg_lower_target(ctx, lg, &arena, &lo, &prog)
                                         : KILN_ERR_NOMEM;
   if (s == KILN_OK) s = kvk_program_create(ctx, dev, prog, &vp);

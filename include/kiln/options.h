@@ -1,0 +1,81 @@
+/*
+ * Kiln public API: the options that steer compilation and the runtime.
+ *
+ * Every choice the library makes that a user may want to change per model
+ * is a field here, and a zeroed struct means the defaults. Each decision
+ * takes, field by field, the first that is set of: the call's own options
+ * (the `options` field of kiln_compile_options, kiln_aot_options and
+ * kiln_fit_options), the context's (kiln_ctx_set_options), and the KILN_*
+ * environment variables of docs/options.md (kiln_options_from_env), read
+ * when the decision is made; else the library's default.
+ */
+#ifndef KILN_OPTIONS_H
+#define KILN_OPTIONS_H
+
+#include <stdint.h>
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* An on/off choice whose zero is the library's default (measured or safe). */
+typedef enum kiln_switch { KILN_SWITCH_DEFAULT = 0, KILN_SWITCH_ON, KILN_SWITCH_OFF } kiln_switch;
+
+/* Which library runs the f32 matrix products of the CPU executor. */
+typedef enum kiln_gemm_library {
+  KILN_GEMM_DEFAULT = 0, /* Kiln's GEMM where it beats the OpenBLAS core found (docs/cpu-runtime.md) */
+  KILN_GEMM_KILN,        /* Kiln's own GEMM (runtime/rt_gemm_cpu.c) */
+  KILN_GEMM_BLAS         /* cblas_sgemm */
+} kiln_gemm_library;
+
+typedef struct kiln_options {
+  /* The compile pipeline (passes/pipeline.c). */
+  kiln_switch attention_tiling; /* attention -> flash_attention (default on); KILN_ATTENTION_TILING */
+  kiln_switch canonicalize;     /* folding, CSE, DCE (default on); KILN_CANONICALIZE */
+  kiln_switch fusion;           /* elementwise and row fusion (default on); KILN_FUSION */
+  /* Lowering (codegen/). */
+  kiln_switch conv_bf16;        /* bf16 convolutions as bf16 GEMMs (default on); KILN_CONV_BF16 */
+  int64_t conv_gemm_min;        /* MACs from which a convolution is a GEMM; 0: measured, -1: never;
+                                   KILN_CONV_GEMM_MIN */
+  kiln_switch aot_bf16_weights; /* shared objects keep bf16-rounded weights as bf16 (default on);
+                                   KILN_AOT_BF16_WEIGHTS */
+  /* The CPU executor (runtime/rt_exec.c). */
+  kiln_gemm_library gemm;       /* KILN_GEMM=kiln|blas */
+  int64_t gemm_threshold;       /* M*N*K from which a GEMM step calls the library rather than its
+                                   generated kernel; 0: measured, -1: never; KILN_GEMM_THRESHOLD */
+  kiln_switch memory_plan;      /* temporaries share an arena by liveness (default on);
+                                   KILN_MEMORY_PLAN */
+  kiln_switch gemm_bf16_dot;    /* bf16 GEMMs on AVX512-BF16 dot products (default: on AMD);
+                                   KILN_GEMM_BF16=dot|f32 */
+  kiln_switch attention_avx512; /* the AVX-512 flash attention kernel (default: where the CPU has
+                                   it); KILN_ATTENTION_ISA=scalar turns it off */
+  int num_threads;              /* the thread pool's size; 0: the CPUs; KILN_NUM_THREADS */
+  /* The GPU devices (runtime/vulkan.c, cuda.c, hip.c). */
+  kiln_switch vk_storage16;     /* 16-bit storage buffers where the device has them (default on);
+                                   KILN_VK_NO_STORAGE16=1 turns it off */
+  kiln_switch vk_attention_steps; /* attention as tiled shaders (default on); KILN_VK_ATTENTION=rows
+                                     turns it off */
+  const char *vulkan_library;   /* the Vulkan loader; NULL: libvulkan.so.1; KILN_VULKAN */
+  const char *cuda_library;     /* the CUDA driver; NULL: libcuda.so.1; KILN_CUDA */
+  const char *nvrtc_library;    /* NVRTC; NULL: the toolkit's; KILN_NVRTC */
+  const char *hip_library;      /* the HIP runtime and HIPRTC; NULL: libamdhip64.so; KILN_HIP */
+  const char *hip_arch;         /* the gfx target; NULL: the device's; KILN_HIP_ARCH */
+  /* kiln_compile_shared (runtime/aot.c). */
+  const char *cc;               /* the C compiler that links; NULL: "cc"; CC */
+  const char *source_dir;       /* Kiln's headers; NULL: the source tree built from; KILN_SOURCE_DIR */
+  const char *lib_dir;          /* libkiln_rt.a, libkiln_gpurt.a; NULL: the build's; KILN_LIB_DIR */
+} kiln_options;
+
+/* What the KILN_* environment variables set now (a value a variable cannot mean is ignored). */
+KILN_API void kiln_options_from_env(kiln_options *out);
+/* The context's own options (zeroed at creation), and setting them (copied; strings must outlive the
+ * context). */
+KILN_API const kiln_options *kiln_ctx_options(const kiln_ctx *ctx);
+KILN_API void kiln_ctx_set_options(kiln_ctx *ctx, const kiln_options *opt);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

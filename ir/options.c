@@ -1,0 +1,98 @@
+/*
+ * options.c — the KILN_* environment variables, read in one place.
+ *
+ * Each variable maps onto one field of kiln_options (include/kiln/options.h,
+ * docs/options.md). They are read when a decision is made (a compile, a
+ * model's creation, a device's opening), as they always were, and fill only
+ * what the context's options and the call's own leave at their defaults
+ * (kir_options_resolve). A value that means nothing leaves the default.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "options.h"
+
+static const char *var(const char *name) {
+  const char *v = getenv(name);
+  return v && *v ? v : NULL;
+}
+
+static bool is(const char *v, const char *a) { return v && !strcmp(v, a); }
+
+/* "0"/"off" -> OFF, "1"/"on" -> ON, else the default. */
+static kiln_switch on_off(const char *name) {
+  const char *v = var(name);
+  if (is(v, "0") || is(v, "off")) return KILN_SWITCH_OFF;
+  if (is(v, "1") || is(v, "on")) return KILN_SWITCH_ON;
+  return KILN_SWITCH_DEFAULT;
+}
+
+/* An integer variable: false (and *out unchanged) unless the whole value is a number. */
+static bool integer(const char *name, long long *out) {
+  const char *v = var(name);
+  if (!v) return false;
+  char *end;
+  long long n = strtoll(v, &end, 10);
+  if (*end) return false;
+  *out = n;
+  return true;
+}
+
+/* A size whose 0 means "the default": -1 never, 0 from the variable means "always" (1). */
+static int64_t threshold(const char *name) {
+  long long v = 0;
+  if (!integer(name, &v)) return 0;
+  return v < 0 ? -1 : v == 0 ? 1 : v;
+}
+
+void kir_options_env(kiln_options *o) {
+  *o = (kiln_options){0};
+  o->attention_tiling = on_off("KILN_ATTENTION_TILING");
+  o->canonicalize = on_off("KILN_CANONICALIZE");
+  o->fusion = on_off("KILN_FUSION");
+  o->conv_bf16 = on_off("KILN_CONV_BF16");
+  o->conv_gemm_min = threshold("KILN_CONV_GEMM_MIN");
+  o->aot_bf16_weights = on_off("KILN_AOT_BF16_WEIGHTS");
+  const char *g = var("KILN_GEMM");
+  o->gemm = is(g, "kiln") ? KILN_GEMM_KILN : is(g, "blas") ? KILN_GEMM_BLAS : KILN_GEMM_DEFAULT;
+  o->gemm_threshold = threshold("KILN_GEMM_THRESHOLD");
+  o->memory_plan = on_off("KILN_MEMORY_PLAN");
+  const char *b = var("KILN_GEMM_BF16");
+  o->gemm_bf16_dot = is(b, "dot") ? KILN_SWITCH_ON : is(b, "f32") ? KILN_SWITCH_OFF
+                                                                 : KILN_SWITCH_DEFAULT;
+  o->attention_avx512 = is(var("KILN_ATTENTION_ISA"), "scalar") ? KILN_SWITCH_OFF
+                                                                : KILN_SWITCH_DEFAULT;
+  long long n = 0;
+  integer("KILN_NUM_THREADS", &n);
+  o->num_threads = n > 0 ? (n > 1024 ? 1024 : (int)n) : 0;
+  const char *s16 = var("KILN_VK_NO_STORAGE16");
+  o->vk_storage16 = s16 && strcmp(s16, "0") ? KILN_SWITCH_OFF : KILN_SWITCH_DEFAULT;
+  o->vk_attention_steps = is(var("KILN_VK_ATTENTION"), "rows") ? KILN_SWITCH_OFF
+                                                              : KILN_SWITCH_DEFAULT;
+  o->vulkan_library = var("KILN_VULKAN");
+  o->cuda_library = var("KILN_CUDA");
+  o->nvrtc_library = var("KILN_NVRTC");
+  o->hip_library = var("KILN_HIP");
+  o->hip_arch = var("KILN_HIP_ARCH");
+  o->cc = var("CC");
+  o->source_dir = var("KILN_SOURCE_DIR");
+  o->lib_dir = var("KILN_LIB_DIR");
+}
+
+/* Every field of `over` that is not its default replaces o's. */
+static void overlay(kiln_options *o, const kiln_options *over) {
+#define SET(f) if (over->f) o->f = over->f
+  SET(attention_tiling); SET(canonicalize); SET(fusion); SET(conv_bf16); SET(conv_gemm_min);
+  SET(aot_bf16_weights); SET(gemm); SET(gemm_threshold); SET(memory_plan); SET(gemm_bf16_dot);
+  SET(attention_avx512); SET(num_threads); SET(vk_storage16); SET(vk_attention_steps);
+  SET(vulkan_library); SET(cuda_library); SET(nvrtc_library); SET(hip_library); SET(hip_arch);
+  SET(cc); SET(source_dir); SET(lib_dir);
+#undef SET
+}
+
+void kir_options_resolve(const kiln_options *ctx_opts, const kiln_options *call_opts,
+                         kiln_options *out) {
+  kir_options_env(out);
+  if (ctx_opts) overlay(out, ctx_opts);
+  if (call_opts) overlay(out, call_opts);
+}
