@@ -135,10 +135,13 @@ KILN_API kiln_status kiln_compile(kiln_graph *g, const kiln_compile_options *opt
     return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   }
   c->ctx = ctx;
-  bool on_device = opt->device && strcmp(opt->device, "cpu");
+  char spec[32]; /* "auto": the first GPU that opens, else the CPU (krt_device_auto) */
+  snprintf(spec, sizeof spec, "%s", opt->device ? opt->device : "cpu");
+  if (!strcmp(spec, "auto")) krt_device_auto(spec, sizeof spec);
+  bool on_device = strcmp(spec, "cpu") != 0;
   kp_pipeline_options po;
   kiln_status s = pipeline_options(ctx, g, opt, &po);
-  if (!s) s = on_device ? compile_device(c, g, opt->device, &po) : lower(c, g, &po);
+  if (!s) s = on_device ? compile_device(c, g, spec, &po) : lower(c, g, &po);
   if (on_device) {
     if (!s) s = keep_param_names(c, g);
     if (s) {
@@ -264,15 +267,6 @@ static kiln_status run_tensors(kiln_compiled *c, kiln_ctx *ctx, krt_workspace *w
   return s;
 }
 
-/* The backend a device kind is. */
-static kiln_backend device_backend(const kiln_compiled *c) {
-  switch (krt_device_kind_of(c->dev)) {
-  case KRT_DEVICE_CUDA: return KILN_BACKEND_CUDA;
-  case KRT_DEVICE_HIP: return KILN_BACKEND_HIP;
-  default: return KILN_BACKEND_VULKAN;
-  }
-}
-
 /* kiln_compiled_run on the device: results sized by the bound symbols, then one run. */
 static kiln_status run_device(kiln_compiled *c, kiln_ctx *ctx, const int64_t *const *dims,
                               kiln_tensor *const *inputs, kiln_tensor **outputs) {
@@ -314,8 +308,9 @@ KILN_API kiln_status kiln_compiled_run(kiln_compiled *c, kiln_ctx *ctx, size_t n
     s = run_device(c, ctx, dims, inputs, outputs);
     free(dims);
     if (!s && info) {
-      info->backend = device_backend(c);
+      info->backend = KILN_BACKEND_COMPILED;
       info->reason[0] = 0;
+      krt_device_spec(c->dev, info->device, sizeof info->device);
     }
     return s;
   }
@@ -328,6 +323,7 @@ KILN_API kiln_status kiln_compiled_run(kiln_compiled *c, kiln_ctx *ctx, size_t n
   if (!s && info) {
     info->backend = KILN_BACKEND_COMPILED;
     info->reason[0] = 0;
+    snprintf(info->device, sizeof info->device, "cpu");
   }
   return s;
 }

@@ -98,6 +98,10 @@ void krt_device_close(krt_device *d) {
 
 krt_device_kind krt_device_kind_of(const krt_device *d) { return d->kind; }
 
+void krt_device_spec(const krt_device *d, char *buf, size_t n) {
+  snprintf(buf, n, "%s:%d", krt_device_kind_name(d->kind), d->index);
+}
+
 void krt_device_describe(const krt_device *d, char *buf, size_t n) {
   if (!n) return;
   if (d->vk) snprintf(buf, n, "%s", kvk_device_name(d->vk));

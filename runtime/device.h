@@ -64,6 +64,8 @@ kiln_status krt_device_parse(kiln_ctx *ctx, const char *spec, krt_device_kind *k
 kiln_status krt_device_open(kiln_ctx *ctx, krt_device_kind kind, int index, krt_device **out);
 void krt_device_close(krt_device *d);
 krt_device_kind krt_device_kind_of(const krt_device *d);
+/* "vulkan:0", "cuda:1": the device as --device names it. */
+void krt_device_spec(const krt_device *d, char *buf, size_t n);
 /* "llvmpipe (LLVM 15.0.7, 256 bits)", "NVIDIA H200, 139 GiB, bf16 yes". */
 void krt_device_describe(const krt_device *d, char *buf, size_t n);
 

@@ -11,8 +11,12 @@
  * and is strict: an op or dtype without a compiled kernel is an error, never
  * a silent fallback; `auto` compiles too, and runs eager only when the
  * compiler says KILN_ERR_UNSUPPORTED, giving the op and dtype it lacks in
- * info->reason. Nothing is cached: each call compiles afresh (callers that
- * run a graph many times hold a kiln_compiled themselves).
+ * info->reason. The device is separate (kiln_graph_run_on): the CPU, or a
+ * GPU device that must open, on which the graph runs compiled (Vulkan
+ * through the device JIT, CUDA and HIP through runtime/gpu_exec.c); eager is
+ * the CPU's only. info says which backend and which device ran. Nothing is
+ * cached: each call compiles afresh (callers that run a graph many times
+ * hold a kiln_compiled themselves).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,17 +24,14 @@
 
 #include "ir/kir.h"
 #include "runtime/cuda.h"
+#include "runtime/device.h"
 #include "runtime/hip.h"
-#include "runtime/run.h"
 #include "runtime/vulkan.h"
 
 static const char *const backend_names[] = {
     [KILN_BACKEND_AUTO] = "auto",
     [KILN_BACKEND_COMPILED] = "compiled",
     [KILN_BACKEND_EAGER] = "eager",
-    [KILN_BACKEND_VULKAN] = "vulkan",
-    [KILN_BACKEND_CUDA] = "cuda",
-    [KILN_BACKEND_HIP] = "hip",
 };
 enum { N_BACKENDS = sizeof backend_names / sizeof backend_names[0] };
 
@@ -41,7 +42,7 @@ KILN_API kiln_status kiln_backend_parse(kiln_ctx *ctx, const char *s, kiln_backe
       return KILN_OK;
     }
   return kir_fail(ctx, KILN_ERR_INVALID, "unknown backend '%s': expected one of auto, compiled, "
-                  "eager, vulkan, cuda, hip", s ? s : "(null)");
+                  "eager", s ? s : "(null)");
 }
 
 KILN_API const char *kiln_backend_name(kiln_backend b) {
@@ -161,13 +162,35 @@ static kiln_status run_on_vulkan(kir_graph *g, int index, size_t n_in, kiln_tens
 KILN_API kiln_status kiln_graph_run(kiln_graph *g, kiln_backend backend, size_t n_in,
                                     kiln_tensor *const *inputs, size_t n_out,
                                     kiln_tensor **outputs, kiln_run_info *info) {
-  return krt_graph_run_device(g, backend, 0, n_in, inputs, n_out, outputs, info);
+  kiln_run_options o = {.backend = backend};
+  return kiln_graph_run_on(g, &o, n_in, inputs, n_out, outputs, info);
 }
 
-kiln_status krt_graph_run_device(kiln_graph *g, kiln_backend backend, int index, size_t n_in,
-                                 kiln_tensor *const *inputs, size_t n_out, kiln_tensor **outputs,
-                                 kiln_run_info *info) {
+/* Runs g strictly compiled on device `kind`:`index`, which opens. */
+static kiln_status run_on_device(kir_graph *g, krt_device_kind kind, int index, size_t n_in,
+                                 kiln_tensor *const *inputs, size_t n_out, kiln_tensor **outputs) {
+  switch (kind) {
+  case KRT_DEVICE_CUDA: return kcu_graph_run(g, index, n_in, inputs, n_out, outputs);
+  case KRT_DEVICE_HIP: return khip_graph_run(g, index, n_in, inputs, n_out, outputs);
+  default: return run_on_vulkan(g, index, n_in, inputs, n_out, outputs);
+  }
+}
+
+/* Whether device kind:index opens (its message on ctx when not). */
+static kiln_status device_opens(kiln_ctx *ctx, krt_device_kind kind, int index) {
+  krt_device *d = NULL;
+  kiln_status s = krt_device_open(ctx, kind, index, &d);
+  krt_device_close(d);
+  return s;
+}
+
+KILN_API kiln_status kiln_graph_run_on(kiln_graph *g, const kiln_run_options *opt, size_t n_in,
+                                       kiln_tensor *const *inputs, size_t n_out,
+                                       kiln_tensor **outputs, kiln_run_info *info) {
+  static const kiln_run_options defaults;
   kiln_ctx *ctx = g->mod->ctx;
+  if (!opt) opt = &defaults;
+  kiln_backend backend = opt->backend;
   for (size_t i = 0; i < n_out; i++) outputs[i] = NULL;
   if (g->mod->status != KILN_OK) {
     char first[sizeof ctx->msg];
@@ -176,23 +199,30 @@ kiln_status krt_graph_run_device(kiln_graph *g, kiln_backend backend, int index,
   }
   if ((unsigned)backend >= N_BACKENDS)
     return kir_fail(ctx, KILN_ERR_INVALID, "unknown backend %d: expected one of auto, compiled, "
-                    "eager, vulkan, cuda, hip", (int)backend);
-  kiln_status s = check_inputs(g, n_in, inputs, n_out);
+                    "eager", (int)backend);
+  char spec[32];
+  snprintf(spec, sizeof spec, "%s", opt->device ? opt->device : "cpu");
+  if (!strcmp(spec, "auto")) krt_device_auto(spec, sizeof spec);
+  bool gpu = strcmp(spec, "cpu") != 0;
+  krt_device_kind kind = KRT_DEVICE_VULKAN;
+  int index = 0;
+  kiln_status s = gpu ? krt_device_parse(ctx, spec, &kind, &index) : KILN_OK;
   if (s) return s;
-  if (index != 0 && backend != KILN_BACKEND_VULKAN && backend != KILN_BACKEND_CUDA &&
-      backend != KILN_BACKEND_HIP)
-    return kir_fail(ctx, KILN_ERR_UNSUPPORTED, "backend '%s' runs on device 0 only, not %d",
-                    kiln_backend_name(backend), index);
-  if (backend == KILN_BACKEND_VULKAN || backend == KILN_BACKEND_CUDA ||
-      backend == KILN_BACKEND_HIP) { /* strict, like compiled: no fallback */
-    s = backend == KILN_BACKEND_VULKAN ? run_on_vulkan(g, index, n_in, inputs, n_out, outputs)
-        : backend == KILN_BACKEND_CUDA ? kcu_graph_run(g, index, n_in, inputs, n_out, outputs)
-                                       : khip_graph_run(g, index, n_in, inputs, n_out, outputs);
-    if (!s && info) info->backend = backend, info->reason[0] = 0;
-    return s;
-  }
+  if (gpu) snprintf(spec, sizeof spec, "%s:%d", krt_device_kind_name(kind), index); /* "cuda:0" */
+  if (gpu && backend == KILN_BACKEND_EAGER)
+    return kir_fail(ctx, KILN_ERR_INVALID, "backend 'eager' runs on the CPU, not on device '%s'",
+                    spec);
+  if (!s) s = check_inputs(g, n_in, inputs, n_out);
+  if (s) return s;
+  if (info) snprintf(info->device, sizeof info->device, "%s", spec), info->reason[0] = 0;
   char reason[sizeof info->reason] = "";
-  if (backend != KILN_BACKEND_EAGER) {
+  if (gpu) { /* the device must open; then strictly compiled there, or eager for `auto` */
+    if ((s = device_opens(ctx, kind, index))) return s;
+    s = run_on_device(g, kind, index, n_in, inputs, n_out, outputs);
+    if (!s && info) info->backend = KILN_BACKEND_COMPILED;
+    if (s != KILN_ERR_UNSUPPORTED || backend != KILN_BACKEND_AUTO) return s;
+    unsupported_reason(kiln_ctx_error(ctx), reason, sizeof reason);
+  } else if (backend != KILN_BACKEND_EAGER) {
     s = run_compiled(g, n_in, inputs, n_out, outputs, info);
     if (s != KILN_ERR_UNSUPPORTED) return s;
     char msg[sizeof ctx->msg];
@@ -207,6 +237,7 @@ kiln_status krt_graph_run_device(kiln_graph *g, kiln_backend backend, int index,
   if (info) {
     info->backend = KILN_BACKEND_EAGER;
     snprintf(info->reason, sizeof info->reason, "%s", reason);
+    snprintf(info->device, sizeof info->device, "cpu");
   }
   return run_eager(g, n_in, inputs, n_out, outputs);
 }

@@ -82,8 +82,9 @@ bool cli_is_kiln_file(const char *path);
 bool cli_is_onnx_file(const char *path);
 /* --dtype's value: f64, f32, f16 or bf16; else a usage error of `cmd` (returns 2). */
 int cli_parse_float_dtype(const char *cmd, const char *s, kiln_dtype *out);
-/* --device's value (tools/device_opt.c): cpu is the compiled backend; else a usage error (2). */
-int cli_parse_device(const char *cmd, const char *s, kiln_backend *backend, int *index);
+/* --device's value (tools/device_opt.c) as "cpu" or "KIND:N" into spec[n] ("auto" resolved);
+ * else a usage error (2). */
+int cli_parse_device(const char *cmd, const char *s, char *spec, size_t n);
 /* Reads MODEL.kiln; on failure prints the error and returns 1. */
 int cli_read_kiln(kiln_ctx *ctx, const char *path, kiln_model_file **out);
 /*

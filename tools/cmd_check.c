@@ -1,5 +1,5 @@
 /*
- * cmd_check.c — `kiln check [--device cpu|vulkan|cuda|hip] [--tol T]`: every layer type run
+ * cmd_check.c — `kiln check [--device D] [--tol T]`: every layer type run
  * compiled and on the reference interpreter in float64, outputs and
  * gradients compared (kiln_check_layers, train/check.c). Exit 0 when the
  * largest difference is within the tolerance (default 1e-12), else 1.
@@ -8,8 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "runtime/cuda.h"
-#include "runtime/hip.h"
+#include "runtime/device.h"
 
 int cmd_check(int argc, char **argv) {
   enum { O_DEVICE, O_TOL };
@@ -34,30 +33,26 @@ int cmd_check(int argc, char **argv) {
     }
     }
   }
-  kiln_backend backend = KILN_BACKEND_COMPILED;
-  int index = 0;
-  if (cli_parse_device("check", device, &backend, &index)) return 2;
-  if (index != 0)
-    return cli_error("`kiln check` runs on device 0 of a kind; '%s' names device %d", device,
-                     index);
+  char spec[32];
+  if (cli_parse_device("check", device, spec, sizeof spec)) return 2;
   kiln_ctx *ctx = kiln_ctx_create();
   if (!ctx) return cli_error("out of memory");
-  if (backend == KILN_BACKEND_CUDA || backend == KILN_BACKEND_HIP) { /* one line, not one per layer */
-    kcu_device *cd = NULL;
-    khip_device *hd = NULL;
-    kiln_status s = backend == KILN_BACKEND_CUDA ? kcu_device_open(ctx, 0, &cd)
-                                                 : khip_device_open(ctx, 0, &hd);
-    kcu_device_close(cd);
-    khip_device_close(hd);
+  if (strcmp(spec, "cpu")) { /* a device that does not open: one line, not one per layer */
+    krt_device_kind kind;
+    int index;
+    krt_device *d = NULL;
+    kiln_status s = krt_device_parse(ctx, spec, &kind, &index);
+    if (!s) s = krt_device_open(ctx, kind, index, &d);
+    krt_device_close(d);
     if (s != KILN_OK) {
       int r = cli_error("%s", kiln_ctx_error(ctx));
       kiln_ctx_destroy(ctx);
       return r;
     }
   }
-  printf("kiln check: every layer type, compiled (%s) against the float64 reference\n", device);
+  printf("kiln check: every layer type, compiled (%s) against the float64 reference\n", spec);
   double worst = 0;
-  kiln_status s = kiln_check_layers(ctx, backend, stdout, tol, &worst);
+  kiln_status s = kiln_check_layers(ctx, spec, stdout, tol, &worst);
   kiln_ctx_destroy(ctx);
   return s == KILN_OK ? 0 : 1;
 }

@@ -27,7 +27,7 @@ typedef struct fit_opts {
   uint64_t seed;
   kiln_dtype dtype;
   kiln_backend backend;
-  bool backend_given, quiet;
+  bool quiet;
   const char *device_given;   /* --device as given */
   char device[40];            /* what it chose: "vulkan:0", ..., or "" for the CPU */
 } fit_opts;
@@ -78,24 +78,14 @@ static const cli_option fit_options[] = {
     [O_DEVICE] = {"--device", NULL, true},
     {0}};
 
-/*
- * --device: cpu keeps the CPU backends (auto unless --backend says); a device
- * sets the backend of its kind and the device the step is compiled for.
- */
+/* --device: where the step is compiled for ("" for the CPU); the backend stays --backend's. */
 static int pick_device(const char *cmd, fit_opts *o) {
-  kiln_backend b;
-  int index;
-  if (cli_parse_device(cmd, o->device_given, &b, &index)) return 2;
-  bool cpu = b == KILN_BACKEND_COMPILED;
-  bool cpu_backend = o->backend == KILN_BACKEND_AUTO || o->backend == KILN_BACKEND_COMPILED ||
-                     o->backend == KILN_BACKEND_EAGER;
-  if (o->backend_given && (cpu ? !cpu_backend : o->backend != b))
-    return cli_usage_error(cmd, "--backend %s and --device %s disagree", kiln_backend_name(o->backend),
-                           o->device_given);
-  if (!cpu) {
-    o->backend = b;
-    snprintf(o->device, sizeof o->device, "%s:%d", kiln_backend_name(b), index);
-  }
+  char spec[32];
+  if (cli_parse_device(cmd, o->device_given, spec, sizeof spec)) return 2;
+  if (!strcmp(spec, "cpu")) o->device[0] = 0;
+  else if (o->backend == KILN_BACKEND_EAGER)
+    return cli_usage_error(cmd, "--backend eager runs on the CPU, not on device %s", spec);
+  else snprintf(o->device, sizeof o->device, "%s", spec);
   return 0;
 }
 
@@ -157,7 +147,6 @@ static int parse_args(const char *cmd, int argc, char **argv, fit_opts *o) {
       kiln_ctx *c = kiln_ctx_create();
       if (kiln_backend_parse(c, v, &o->backend) != KILN_OK) r = cli_usage_error(cmd, "%s", kiln_ctx_error(c));
       kiln_ctx_destroy(c);
-      o->backend_given = true;
       break;
     }
     case O_DEVICE: o->device_given = v; break;

@@ -23,7 +23,6 @@
 
 #include "cli.h"
 #include "passes/mixed_precision.h"
-#include "runtime/run.h"
 
 enum { MAX_INPUTS = 256 };
 
@@ -32,10 +31,7 @@ typedef struct run_opts {
   const char *input_name[MAX_INPUTS], *input_file[MAX_INPUTS];
   size_t ninputs;
   kiln_backend backend;
-  int device;                  /* --device KIND:N's N */
-  kiln_backend device_backend; /* what --device chose (compiled for cpu) */
-  const char *device_given;
-  bool backend_given;
+  char device[32]; /* --device, "cpu" or "KIND:N" */
   bool print, train, kiln_only;
   kiln_dtype dtype; /* KILN_DTYPE_COUNT: the model file's own */
   uint64_t seed;
@@ -85,12 +81,10 @@ static int parse_args(int argc, char **argv, run_opts *o) {
       int r = s ? cli_usage_error("run", "%s", ctx ? kiln_ctx_error(ctx) : "out of memory") : 0;
       kiln_ctx_destroy(ctx);
       if (r) return r;
-      o->backend_given = true;
       break;
     }
     case OPT_DEVICE:
-      if (cli_parse_device("run", v, &o->device_backend, &o->device)) return 2;
-      o->device_given = v;
+      if (cli_parse_device("run", v, o->device, sizeof o->device)) return 2;
       break;
     case OPT_PRINT: o->print = true; break;
     case OPT_PARAMS: o->params = v; break;
@@ -114,15 +108,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     }
     }
   }
-  if (o->device_given) { /* cpu is any CPU backend (auto unless --backend says), else that kind */
-    bool cpu = o->device_backend == KILN_BACKEND_COMPILED;
-    bool cpu_backend = o->backend == KILN_BACKEND_AUTO || o->backend == KILN_BACKEND_COMPILED ||
-                       o->backend == KILN_BACKEND_EAGER;
-    if (o->backend_given && (cpu ? !cpu_backend : o->backend != o->device_backend))
-      return cli_usage_error("run", "--backend %s and --device %s disagree",
-                             kiln_backend_name(o->backend), o->device_given);
-    if (!cpu) o->backend = o->device_backend;
-  }
+  if (o->backend == KILN_BACKEND_EAGER && strcmp(o->device, "cpu"))
+    return cli_usage_error("run", "--backend eager runs on the CPU, not on device %s", o->device);
   if (!o->model) return cli_usage_error("run", "no model file given");
   if (o->kiln_only && !cli_is_kiln_file(o->model))
     return cli_usage_error("run", "--dtype, --train and --seed apply to .kiln model files only");
@@ -330,15 +317,15 @@ static int run_model(kiln_ctx *ctx, kiln_graph *g, const kiln_model_file *m,
   for (size_t p = 0; p < nin && !status; p++)
     status = read_input(ctx, g, params, o, p, slot[p], &in[p]);
   kiln_run_info info = {0};
-  if (!status &&
-      krt_graph_run_device(g, o->backend, o->device, nin, in, nout, out, &info) != KILN_OK)
+  kiln_run_options ro = {.backend = o->backend, .device = o->device};
+  if (!status && kiln_graph_run_on(g, &ro, nin, in, nout, out, &info) != KILN_OK)
     status = cli_error("%s", kiln_ctx_error(ctx));
   if (!status) status = make_dirs(o->outdir);
   if (!status) {
     printf("backend: %s", kiln_backend_name(info.backend));
     if (o->backend == KILN_BACKEND_AUTO && info.reason[0]) printf(" (auto: %s)", info.reason);
     else if (o->backend == KILN_BACKEND_AUTO) printf(" (auto)");
-    printf("\n");
+    printf("\ndevice: %s\n", info.device);
     status = write_outputs(ctx, o, nout, out);
   }
   for (size_t p = 0; in && slot && p < nin; p++)
@@ -351,7 +338,7 @@ static int run_model(kiln_ctx *ctx, kiln_graph *g, const kiln_model_file *m,
 }
 
 int cmd_run(int argc, char **argv) {
-  run_opts o = {.backend = KILN_BACKEND_AUTO, .dtype = KILN_DTYPE_COUNT};
+  run_opts o = {.backend = KILN_BACKEND_AUTO, .device = "cpu", .dtype = KILN_DTYPE_COUNT};
   int r = parse_args(argc, argv, &o);
   if (r) return r < 0 ? 0 : r;
   kiln_ctx *ctx = kiln_ctx_create();

@@ -1,24 +1,19 @@
 /*
- * device_opt.c — `--device cpu|vulkan[:N]|cuda[:N]|hip[:N]`, shared by
- * `kiln run`, `kiln fit` and `kiln check`: the name `kiln devices` prints
- * selects a backend and a device index. `auto` is the first of CUDA, ROCm,
- * a Vulkan GPU (not lavapipe) and the CPU that this machine has
- * (krt_device_auto, runtime/device.c).
+ * device_opt.c — `--device cpu|vulkan[:N]|cuda[:N]|hip[:N]|auto`, shared by
+ * `kiln run`, `kiln fit` and `kiln check`: the device (as `kiln devices`
+ * names it), separate from the backend (`--backend auto|compiled|eager`).
+ * `auto` is the first of CUDA, ROCm, a Vulkan GPU (not lavapipe) and the CPU
+ * that this machine has (krt_device_auto, runtime/device.c).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "runtime/device.h"
 
-int cli_parse_device(const char *cmd, const char *s, kiln_backend *backend, int *index) {
-  static const struct {
-    const char *name;
-    kiln_backend backend;
-  } kinds[] = {{"cpu", KILN_BACKEND_COMPILED},
-               {"vulkan", KILN_BACKEND_VULKAN},
-               {"cuda", KILN_BACKEND_CUDA},
-               {"hip", KILN_BACKEND_HIP}};
+int cli_parse_device(const char *cmd, const char *s, char *spec, size_t n) {
+  static const char *const kinds[] = {"cpu", "vulkan", "cuda", "hip"};
   char picked[32];
   if (!strcmp(s, "auto")) {
     krt_device_auto(picked, sizeof picked);
@@ -26,15 +21,16 @@ int cli_parse_device(const char *cmd, const char *s, kiln_backend *backend, int 
   }
   size_t len = strcspn(s, ":");
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
-    if (strlen(kinds[i].name) != len || strncmp(s, kinds[i].name, len)) continue;
-    *backend = kinds[i].backend, *index = 0;
-    if (!s[len]) return 0;
-    char *end;
-    const char *n = s + len + 1;
-    long v = strtol(n, &end, 10);
-    if (i == 0 || !*n || *end || *n == '-' || *n == '+' || v > 255)
-      break;
-    *index = (int)v;
+    if (strlen(kinds[i]) != len || strncmp(s, kinds[i], len)) continue;
+    long v = 0;
+    if (s[len]) {
+      char *end;
+      const char *num = s + len + 1;
+      v = strtol(num, &end, 10);
+      if (i == 0 || !*num || *end || *num == '-' || *num == '+' || v > 255) break;
+    }
+    if (i == 0) snprintf(spec, n, "cpu");
+    else snprintf(spec, n, "%s:%ld", kinds[i], v);
     return 0;
   }
   return cli_usage_error(cmd, "--device expects cpu, vulkan[:N], cuda[:N], hip[:N] or auto, got '%s' "

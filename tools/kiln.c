@@ -27,14 +27,15 @@ static int cmd_help(int argc, char **argv);
 static int cmd_version(int argc, char **argv);
 
 static const cli_command commands[] = {
-    {"check", cmd_check, "[--device cpu|vulkan|cuda|hip] [--tol T]",
+    {"check", cmd_check, "[--device D] [--tol T]",
      "check every layer type, compiled, against the float64 reference (outputs and gradients)",
      "Builds a small model of every layer type (mlp, conv, pooling, norms, lstm, gru,\n"
      "attention, transformers, compositions, siamese, gcn, sage, gat, gin, vae), runs it\n"
      "compiled and on the reference interpreter in float64 on fresh random inputs, and\n"
      "compares the outputs and the gradients of every parameter: one line per layer, then\n"
      "`OK: largest difference D (LAYER)` (exit 0) or the worst layer (exit 1).\n"
-     "  --device D  cpu (default), vulkan, cuda, hip (device 0 of that kind) or auto\n"
+     "  --device D  cpu (default), vulkan[:N], cuda[:N], hip[:N] or auto: where the compiled\n"
+     "              side runs\n"
      "  --tol T   the largest difference allowed (default 1e-12)"},
     {"compile", cmd_compile,
      "MODEL.kir|MODEL.kiln -o MODEL.so [--header MODEL.h] [--params P.safetensors] [--name NAME] "
@@ -60,7 +61,8 @@ static const cli_command commands[] = {
     {"fit", cmd_fit,
      "MODEL.kiln [--params P] --x X.npy [--y Y.npy] [--loss L] [--opt NAME] [--lr R] "
      "[--epochs E] [--batch-size B] [--seed S] [--clip C] [--schedule cosine|step|constant] "
-     "[--val-x X --val-y Y] [--input NAME=FILE] [--mask M] [--precision P] [--device D] "
+     "[--val-x X --val-y Y] [--input NAME=FILE] [--mask M] [--precision P] [--backend B] "
+     "[--device D] "
      "-o TRAINED.safetensors",
      "train a .kiln model; the whole training step is compiled once",
      "The step (forward, loss, backward, clipping, optimizer) is one compiled graph, run\n"
@@ -84,6 +86,8 @@ static const cli_command commands[] = {
      "  -q, --quiet     no progress lines\n"
      "  --precision P   fp32 (default), fp64, tf32, bf16 or fp16: the cast pass on the training\n"
      "                  step; fp16 adds dynamic loss scaling (docs/precision.md)\n"
+     "  --backend B     auto (default: compiled, eager for a step the compiler refuses on the\n"
+     "                  CPU), compiled (strictly) or eager (the float64 reference, on the CPU)\n"
      "  --device D      cpu (default), vulkan[:N], cuda[:N], hip[:N] or auto (CUDA, ROCm, a\n"
      "                  Vulkan GPU, else the CPU): the step is compiled for it once and every\n"
      "                  step runs there (docs/gpu.md)"},
@@ -118,7 +122,7 @@ static const cli_command commands[] = {
      "  --emit steps the steps of the CPU program `kiln compile` and `run` lower it to: kernels,\n"
      "              GEMM steps with their dtype and bf16 marks (docs/precision.md)"},
     {"run", cmd_run, "MODEL.kir --input NAME=FILE.npy ... -o DIR "
-                     "[--backend auto|compiled|eager|vulkan|cuda|hip] [--device D] [--print] "
+                     "[--backend auto|compiled|eager] [--device D] [--print] "
                      "[--params P.safetensors] "
                      "[--dtype T] [--train] [--seed S] [--precision P]",
      "run a model on .npy inputs and write DIR/output_0.npy ...",
@@ -131,11 +135,13 @@ static const cli_command commands[] = {
      "  --params P             binds every parameter named in the safetensors file P; for\n"
      "                         a .kiln model (`kiln init` writes one) all of its parameters\n"
      "  -o, --output DIR       where output_0.npy, output_1.npy, ... are written (created)\n"
-     "  --backend B            auto (default), compiled, eager, vulkan (SPIR-V on Vulkan\n"
-     "                         device 0; Mesa's lavapipe where there is no GPU), cuda or hip\n"
-     "  --device D             cpu, vulkan[:N], cuda[:N] or hip[:N] (`kiln devices`): the\n"
-     "                         backend of that kind on device N (default 0); auto: CUDA,\n"
-     "                         ROCm, a Vulkan GPU (not lavapipe), else the CPU\n"
+     "  --backend B            auto (default: compiled, with the eager fallback on the CPU\n"
+     "                         for an op the compiler lacks), compiled (strictly) or eager\n"
+     "                         (the float64 reference interpreter, on the CPU only)\n"
+     "  --device D             cpu (default), vulkan[:N] (SPIR-V; Mesa's lavapipe where there\n"
+     "                         is no GPU), cuda[:N] or hip[:N] (`kiln devices`; N default 0);\n"
+     "                         auto: CUDA, ROCm, a Vulkan GPU (not lavapipe), else the CPU.\n"
+     "                         Prints the backend and the device that ran\n"
      "  --print                also print every output's values as a nested list\n"
      "  --dtype T              (.kiln) the model's float type; default: its float inputs'\n"
      "  --train, --seed S      (.kiln) dropout and sampling on, seeded by S (default 0)\n"

@@ -197,13 +197,14 @@ static kiln_status add_probe_loss(kiln_graph *g, size_t *nprobe) {
 }
 
 /* Runs g on both backends; the worst relative difference over all results. */
-static kiln_status compare_runs(kiln_ctx *ctx, kiln_graph *g, kiln_backend other, size_t nin,
+static kiln_status compare_runs(kiln_ctx *ctx, kiln_graph *g, const char *device, size_t nin,
                                 kiln_tensor **in, double *worst) {
+  kiln_run_options compiled = {.backend = KILN_BACKEND_COMPILED, .device = device};
   size_t nout = kiln_graph_num_results(g);
   kiln_tensor **a = calloc(nout + 1, sizeof *a), **b = calloc(nout + 1, sizeof *b);
   kiln_status s = !a || !b ? KILN_ERR_NOMEM : KILN_OK;
   if (!s) s = kiln_graph_run(g, KILN_BACKEND_EAGER, nin, in, nout, a, NULL);
-  if (!s) s = kiln_graph_run(g, other, nin, in, nout, b, NULL);
+  if (!s) s = kiln_graph_run_on(g, &compiled, nin, in, nout, b, NULL);
   *worst = 0;
   for (size_t k = 0; !s && k < nout; k++) *worst = fmax(*worst, rel_diff(a[k], b[k]));
   for (size_t k = 0; k < nout; k++) {
@@ -215,7 +216,7 @@ static kiln_status compare_runs(kiln_ctx *ctx, kiln_graph *g, kiln_backend other
   return s;
 }
 
-static kiln_status check_one(kiln_ctx *ctx, const check_case *c, kiln_backend backend,
+static kiln_status check_one(kiln_ctx *ctx, const check_case *c, const char *device,
                              double *out_diff, double *grad_diff) {
   check_io io;
   if (!parse_inputs(c->inputs, &io)) return kir_fail(ctx, KILN_ERR_INVALID, "bad check case");
@@ -263,7 +264,7 @@ static kiln_status check_one(kiln_ctx *ctx, const check_case *c, kiln_backend ba
     if (!t && !s) s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
     in[nin++] = t;
   }
-  if (!s) s = compare_runs(ctx, g, backend, nin, in, out_diff);
+  if (!s) s = compare_runs(ctx, g, device, nin, in, out_diff);
   /* Gradients of the probe loss with respect to every parameter. */
   size_t nprobe = 0;
   if (!s) {
@@ -295,7 +296,7 @@ static kiln_status check_one(kiln_ctx *ctx, const check_case *c, kiln_backend ba
       for (size_t e = 0; e < kiln_tensor_numel(t); e++) kiln_tensor_set(t, e, 2 * urand() - 1);
     in[nin++] = t;
   }
-  if (!s) s = compare_runs(ctx, gg, backend, nin, in, grad_diff);
+  if (!s) s = compare_runs(ctx, gg, device, nin, in, grad_diff);
   for (size_t i = 0; i < nin; i++) kiln_tensor_destroy(in[i]);
   kiln_graph_destroy(gg);
   kiln_graph_destroy(lg);
@@ -305,7 +306,7 @@ static kiln_status check_one(kiln_ctx *ctx, const check_case *c, kiln_backend ba
   return s;
 }
 
-kiln_status kiln_check_layers(kiln_ctx *ctx, kiln_backend backend, FILE *report, double tol,
+kiln_status kiln_check_layers(kiln_ctx *ctx, const char *device, FILE *report, double tol,
                               double *worst_out) {
   rng_state = 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)&rng_state ^ (uint64_t)time(NULL);
   double worst = 0;
@@ -313,7 +314,7 @@ kiln_status kiln_check_layers(kiln_ctx *ctx, kiln_backend backend, FILE *report,
   kiln_status result = KILN_OK;
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     double od = 0, gd = 0;
-    kiln_status s = check_one(ctx, &cases[i], backend, &od, &gd);
+    kiln_status s = check_one(ctx, &cases[i], device, &od, &gd);
     if (s) {
       fprintf(report, "  %-16s FAILED: %s\n", cases[i].name, kiln_ctx_error(ctx));
       result = s;

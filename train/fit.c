@@ -155,23 +155,17 @@ static role *roles_of(kiln_graph *g, uint32_t np, uint32_t *ndata) {
   return r;
 }
 
-/* The device spec->device or a device backend names; NULL for the CPU. */
+/* The device spec->device names; NULL for the CPU. */
 static const char *train_device(const kiln_train_spec *spec) {
-  if (spec->device) return strcmp(spec->device, "cpu") ? spec->device : NULL;
-  switch (spec->backend) {
-  case KILN_BACKEND_VULKAN: return "vulkan";
-  case KILN_BACKEND_CUDA: return "cuda";
-  case KILN_BACKEND_HIP: return "hip";
-  default: return NULL;
-  }
+  return spec->device && strcmp(spec->device, "cpu") ? spec->device : NULL;
 }
 
 static kiln_status compile_graph(kiln_ctx *ctx, const kiln_train_spec *spec, kiln_graph *g,
                                  kiln_compiled **out) {
   *out = NULL;
   if (spec->backend == KILN_BACKEND_EAGER) {
-    if (train_device(spec))
-      return kir_fail(ctx, KILN_ERR_INVALID, "the eager backend runs on the CPU, not on device "
+    if (train_device(spec) && strcmp(spec->device, "auto"))
+      return kir_fail(ctx, KILN_ERR_INVALID, "backend 'eager' runs on the CPU, not on device "
                       "'%s'", spec->device);
     return KILN_OK;
   }

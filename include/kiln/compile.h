@@ -53,7 +53,8 @@ typedef struct kiln_compile_options {
   FILE *dump_ir;            /* if set, the optimised LLVM IR of the kernels is written here */
   /*
    * Where the model runs: NULL or "cpu" (the above), or a device, "vulkan[:N]", "cuda[:N]" or
-   * "hip[:N]" (`kiln devices`), opened here and kept by the kiln_compiled: the graph is lowered
+   * "hip[:N]" (`kiln devices`), or "auto" (the first of CUDA, ROCm and a Vulkan GPU that opens,
+   * else the CPU), opened here and kept by the kiln_compiled: the graph is lowered
    * as kiln_graph_run's backend of that kind lowers it and compiled for that device once (cpu,
    * features, opt_level, num_threads and dump_ir do not apply); every run copies its inputs to
    * the device and its results back (docs/gpu.md). No such device is KILN_ERR_UNSUPPORTED with

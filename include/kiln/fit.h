@@ -52,15 +52,14 @@ typedef struct kiln_train_spec {
   double clip;           /* global gradient-norm clipping; <= 0: none */
   int masked;            /* the loss takes an f32 mask [N] input "loss_mask" (node tasks) */
   kiln_dtype dtype;      /* parameters' float type (KILN_F32 or KILN_F64) */
-  kiln_backend backend;  /* KILN_BACKEND_COMPILED (default AUTO), KILN_BACKEND_EAGER, or a device
-                            backend (VULKAN, CUDA, HIP: see `device`) */
+  kiln_backend backend;  /* KILN_BACKEND_AUTO (default), COMPILED or EAGER (docs/backends.md) */
   /* "fp32" (NULL), "fp64", "tf32", "bf16" or "fp16": the cast pass on the training step
      (docs/precision.md). fp16 adds dynamic loss scaling (PyTorch GradScaler semantics). */
   const char *precision;
   double loss_scale;            /* fp16: the initial scale (0: 65536) */
   int64_t loss_scale_interval;  /* fp16: good steps in a row that double it (0: 2000) */
-  /* The device the step runs on: "vulkan[:N]", "cuda[:N]", "hip[:N]" (kiln_compile_options'
-     device), or NULL: device 0 of backend KILN_BACKEND_VULKAN/CUDA/HIP, else the CPU. The step is
+  /* The device the step runs on: "cpu" (NULL), "vulkan[:N]", "cuda[:N]", "hip[:N]" or "auto"
+     (kiln_compile_options' device). On a GPU the step is
      compiled once for it and every step runs there, strictly (no fallback to the interpreter);
      parameters and optimizer state go to the device and back with each step (docs/gpu.md). */
   const char *device;
@@ -171,12 +170,13 @@ KILN_API kiln_status kiln_graph_grad(kiln_graph *g, const int *wrt, size_t loss_
                                      kiln_graph **out);
 
 /*
- * `kiln check`: every layer type run compiled (`backend`) and on the reference
- * interpreter in float64, outputs and gradients compared; one line per layer
- * on `report`, then "OK: largest difference D (LAYER)". Fails when a layer
- * does not run or differs by more than `tol`.
+ * `kiln check`: every layer type run compiled on `device` ("cpu" or NULL,
+ * "vulkan[:N]", "cuda[:N]", "hip[:N]") and on the reference interpreter in
+ * float64, outputs and gradients compared; one line per layer on `report`,
+ * then "OK: largest difference D (LAYER)". Fails when a layer does not run
+ * or differs by more than `tol`.
  */
-KILN_API kiln_status kiln_check_layers(kiln_ctx *ctx, kiln_backend backend, FILE *report,
+KILN_API kiln_status kiln_check_layers(kiln_ctx *ctx, const char *device, FILE *report,
                                        double tol, double *worst);
 
 #ifdef __cplusplus

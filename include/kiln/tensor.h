@@ -35,29 +35,48 @@ KILN_API kiln_status kiln_npy_read_mem(kiln_ctx *ctx, const void *buf, size_t le
                                        const char *name, kiln_tensor **out);
 KILN_API kiln_status kiln_npy_write(kiln_ctx *ctx, const char *path, const kiln_tensor *t);
 
-/* Backend selection, as in the reference documents. */
+/*
+ * Backend and device, as in the reference documents (docs/backends.md): the
+ * backend says which implementation runs — `compiled` kernels strictly,
+ * the float64 `eager` reference interpreter, or `auto` (compiled, with the
+ * eager fallback, on the CPU, for an op the compiler lacks) — and the device
+ * says where: "cpu", "vulkan[:N]", "cuda[:N]", "hip[:N]" or "auto" (the
+ * first of CUDA, ROCm and a Vulkan GPU that opens, else the CPU).
+ */
 typedef enum kiln_backend {
   KILN_BACKEND_AUTO = 0,
   KILN_BACKEND_COMPILED,
-  KILN_BACKEND_EAGER,
-  KILN_BACKEND_VULKAN, /* SPIR-V on Vulkan device 0 (lavapipe without a GPU); never chosen by auto */
-  KILN_BACKEND_CUDA,   /* CUDA C through NVRTC on CUDA device 0; never chosen by auto */
-  KILN_BACKEND_HIP     /* HIP C through HIPRTC on ROCm device 0; never chosen by auto */
+  KILN_BACKEND_EAGER
 } kiln_backend;
 
-/* "auto", "compiled", "eager", "vulkan", "cuda" or "hip", matched exactly; else an error. */
+/* "auto", "compiled" or "eager", matched exactly; else an error listing them. */
 KILN_API kiln_status kiln_backend_parse(kiln_ctx *ctx, const char *s, kiln_backend *out);
 KILN_API const char *kiln_backend_name(kiln_backend b);
 
 typedef struct kiln_run_info {
   kiln_backend backend; /* the backend that really ran: never AUTO */
   char reason[256];     /* why `auto` chose it, "" when it was asked for */
+  char device[32];      /* the device it ran on: "cpu", "vulkan:0", "cuda:1", ... never "auto" */
 } kiln_run_info;
 
+typedef struct kiln_run_options {
+  kiln_backend backend;
+  const char *device; /* NULL: "cpu" */
+} kiln_run_options;
+
 /*
- * Runs graph `g` on `inputs` (one per parameter, in order). On success the
- * `n_out` results are new tensors in `outputs`, owned by the caller.
+ * Runs graph `g` on `inputs` (one per parameter, in order) with the backend
+ * and on the device `opt` names (NULL: auto on the CPU). On success the
+ * `n_out` results are new tensors in `outputs`, owned by the caller, and
+ * `info` (may be NULL) says which backend and device ran. `eager` runs on
+ * the CPU only: with a GPU device it is KILN_ERR_INVALID. A device that
+ * does not open is an error whatever the backend; on one that opens, `auto`
+ * falls back to eager on the CPU only when the compiler refuses an op.
  */
+KILN_API kiln_status kiln_graph_run_on(kiln_graph *g, const kiln_run_options *opt, size_t n_in,
+                                       kiln_tensor *const *inputs, size_t n_out,
+                                       kiln_tensor **outputs, kiln_run_info *info);
+/* kiln_graph_run_on with `backend` on the CPU. */
 KILN_API kiln_status kiln_graph_run(kiln_graph *g, kiln_backend backend, size_t n_in,
                                     kiln_tensor *const *inputs, size_t n_out,
                                     kiln_tensor **outputs, kiln_run_info *info);

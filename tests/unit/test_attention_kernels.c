@@ -10,7 +10,7 @@
  * mask or none, fewer K/V heads than Q heads, T != S, head dims 16 to 128,
  * T = 1, 7, 129, 1000). kp_attention_tiling makes it flash_attention.
  *   - Vulkan forward: the tiled graph through kiln_graph_run with
- *     KILN_BACKEND_VULKAN (krt_device_lower keeps its ATTENTION steps)
+ *     device "vulkan" (krt_device_lower keeps its ATTENTION steps)
  *     against kir_interp_run of the plain graph (ir/ref_nn.c's softmax(q kᵀ
  *     s + mask) v): f32 within 1e-5, f64 within 1e-10, relative to the
  *     largest result (the lse result is checked by the op cases of
@@ -50,6 +50,9 @@
 #include "passes/passes.h"
 #include "runtime/vulkan.h"
 #include "skip.h"
+
+/* Strictly compiled kernels on Vulkan device 0. */
+static const kiln_run_options on_vulkan = {.backend = KILN_BACKEND_COMPILED, .device = "vulkan"};
 
 static int failures;
 static bool have_vk, vk_f64, vk_lavapipe;
@@ -275,7 +278,7 @@ static void run_vulkan(const acase *c, bool grad, bool rows) {
   run_data r = {0};
   if (graphs_make(c, grad, what, &gs) && reference(&gs, what, NULL, &r)) {
     double t0 = now();
-    kiln_status s = kiln_graph_run(gs.dev, KILN_BACKEND_VULKAN, r.nin, r.host, r.nout, r.out, NULL);
+    kiln_status s = kiln_graph_run_on(gs.dev, &on_vulkan, r.nin, r.host, r.nout, r.out, NULL);
     double secs = now() - t0;
     if (s != KILN_OK) {
       fail(what, "%s", kiln_ctx_error(gs.ctx));
@@ -314,7 +317,7 @@ static void test_symbolic(bool grad, bool rows) {
   run_data r = {0};
   if (graphs_parse(grad ? bwd : fwd, "symbolic", grad, what, &gs) &&
       reference(&gs, what, dims, &r)) {
-    kiln_status s = kiln_graph_run(gs.dev, KILN_BACKEND_VULKAN, r.nin, r.host, r.nout, r.out, NULL);
+    kiln_status s = kiln_graph_run_on(gs.dev, &on_vulkan, r.nin, r.host, r.nout, r.out, NULL);
     if (s != KILN_OK) {
       fail(what, "%s", kiln_ctx_error(gs.ctx));
     } else {
@@ -355,7 +358,7 @@ static void test_loop_limit(bool rows) {
       if (kiln_tensor_create(gs.ctx, t->dtype, t->rank, t->dims, &r.host[p]) != KILN_OK) break;
       for (size_t e = 0; e < r.host[p]->numel; e++) ((float *)r.host[p]->data)[e] = (float)uniform();
     }
-    kiln_status s = kiln_graph_run(gs.dev, KILN_BACKEND_VULKAN, r.nin, r.host, r.nout, r.out, NULL);
+    kiln_status s = kiln_graph_run_on(gs.dev, &on_vulkan, r.nin, r.host, r.nout, r.out, NULL);
     if (s != KILN_ERR_UNSUPPORTED || !strstr(kiln_ctx_error(gs.ctx), "loop iterations"))
       fail(what, "T %lld, S %lld, D %lld: status %d, '%s'", (long long)c.t, (long long)c.s,
            (long long)c.d, (int)s, kiln_ctx_error(gs.ctx));
@@ -373,7 +376,7 @@ static void test_head_dim_limit(void) {
   graphs gs;
   run_data r = {0};
   if (graphs_make(&c, false, what, &gs) && reference(&gs, what, NULL, &r)) {
-    kiln_status s = kiln_graph_run(gs.dev, KILN_BACKEND_VULKAN, r.nin, r.host, r.nout, r.out, NULL);
+    kiln_status s = kiln_graph_run_on(gs.dev, &on_vulkan, r.nin, r.host, r.nout, r.out, NULL);
     if (s != KILN_ERR_UNSUPPORTED || !strstr(kiln_ctx_error(gs.ctx), "KILN_VK_ATTENTION=rows"))
       fail(what, "status %d, '%s'", (int)s, kiln_ctx_error(gs.ctx));
     else printf("ok   %-44s %s\n", what, kiln_ctx_error(gs.ctx));

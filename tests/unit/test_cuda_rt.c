@@ -85,22 +85,23 @@ static void test_no_device(void) {
   kiln_tensor *a = NULL;
   CHECK(kiln_tensor_create(ctx, KILN_F32, 2, dims, &a) == KILN_OK);
   for (size_t i = 0; a && i < 6; i++) kiln_tensor_set(a, i, 0.25 * (double)i - 0.7);
-  kiln_backend backs[2] = {KILN_BACKEND_CUDA, KILN_BACKEND_HIP};
+  const char *devices[2] = {"cuda", "hip:0"};
   const char *want[2] = {"no CUDA device (", "no ROCm device ("};
   for (int b = 0; g && a && b < 2; b++) {
     kiln_tensor *out[1] = {(kiln_tensor *)a};
     kiln_run_info info = {.backend = KILN_BACKEND_EAGER};
-    CHECK(kiln_graph_run(g, backs[b], 1, &a, 1, out, &info) == KILN_ERR_UNSUPPORTED);
+    kiln_run_options ro = {.backend = b ? KILN_BACKEND_AUTO : KILN_BACKEND_COMPILED,
+                           .device = devices[b]}; /* auto too: a missing device is no fallback */
+    CHECK(kiln_graph_run_on(g, &ro, 1, &a, 1, out, &info) == KILN_ERR_UNSUPPORTED);
     CHECK(out[0] == NULL && info.backend == KILN_BACKEND_EAGER);
     CHECK(starts(kiln_ctx_error(ctx), want[b]));
     out[0] = (kiln_tensor *)a;
     CHECK((b ? khip_graph_run : kcu_graph_run)(g, 0, 1, &a, 1, out) == KILN_ERR_UNSUPPORTED);
     CHECK(out[0] == NULL && starts(kiln_ctx_error(ctx), want[b]));
   }
-  kiln_backend be;
-  CHECK(kiln_backend_parse(ctx, "cuda", &be) == KILN_OK && be == KILN_BACKEND_CUDA);
-  CHECK(kiln_backend_parse(ctx, "hip", &be) == KILN_OK && be == KILN_BACKEND_HIP);
-  CHECK(!strcmp(kiln_backend_name(KILN_BACKEND_CUDA), "cuda"));
+  kiln_backend be = KILN_BACKEND_EAGER; /* a GPU is a device, not a backend */
+  CHECK(kiln_backend_parse(ctx, "cuda", &be) == KILN_ERR_INVALID && be == KILN_BACKEND_EAGER);
+  CHECK(kiln_backend_parse(ctx, "hip", &be) == KILN_ERR_INVALID);
   kiln_tensor_destroy(a);
   kiln_graph_destroy(g);
   kiln_ctx_destroy(ctx);
@@ -620,8 +621,10 @@ static void test_fake_programs(kiln_ctx *ctx, kcu_device *d, fake_cuda_state *st
   kiln_run_info info = {0};
   if (g && ta && tb) {
     int before = st->launches;
-    CHECK(kiln_graph_run(g, KILN_BACKEND_CUDA, 2, args, 1, res, &info) == KILN_OK);
-    CHECK(info.backend == KILN_BACKEND_CUDA && res[0] && kiln_tensor_dim(res[0], 0) == 5 &&
+    kiln_run_options ro = {.device = "cuda"};
+    CHECK(kiln_graph_run_on(g, &ro, 2, args, 1, res, &info) == KILN_OK);
+    CHECK(info.backend == KILN_BACKEND_COMPILED && !strcmp(info.device, "cuda:0") && res[0] &&
+          kiln_tensor_dim(res[0], 0) == 5 &&
           kiln_tensor_dim(res[0], 1) == 4 && st->launches > before);
   }
   CHECK(st->live_allocs == 0 && st->live_modules == 0 && st->errors == 0);

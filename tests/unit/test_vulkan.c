@@ -25,7 +25,7 @@
  *
  * Every model file of examples/models/ is built in f32 (as test_models.c
  * builds them in f64) and run on the device through kiln_graph_run with
- * KILN_BACKEND_VULKAN against the interpreter, within 1e-5 relative.
+ * device "vulkan" against the interpreter, within 1e-5 relative.
  *
  * Also checked: the validator rejects a broken module with its message, a
  * failed check in a kernel is KILN_ERR_RUNTIME with the kernel's message,
@@ -53,6 +53,9 @@
 #include "runtime/vulkan.h"
 #include "skip.h"
 #include "ir/options.h"
+
+/* Strictly compiled kernels on Vulkan device 0. */
+static const kiln_run_options on_vulkan = {.backend = KILN_BACKEND_COMPILED, .device = "vulkan"};
 
 static int failures;
 static kvk_device *dev;
@@ -556,7 +559,7 @@ static void check_model(const char *dir, const char *file) {
   n = kiln_graph_num_params(g), nout = kiln_graph_num_results(g);
   if (n > 128 || nout > 8 || !model_inputs(ctx, g, p, in, n)) goto fail;
   if (kiln_graph_run(g, KILN_BACKEND_EAGER, n, in, nout, a, NULL)) goto fail;
-  kiln_status s = kiln_graph_run(g, KILN_BACKEND_VULKAN, n, in, nout, b, NULL);
+  kiln_status s = kiln_graph_run_on(g, &on_vulkan, n, in, nout, b, NULL);
   if (s == KILN_ERR_UNSUPPORTED) {
     printf("FAIL unsupported model %-28s %s\n", file, kiln_ctx_error(ctx));
     failures++;

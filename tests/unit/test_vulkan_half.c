@@ -4,7 +4,7 @@
  *
  * As test_precision.c does for the CPU: each case of tests/ops/<op>.kir that
  * has a float type is rewritten with every float type made f16 (then bf16),
- * run through kiln_graph_run with KILN_BACKEND_VULKAN (kp_widen_half, then
+ * run through kiln_graph_run with device "vulkan" (kp_widen_half, then
  * legalized, lowered, rendered as SPIR-V: f32 arithmetic on f16/bf16 values,
  * every result rounded to its type) on random well-scaled inputs (the
  * case's range clipped to [-8, 8], rounded to the type), and compared with
@@ -36,12 +36,15 @@
 #include "runtime/vulkan.h"
 #include "skip.h"
 
+/* Strictly compiled kernels on Vulkan device 0. */
+static const kiln_run_options on_vulkan = {.backend = KILN_BACKEND_COMPILED, .device = "vulkan"};
+
 static int failures, total_runs;
 
 /* The f16/bf16 graph on the Vulkan device; a scan step or an op without SPIR-V code is
  * refused (KILN_ERR_UNSUPPORTED): test_vulkan checks that refusals are the f32 ones. */
 static kiln_status run_low(kiln_graph *lg, size_t nin, kiln_tensor *const *in, kiln_tensor **out) {
-  return kiln_graph_run(lg, KILN_BACKEND_VULKAN, nin, in, lg->nresults, out, NULL);
+  return kiln_graph_run_on(lg, &on_vulkan, nin, in, lg->nresults, out, NULL);
 }
 
 /* Every case of one op's file in f16 and bf16, each blanked out of the rest so its line
@@ -118,7 +121,7 @@ static void test_bits(void) {
     if (i < (int)(sizeof special / sizeof *special)) x[i] = special[i];
     h[i] = b[i] = (uint16_t)i;
   }
-  if (kiln_graph_run(g, KILN_BACKEND_VULKAN, 3, in, 4, out, NULL) != KILN_OK) goto fail;
+  if (kiln_graph_run_on(g, &on_vulkan, 3, in, 4, out, NULL) != KILN_OK) goto fail;
   const uint16_t *a = kiln_tensor_data(out[0]), *c = kiln_tensor_data(out[1]);
   const uint16_t *d = kiln_tensor_data(out[2]), *e = kiln_tensor_data(out[3]);
   for (int i = 0; i < N; i++) {
@@ -232,7 +235,7 @@ static void check_model(const char *dir, const char *file, kp_precision pr) {
   n = kiln_graph_num_params(g), nout = kiln_graph_num_results(g);
   if (n > 128 || nout > 8 || !model_inputs(ctx, g, p, in, n)) goto fail;
   if (kiln_compile(g, NULL, &cm) || kiln_compiled_run(cm, ctx, n, in, nout, a, NULL)) goto fail;
-  kiln_status s = kiln_graph_run(g, KILN_BACKEND_VULKAN, n, in, nout, b, NULL);
+  kiln_status s = kiln_graph_run_on(g, &on_vulkan, n, in, nout, b, NULL);
   if (s == KILN_ERR_UNSUPPORTED) {
     printf("FAIL unsupported model %-28s %s: %s\n", file, kiln_dtype_name(t),
            kiln_ctx_error(ctx));
