@@ -235,12 +235,52 @@ static void test_dtypes(void) {
   kiln_graph_destroy(g);
 }
 
+/* The device apart from the backend: eager is the CPU's, a device must open, both reported. */
+static void test_devices(void) {
+  kiln_graph *g = mlp_graph();
+  if (!g || kiln_graph_status(g) != KILN_OK) return;
+  double xv[6] = {1, 2, 3, -1, 0.5, 0.25}, wv[6] = {1, 0, 0, 1, 2, -1};
+  kiln_tensor *in[2] = {tensor(KILN_F32, 2, (int64_t[]){2, 3}, xv),
+                        tensor(KILN_F32, 2, (int64_t[]){3, 2}, wv)};
+  kiln_tensor *out[2] = {NULL, NULL};
+  kiln_run_info info = {.device = "stale"};
+  kiln_run_options eager_vk = {.backend = KILN_BACKEND_EAGER, .device = "vulkan:0"};
+  CHECK(kiln_graph_run_on(g, &eager_vk, 2, in, 2, out, &info) == KILN_ERR_INVALID && !out[0]);
+  CHECK_MSG(ctx, "backend 'eager' runs on the CPU, not on device 'vulkan:0'");
+  kiln_run_options tpu = {.device = "tpu"};
+  CHECK(kiln_graph_run_on(g, &tpu, 2, in, 2, out, &info) == KILN_ERR_INVALID && !out[0]);
+  CHECK(strstr(kiln_ctx_error(ctx), "unknown device 'tpu'") != NULL);
+  /* a device asked for that does not open is an error, not a fallback, under auto too */
+  setenv("KILN_VULKAN", "/nonexistent/libvulkan.so.1", 1);
+  kiln_run_options vk = {.backend = KILN_BACKEND_AUTO, .device = "vulkan"};
+  CHECK(kiln_graph_run_on(g, &vk, 2, in, 2, out, &info) == KILN_ERR_UNSUPPORTED && !out[0]);
+  CHECK(strstr(kiln_ctx_error(ctx), "no Vulkan device") != NULL);
+  unsetenv("KILN_VULKAN");
+  /* the CPU, by default and by name; auto resolves to a real device, never "auto" */
+  const char *devices[3] = {NULL, "cpu", "auto"};
+  for (int d = 0; d < 3; d++) {
+    kiln_run_options o = {.backend = KILN_BACKEND_COMPILED, .device = devices[d]};
+    snprintf(info.device, sizeof info.device, "stale");
+    kiln_status s = kiln_graph_run_on(g, &o, 2, in, 2, out, &info);
+    if (s) fprintf(stderr, "device %s: %s\n", devices[d] ? devices[d] : "NULL", kiln_ctx_error(ctx));
+    CHECK(s == KILN_OK && info.backend == KILN_BACKEND_COMPILED);
+    CHECK(d == 2 ? strcmp(info.device, "auto") && strcmp(info.device, "stale")
+                 : !strcmp(info.device, "cpu"));
+    CHECK(out[1] && kiln_tensor_get(out[1], 0) == 7);
+    kiln_tensor_destroy(out[0]), kiln_tensor_destroy(out[1]);
+    out[0] = out[1] = NULL;
+  }
+  kiln_tensor_destroy(in[0]), kiln_tensor_destroy(in[1]);
+  kiln_graph_destroy(g);
+}
+
 int main(void) {
   ctx = kiln_ctx_create();
   test_backend_parse();
   test_run_values();
   test_bad_inputs();
   test_dtypes();
+  test_devices();
   kiln_ctx_destroy(ctx);
   if (failures) {
     fprintf(stderr, "test_run: %d check(s) failed\n", failures);
