@@ -51,10 +51,7 @@ typedef struct {
   kcg_ref *row;
 } fuse_st;
 
-static bool is_reduce_op(uint16_t op) {
-  return op == KIR_OP_reduce_sum || op == KIR_OP_reduce_mean || op == KIR_OP_reduce_max ||
-         op == KIR_OP_reduce_min || op == KIR_OP_reduce_prod;
-}
+static bool is_reduce_op(uint16_t op) { return kir_op_is_fold(op); }
 
 static bool member(const fuse_st *s, uint32_t v) {
   int32_t d = s->g->values[v].def;
@@ -172,26 +169,14 @@ static bool lower_elementwise_group(fuse_st *s, uint32_t y) {
 
 /* ---- groups with rows ---- */
 
+/* The reduction's identity and combining op: its row of the op table (kir_op_desc.reduce). */
 static kcg_ref reduce_init(kcg_kernel *k, uint16_t op, kir_dtype t) {
-  bool fl = kir_dtype_is_float(t);
-  int64_t lo = t == KILN_I32 ? INT32_MIN : t == KILN_I8 ? INT8_MIN : t == KILN_U8 || t == KILN_BOOL ? 0 : INT64_MIN;
-  int64_t hi = t == KILN_I32 ? INT32_MAX : t == KILN_I8 ? INT8_MAX : t == KILN_U8 ? UINT8_MAX : t == KILN_BOOL ? 1 : INT64_MAX;
-  switch (op) {
-  case KIR_OP_reduce_prod: return fl ? kcg_const_f(k, t, 1.0) : kcg_const_i(k, t, 1);
-  case KIR_OP_reduce_max: return fl ? kcg_const_f(k, t, -INFINITY) : kcg_const_i(k, t, lo);
-  case KIR_OP_reduce_min: return fl ? kcg_const_f(k, t, INFINITY) : kcg_const_i(k, t, hi);
-  default: return fl ? kcg_const_f(k, t, 0.0) : kcg_const_i(k, t, 0);
-  }
+  const kir_op_desc *d = kir_op(op);
+  return kir_dtype_is_float(t) ? kcg_const_f(k, t, kir_reduce_identity_f(d))
+                               : kcg_const_i(k, t, kir_reduce_identity_i(d, t));
 }
 
-static uint16_t reduce_combine(uint16_t op) {
-  switch (op) {
-  case KIR_OP_reduce_prod: return KIR_OP_mul;
-  case KIR_OP_reduce_max: return KIR_OP_max;
-  case KIR_OP_reduce_min: return KIR_OP_min;
-  default: return KIR_OP_add;
-  }
-}
+static uint16_t reduce_combine(uint16_t op) { return kir_op(op)->reduce.combine; }
 
 /*
  * A reduction member: a loop over the row's columns folding into a local.

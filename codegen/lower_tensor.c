@@ -11,7 +11,7 @@
  * result row accumulating in place (reduce_rows); every element still folds
  * its inputs in the reference's order. The accumulator has the operand's
  * dtype (f32 sums in f32, f64 in f64; integers wrap as the reference's do). The start values and
- * the combining op are a row of `reducers`, as in the reference: 0 / 1 / the least / the largest
+ * the combining op are the op table's (kir_op_desc.reduce), as in the reference: 0 / 1 / the least / the largest
  * value, and add, mul, max, min — whose NaN rules the kernel IR takes from the op table, so
  * reduce_max propagates NaN like max. Neighbouring axes that are both kept or both reduced are
  * merged into one loop when they are adjacent in the operand.
@@ -28,56 +28,10 @@
 
 /* ---- reductions ---- */
 
-typedef enum { INIT_ZERO, INIT_ONE, INIT_LEAST, INIT_GREATEST } reduce_init;
-
-typedef struct reducer {
-  uint16_t op; /* the reduce_* op */
-  reduce_init init;
-  uint16_t combine; /* the binary op folding an element in */
-  bool mean;
-} reducer;
-
-static const reducer reducers[] = {
-    {KIR_OP_reduce_sum, INIT_ZERO, KIR_OP_add, false},
-    {KIR_OP_reduce_mean, INIT_ZERO, KIR_OP_add, true},
-    {KIR_OP_reduce_max, INIT_LEAST, KIR_OP_max, false},
-    {KIR_OP_reduce_min, INIT_GREATEST, KIR_OP_min, false},
-    {KIR_OP_reduce_prod, INIT_ONE, KIR_OP_mul, false},
-};
-
-static void int_range(kir_dtype t, int64_t *lo, int64_t *hi) {
-  switch (t) {
-  case KILN_I32:
-    *lo = INT32_MIN, *hi = INT32_MAX;
-    break;
-  case KILN_I8:
-    *lo = INT8_MIN, *hi = INT8_MAX;
-    break;
-  case KILN_U8:
-    *lo = 0, *hi = UINT8_MAX;
-    break;
-  case KILN_BOOL:
-    *lo = 0, *hi = 1;
-    break;
-  default:
-    *lo = INT64_MIN, *hi = INT64_MAX;
-    break;
-  }
-}
-
-static kcg_ref init_value(kcg_kernel *k, reduce_init init, kir_dtype t) {
-  if (kir_dtype_is_float(t)) {
-    static const double v[] = {
-        [INIT_ZERO] = 0.0, [INIT_ONE] = 1.0, [INIT_LEAST] = -INFINITY, [INIT_GREATEST] = INFINITY};
-    return kcg_const_f(k, t, v[init]);
-  }
-  int64_t lo, hi;
-  int_range(t, &lo, &hi);
-  return kcg_const_i(k, t,
-                     init == INIT_ZERO    ? 0
-                     : init == INIT_ONE   ? 1
-                     : init == INIT_LEAST ? lo
-                                          : hi);
+/* The identity of reduction `d` (its row of the op table) as a constant of dtype t. */
+static kcg_ref init_value(kcg_kernel *k, const kir_op_desc *d, kir_dtype t) {
+  return kir_dtype_is_float(t) ? kcg_const_f(k, t, kir_reduce_identity_f(d))
+                               : kcg_const_i(k, t, kir_reduce_identity_i(d, t));
 }
 
 /*
@@ -116,16 +70,16 @@ static kcg_ref reduce_count(kcg_kernel *k, const kir_type *x, const bool *red) {
 }
 
 /* Reduced axes innermost: a local accumulator per result element. */
-static void reduce_local(kcg_kernel *k, const reducer *r, const kir_type *x, const bool *red,
+static void reduce_local(kcg_kernel *k, const kir_op_desc *r, const kir_type *x, const bool *red,
                          uint32_t xb, uint32_t yb) {
   kcg_ref xoff = kcg_i64(k, 0), yoff = kcg_i64(k, 0), unused = kcg_i64(k, 0), acc;
   uint32_t outer = axis_loops(k, KCG_NONE, x, red, false, x->rank, true, &xoff, &yoff);
   uint32_t l = kcg_new_local(k, x->dtype, &acc);
-  kcg_assign(k, outer, l, init_value(k, r->init, x->dtype));
+  kcg_assign(k, outer, l, init_value(k, r, x->dtype));
   uint32_t inner = axis_loops(k, outer, x, red, true, x->rank, false, &xoff, &unused);
-  kcg_assign(k, inner, l, kcg_binary(k, r->combine, acc, kcg_load(k, xb, xoff, KCG_NONE)));
+  kcg_assign(k, inner, l, kcg_binary(k, r->reduce.combine, acc, kcg_load(k, xb, xoff, KCG_NONE)));
   kcg_ref value = kcg_local(k, l);
-  if (r->mean)
+  if (r->reduce.mean)
     value = kcg_binary(k, KIR_OP_div, value, kcg_cast(k, x->dtype, reduce_count(k, x, red)));
   kcg_store(k, outer, yb, yoff, value);
 }
@@ -145,7 +99,7 @@ static int64_t tail_block(int64_t tail) {
  * The parallel loop is over the kept axes before the tail, or over blocks
  * of the tail when there are none.
  */
-static void reduce_rows(kcg_kernel *k, const reducer *r, const kir_type *x, const bool *red,
+static void reduce_rows(kcg_kernel *k, const kir_op_desc *r, const kir_type *x, const bool *red,
                         int last, uint32_t xb, uint32_t yb) {
   kcg_ref xoff = kcg_i64(k, 0), orow = kcg_i64(k, 0), unused = kcg_i64(k, 0), blk, j;
   kir_type tail_t = {.rank = (uint8_t)(x->rank - last - 1)};
@@ -162,13 +116,13 @@ static void reduce_rows(kcg_kernel *k, const reducer *r, const kir_type *x, cons
   kcg_ref start = kcg_mul(k, blk, block);
   kcg_ref yrow = kcg_add(k, kcg_mul(k, orow, tail), start);
   uint32_t li = kcg_loop(k, outer, block, false, &j);
-  kcg_store(k, li, yb, kcg_add(k, yrow, j), init_value(k, r->init, x->dtype));
+  kcg_store(k, li, yb, kcg_add(k, yrow, j), init_value(k, r, x->dtype));
   uint32_t inner = axis_loops(k, outer, x, red, true, last + 1, false, &xoff, &unused);
   uint32_t lj = kcg_loop(k, inner, block, false, &j);
   kcg_ref at = kcg_add(k, yrow, j);
   kcg_ref v = kcg_load(k, xb, kcg_add(k, kcg_add(k, xoff, start), j), KCG_NONE);
-  kcg_store(k, lj, yb, at, kcg_binary(k, r->combine, kcg_load(k, yb, at, KCG_NONE), v));
-  if (!r->mean) return;
+  kcg_store(k, lj, yb, at, kcg_binary(k, r->reduce.combine, kcg_load(k, yb, at, KCG_NONE), v));
+  if (!r->reduce.mean) return;
   kcg_ref count = kcg_cast(k, x->dtype, reduce_count(k, x, red));
   uint32_t lm = kcg_loop(k, outer, block, false, &j);
   at = kcg_add(k, yrow, j);
@@ -176,10 +130,9 @@ static void reduce_rows(kcg_kernel *k, const reducer *r, const kir_type *x, cons
 }
 
 bool kcg_lower_reduce(kcg_lower_ctx *lc, const kir_inst *inst) {
-  const reducer *r = NULL;
-  for (size_t i = 0; i < sizeof reducers / sizeof reducers[0]; i++)
-    if (reducers[i].op == inst->op) r = &reducers[i];
-  if (!r) return kcg_lower_fail(lc, KILN_ERR_INVALID, "%s: no reducer", lc->op->name);
+  const kir_op_desc *r = lc->op;
+  if (r->reduce.init == KIR_REDUCE_NONE)
+    return kcg_lower_fail(lc, KILN_ERR_INVALID, "%s: no reducer", lc->op->name);
   const kir_type *x = kcg_in_type(lc, 0);
   bool red[KIR_MAX_RANK] = {0};
   int last = -1;

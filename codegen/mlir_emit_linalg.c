@@ -78,10 +78,7 @@ static MlirValue emit_transpose(me *e, inst_view *iv) {
 /* Reductions: sum, mean, max, min, prod over `axes`, keepdims by a reshape. */
 static MlirValue red_body(me *e, const MlirValue *args, void *user) {
   ew_user *u = user;
-  uint16_t op = u->op == KIR_OP_reduce_sum || u->op == KIR_OP_reduce_mean ? KIR_OP_add
-                : u->op == KIR_OP_reduce_max                              ? KIR_OP_max
-                : u->op == KIR_OP_reduce_min                              ? KIR_OP_min
-                                                                          : KIR_OP_mul;
+  uint16_t op = kir_op(u->op)->reduce.combine; /* the op table's combiner */
   MlirValue in[2] = {args[0], args[1]};
   MlirValue y = me_scalar(e, op, u->dt, in);
   u->ok = !mlirValueIsNull(y);
@@ -90,20 +87,11 @@ static MlirValue red_body(me *e, const MlirValue *args, void *user) {
 
 /* The identity of a reduction as a scalar of dtype t: -inf / the least integer for max, ... */
 MlirValue me_red_identity(me *e, uint16_t op, kir_dtype t) {
-  bool fl = kir_dtype_is_float(t);
-  MlirType ty = me_elem(e, t);
-  switch (op) {
-  case KIR_OP_reduce_max:
-    if (fl) return me_const_scalar(e, t, -INFINITY);
-    return me_const_int(e, ty, t == KILN_I64 ? INT64_MIN : t == KILN_I32 ? INT32_MIN
-                               : t == KILN_I8 ? -128 : 0);
-  case KIR_OP_reduce_min:
-    if (fl) return me_const_scalar(e, t, INFINITY);
-    return me_const_int(e, ty, t == KILN_I64 ? INT64_MAX : t == KILN_I32 ? INT32_MAX
-                               : t == KILN_I8 ? 127 : t == KILN_U8 ? 255 : 1);
-  case KIR_OP_reduce_prod: return me_const_scalar(e, t, 1);
-  default: return me_const_scalar(e, t, 0);
-  }
+  const kir_op_desc *d = kir_op(op); /* its row of the op table (kir_op_desc.reduce) */
+  if (kir_dtype_is_float(t)) return me_const_scalar(e, t, kir_reduce_identity_f(d));
+  if (d->reduce.init == KIR_REDUCE_ZERO || d->reduce.init == KIR_REDUCE_ONE)
+    return me_const_scalar(e, t, kir_reduce_identity_f(d));
+  return me_const_int(e, me_elem(e, t), kir_reduce_identity_i(d, t));
 }
 
 static MlirValue emit_reduce(me *e, inst_view *iv) {

@@ -258,6 +258,26 @@ typedef bool (*kir_vjp_fn)(kir_vjp_ctx *vc, const kir_inst *inst);
 typedef bool (*kir_decompose_fn)(kir_graph *g, const kir_inst *inst, const uint32_t *in,
                                  uint32_t *out);
 
+/*
+ * What a folding reduction (reduce_sum, _mean, _max, _min, _prod) folds: the
+ * value over nothing it starts from, the binary op combining two partial
+ * results, and whether the sum is divided by the count. Every consumer —
+ * the reference kernel, the lowering, fusion, the MLIR form — reads it here.
+ */
+typedef enum kir_reduce_init {
+  KIR_REDUCE_NONE = 0, /* not a folding reduction (argmax, argmin, every other op) */
+  KIR_REDUCE_ZERO,
+  KIR_REDUCE_ONE,
+  KIR_REDUCE_LEAST,   /* -inf, or the dtype's least integer */
+  KIR_REDUCE_GREATEST /* +inf, or the dtype's largest integer */
+} kir_reduce_init;
+
+typedef struct kir_reduce_desc {
+  kir_reduce_init init;
+  uint16_t combine; /* add, mul, max or min */
+  bool mean;
+} kir_reduce_desc;
+
 typedef struct kir_op_desc {
   const char *name;
   kir_family family;
@@ -274,6 +294,7 @@ typedef struct kir_op_desc {
   kir_decompose_fn decompose;     /* compound ops: into primitives */
   kir_vjp_fn vjp;                 /* autodiff: reverse-mode rule (ir/vjp_*.c); NULL: none */
   kir_lower_fn lower;             /* codegen: builds the op's kernels (codegen/lower*.c) */
+  kir_reduce_desc reduce;         /* folding reductions: identity, combiner, mean */
   const char *doc;                /* one line of semantics, for docs/ir.md */
   /* Parsed from `signature` by kir_ops_init(). */
   kir_attr_spec attr[KIR_MAX_ATTRS];
@@ -282,6 +303,13 @@ typedef struct kir_op_desc {
 
 /* The table, parsed once (thread-safe). */
 const kir_op_desc *kir_op(uint16_t op);
+/* Whether `op` is a folding reduction (kir_op_desc.reduce). */
+bool kir_op_is_fold(uint16_t op);
+/* A folding reduction's identity: as a float, and in integer dtype t. */
+double kir_reduce_identity_f(const kir_op_desc *d);
+int64_t kir_reduce_identity_i(const kir_op_desc *d, kir_dtype t);
+/* The least and largest values of integer dtype t (bool: 0 and 1). */
+void kir_dtype_int_range(kir_dtype t, int64_t *lo, int64_t *hi);
 bool kir_op_lookup(const char *name, size_t n, uint16_t *out);
 int kir_op_attr_index(const kir_op_desc *d, const char *name, size_t n);
 /* NULL, or what is wrong with ops.def's attribute signatures (a build defect). */

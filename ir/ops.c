@@ -187,6 +187,41 @@ const kir_op_desc *kir_op(uint16_t op) {
   return op < KIR_OP_COUNT ? &table[op] : NULL;
 }
 
+bool kir_op_is_fold(uint16_t op) {
+  const kir_op_desc *d = kir_op(op);
+  return d && d->reduce.init != KIR_REDUCE_NONE;
+}
+
+void kir_dtype_int_range(kir_dtype t, int64_t *lo, int64_t *hi) {
+  switch (t) {
+  case KILN_I32: *lo = INT32_MIN, *hi = INT32_MAX; break;
+  case KILN_I8: *lo = INT8_MIN, *hi = INT8_MAX; break;
+  case KILN_U8: *lo = 0, *hi = UINT8_MAX; break;
+  case KILN_BOOL: *lo = 0, *hi = 1; break;
+  default: *lo = INT64_MIN, *hi = INT64_MAX; break;
+  }
+}
+
+double kir_reduce_identity_f(const kir_op_desc *d) {
+  switch (d->reduce.init) {
+  case KIR_REDUCE_ONE: return 1.0;
+  case KIR_REDUCE_LEAST: return -INFINITY;
+  case KIR_REDUCE_GREATEST: return INFINITY;
+  default: return 0.0;
+  }
+}
+
+int64_t kir_reduce_identity_i(const kir_op_desc *d, kir_dtype t) {
+  int64_t lo, hi;
+  kir_dtype_int_range(t, &lo, &hi);
+  switch (d->reduce.init) {
+  case KIR_REDUCE_ONE: return 1;
+  case KIR_REDUCE_LEAST: return lo;
+  case KIR_REDUCE_GREATEST: return hi;
+  default: return 0;
+  }
+}
+
 /* Non-NULL if ops.def has a malformed signature: a build defect, tested. */
 const char *kir_ops_check(void) {
   pthread_once(&table_once, init_table);

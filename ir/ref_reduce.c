@@ -2,9 +2,9 @@
  * ref_reduce.c — float64 reference kernels of the reductions: reduce_sum,
  * reduce_mean, reduce_max, reduce_min, reduce_prod, argmax and argmin.
  *
- * The five reduce_* ops share one kernel. What differs between them is a
- * row of the `reducers` table below, keyed by op id: the starting value and
- * the combining scalar functions (the same ones the binary ops use, so
+ * The five reduce_* ops share one kernel. What differs between them is
+ * their row of the op table (kir_op_desc.reduce, ir/ops.def): the starting
+ * value and the combining op, whose scalar functions are the binary op's (so
  * reduce_max propagates NaN exactly as max does and integer sums wrap as
  * add does). Floats accumulate in double in input order: the oracle favours
  * the obvious sum over the most accurate one.
@@ -19,46 +19,6 @@
 #include <math.h>
 
 #include "ops_impl.h"
-
-typedef enum { INIT_ZERO, INIT_ONE, INIT_LEAST, INIT_GREATEST } reduce_init;
-
-typedef struct reducer {
-  reduce_init init;
-  double (*f)(double, double);
-  int64_t (*i)(int64_t, int64_t);
-  bool mean; /* divide the sum by the number of elements reduced */
-} reducer;
-
-static const reducer reducers[KIR_OP_COUNT] = {
-    [KIR_OP_reduce_sum] = {INIT_ZERO, kir_f_add, kir_i_add, false},
-    [KIR_OP_reduce_mean] = {INIT_ZERO, kir_f_add, NULL, true},
-    [KIR_OP_reduce_max] = {INIT_LEAST, kir_f_max, kir_i_max, false},
-    [KIR_OP_reduce_min] = {INIT_GREATEST, kir_f_min, kir_i_min, false},
-    [KIR_OP_reduce_prod] = {INIT_ONE, kir_f_mul, kir_i_mul, false},
-};
-
-/* The least and largest values of an integer dtype. */
-static void int_range(kir_dtype t, int64_t *lo, int64_t *hi) {
-  switch (t) {
-  case KILN_I32: *lo = INT32_MIN, *hi = INT32_MAX; break;
-  case KILN_I8: *lo = INT8_MIN, *hi = INT8_MAX; break;
-  case KILN_U8: *lo = 0, *hi = UINT8_MAX; break;
-  case KILN_BOOL: *lo = 0, *hi = 1; break;
-  default: *lo = INT64_MIN, *hi = INT64_MAX; break;
-  }
-}
-
-static double init_f(reduce_init k) {
-  static const double v[] = {[INIT_ZERO] = 0.0, [INIT_ONE] = 1.0, [INIT_LEAST] = -INFINITY,
-                             [INIT_GREATEST] = INFINITY};
-  return v[k];
-}
-
-static int64_t init_i(reduce_init k, kir_dtype t) {
-  int64_t lo, hi;
-  int_range(t, &lo, &hi);
-  return k == INIT_ZERO ? 0 : k == INIT_ONE ? 1 : k == INIT_LEAST ? lo : hi;
-}
 
 /* An axis attribute normalised into [0, rank), or -1. */
 static int norm_axis(int64_t a, int rank) {
@@ -111,24 +71,28 @@ static void step(const kir_tensor *x, const int64_t *ostride, int64_t *idx, int6
 }
 
 bool kir_ref_reduce(kir_ref_ctx *rc) {
-  const reducer *r = &reducers[rc->inst->op];
+  const kir_op_desc *d = kir_op(rc->inst->op);
+  const kir_reduce_desc *r = &d->reduce;
+  const kir_op_desc *comb = kir_op(r->combine);
   const kir_tensor *x = rc->in[0];
   kir_tensor *y = rc->out[0];
   bool isf = kir_dtype_is_float(x->dtype);
-  if (!r->f || (!isf && !r->i))
+  if (r->init == KIR_REDUCE_NONE || (!isf && r->mean))
     return kir_ref_error(rc, "has no kernel for dtype %s", kiln_dtype_name(x->dtype));
   int64_t ostride[KIR_MAX_RANK], idx[KIR_MAX_RANK] = {0}, count = 1, o = 0;
   if (!reduce_strides(rc, ostride, &count)) return false;
   if (isf) {
-    for (int64_t e = 0; e < y->numel; e++) y->f[e] = init_f(r->init);
+    double init = kir_reduce_identity_f(d);
+    for (int64_t e = 0; e < y->numel; e++) y->f[e] = init;
     for (int64_t e = 0; e < x->numel; e++, step(x, ostride, idx, &o))
-      y->f[o] = r->f(y->f[o], x->f[e]);
+      y->f[o] = comb->f2(y->f[o], x->f[e]);
     if (r->mean)
       for (int64_t e = 0; e < y->numel; e++) y->f[e] /= (double)count; /* 0/0: NaN */
   } else {
-    for (int64_t e = 0; e < y->numel; e++) y->i[e] = init_i(r->init, x->dtype);
+    int64_t init = kir_reduce_identity_i(d, x->dtype);
+    for (int64_t e = 0; e < y->numel; e++) y->i[e] = init;
     for (int64_t e = 0; e < x->numel; e++, step(x, ostride, idx, &o))
-      y->i[o] = r->i(y->i[o], x->i[e]);
+      y->i[o] = comb->i2(y->i[o], x->i[e]);
     for (int64_t e = 0; e < y->numel; e++) y->i[e] = kir_wrap_int(y->dtype, y->i[e]);
   }
   return true;

@@ -53,10 +53,7 @@ enum { MAX_MEMBERS = 64, MAX_EXTERNALS = 16 };
 
 typedef enum { CLS_NONE, CLS_FULL, CLS_ROW } val_class;
 
-static bool is_reduction(uint16_t op) {
-  return op == KIR_OP_reduce_sum || op == KIR_OP_reduce_mean || op == KIR_OP_reduce_max ||
-         op == KIR_OP_reduce_min || op == KIR_OP_reduce_prod;
-}
+static bool is_reduction(uint16_t op) { return kir_op_is_fold(op); }
 
 static bool kernel_dtype(kir_dtype t) { return t != KILN_F16 && t != KILN_BF16; }
 
