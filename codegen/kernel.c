@@ -98,8 +98,32 @@ static bool is_const_i64(const kcg_kernel *k, kcg_ref r, int64_t *v) {
   return true;
 }
 
+/*
+ * A derived op (kir_op_desc.expand): its formula built from primitives, so
+ * that no renderer sees the op. f16 and bf16 operands compute it in f32 and
+ * round once at the end, as the reference rounds it.
+ */
+static kcg_ref expand(kcg_kernel *k, const kir_expansion *e, kcg_ref x, kcg_ref y) {
+  kir_dtype t = k->exprs[x].dtype;
+  bool half = t == KILN_F16 || t == KILN_BF16;
+  kir_dtype w = half ? KILN_F32 : t;
+  kcg_ref args[2] = {half ? kcg_cast(k, w, x) : x, y == KCG_NONE || !half ? y : kcg_cast(k, w, y)};
+  kcg_ref v[KIR_EXPAND_MAX] = {0};
+  for (int i = 0; i <= e->root && !k->oom; i++) {
+    const kir_expand_node *n = &e->nodes[i];
+    v[i] = n->kind == KIR_EXPAND_ARG     ? args[n->arg]
+           : n->kind == KIR_EXPAND_CONST ? kcg_const_f(k, w, n->v)
+           : kir_op(n->op)->family == KIR_FAM_UNARY ? kcg_unary(k, n->op, v[n->a])
+                                                    : kcg_binary(k, n->op, v[n->a], v[n->b]);
+  }
+  if (k->oom) return 0;
+  return half ? kcg_cast(k, t, v[e->root]) : v[e->root];
+}
+
 kcg_ref kcg_unary(kcg_kernel *k, uint16_t op, kcg_ref a) {
   if (k->oom) return 0;
+  const kir_expansion *e = kir_op_expansion(op);
+  if (e && kir_dtype_is_float(k->exprs[a].dtype)) return expand(k, e, a, KCG_NONE);
   kir_dtype t = op == KIR_OP_is_finite ? KILN_BOOL : k->exprs[a].dtype;
   return intern(k, (kcg_expr){.kind = KCG_UNARY, .dtype = t, .op = op, .a = a, .b = KCG_NONE,
                               .c = KCG_NONE});
@@ -107,6 +131,8 @@ kcg_ref kcg_unary(kcg_kernel *k, uint16_t op, kcg_ref a) {
 
 kcg_ref kcg_binary(kcg_kernel *k, uint16_t op, kcg_ref a, kcg_ref b) {
   if (k->oom) return 0;
+  const kir_expansion *e = kir_op_expansion(op);
+  if (e && kir_dtype_is_float(k->exprs[a].dtype)) return expand(k, e, a, b);
   int64_t x, y;
   if (is_const_i64(k, a, &x) && is_const_i64(k, b, &y)) {
     if (op == KIR_OP_add) return kcg_const_i(k, KILN_I64, (int64_t)((uint64_t)x + (uint64_t)y));

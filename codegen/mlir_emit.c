@@ -433,10 +433,25 @@ static MlirValue sc_sign(me *e, kir_dtype t, MlirValue x) {
   return me_sc_select(e, gt, one, me_sc_select(e, lt, neg, x));
 }
 
+/* A derived op (kir_op_desc.expand) as its formula's scalars in dtype t. Null if a part has none. */
+static MlirValue me_expand(me *e, const kir_expansion *x, kir_dtype t, const MlirValue *a) {
+  MlirValue v[KIR_EXPAND_MAX];
+  for (int i = 0; i <= x->root; i++) {
+    const kir_expand_node *n = &x->nodes[i];
+    if (n->kind == KIR_EXPAND_ARG) v[i] = a[n->arg];
+    else if (n->kind == KIR_EXPAND_CONST) v[i] = me_const_scalar(e, t, n->v);
+    else v[i] = me_scalar(e, n->op, t, (MlirValue[]){v[n->a], n->b >= 0 ? v[n->b] : v[n->a]});
+    if (mlirValueIsNull(v[i])) return v[i];
+  }
+  return v[x->root];
+}
+
 /* One elementwise op on scalars of dtype t (the operands' dtype). Null if it has no form. */
 MlirValue me_scalar(me *e, uint16_t op, kir_dtype t, const MlirValue *a) {
   bool fl = kir_dtype_is_float(t), u = t == KILN_U8 || t == KILN_BOOL;
   MlirValue null = {NULL};
+  const kir_expansion *x = kir_op_expansion(op);
+  if (x && fl) return me_expand(e, x, t, a);
   switch (op) {
   case KIR_OP_add: return me_sc2(e, fl ? "arith.addf" : "arith.addi", a[0], a[1]);
   case KIR_OP_sub: return me_sc2(e, fl ? "arith.subf" : "arith.subi", a[0], a[1]);

@@ -278,6 +278,28 @@ typedef struct kir_reduce_desc {
   bool mean;
 } kir_reduce_desc;
 
+/*
+ * A derived elementwise op's formula over primitives (ir/expand.c), parsed
+ * from kir_op_desc.expand: nodes in post-order, children before parents.
+ */
+enum { KIR_EXPAND_MAX = 32 };
+typedef struct kir_expand_node {
+  enum { KIR_EXPAND_ARG, KIR_EXPAND_CONST, KIR_EXPAND_OP } kind;
+  uint16_t op; /* KIR_EXPAND_OP: an elementwise op of one (a) or two (a, b) operands */
+  int arg;     /* KIR_EXPAND_ARG: 0 for x, 1 for y */
+  double v;    /* KIR_EXPAND_CONST */
+  int a, b;
+} kir_expand_node;
+typedef struct kir_expansion {
+  kir_expand_node nodes[KIR_EXPAND_MAX];
+  int n, root;
+} kir_expansion;
+
+/* Parses `formula`; false with the reason in err[n]. */
+bool kir_expansion_parse(const char *formula, kir_expansion *out, char *err, size_t n);
+/* The formula in float64 on `args` (through the ops' reference scalar functions). */
+double kir_expansion_eval(const kir_expansion *e, const double *args);
+
 typedef struct kir_op_desc {
   const char *name;
   kir_family family;
@@ -295,6 +317,8 @@ typedef struct kir_op_desc {
   kir_vjp_fn vjp;                 /* autodiff: reverse-mode rule (ir/vjp_*.c); NULL: none */
   kir_lower_fn lower;             /* codegen: builds the op's kernels (codegen/lower*.c) */
   kir_reduce_desc reduce;         /* folding reductions: identity, combiner, mean */
+  const char *expand;             /* derived elementwise ops: the formula over primitives that
+                                     every target builds (ir/expand.c); NULL: a primitive */
   const char *doc;                /* one line of semantics, for docs/ir.md */
   /* Parsed from `signature` by kir_ops_init(). */
   kir_attr_spec attr[KIR_MAX_ATTRS];
@@ -303,6 +327,8 @@ typedef struct kir_op_desc {
 
 /* The table, parsed once (thread-safe). */
 const kir_op_desc *kir_op(uint16_t op);
+/* A derived op's parsed formula (kir_op_desc.expand), NULL for a primitive. */
+const kir_expansion *kir_op_expansion(uint16_t op);
 /* Whether `op` is a folding reduction (kir_op_desc.reduce). */
 bool kir_op_is_fold(uint16_t op);
 /* A folding reduction's identity: as a float, and in integer dtype t. */

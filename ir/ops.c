@@ -177,9 +177,31 @@ __attribute__((destructor)) static void free_table(void) {
 }
 #endif
 
+static kir_expansion expansions[KIR_OP_COUNT];
+static bool expansion_ok[KIR_OP_COUNT];
+
 static void init_table(void) {
   for (int i = 0; i < KIR_OP_COUNT; i++)
     parse_signature(&table[i]);
+}
+
+/* Parsed after the table (a formula names other ops), once. */
+static pthread_once_t expand_once = PTHREAD_ONCE_INIT;
+
+static void init_expansions(void) {
+  for (int i = 0; i < KIR_OP_COUNT; i++) {
+    char err[200];
+    if (!table[i].expand) continue;
+    expansion_ok[i] = kir_expansion_parse(table[i].expand, &expansions[i], err, sizeof err);
+    if (!expansion_ok[i]) sig_fail(&table[i], err);
+  }
+}
+
+const kir_expansion *kir_op_expansion(uint16_t op) {
+  const kir_op_desc *d = kir_op(op);
+  if (!d || !d->expand) return NULL;
+  pthread_once(&expand_once, init_expansions);
+  return expansion_ok[op] ? &expansions[op] : NULL;
 }
 
 const kir_op_desc *kir_op(uint16_t op) {
@@ -225,6 +247,7 @@ int64_t kir_reduce_identity_i(const kir_op_desc *d, kir_dtype t) {
 /* Non-NULL if ops.def has a malformed signature: a build defect, tested. */
 const char *kir_ops_check(void) {
   pthread_once(&table_once, init_table);
+  pthread_once(&expand_once, init_expansions);
   return table_error[0] ? table_error : NULL;
 }
 
