@@ -106,6 +106,7 @@ bool kir_vjp_cos(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_decomposed(kir_vjp_ctx *vc, const kir_inst *inst); /* through op->decompose */
 bool kir_vjp_div(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_erf(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_hardswish(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_exp(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_expm1(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_flash_attention(kir_vjp_ctx *vc, const kir_inst *inst); /* ir/flash_attention.c */
@@ -178,6 +179,7 @@ double kir_f_reciprocal(double x);
 double kir_f_round(double x);
 double kir_f_rsqrt(double x);
 double kir_f_sigmoid(double x);
+double kir_f_hardswish(double x);
 double kir_f_sign(double x);
 int64_t kir_i_abs(int64_t x);
 int64_t kir_i_neg(int64_t x);

@@ -37,6 +37,12 @@ double kir_f_rsqrt(double x) { return 1.0 / sqrt(x); }
 double kir_f_reciprocal(double x) { return 1.0 / x; }
 
 /* Never forms e^|x| for large |x|, so it neither overflows nor loses the tail. */
+double kir_f_hardswish(double x) {
+  /* x times a factor in [0, 1]: exactly x from 3 up, -0 or 0 below -3, no overflow */
+  double f = x + 3 < 0 ? 0 : x + 3 > 6 ? 6 : x + 3;
+  return isnan(x) ? x : x * (f / 6);
+}
+
 double kir_f_sigmoid(double x) {
   if (x >= 0) return 1.0 / (1.0 + exp(-x));
   double e = exp(x);

@@ -100,6 +100,14 @@ bool kir_vjp_sigmoid(kir_vjp_ctx *vc, const kir_inst *inst) {
   return give(vc, BIN(mul, Y, BIN(sub, SCALAR(1), Y)));
 }
 
+bool kir_vjp_hardswish(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst; /* 0 below -3, 1 above 3, (2x + 3) / 6 between (torch's choice at the ends) */
+  uint32_t mid = BIN(div, BIN(add, BIN(mul, X, SCALAR(2)), SCALAR(3)), SCALAR(6));
+  uint32_t hi = BIN(ge, X, SCALAR(3)), lo = BIN(le, X, SCALAR(-3));
+  uint32_t zero = SCALAR(0), one = SCALAR(1);
+  return give(vc, kir_vjp_select(vc, lo, zero, kir_vjp_select(vc, hi, one, mid)));
+}
+
 bool kir_vjp_erf(kir_vjp_ctx *vc, const kir_inst *inst) {
   (void)inst; /* 2/sqrt(pi) e^(-x^2) */
   uint32_t e = UN(exp, UN(neg, BIN(mul, X, X)));

@@ -88,6 +88,7 @@ static domain domain_of(const char *op) {
   if (!strcmp(op, "abs") || !strcmp(op, "reciprocal") || !strcmp(op, "div") ||
       !strcmp(op, "reduce_prod"))
     return (domain){-2, 2, true};
+  if (!strcmp(op, "hardswish")) return (domain){-5, 5, false}; /* both flat parts and the curve */
   return (domain){-2, 2, false};
 }
 

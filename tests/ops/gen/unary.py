@@ -62,6 +62,12 @@ with np.errstate(all="ignore"):
         "erf": (vec(erf), (-3, 3), [1e-9, 6.0, -6.0, 0.476936]),
     }
 
+with np.errstate(all="ignore"):
+    LATER_OPS = {  # as FLOAT_OPS
+        "hardswish": (lambda a: a * (np.clip(a + 3, 0, 6) / 6), (-6, 6),
+                      [-3.0, 3.0, -2.9999999, 2.9999999, -4.0, 1e-9]),
+    }
+
 INT_EDGES = {
     "i64": [-(2**63), 2**62, -5, 0, 7, 2**53],
     "i32": [-(2**31), 2**31 - 1, -5, 0, 7, -1],
@@ -145,3 +151,7 @@ if __name__ == "__main__":
     write_op("logical_not", SCRIPT,
              bool_cases("logical_not", lambda x: np.logical_not(x).astype(int), "bool"))
     is_finite_cases()
+    # Ops added later draw their random inputs after the others, so theirs stay as they were.
+    for name in LATER_OPS:
+        FLOAT_OPS[name] = LATER_OPS[name]
+        write_op(name, SCRIPT, float_cases(name))
