@@ -40,23 +40,7 @@
 #define OC_RNG_SEED 0x9e3779b97f4a7c15ull
 #include "op_cases.h"
 
-static int failures;
-#define CHECK(c)                                                                        \
-  do {                                                                                  \
-    if (!(c)) {                                                                         \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c);             \
-      failures++;                                                                       \
-    }                                                                                   \
-  } while (0)
-#define CHECK_MSG(ctx, want)                                                            \
-  do {                                                                                  \
-    if (strcmp(kiln_ctx_error(ctx), want)) {                                            \
-      fprintf(stderr, "%s:%d: message\n  '%s'\nwanted\n  '%s'\n", __FILE__, __LINE__,   \
-              kiln_ctx_error(ctx), want);                                               \
-      failures++;                                                                       \
-    }                                                                                   \
-  } while (0)
-
+#include "harness.h"
 /* (op, dtype) pairs that may be refused as unsupported; NULL matches any op. None are now:
    f16 and bf16 compile too (their accuracy is test_precision.c's). */
 static const struct {

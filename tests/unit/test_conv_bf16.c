@@ -42,14 +42,7 @@
 #include "runtime/rt_gemm_cpu.h"
 #include "passes/pipeline.h"
 
-static int failures;
-#define CHECK(c)                                                                                   \
-  do {                                                                                             \
-    if (!(c)) {                                                                                    \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c);                        \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
+#include "harness.h"
 
 typedef struct conv_case {
   const char *name;

@@ -46,15 +46,8 @@
 #include "runtime/hip.h"
 #include "skip.h"
 
-static int failures;
 
-#define CHECK(c)                                                                        \
-  do {                                                                                  \
-    if (!(c)) {                                                                         \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c);             \
-      failures++;                                                                       \
-    }                                                                                   \
-  } while (0)
+#include "harness.h"
 
 static bool starts(const char *s, const char *prefix) { return !strncmp(s, prefix, strlen(prefix)); }
 

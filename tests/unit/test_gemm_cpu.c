@@ -34,14 +34,7 @@
 #include "passes/passes.h"
 #include "runtime/rt_gemm_cpu.h"
 
-static int failures;
-#define CHECK(c)                                                                        \
-  do {                                                                                  \
-    if (!(c)) {                                                                         \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c);             \
-      failures++;                                                                       \
-    }                                                                                   \
-  } while (0)
+#include "harness.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15u;
 static double uniform(void) { /* in [-1, 1), never exactly zero in practice */

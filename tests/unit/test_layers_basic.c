@@ -32,22 +32,7 @@
 
 static int failures, compared;
 
-#define CHECK(c)                                                                                   \
-  do {                                                                                             \
-    if (!(c)) {                                                                                    \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c);                        \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
-#define CHECK_MSG(ctx, want)                                                                       \
-  do {                                                                                             \
-    if (strcmp(kiln_ctx_error(ctx), want)) {                                                       \
-      fprintf(stderr, "%s:%d: message\n  '%s'\nwanted\n  '%s'\n", __FILE__, __LINE__,              \
-              kiln_ctx_error(ctx), want);                                                          \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
-
+#include "harness.h"
 /* kl_mk reads an "i" argument as int64_t. */
 #define I(v) ((int64_t)(v))
 

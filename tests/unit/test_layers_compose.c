@@ -27,15 +27,9 @@
 
 #include "layers/layers.h"
 
-static int failures, skipped;
-#define CHECK(c)                                                                                   \
-  do {                                                                                             \
-    if (!(c)) {                                                                                    \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c);                        \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
-#define CHECK_MSG(ctx, want)                                                                       \
+static int skipped;
+#include "harness.h"
+#define CHECK_MSG_HAS(ctx, want)                                                                       \
   do {                                                                                             \
     if (!strstr(kiln_ctx_error(ctx), want)) {                                                      \
       fprintf(stderr, "%s:%d: message\n  '%s'\nshould contain\n  '%s'\n", __FILE__, __LINE__,      \
@@ -385,7 +379,7 @@ static void test_sequential(void) {
   /* A failed child: the sequential fails with the child's message. */
   kl_layer *bad[2] = {A(2, 2), kl_mk(ctx, "activation", "s", "reLU")};
   CHECK(bad[1] == NULL);
-  CHECK_MSG(ctx, "unknown activation 'reLU'");
+  CHECK_MSG_HAS(ctx, "unknown activation 'reLU'");
   CHECK(kl_mk(ctx, "sequential", "Ls", (size_t)2, bad) == NULL);
   /* A list input reaching a layer that wants one tensor: the child's message. */
   m = kl_mk(ctx, "sequential", "Ls", (size_t)1, (kl_layer *[]){A(3, 2)});
@@ -395,7 +389,7 @@ static void test_sequential(void) {
   kiln_build_opts o = {KILN_F64, 0};
   kiln_graph *g = NULL;
   CHECK(kiln_layer_build(ctx, m, 2, mi, &o, &g) != KILN_OK && !g);
-  CHECK_MSG(ctx, "t_affine: expects one tensor");
+  CHECK_MSG_HAS(ctx, "t_affine: expects one tensor");
   kl_layer_release(m);
 }
 
@@ -435,7 +429,7 @@ static void test_residual(void) {
   kiln_build_opts o = {KILN_F64, 0};
   kiln_graph *g = NULL;
   CHECK(kiln_layer_build(ctx, m, 1, &mi, &o, &g) != KILN_OK && !g);
-  CHECK_MSG(ctx,
+  CHECK_MSG_HAS(ctx,
             "residual: the inner layer's output [N, 4] differs in shape from its input [N, 3]");
   kl_layer_release(m);
 }
@@ -494,11 +488,11 @@ static void test_parallel(void) {
   }
 
   CHECK(kl_mk(ctx, "parallel", "Ls combine=s", (size_t)1, (kl_layer *[]){A(3, 2)}, "max") == NULL);
-  CHECK_MSG(ctx, "parallel: unknown combine 'max' (valid: concat, add, mul, mean, list)");
+  CHECK_MSG_HAS(ctx, "parallel: unknown combine 'max' (valid: concat, add, mul, mean, list)");
   CHECK(kl_mk(ctx, "parallel", "Ls combine=s", (size_t)1, (kl_layer *[]){A(3, 2)}, "sub") == NULL);
-  CHECK_MSG(ctx, "parallel: unknown combine 'sub'");
+  CHECK_MSG_HAS(ctx, "parallel: unknown combine 'sub'");
   CHECK(kl_mk(ctx, "parallel", "Ls", (size_t)0, (kl_layer **)NULL) == NULL);
-  CHECK_MSG(ctx, "parallel: needs at least one branch");
+  CHECK_MSG_HAS(ctx, "parallel: needs at least one branch");
 
   /* concat of different ranks fails at build with the combine's message. */
   m = kl_mk(ctx, "parallel", "Ls", (size_t)2,
@@ -508,7 +502,7 @@ static void test_parallel(void) {
   kiln_build_opts o = {KILN_F64, 0};
   kiln_graph *g = NULL;
   CHECK(m && kiln_layer_build(ctx, m, 1, &mi, &o, &g) != KILN_OK && !g);
-  CHECK_MSG(ctx, "parallel: combine=concat needs tensors, but output 1 is a list of 1");
+  CHECK_MSG_HAS(ctx, "parallel: combine=concat needs tensors, but output 1 is a list of 1");
   kl_layer_release(m);
 }
 
@@ -618,7 +612,7 @@ static void test_dag_values(void) {
     kiln_build_opts o = {KILN_F64, 0};
     kiln_graph *g = NULL;
     CHECK(kiln_layer_build(ctx, m, 1, &mi, &o, &g) != KILN_OK && !g);
-    CHECK_MSG(ctx, "dag: expects a list of 2 inputs [a, b], got one tensor");
+    CHECK_MSG_HAS(ctx, "dag: expects a list of 2 inputs [a, b], got one tensor");
     kl_layer_release(m);
   }
   /* A single output name given as a string; an input used as the output. */
@@ -647,60 +641,60 @@ static void test_dag_errors(void) {
                      node(&s[1], "h2", la, 0, "h3", NULL, NULL),
                      node(&s[2], "h3", la, 0, "h1", NULL, NULL)};
   CHECK(mk_dag(nodes, 3, NULL, NULL) == NULL);
-  CHECK_MSG(ctx, "dag(): node 'h2' uses 'h3', which is not defined before it");
+  CHECK_MSG_HAS(ctx, "dag(): node 'h2' uses 'h3', which is not defined before it");
 
   nodes[1] = node(&s[1], "h1", la, 0, "x", NULL, NULL);
   CHECK(mk_dag(nodes, 3, NULL, NULL) == NULL);
-  CHECK_MSG(ctx, "dag(): node name 'h1' is used twice");
+  CHECK_MSG_HAS(ctx, "dag(): node name 'h1' is used twice");
 
   nodes[1] = node(&s[1], "x", la, 0, "h1", NULL, NULL);
   CHECK(mk_dag(nodes, 2, NULL, NULL) == NULL);
-  CHECK_MSG(ctx, "dag(): node name 'x' is used twice (it is also an input)");
+  CHECK_MSG_HAS(ctx, "dag(): node name 'x' is used twice (it is also an input)");
 
   nodes[1] = node(&s[1], "h2", la, 2, "h1", "h2", NULL);
   CHECK(mk_dag(nodes, 2, NULL, NULL) == NULL);
-  CHECK_MSG(ctx, "dag(): node 'h2' uses itself");
+  CHECK_MSG_HAS(ctx, "dag(): node 'h2' uses itself");
 
   nodes[1] = node(&s[1], "a.b", la, 0, "h1", NULL, NULL);
   CHECK(mk_dag(nodes, 2, NULL, NULL) == NULL);
-  CHECK_MSG(ctx, "dag(): node name 'a.b' must not contain '.'");
+  CHECK_MSG_HAS(ctx, "dag(): node name 'a.b' must not contain '.'");
 
   nodes[1] = node(&s[1], "h2", la, 0, "h1", NULL, NULL);
   nodes[1].n = 2; /* [name, layer] */
   CHECK(mk_dag(nodes, 2, NULL, NULL) == NULL);
-  CHECK_MSG(ctx,
+  CHECK_MSG_HAS(ctx,
             "dag(): node 1 must be [name, layer, input] or [name, layer, [input1, input2, ...]]");
   nodes[1] = node(&s[1], "h2", kl_int(3), 0, "h1", NULL, NULL);
   CHECK(mk_dag(nodes, 2, NULL, NULL) == NULL);
-  CHECK_MSG(ctx, "dag(): node 1 must be [name, layer, input]");
+  CHECK_MSG_HAS(ctx, "dag(): node 1 must be [name, layer, input]");
   nodes[1] = node(&s[1], "h2", la, 0, "h1", NULL, NULL);
   nodes[1].items[2] = kl_int(0);
   CHECK(mk_dag(nodes, 2, NULL, NULL) == NULL);
-  CHECK_MSG(ctx, "dag(): node 1 must be [name, layer, input]");
+  CHECK_MSG_HAS(ctx, "dag(): node 1 must be [name, layer, input]");
   nodes[1] = node(&s[1], "h2", la, 0, "h1", NULL, NULL);
   nodes[1].items[2] = (kl_arg){.kind = KL_A_LIST};
   CHECK(mk_dag(nodes, 2, NULL, NULL) == NULL);
-  CHECK_MSG(ctx, "dag(): node 'h2' has no input");
+  CHECK_MSG_HAS(ctx, "dag(): node 'h2' has no input");
   nodes[1] = node(&s[1], "h2", kl_str("reLU"), 0, "h1", NULL, NULL);
   CHECK(mk_dag(nodes, 2, NULL, NULL) == NULL);
-  CHECK_MSG(ctx, "unknown activation 'reLU'");
+  CHECK_MSG_HAS(ctx, "unknown activation 'reLU'");
 
   nodes[1] = node(&s[1], "h2", la, 0, "h1", NULL, NULL);
   kl_arg out = kl_str("h9");
   CHECK(mk_dag(nodes, 2, NULL, &out) == NULL);
-  CHECK_MSG(ctx, "dag(): output 'h9' is not a node or an input");
+  CHECK_MSG_HAS(ctx, "dag(): output 'h9' is not a node or an input");
   kl_arg ov[2], outs = strs(ov, 2, "h1", "zz");
   CHECK(mk_dag(nodes, 2, NULL, &outs) == NULL);
-  CHECK_MSG(ctx, "dag(): output 'zz' is not a node or an input");
+  CHECK_MSG_HAS(ctx, "dag(): output 'zz' is not a node or an input");
 
   kl_arg iv[2], ins = strs(iv, 2, "x", "x");
   CHECK(mk_dag(nodes, 2, &ins, NULL) == NULL);
-  CHECK_MSG(ctx, "dag(): input name 'x' is used twice");
+  CHECK_MSG_HAS(ctx, "dag(): input name 'x' is used twice");
   ins = strs(iv, 0, NULL, NULL);
   CHECK(mk_dag(nodes, 2, &ins, NULL) == NULL);
-  CHECK_MSG(ctx, "dag(): needs at least one input");
+  CHECK_MSG_HAS(ctx, "dag(): needs at least one input");
   CHECK(mk_dag(nodes, 0, NULL, NULL) == NULL);
-  CHECK_MSG(ctx, "dag(): nodes must be a non-empty list of nodes");
+  CHECK_MSG_HAS(ctx, "dag(): nodes must be a non-empty list of nodes");
 
   /* Still valid after all that: the shared layer l1 serves two nodes (two parameter sets). */
   kl_layer *m = mk_dag(nodes, 2, NULL, NULL);
@@ -750,14 +744,14 @@ static void test_siamese(void) {
   }
   eager_only = false;
   CHECK(kl_mk(ctx, "siamese", "L combine=s", A(3, 2), "cosine") == NULL);
-  CHECK_MSG(
+  CHECK_MSG_HAS(
       ctx, "siamese: unknown combine 'cosine' (valid: concat, add, mul, mean, list, sub, absdiff)");
   kl_layer *m = kl_mk(ctx, "siamese", "L", A(3, 2));
   kiln_model_input mi = {"a", KILN_INPUT_TENSOR, KILN_F64, 2, ins[0].dims, NULL};
   kiln_build_opts o = {KILN_F64, 0};
   kiln_graph *g = NULL;
   CHECK(m && kiln_layer_build(ctx, m, 1, &mi, &o, &g) != KILN_OK && !g);
-  CHECK_MSG(ctx, "siamese: expects a list [a, b], got one tensor");
+  CHECK_MSG_HAS(ctx, "siamese: expects a list [a, b], got one tensor");
   kl_layer_release(m);
 }
 
@@ -853,14 +847,14 @@ static void test_mlp(void) {
     kl_layer_release(m);
   }
   CHECK(kl_mk(ctx, "mlp", "I", (size_t)1, sizes) == NULL);
-  CHECK_MSG(ctx, "mlp: sizes needs at least 2 entries (in, out), got 1");
+  CHECK_MSG_HAS(ctx, "mlp: sizes needs at least 2 entries (in, out), got 1");
   int64_t bad[3] = {2, 0, 3};
   CHECK(kl_mk(ctx, "mlp", "I", (size_t)3, bad) == NULL);
-  CHECK_MSG(ctx, "mlp: sizes must be positive, got 0");
+  CHECK_MSG_HAS(ctx, "mlp: sizes must be positive, got 0");
   CHECK(kl_mk(ctx, "mlp", "I dropout=f", (size_t)3, sizes, 1.0) == NULL);
-  CHECK_MSG(ctx, "mlp: dropout must be in [0, 1), got 1");
+  CHECK_MSG_HAS(ctx, "mlp: dropout must be in [0, 1), got 1");
   CHECK(kl_mk(ctx, "mlp", "I act=s", (size_t)3, sizes, "reLU") == NULL);
-  CHECK_MSG(ctx, "unknown activation 'reLU'");
+  CHECK_MSG_HAS(ctx, "unknown activation 'reLU'");
 }
 
 static void test_autoencoders(void) {
@@ -948,7 +942,7 @@ static void test_autoencoders(void) {
     kl_layer_release(m);
   }
   CHECK(kl_mk(ctx, "autoencoder", "i i", (int64_t)6, (int64_t)0) == NULL);
-  CHECK_MSG(ctx, "autoencoder: latent must be positive, got 0");
+  CHECK_MSG_HAS(ctx, "autoencoder: latent must be positive, got 0");
 }
 
 /* Zoo models made of other helpers' layers: paths, counts and shapes. */
@@ -991,7 +985,7 @@ static void test_zoo_shapes(void) {
   }
   CHECK(kl_mk(ctx, "cnn", "i i image=i channels=I", (int64_t)1, (int64_t)10, (int64_t)3, (size_t)2,
               ch) == NULL);
-  CHECK_MSG(ctx, "cnn: image=3 is too small for 2 pooling stages");
+  CHECK_MSG_HAS(ctx, "cnn: image=3 is too small for 2 pooling stages");
 
   m = zoo(kl_mk(ctx, "lstm_classifier", "i i i layers=i", (int64_t)3, (int64_t)5, (int64_t)4,
                 (int64_t)2),
@@ -1010,7 +1004,7 @@ static void test_zoo_shapes(void) {
   }
   CHECK(kl_mk(ctx, "lstm_classifier", "i i i layers=i", (int64_t)3, (int64_t)5, (int64_t)4,
               (int64_t)0) == NULL);
-  CHECK_MSG(ctx, "lstm_classifier: layers must be positive, got 0");
+  CHECK_MSG_HAS(ctx, "lstm_classifier: layers must be positive, got 0");
 
   /* transformer_lm: [B, T] ids -> [B, T, vocab], and causal: changing the
    * last token changes no earlier position. */
@@ -1122,7 +1116,7 @@ static void test_zoo_graph(void) {
     kl_layer_release(m);
   }
   CHECK(kl_mk(ctx, "gcn_net", "i i i dropout=f", (int64_t)4, (int64_t)8, (int64_t)3, -0.5) == NULL);
-  CHECK_MSG(ctx, "gcn_net: dropout must be in [0, 1), got -0.5");
+  CHECK_MSG_HAS(ctx, "gcn_net: dropout must be in [0, 1), got -0.5");
 }
 
 int main(void) {

@@ -40,23 +40,7 @@ KILN_API kiln_status kiln_graph_edges(kiln_ctx *ctx, const int64_t *src, const i
                                       size_t n_edges, int64_t n_nodes, int undirected,
                                       int self_loops, kiln_tensor **src_out, kiln_tensor **dst_out);
 
-static int failures;
-#define CHECK(c)                                                                                   \
-  do {                                                                                             \
-    if (!(c)) {                                                                                    \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c);                        \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
-#define CHECK_MSG(ctx, want)                                                                       \
-  do {                                                                                             \
-    if (strcmp(kiln_ctx_error(ctx), want)) {                                                       \
-      fprintf(stderr, "%s:%d: message\n  '%s'\nwanted\n  '%s'\n", __FILE__, __LINE__,              \
-              kiln_ctx_error(ctx), want);                                                          \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
-
+#include "harness.h"
 /* kl_mk reads an "i" argument as int64_t. */
 #define I(v) ((int64_t)(v))
 

@@ -23,23 +23,7 @@
 #include "kiln/kiln.h"
 #include "passes/passes.h"
 
-static int failures;
-#define CHECK(c)                                                                                   \
-  do {                                                                                             \
-    if (!(c)) {                                                                                    \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c);                        \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
-#define CHECK_MSG(ctx, want)                                                                       \
-  do {                                                                                             \
-    if (strcmp(kiln_ctx_error(ctx), want)) {                                                       \
-      fprintf(stderr, "%s:%d: message\n  '%s'\nwanted\n  '%s'\n", __FILE__, __LINE__,              \
-              kiln_ctx_error(ctx), want);                                                          \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
-
+#include "harness.h"
 #define DIR KILN_SOURCE_DIR "/tests/fixtures/train/losses/"
 
 /* splitmix64: a fixed, portable stream of random inputs. */

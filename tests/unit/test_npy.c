@@ -19,14 +19,7 @@
 #define KILN_SOURCE_DIR "."
 #endif
 
-static int failures;
-#define CHECK(c)                                                                        \
-  do {                                                                                  \
-    if (!(c)) {                                                                         \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c);             \
-      failures++;                                                                       \
-    }                                                                                   \
-  } while (0)
+#include "harness.h"
 
 static kiln_ctx *ctx;
 

@@ -36,14 +36,7 @@
 #include "passes/mixed_precision.h"
 #include "train/loss_scale.h"
 
-static int failures;
-#define CHECK(c)                                                                                   \
-  do {                                                                                             \
-    if (!(c)) {                                                                                    \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c);                        \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
+#include "harness.h"
 
 /* ------------------------------------------------------------ 1. every op */
 

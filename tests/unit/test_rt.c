@@ -24,23 +24,7 @@
 
 #include "runtime/rt.h"
 
-static int failures;
-#define CHECK(c)                                                                        \
-  do {                                                                                  \
-    if (!(c)) {                                                                         \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c);             \
-      failures++;                                                                       \
-    }                                                                                   \
-  } while (0)
-#define CHECK_MSG(ctx, want)                                                            \
-  do {                                                                                  \
-    if (strcmp(kiln_ctx_error(ctx), want)) {                                            \
-      fprintf(stderr, "%s:%d: message\n  '%s'\nwanted\n  '%s'\n", __FILE__, __LINE__,   \
-              kiln_ctx_error(ctx), want);                                               \
-      failures++;                                                                       \
-    }                                                                                   \
-  } while (0)
-
+#include "harness.h"
 static kiln_ctx *ctx;
 static const char *sym_names[] = {"N", "T", "M"};
 #define N_ KIR_SYM_DIM(0)
