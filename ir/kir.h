@@ -317,10 +317,10 @@ bool kir_shape_read_dims(kir_shape_ctx *sc, int a, kir_type *t);
 /* ------------------------------------------------------------ autodiff */
 
 /*
- * What a VJP rule sees (passes/autodiff.c builds it): the graph being built,
- * which already holds the forward computation, the instruction's operands
- * and results as values of that graph, and the cotangent arriving at each
- * result (KILN_NO_VALUE where none does).
+ * What a VJP rule sees (the walk of ir/vjp_walk.c builds it): the graph
+ * being built, which already holds the forward computation, the
+ * instruction's operands and results as values of that graph, and the
+ * cotangent arriving at each result (KILN_NO_VALUE where none does).
  */
 struct kir_vjp_ctx {
   kir_graph *g;
@@ -330,7 +330,7 @@ struct kir_vjp_ctx {
   const uint32_t *dout; /* cotangent of each result, or KILN_NO_VALUE */
   const bool *wants;    /* wants[i]: operand i needs a cotangent (a float on a path from a wrt param) */
   uint32_t line, col;   /* the instruction's source position, given to what the rule emits */
-  void *pass;           /* the autodiff pass's state */
+  void *pass;           /* the walk's state (ir/vjp_walk.c) */
 };
 
 /* Adds `cot` (of operand i's type) to operand i's cotangent; ignored unless wants[i]. */
@@ -355,6 +355,31 @@ bool kir_vjp_backprop(kir_vjp_ctx *vc, uint32_t first, const uint32_t *outs);
  */
 bool kir_vjp_graph(kir_vjp_ctx *vc, kir_graph *g, uint32_t nfwd, const bool *wrt, uint32_t nseed,
                    const uint32_t *vals, const uint32_t *cots, uint32_t *dparams);
+
+/*
+ * A forward instruction and its twin, which a rule emitted: the twin takes
+ * the same operands and computes the same results first, then more (the
+ * scan rule's forward scan that also stores its carries). Once the walk is
+ * done, kp_grad keeps the twin in the instruction's place (merge_twins,
+ * passes/autodiff.c).
+ */
+typedef struct kir_twin {
+  const kir_graph *g;
+  uint32_t inst, twin; /* instruction indices in g */
+  uint32_t *vals;      /* the merged twin's results in the new module */
+} kir_twin;
+
+typedef struct kir_twin_list {
+  kir_twin *v;
+  uint32_t n, cap;
+} kir_twin_list;
+
+/*
+ * kir_vjp_graph for a caller that is no rule (kp_grad, on the entry): the
+ * twins the rules declare are appended to `tw` (NULL: none kept).
+ */
+bool kir_vjp_walk(kir_twin_list *tw, kir_graph *g, uint32_t nfwd, const bool *wrt, uint32_t nseed,
+                  const uint32_t *vals, const uint32_t *cots, uint32_t *dparams);
 /*
  * Declares instruction `twin` of vc->g, which the rule has just emitted, a
  * twin of the rule's instruction: the same operands, the same results first,

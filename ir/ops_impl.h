@@ -91,7 +91,7 @@ bool kir_decompose_rms_norm(kir_graph *g, const kir_inst *inst, const uint32_t *
 bool kir_decompose_segment_softmax(kir_graph *g, const kir_inst *inst, const uint32_t *in, uint32_t *out);
 bool kir_decompose_softmax(kir_graph *g, const kir_inst *inst, const uint32_t *in, uint32_t *out);
 
-/* VJP rules (ir/vjp_*.c), named by ops.def's `.vjp` fields; see passes/autodiff.c. */
+/* VJP rules (ir/vjp_*.c), named by ops.def's `.vjp` fields; run by the walk of ir/vjp_walk.c. */
 bool kir_vjp_abs(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_add(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_avg_pool2d(kir_vjp_ctx *vc, const kir_inst *inst);
