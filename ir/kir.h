@@ -451,11 +451,9 @@ struct kiln_tensor {
   void *data; /* numel * kiln_dtype_size(dtype) bytes, malloc'ed, owned */
 };
 
-/* Conversions between host tensors and reference tensors (runtime/tensor.c). */
+/* Conversions between host tensors and reference tensors (ir/tensor.c). */
 kir_tensor *kir_tensor_from_host(const kiln_tensor *t);
 kiln_tensor *kir_tensor_to_host(const kir_tensor *t);
-/* The bytes of a .npy file for `t` in a malloc'ed buffer (runtime/npy.c; tests, fuzzer). */
-kiln_status kir_npy_write_mem(kiln_ctx *ctx, const kiln_tensor *t, void **out, size_t *len);
 
 /* ------------------------------------------------ verifier, text form */
 
