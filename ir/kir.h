@@ -284,6 +284,16 @@ typedef struct kir_op_desc {
 const kir_op_desc *kir_op(uint16_t op);
 bool kir_op_lookup(const char *name, size_t n, uint16_t *out);
 int kir_op_attr_index(const kir_op_desc *d, const char *name, size_t n);
+/*
+ * Whether each element of the op's result is a function of its operands'
+ * elements at the same (broadcast) index: the unary, binary, compare and
+ * logical families (is_finite, select and cast among them) and broadcast.
+ * The fusion plan (passes/fusion.c) groups these ops, codegen/fuse.c makes
+ * each one element of a fused kernel, and their own lowering is one
+ * elementwise loop nest (codegen/lower_elementwise.c; test_fusion.c checks
+ * that the table agrees).
+ */
+bool kir_op_is_map(uint16_t op);
 /* NULL, or what is wrong with ops.def's attribute signatures (a build defect). */
 const char *kir_ops_check(void);
 

@@ -44,7 +44,7 @@
 #include <string.h>
 
 #include "fusion.h"
-#include "ir/ops_impl.h"
+#include "ir/kir.h"
 #include "passes.h"
 #include "canonicalize.h"
 #include "mixed_precision.h"
@@ -63,11 +63,10 @@ static bool kernel_dtype(kir_dtype t) { return t != KILN_F16 && t != KILN_BF16; 
 static bool fusible(const kir_graph *g, const kir_inst *in) {
   const kir_op_desc *d = kir_op(in->op);
   if (in->nout != 1) return false;
-  /* Ops whose own lowering is one elementwise map (codegen/fuse.c builds the same element);
-   * an op of these families with a kernel of its own is left alone. */
-  bool elem = d->lower == kcg_lower_elementwise || d->lower == kcg_lower_select ||
-              d->lower == kcg_lower_cast || d->lower == kcg_lower_broadcast;
-  bool red = is_reduction(in->op) && d->lower == kcg_lower_reduce;
+  /* Elementwise maps (codegen/fuse.c builds the same element as their own lowering) and
+   * reductions; an op with no lowering of its own (legalize expands it) is left alone. */
+  bool elem = kir_op_is_map(in->op) && d->lower;
+  bool red = is_reduction(in->op) && d->lower;
   if (!elem && !red) return false;
   if (!kernel_dtype(g->values[in->out[0]].type.dtype)) return false;
   for (uint32_t i = 0; i < in->nin; i++)
