@@ -43,7 +43,11 @@
 
 #include "codegen/program.h"
 #include "passes/passes.h"
+#include "runtime/rt_attention.h"
 #include "op_cases.h"
+
+/* kcg_program_interp runs ATTENTION steps with the CPU runtime's kernels. */
+static const kcg_interp_options interp_opts = {.attention = krt_attention_interp};
 
 static int failures, runs, skipped_variants, unsupported_cases;
 static bool covered[KIR_OP_COUNT];
@@ -305,7 +309,7 @@ static void run_once(kir_graph *g, const kcg_program *prog, const case_spec *c, 
       n *= kcg_dim_value(t->dims[d], ri.sizes);
     got[r] = calloc((size_t)n + 1, kiln_dtype_size(t->dtype));
   }
-  kiln_status cs = kcg_program_interp(ctx, prog, ri.native, got, ri.sizes);
+  kiln_status cs = kcg_program_interp(ctx, prog, ri.native, got, ri.sizes, &interp_opts);
   runs++;
   if (rs != KILN_OK) {
     if (cs == KILN_OK)
