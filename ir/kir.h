@@ -5,8 +5,9 @@
  * parser and ONNX) builds a kir_graph; passes rewrite it; the reference
  * interpreter runs it in float64; codegen lowers it. Everything below reads
  * the one op table (ops.def): an op's operands, attributes, shape rule,
- * reference kernel and, as later stages arrive, its VJP and lowering are all
- * found through its kir_op_desc.
+ * reference kernel, decomposition and VJP are all found through its
+ * kir_op_desc (its lowering, through codegen's table indexed by op id,
+ * codegen/lower_table.c).
  *
  * Ownership: a top-level graph owns a kir_module, whose arena holds every
  * graph of the module (the entry and its scan bodies), their values,
@@ -238,9 +239,6 @@ enum {
 };
 
 typedef struct kir_shape_ctx kir_shape_ctx;
-struct kcg_lower_ctx;
-/* Lowers one instruction to kernel IR (codegen/lower*.c). */
-typedef bool (*kir_lower_fn)(struct kcg_lower_ctx *lc, const kir_inst *inst);
 typedef struct kir_ref_ctx kir_ref_ctx;
 typedef struct kir_vjp_ctx kir_vjp_ctx;
 
@@ -254,7 +252,11 @@ typedef bool (*kir_ref_fn)(kir_ref_ctx *rc);
  * module's sticky error says why).
  */
 typedef bool (*kir_vjp_fn)(kir_vjp_ctx *vc, const kir_inst *inst);
-/* Rewrites a compound instruction as primitives (see ir/decompose.c). */
+/*
+ * Rewrites a compound instruction as primitives (see ir/decompose.c).
+ * kp_legalize applies it to every instruction of the op, so an op that has
+ * one has no lowering of its own (tests/unit/test_lower.c checks).
+ */
 typedef bool (*kir_decompose_fn)(kir_graph *g, const kir_inst *inst, const uint32_t *in,
                                  uint32_t *out);
 
@@ -271,9 +273,8 @@ typedef struct kir_op_desc {
   int64_t (*i1)(int64_t);         /* UNARY on integers */
   double (*f2)(double, double);   /* BINARY/COMPARE/LOGICAL on floats */
   int64_t (*i2)(int64_t, int64_t);/* ... on integers and bools */
-  kir_decompose_fn decompose;     /* compound ops: into primitives */
+  kir_decompose_fn decompose;     /* compound ops without a kernel: into primitives */
   kir_vjp_fn vjp;                 /* autodiff: reverse-mode rule (ir/vjp_*.c); NULL: none */
-  kir_lower_fn lower;             /* codegen: builds the op's kernels (codegen/lower*.c) */
   const char *doc;                /* one line of semantics, for docs/ir.md */
   /* Parsed from `signature` by kir_ops_init(). */
   kir_attr_spec attr[KIR_MAX_ATTRS];

@@ -33,8 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/lower.h"
 #include "codegen/program.h"
-#include "ir/ops_impl.h"
 #include "kiln/compile.h"
 #include "kiln/layers.h"
 #include "passes/fusion.h"
@@ -61,9 +61,10 @@ static double urand(void) {
 static void check_table(void) {
   for (uint16_t op = 0; op < KIR_OP_COUNT; op++) {
     const kir_op_desc *d = kir_op(op);
-    bool map_lowering = d->lower == kcg_lower_elementwise || d->lower == kcg_lower_select ||
-                        d->lower == kcg_lower_cast || d->lower == kcg_lower_broadcast;
-    if (map_lowering != (kir_op_is_map(op) && d->lower != NULL)) {
+    kcg_lower_fn f = kcg_lower_of(op);
+    bool map_lowering = f == kcg_lower_elementwise || f == kcg_lower_select ||
+                        f == kcg_lower_cast || f == kcg_lower_broadcast;
+    if (map_lowering != kir_op_is_map(op)) {
       printf("FAIL op %s: kir_op_is_map says %d, its lowering %s one elementwise map\n", d->name,
              kir_op_is_map(op), map_lowering ? "is" : "is not");
       failures++;
@@ -72,7 +73,7 @@ static void check_table(void) {
   const uint16_t reductions[] = {KIR_OP_reduce_sum, KIR_OP_reduce_mean, KIR_OP_reduce_max,
                                  KIR_OP_reduce_min, KIR_OP_reduce_prod};
   for (size_t i = 0; i < sizeof reductions / sizeof *reductions; i++)
-    CHECK(kir_op(reductions[i])->lower == kcg_lower_reduce);
+    CHECK(kcg_lower_of(reductions[i]) == kcg_lower_reduce);
 }
 
 /* ---- the plan ---- */
