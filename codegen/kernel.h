@@ -152,15 +152,34 @@ bool kcg_kernel_interp_checked(const kcg_kernel *k, void **bufs, const int64_t *
                                const int64_t *sizes, int64_t lo, int64_t hi, int32_t *err,
                                char *msg, size_t msgn);
 
+struct kcg_program;
+struct kcg_step;
+
+/*
+ * Runs one ATTENTION step of `prog` on the calling thread: addr[a] is the
+ * address of the step's argument a, sizes the value of every symbol.
+ */
+typedef kiln_status (*kcg_attention_fn)(kiln_ctx *ctx, const struct kcg_program *prog,
+                                        const struct kcg_step *st, void *const *addr,
+                                        const int64_t *sizes);
+
+typedef struct kcg_interp_options {
+  /* ATTENTION steps have no kernel: this runs them (the CPU runtime's kernels,
+   * krt_attention_interp in runtime/rt_attention.h); NULL: such a step is
+   * KILN_ERR_UNSUPPORTED. */
+  kcg_attention_fn attention;
+} kcg_interp_options;
+
 /*
  * Runs a lowered program step by step with kcg_kernel_interp_checked, for
  * tests: inputs[p] is entry parameter p's data, outputs[r] room for result
- * r, sizes the value of every symbol. A failed check is KILN_ERR_RUNTIME
- * with the kernel's message; a malformed program (an access out of bounds,
- * a GEMM description that disagrees with its kernel) is KILN_ERR_INVALID.
+ * r, sizes the value of every symbol; `opts` may be NULL. A failed check is
+ * KILN_ERR_RUNTIME with the kernel's message; a malformed program (an
+ * access out of bounds, a GEMM description that disagrees with its kernel)
+ * is KILN_ERR_INVALID.
  */
-struct kcg_program;
 kiln_status kcg_program_interp(kiln_ctx *ctx, const struct kcg_program *prog,
-                               void *const *inputs, void *const *outputs, const int64_t *sizes);
+                               void *const *inputs, void *const *outputs, const int64_t *sizes,
+                               const kcg_interp_options *opts);
 
 #endif

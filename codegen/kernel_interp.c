@@ -36,7 +36,10 @@
  * before and beside the real runtime. It splits each parallel loop into
  * chunks run in reverse order, so a kernel whose iterations are not
  * independent shows up, and it checks every GEMM step's description against
- * its kernel, since the runtime may hand the step to BLAS.
+ * its kernel, since the runtime may hand the step to BLAS. ATTENTION steps
+ * have no kernel: the caller passes the function that runs them
+ * (kcg_interp_options.attention, the CPU runtime's kernels in the tests), so
+ * codegen never calls into the runtime.
  */
 #include <math.h>
 #include <stdio.h>
@@ -44,7 +47,6 @@
 #include <string.h>
 
 #include "program.h"
-#include "runtime/rt_attention.h"
 
 typedef struct kv {
   double f;  /* float dtypes */
@@ -366,6 +368,7 @@ typedef struct prun {
   kiln_ctx *ctx;
   const kcg_program *top; /* its kernels serve every nested program */
   const int64_t *sizes;
+  kcg_attention_fn attention; /* runs ATTENTION steps; NULL: none can run */
   kiln_status status;
 } prun;
 
@@ -588,13 +591,16 @@ static bool run_scan(prun *r, frame *f, const kcg_step *s) {
   return ok;
 }
 
-/* An ATTENTION step has no kernel: the runtime's own (runtime/rt_attention.c), on this thread. */
+/* An ATTENTION step has no kernel: the caller's function runs it, on this thread. */
 static bool run_attention(prun *r, frame *f, const kcg_step *s) {
+  if (!r->attention)
+    return prun_fail(r, KILN_ERR_UNSUPPORTED, "an ATTENTION step, and no function to run it "
+                     "(kcg_interp_options.attention)");
   void **addr = calloc(s->nargs + 1u, sizeof *addr);
   if (!addr) return prun_fail(r, KILN_ERR_NOMEM, "out of memory");
   for (uint32_t a = 0; a < s->nargs; a++)
     addr[a] = f->ptr[s->args[a]];
-  kiln_status st = krt_attention_run(r->ctx, f->p, s, addr, r->sizes, NULL, true);
+  kiln_status st = r->attention(r->ctx, f->p, s, addr, r->sizes);
   free(addr);
   if (st != KILN_OK && r->status == KILN_OK) r->status = st;
   return st == KILN_OK;
@@ -613,8 +619,9 @@ static bool run_steps(prun *r, frame *f) {
 }
 
 kiln_status kcg_program_interp(kiln_ctx *ctx, const kcg_program *prog, void *const *inputs,
-                               void *const *outputs, const int64_t *sizes) {
-  prun r = {.ctx = ctx, .top = prog, .sizes = sizes};
+                               void *const *outputs, const int64_t *sizes,
+                               const kcg_interp_options *opts) {
+  prun r = {.ctx = ctx, .top = prog, .sizes = sizes, .attention = opts ? opts->attention : NULL};
   frame f;
   if (frame_init(&r, &f, prog, inputs) && run_steps(&r, &f))
     for (uint32_t i = 0; i < prog->nresults; i++) {

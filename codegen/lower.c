@@ -5,8 +5,8 @@
  * The driver walks the graph once. Parameters become INPUT buffers; each
  * instruction's results become fresh TEMP buffers of their static types
  * (symbolic dims stay symbolic: the runtime sizes buffers once it has bound
- * the symbols); then the op's `.lower` function from the op table appends
- * the kernels and steps that fill them. There is no switch over ops here:
+ * the symbols); then the op's lowering function (kcg_lower_of,
+ * lower_table.c) appends the kernels and steps that fill them. There is no switch over ops here:
  * an op without a lowering — one that kp_legalize() could not decompose —
  * or an accumulating op on f16/bf16 (kp_widen_half() computes those in
  * f32 before lowering) is KILN_ERR_UNSUPPORTED, with the wording the runtime and the CLI
@@ -208,7 +208,7 @@ static bool check_inst(kcg_lower_state *st, const kir_graph *g, const kir_inst *
   for (uint32_t i = 0; i < inst->nout; i++)
     if (!dtype_supported(d, inst->op, g->values[inst->out[i]].type.dtype))
       return unsupported(st, d, g->values[inst->out[i]].type.dtype);
-  if (d->lower) return true;
+  if (kcg_lower_of(inst->op)) return true;
   /* The operand dtype says more than the result's (a compare gives bool). */
   uint32_t v = inst->nin ? inst->in[0] : inst->out[0];
   return unsupported(st, d, g->values[v].type.dtype);
@@ -231,7 +231,7 @@ static bool lower_inst(kcg_lower_state *st, kcg_program *p, const kir_graph *g,
   kcg_lower_ctx lc = {
       .st = st, .prog = p, .g = g, .inst = inst, .op = kir_op(inst->op), .in = in, .out = out,
       .map = map};
-  bool ok = fusion ? kcg_lower_fused(&lc, fusion, map) : lc.op->lower(&lc, inst);
+  bool ok = fusion ? kcg_lower_fused(&lc, fusion, map) : kcg_lower_of(inst->op)(&lc, inst);
   if (ok && lc.k)
     ok = lc.k->oom
              ? nomem(st)

@@ -1,6 +1,6 @@
 /*
  * lower.h — the contract between the lowering driver (lower.c) and the
- * lowering function of each op (lower_*.c, named by `.lower` in ops.def).
+ * lowering function of each op (lower_*.c, named by lower_table.c).
  *
  * kcg_lower() walks a legalized graph in order. For every instruction it
  * has already made one program buffer per result (a TEMP of the result's
@@ -46,6 +46,42 @@ struct kcg_lower_ctx {
 };
 
 typedef struct kcg_lower_ctx kcg_lower_ctx;
+
+/* ---- the lowerings of the ops (lower_*.c), and which op has which (lower_table.c) ---- */
+
+/* Lowers one instruction to kernel IR. */
+typedef bool (*kcg_lower_fn)(kcg_lower_ctx *lc, const kir_inst *inst);
+/* The lowering of `op`; NULL for an op kp_legalize decomposes (or an unknown op). */
+kcg_lower_fn kcg_lower_of(uint16_t op);
+
+bool kcg_lower_arg_reduce(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_avg_pool2d(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_avg_pool2d_grad(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_broadcast(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_cast(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_concat(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_constant(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_conv2d(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_conv2d_grad_input(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_conv2d_grad_weight(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_elementwise(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_flash_attention(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_flash_attention_grad(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_gather(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_iota(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_matmul(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_max_pool2d(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_max_pool2d_grad(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_pad(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_random(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_reduce(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_reshape(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_scan(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_scatter_add(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_segment(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_select(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_slice(kcg_lower_ctx *lc, const kir_inst *inst);
+bool kcg_lower_transpose(kcg_lower_ctx *lc, const kir_inst *inst);
 
 /* ---- the driver's services (lower.c) ---- */
 

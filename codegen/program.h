@@ -150,7 +150,8 @@ static inline int64_t kcg_dim_value(kir_dim d, const int64_t *sizes) {
 typedef void (*kcg_cpu_fn)(void **bufs, const int64_t *sizes, int64_t lo, int64_t hi,
                            int32_t *err);
 
-/* The range a kernel's outermost parallel loop runs over under `sizes` (1 if none). */
+/* The range a kernel's outermost parallel loop runs over under `sizes` (1 if none;
+ * codegen/kernel_extent.c, which libkiln_rt.a holds too). */
 int64_t kcg_kernel_par_extent(const kcg_kernel *k, const int64_t *sizes);
 
 #endif

@@ -667,6 +667,31 @@ static int64_t value_numel(kiln_graph *g, kiln_value v) {
 }
 
 /*
+ * Runs scratch graph tg, which takes no inputs, with the reference
+ * interpreter (kir_interp_run) and gives its nres results as host tensors,
+ * rounded to their dtypes, as the eager backend of kiln_graph_run does; on
+ * failure `outs` holds nothing.
+ */
+static kiln_status fold_run(kiln_graph *tg, size_t nres, kiln_tensor **outs) {
+  kiln_ctx *ctx = tg->mod->ctx;
+  if (tg->nparams)
+    return kir_fail(ctx, KILN_ERR_INVALID, "graph @%s takes %u input%s, got 0", tg->name,
+                    tg->nparams, tg->nparams == 1 ? "" : "s");
+  kir_tensor *res[OX_MAX_IO] = {0};
+  kiln_status s = kir_interp_run(ctx, tg, NULL, res);
+  for (size_t r = 0; r < nres; r++) {
+    if (!s && !(outs[r] = kir_tensor_to_host(res[r])))
+      s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory converting result %zu", r);
+    kir_tensor_free(res[r]);
+  }
+  for (size_t r = 0; s && r < nres; r++) {
+    kiln_tensor_destroy(outs[r]);
+    outs[r] = NULL;
+  }
+  return s;
+}
+
+/*
  * Builds the node over constants in a scratch graph and runs it with the
  * reference interpreter. Returns 1 when folded, 0 when the node is too big
  * to fold (build it in the real graph), -1 on error.
@@ -705,7 +730,7 @@ static int fold_node(ox_node *n, const ox_op *op) {
   if (nres) {
     kiln_tensor *outs[OX_MAX_IO] = {0};
     kiln_status s = kiln_graph_set_results(tg, nres, res);
-    if (s == KILN_OK) s = kiln_graph_run(tg, KILN_BACKEND_EAGER, 0, NULL, nres, outs, NULL);
+    if (s == KILN_OK) s = fold_run(tg, nres, outs);
     if (s != KILN_OK) {
       node_builder_failed(n, s);
       goto done;

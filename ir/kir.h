@@ -5,8 +5,9 @@
  * parser and ONNX) builds a kir_graph; passes rewrite it; the reference
  * interpreter runs it in float64; codegen lowers it. Everything below reads
  * the one op table (ops.def): an op's operands, attributes, shape rule,
- * reference kernel and, as later stages arrive, its VJP and lowering are all
- * found through its kir_op_desc.
+ * reference kernel, decomposition and VJP are all found through its
+ * kir_op_desc (its lowering, through codegen's table indexed by op id,
+ * codegen/lower_table.c).
  *
  * Ownership: a top-level graph owns a kir_module, whose arena holds every
  * graph of the module (the entry and its scan bodies), their values,
@@ -238,9 +239,6 @@ enum {
 };
 
 typedef struct kir_shape_ctx kir_shape_ctx;
-struct kcg_lower_ctx;
-/* Lowers one instruction to kernel IR (codegen/lower*.c). */
-typedef bool (*kir_lower_fn)(struct kcg_lower_ctx *lc, const kir_inst *inst);
 typedef struct kir_ref_ctx kir_ref_ctx;
 typedef struct kir_vjp_ctx kir_vjp_ctx;
 
@@ -254,7 +252,11 @@ typedef bool (*kir_ref_fn)(kir_ref_ctx *rc);
  * module's sticky error says why).
  */
 typedef bool (*kir_vjp_fn)(kir_vjp_ctx *vc, const kir_inst *inst);
-/* Rewrites a compound instruction as primitives (see ir/decompose.c). */
+/*
+ * Rewrites a compound instruction as primitives (see ir/decompose.c).
+ * kp_legalize applies it to every instruction of the op, so an op that has
+ * one has no lowering of its own (tests/unit/test_lower.c checks).
+ */
 typedef bool (*kir_decompose_fn)(kir_graph *g, const kir_inst *inst, const uint32_t *in,
                                  uint32_t *out);
 
@@ -313,9 +315,8 @@ typedef struct kir_op_desc {
   int64_t (*i1)(int64_t);         /* UNARY on integers */
   double (*f2)(double, double);   /* BINARY/COMPARE/LOGICAL on floats */
   int64_t (*i2)(int64_t, int64_t);/* ... on integers and bools */
-  kir_decompose_fn decompose;     /* compound ops: into primitives */
+  kir_decompose_fn decompose;     /* compound ops without a kernel: into primitives */
   kir_vjp_fn vjp;                 /* autodiff: reverse-mode rule (ir/vjp_*.c); NULL: none */
-  kir_lower_fn lower;             /* codegen: builds the op's kernels (codegen/lower*.c) */
   kir_reduce_desc reduce;         /* folding reductions: identity, combiner, mean */
   const char *expand;             /* derived elementwise ops: the formula over primitives that
                                      every target builds (ir/expand.c); NULL: a primitive */
@@ -338,6 +339,16 @@ int64_t kir_reduce_identity_i(const kir_op_desc *d, kir_dtype t);
 void kir_dtype_int_range(kir_dtype t, int64_t *lo, int64_t *hi);
 bool kir_op_lookup(const char *name, size_t n, uint16_t *out);
 int kir_op_attr_index(const kir_op_desc *d, const char *name, size_t n);
+/*
+ * Whether each element of the op's result is a function of its operands'
+ * elements at the same (broadcast) index: the unary, binary, compare and
+ * logical families (is_finite, select and cast among them) and broadcast.
+ * The fusion plan (passes/fusion.c) groups these ops, codegen/fuse.c makes
+ * each one element of a fused kernel, and their own lowering is one
+ * elementwise loop nest (codegen/lower_elementwise.c; test_fusion.c checks
+ * that the table agrees).
+ */
+bool kir_op_is_map(uint16_t op);
 /* NULL, or what is wrong with ops.def's attribute signatures (a build defect). */
 const char *kir_ops_check(void);
 
@@ -371,10 +382,10 @@ bool kir_shape_read_dims(kir_shape_ctx *sc, int a, kir_type *t);
 /* ------------------------------------------------------------ autodiff */
 
 /*
- * What a VJP rule sees (passes/autodiff.c builds it): the graph being built,
- * which already holds the forward computation, the instruction's operands
- * and results as values of that graph, and the cotangent arriving at each
- * result (KILN_NO_VALUE where none does).
+ * What a VJP rule sees (the walk of ir/vjp_walk.c builds it): the graph
+ * being built, which already holds the forward computation, the
+ * instruction's operands and results as values of that graph, and the
+ * cotangent arriving at each result (KILN_NO_VALUE where none does).
  */
 struct kir_vjp_ctx {
   kir_graph *g;
@@ -384,7 +395,7 @@ struct kir_vjp_ctx {
   const uint32_t *dout; /* cotangent of each result, or KILN_NO_VALUE */
   const bool *wants;    /* wants[i]: operand i needs a cotangent (a float on a path from a wrt param) */
   uint32_t line, col;   /* the instruction's source position, given to what the rule emits */
-  void *pass;           /* the autodiff pass's state */
+  void *pass;           /* the walk's state (ir/vjp_walk.c) */
 };
 
 /* Adds `cot` (of operand i's type) to operand i's cotangent; ignored unless wants[i]. */
@@ -409,6 +420,31 @@ bool kir_vjp_backprop(kir_vjp_ctx *vc, uint32_t first, const uint32_t *outs);
  */
 bool kir_vjp_graph(kir_vjp_ctx *vc, kir_graph *g, uint32_t nfwd, const bool *wrt, uint32_t nseed,
                    const uint32_t *vals, const uint32_t *cots, uint32_t *dparams);
+
+/*
+ * A forward instruction and its twin, which a rule emitted: the twin takes
+ * the same operands and computes the same results first, then more (the
+ * scan rule's forward scan that also stores its carries). Once the walk is
+ * done, kp_grad keeps the twin in the instruction's place (merge_twins,
+ * passes/autodiff.c).
+ */
+typedef struct kir_twin {
+  const kir_graph *g;
+  uint32_t inst, twin; /* instruction indices in g */
+  uint32_t *vals;      /* the merged twin's results in the new module */
+} kir_twin;
+
+typedef struct kir_twin_list {
+  kir_twin *v;
+  uint32_t n, cap;
+} kir_twin_list;
+
+/*
+ * kir_vjp_graph for a caller that is no rule (kp_grad, on the entry): the
+ * twins the rules declare are appended to `tw` (NULL: none kept).
+ */
+bool kir_vjp_walk(kir_twin_list *tw, kir_graph *g, uint32_t nfwd, const bool *wrt, uint32_t nseed,
+                  const uint32_t *vals, const uint32_t *cots, uint32_t *dparams);
 /*
  * Declares instruction `twin` of vc->g, which the rule has just emitted, a
  * twin of the rule's instruction: the same operands, the same results first,
@@ -480,11 +516,9 @@ struct kiln_tensor {
   void *data; /* numel * kiln_dtype_size(dtype) bytes, malloc'ed, owned */
 };
 
-/* Conversions between host tensors and reference tensors (runtime/tensor.c). */
+/* Conversions between host tensors and reference tensors (ir/tensor.c). */
 kir_tensor *kir_tensor_from_host(const kiln_tensor *t);
 kiln_tensor *kir_tensor_to_host(const kir_tensor *t);
-/* The bytes of a .npy file for `t` in a malloc'ed buffer (runtime/npy.c; tests, fuzzer). */
-kiln_status kir_npy_write_mem(kiln_ctx *ctx, const kiln_tensor *t, void **out, size_t *len);
 
 /* ------------------------------------------------ verifier, text form */
 

@@ -261,6 +261,13 @@ bool kir_op_lookup(const char *name, size_t n, uint16_t *out) {
   return false;
 }
 
+bool kir_op_is_map(uint16_t op) {
+  const kir_op_desc *d = kir_op(op);
+  if (!d) return false;
+  return d->family == KIR_FAM_UNARY || d->family == KIR_FAM_BINARY ||
+         d->family == KIR_FAM_COMPARE || d->family == KIR_FAM_LOGICAL || op == KIR_OP_broadcast;
+}
+
 int kir_op_attr_index(const kir_op_desc *d, const char *name, size_t n) {
   for (int i = 0; i < d->nattrs; i++)
     if (strlen(d->attr[i].name) == n && !memcmp(d->attr[i].name, name, n)) return i;

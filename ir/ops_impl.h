@@ -1,7 +1,8 @@
 /*
  * ops_impl.h — the functions that ops.def names: shape rules, float64
- * reference kernels, scalar functions of the elementwise ops, and the
- * decompositions of compound ops. Each lives in the ir/ file of its family.
+ * reference kernels, scalar functions of the elementwise ops, the
+ * decompositions of compound ops and the VJP rules. Each lives in the ir/
+ * file of its family. (The lowerings are codegen's: codegen/lower.h.)
  */
 #ifndef KIR_OPS_IMPL_H
 #define KIR_OPS_IMPL_H
@@ -91,7 +92,7 @@ bool kir_decompose_rms_norm(kir_graph *g, const kir_inst *inst, const uint32_t *
 bool kir_decompose_segment_softmax(kir_graph *g, const kir_inst *inst, const uint32_t *in, uint32_t *out);
 bool kir_decompose_softmax(kir_graph *g, const kir_inst *inst, const uint32_t *in, uint32_t *out);
 
-/* VJP rules (ir/vjp_*.c), named by ops.def's `.vjp` fields; see passes/autodiff.c. */
+/* VJP rules (ir/vjp_*.c), named by ops.def's `.vjp` fields; run by the walk of ir/vjp_walk.c. */
 bool kir_vjp_abs(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_add(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_avg_pool2d(kir_vjp_ctx *vc, const kir_inst *inst);
@@ -212,35 +213,5 @@ int64_t kir_i_ne(int64_t x, int64_t y);
 int64_t kir_i_or(int64_t x, int64_t y);
 int64_t kir_i_sub(int64_t x, int64_t y);
 int64_t kir_i_xor(int64_t x, int64_t y);
-
-/* Lowerings to kernel IR (codegen/lower*.c; the context is declared in codegen/lower.h). */
-bool kcg_lower_arg_reduce(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_avg_pool2d(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_avg_pool2d_grad(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_broadcast(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_cast(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_concat(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_constant(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_conv2d(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_conv2d_grad_input(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_conv2d_grad_weight(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_elementwise(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_flash_attention(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_flash_attention_grad(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_gather(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_iota(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_matmul(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_max_pool2d(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_max_pool2d_grad(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_pad(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_random(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_reduce(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_reshape(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_scan(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_scatter_add(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_segment(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_select(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_slice(struct kcg_lower_ctx *lc, const kir_inst *inst);
-bool kcg_lower_transpose(struct kcg_lower_ctx *lc, const kir_inst *inst);
 
 #endif

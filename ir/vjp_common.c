@@ -2,8 +2,9 @@
  * vjp_common.c — the building blocks every VJP rule (ir/vjp_*.c) shares.
  *
  * A VJP rule appends instructions to the graph the autodiff pass is building
- * (passes/autodiff.c) through kir_add_inst(), so every step of a backward
- * computation is shape-checked like any other instruction. The helpers here
+ * (passes/autodiff.c, through the walk of ir/vjp_walk.c) with kir_add_inst(),
+ * so every step of a backward computation is shape-checked like any other
+ * instruction. The helpers here
  * emit one instruction each and return its value, or KILN_NO_VALUE once
  * anything has failed (the module's sticky error keeps the first message), so
  * a rule can chain them and check once, at kir_vjp_accum().

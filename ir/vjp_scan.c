@@ -12,7 +12,7 @@
  *     run once, and store the carries.
  *  2. a backward body (@<body>_bwd) that recomputes one step from
  *     (c, H[t], x[t]) with a copy of the body's instructions, then runs the
- *     autodiff walk on it (kir_vjp_graph, passes/autodiff.c) seeded with
+ *     autodiff walk on it (kir_vjp_graph, ir/vjp_walk.c) seeded with
  *     the cotangents of the step's results: (dh_{t+1}, dy_t) -> (dh_t, dx_t,
  *     dc_t). Its carries are the carries' cotangents and one accumulator per
  *     constant (acc + dc_t); its ys are the scanned operands' cotangents.

@@ -1,13 +1,15 @@
 /*
  * legalize.c — rewrites the ops codegen cannot lower into ops it can.
  *
- * Codegen lowers an instruction through its op's `.lower` function. Compound
- * ops that have none of their own (softmax, the norms, attention,
- * segment_softmax) carry a `.decompose` into primitives instead, and this
- * pass applies it, so kcg_lower() only ever meets ops with a lowering. An
- * op with both keeps its own lowering (it is the faster kernel); an op with
- * neither is left alone for kcg_lower() to report as unsupported, naming
- * the op and its dtype.
+ * Codegen lowers an instruction through its op's lowering function
+ * (codegen/lower_table.c). Compound ops that have none of their own
+ * (softmax, the norms, attention, segment_softmax) carry a `.decompose`
+ * into primitives in the op table instead, and this pass applies it, so
+ * kcg_lower() only ever meets ops with a lowering. No op has both
+ * (tests/unit/test_lower.c checks): a compound op that deserves a kernel of
+ * its own gets a lowering and no decomposition (flash_attention). An op
+ * with neither is left alone for kcg_lower() to report as unsupported,
+ * naming the op and its dtype.
  *
  * The decompositions emit primitives only, so one pass suffices. The new
  * module is built by kp_rebuild_module(): the input graph stays untouched.
@@ -18,7 +20,7 @@ static kp_action legalize_inst(kp_rebuild *rb, kir_graph *ng, const kir_inst *in
                                const uint32_t *in, uint32_t *out) {
   (void)rb;
   const kir_op_desc *d = kir_op(inst->op);
-  if (d->lower || !d->decompose) return KP_KEEP;
+  if (!d->decompose) return KP_KEEP;
   return d->decompose(ng, inst, in, out) ? KP_REPLACED : KP_FAILED;
 }
 

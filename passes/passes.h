@@ -51,9 +51,9 @@ bool kp_copy_inst(const kp_rebuild *rb, kir_graph *ng, const kir_inst *inst, con
                   uint32_t *out);
 
 /*
- * Replaces every instruction whose op has no lowering (`.lower`) but has a
- * decomposition (`.decompose`) by that decomposition, so that codegen sees
- * only ops it can lower. Returns a new module; NULL on failure.
+ * Replaces every instruction whose op has a decomposition (`.decompose`; such
+ * an op has no lowering of its own) by that decomposition, so that codegen
+ * sees only ops it can lower. Returns a new module; NULL on failure.
  */
 kir_graph *kp_legalize(kir_graph *g);
 

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir/kir.h"
+#include "runtime/npy.h"
 
 enum { MAGIC_LEN = 6, ALIGN = 64, GROWTH_DIGITS = 21 };
 static const char MAGIC[MAGIC_LEN] = "\x93NUMPY";
@@ -420,7 +420,7 @@ static size_t format_dict(const kiln_tensor *t, char *buf, size_t n) {
   return k;
 }
 
-kiln_status kir_npy_write_mem(kiln_ctx *ctx, const kiln_tensor *t, void **out, size_t *out_len) {
+kiln_status krt_npy_write_mem(kiln_ctx *ctx, const kiln_tensor *t, void **out, size_t *out_len) {
   *out = NULL;
   *out_len = 0;
   if ((unsigned)t->dtype >= KILN_DTYPE_COUNT || !descr_of[t->dtype])
@@ -459,7 +459,7 @@ kiln_status kir_npy_write_mem(kiln_ctx *ctx, const kiln_tensor *t, void **out, s
 KILN_API kiln_status kiln_npy_write(kiln_ctx *ctx, const char *path, const kiln_tensor *t) {
   void *buf = NULL;
   size_t len = 0;
-  kiln_status s = kir_npy_write_mem(ctx, t, &buf, &len);
+  kiln_status s = krt_npy_write_mem(ctx, t, &buf, &len);
   if (s) {
     if (ctx) {
       char msg[sizeof ctx->msg];

@@ -291,3 +291,8 @@ kiln_status krt_attention_run(kiln_ctx *ctx, const kcg_program *prog, const kcg_
   if (atomic_load(&jb.oom)) return fail(ctx, KILN_ERR_NOMEM, "out of memory in an attention step");
   return KILN_OK;
 }
+
+kiln_status krt_attention_interp(kiln_ctx *ctx, const kcg_program *prog, const kcg_step *st,
+                                 void *const *addr, const int64_t *sizes) {
+  return krt_attention_run(ctx, prog, st, addr, sizes, NULL, true);
+}

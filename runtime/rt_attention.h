@@ -1,7 +1,8 @@
 /*
  * rt_attention.h — the CPU kernels of ATTENTION steps (flash_attention and
- * flash_attention_grad), called by the executor (rt_exec.c) and by the
- * kernel-IR interpreter (codegen/kernel_interp.c).
+ * flash_attention_grad), called by the executor (rt_exec.c) and, through
+ * krt_attention_interp, by the kernel-IR interpreter
+ * (codegen/kernel_interp.c) in the tests.
  *
  * The step's args are the op's operands then its results, as program
  * buffers: forward q, k, v[, mask], out, lse; backward q, k, v, out, lse,
@@ -30,5 +31,13 @@ const char *krt_attention_isa(const kiln_options *opt);
 kiln_status krt_attention_run(kiln_ctx *ctx, const kcg_program *prog, const kcg_step *st,
                               void *const *addr, const int64_t *sizes, krt_pool *pool,
                               bool avx512);
+
+/*
+ * krt_attention_run on the calling thread, AVX-512 where the CPU has it: the
+ * kcg_attention_fn the tests give kcg_program_interp (codegen/kernel.h) in
+ * its options.
+ */
+kiln_status krt_attention_interp(kiln_ctx *ctx, const kcg_program *prog, const kcg_step *st,
+                                 void *const *addr, const int64_t *sizes);
 
 #endif

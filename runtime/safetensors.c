@@ -1,5 +1,6 @@
 /*
- * safetensors.c — named parameter sets, and the safetensors file format.
+ * safetensors.c — the safetensors file format for parameter sets
+ * (kiln_params, ir/params.c).
  *
  * A safetensors file is an 8-byte little-endian header length N, N bytes of
  * JSON mapping each tensor's name to {"dtype", "shape", "data_offsets":
@@ -19,76 +20,6 @@
 
 #include "ir/kir.h"
 #include "kiln/params.h"
-
-struct kiln_params {
-  kiln_ctx *ctx;
-  char **names;
-  kiln_tensor **tensors;
-  size_t n, cap;
-};
-
-KILN_API kiln_status kiln_params_create(kiln_ctx *ctx, kiln_params **out) {
-  *out = calloc(1, sizeof **out);
-  if (!*out) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
-  (*out)->ctx = ctx;
-  return KILN_OK;
-}
-
-KILN_API void kiln_params_destroy(kiln_params *p) {
-  if (!p) return;
-  for (size_t i = 0; i < p->n; i++) {
-    free(p->names[i]);
-    kiln_tensor_destroy(p->tensors[i]);
-  }
-  free(p->names);
-  free(p->tensors);
-  free(p);
-}
-
-KILN_API kiln_status kiln_params_add(kiln_params *p, const char *name, kiln_tensor *t) {
-  if (!name || !t) {
-    kiln_tensor_destroy(t);
-    return kir_fail(p->ctx, KILN_ERR_INVALID, "kiln_params_add: a name and a tensor are needed");
-  }
-  if (kiln_params_find(p, name)) {
-    kiln_tensor_destroy(t);
-    return kir_fail(p->ctx, KILN_ERR_INVALID, "parameter '%s' is there already", name);
-  }
-  if (p->n == p->cap) {
-    size_t nc = p->cap ? 2 * p->cap : 16;
-    char **nn = realloc(p->names, nc * sizeof *nn);
-    if (nn) p->names = nn;
-    kiln_tensor **nt = nn ? realloc(p->tensors, nc * sizeof *nt) : NULL;
-    if (!nt) {
-      kiln_tensor_destroy(t);
-      return kir_fail(p->ctx, KILN_ERR_NOMEM, "out of memory");
-    }
-    p->tensors = nt;
-    p->cap = nc;
-  }
-  p->names[p->n] = strdup(name);
-  if (!p->names[p->n]) {
-    kiln_tensor_destroy(t);
-    return kir_fail(p->ctx, KILN_ERR_NOMEM, "out of memory");
-  }
-  p->tensors[p->n++] = t;
-  return KILN_OK;
-}
-
-KILN_API size_t kiln_params_count(const kiln_params *p) { return p->n; }
-KILN_API const char *kiln_params_name(const kiln_params *p, size_t i) {
-  return i < p->n ? p->names[i] : NULL;
-}
-KILN_API kiln_tensor *kiln_params_tensor(const kiln_params *p, size_t i) {
-  return i < p->n ? p->tensors[i] : NULL;
-}
-KILN_API kiln_tensor *kiln_params_find(const kiln_params *p, const char *name) {
-  for (size_t i = 0; i < p->n; i++)
-    if (!strcmp(p->names[i], name)) return p->tensors[i];
-  return NULL;
-}
-
-/* ---- the format ---- */
 
 static const char *const st_dtypes[KILN_DTYPE_COUNT] = {
     [KILN_F64] = "F64", [KILN_F32] = "F32", [KILN_F16] = "F16", [KILN_BF16] = "BF16",
@@ -298,9 +229,9 @@ KILN_API kiln_status kiln_safetensors_read(kiln_ctx *ctx, const char *path, kiln
 static char *make_header(const kiln_params *p, uint64_t *offsets) {
   cJSON *h = cJSON_CreateObject();
   uint64_t at = 0;
-  for (size_t i = 0; h && i < p->n; i++) {
-    const kiln_tensor *t = p->tensors[i];
-    cJSON *e = cJSON_AddObjectToObject(h, p->names[i]);
+  for (size_t i = 0; h && i < kiln_params_count(p); i++) {
+    const kiln_tensor *t = kiln_params_tensor(p, i);
+    cJSON *e = cJSON_AddObjectToObject(h, kiln_params_name(p, i));
     cJSON *shape = e ? cJSON_AddArrayToObject(e, "shape") : NULL;
     cJSON *off = shape ? cJSON_AddArrayToObject(e, "data_offsets") : NULL;
     if (!off || !cJSON_AddStringToObject(e, "dtype", st_dtypes[kiln_tensor_dtype(t)])) {
@@ -321,7 +252,7 @@ static char *make_header(const kiln_params *p, uint64_t *offsets) {
 
 KILN_API kiln_status kiln_safetensors_write(kiln_ctx *ctx, const char *path,
                                             const kiln_params *p) {
-  uint64_t *offsets = calloc(p->n + 1, sizeof *offsets);
+  uint64_t *offsets = calloc(kiln_params_count(p) + 1, sizeof *offsets);
   char *json = offsets ? make_header(p, offsets) : NULL;
   free(offsets);
   if (!json) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
@@ -335,9 +266,10 @@ KILN_API kiln_status kiln_safetensors_write(kiln_ctx *ctx, const char *path,
   for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)padded >> (8 * i));
   bool ok = fwrite(len8, 1, 8, f) == 8 && fwrite(json, 1, jl, f) == jl;
   for (size_t i = jl; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
-  for (size_t i = 0; ok && i < p->n; i++) {
-    size_t nb = kiln_tensor_nbytes(p->tensors[i]);
-    ok = fwrite(kiln_tensor_cdata(p->tensors[i]), 1, nb, f) == nb;
+  for (size_t i = 0; ok && i < kiln_params_count(p); i++) {
+    const kiln_tensor *t = kiln_params_tensor(p, i);
+    size_t nb = kiln_tensor_nbytes(t);
+    ok = fwrite(kiln_tensor_cdata(t), 1, nb, f) == nb;
   }
   free(json);
   if (fclose(f) || !ok) return kir_fail(ctx, KILN_ERR_IO, "%s: write failed", path);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "ir/kir.h"
+#include "runtime/npy.h"
 
 static void require(int ok, const char *what) {
   if (!ok) {
@@ -34,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   void *buf = NULL;
   size_t len = 0;
-  require(kir_npy_write_mem(ctx, t, &buf, &len) == KILN_OK, "a tensor that was read cannot be written");
+  require(krt_npy_write_mem(ctx, t, &buf, &len) == KILN_OK, "a tensor that was read cannot be written");
   require(kiln_npy_read_mem(ctx, buf, len, "rewritten.npy", &u) == KILN_OK, "the rewritten file does not read");
   require(kiln_tensor_dtype(u) == kiln_tensor_dtype(t) && kiln_tensor_rank(u) == kiln_tensor_rank(t),
           "dtype or rank changed");

@@ -50,7 +50,11 @@
 #include "codegen/program.h"
 #include "passes/passes.h"
 #include "runtime/cuda.h"
+#include "runtime/rt_attention.h"
 #include "no_cjson.inc"
+
+/* kcg_program_interp runs ATTENTION steps with the CPU runtime's kernels. */
+static const kcg_interp_options interp_opts = {.attention = krt_attention_interp};
 
 enum { SYM = 3, CHILD_SECONDS = 120 };
 
@@ -171,7 +175,7 @@ static void check_variant(const char *text, const char *where, double *secs) {
     const kir_type *t = &p->bufs[p->results[r]].type;
     ok = (want[r] = calloc(1, (size_t)numel(t, sizes) * kiln_dtype_size(t->dtype) + 8)) != NULL;
   }
-  kiln_status ws = ok ? kcg_program_interp(ctx, p, in, want, sizes) : KILN_ERR_NOMEM;
+  kiln_status ws = ok ? kcg_program_interp(ctx, p, in, want, sizes, &interp_opts) : KILN_ERR_NOMEM;
   if (ws != KILN_OK && ws != KILN_ERR_RUNTIME) skipped++;
   else compare_run(ctx, p, where, in, want, ws, sizes, secs);
   for (uint32_t i = 0; in && i < p->nparams; i++) free(in[i]);

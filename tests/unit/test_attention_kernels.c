@@ -48,11 +48,14 @@
 #include "codegen/program.h"
 #include "ir/kir.h"
 #include "passes/passes.h"
+#include "runtime/rt_attention.h"
 #include "runtime/vulkan.h"
 #include "skip.h"
 
 /* Strictly compiled kernels on Vulkan device 0. */
 static const kiln_run_options on_vulkan = {.backend = KILN_BACKEND_COMPILED, .device = "vulkan"};
+/* kcg_program_interp runs ATTENTION steps with the CPU runtime's kernels. */
+static const kcg_interp_options interp_opts = {.attention = krt_attention_interp};
 
 static int failures;
 static bool have_vk, vk_f64, vk_lavapipe;
@@ -469,7 +472,7 @@ static void run_interp(const acase *c, bool grad) {
       for (int d = 0; d < t->rank; d++) n *= t->dims[d];
       ok = (res[i] = calloc((size_t)n + 1, 8)) != NULL;
     }
-    kiln_status s = ok ? kcg_program_interp(gs.ctx, p, in, res, sizes) : KILN_ERR_NOMEM;
+    kiln_status s = ok ? kcg_program_interp(gs.ctx, p, in, res, sizes, &interp_opts) : KILN_ERR_NOMEM;
     if (s != KILN_OK) {
       fail(what, "%s", kiln_ctx_error(gs.ctx));
     } else {

@@ -29,6 +29,10 @@
 #include "kiln/compile.h"
 #include "kiln/kiln.h"
 #include "passes/passes.h"
+#include "runtime/rt_attention.h"
+
+/* kcg_program_interp runs ATTENTION steps with the CPU runtime's kernels. */
+static const kcg_interp_options interp_opts = {.attention = krt_attention_interp};
 
 static int failures;
 
@@ -148,7 +152,7 @@ static void check_lowered(kiln_ctx *ctx, kiln_graph *g, const conv_case *c, kiln
     outp[i] = kiln_tensor_data(out[i]);
   }
   int64_t sizes[1] = {c->b};
-  if (kcg_program_interp(ctx, prog, inp, outp, sizes) != KILN_OK) {
+  if (kcg_program_interp(ctx, prog, inp, outp, sizes, &interp_opts) != KILN_OK) {
     printf("FAIL %s: kcg_program_interp: %s\n", what, kiln_ctx_error(ctx));
     failures++;
   } else {

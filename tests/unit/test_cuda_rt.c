@@ -44,8 +44,13 @@
 #include "runtime/cuda.h"
 #include "runtime/gpu_exec.h"
 #include "runtime/hip.h"
+#include "runtime/rt_attention.h"
 #include "skip.h"
 
+/* kcg_program_interp runs ATTENTION steps with the CPU runtime's kernels. */
+static const kcg_interp_options interp_opts = {.attention = krt_attention_interp};
+
+static int failures;
 
 #include "harness.h"
 
@@ -325,7 +330,7 @@ static void check_graph(kiln_ctx *ctx, kiln_graph *g, const char *where) {
     ok = (want[r] = calloc(1, n)) && (got[r] = calloc(1, n));
   }
   for (uint32_t s = 0; s < p->nsteps; s++) scans += p->steps[s].kind == KCG_STEP_SCAN;
-  kiln_status ws = ok ? kcg_program_interp(ctx, p, in, want, sizes) : KILN_ERR_NOMEM;
+  kiln_status ws = ok ? kcg_program_interp(ctx, p, in, want, sizes, &interp_opts) : KILN_ERR_NOMEM;
   char wmsg[512];
   snprintf(wmsg, sizeof wmsg, "%s", kiln_ctx_error(ctx));
   fake *f = calloc(1, sizeof *f);

@@ -1,8 +1,14 @@
 /*
  * test_fusion.c — the fusion pass (passes/fusion.c) and its kernels (codegen/fuse.c).
  *
- * Three things are checked.
+ * Four things are checked.
  *
+ *  0. The op table: the ops the plan fuses as elementwise maps
+ *     (kir_op_is_map, by family) are exactly those whose own lowering is
+ *     one elementwise loop nest (kcg_lower_elementwise, _select, _cast,
+ *     _broadcast), and every reduction the plan fuses lowers with
+ *     kcg_lower_reduce, so codegen/fuse.c builds what their own kernels
+ *     would compute.
  *  1. The plan: on small graphs written as text, which instructions form a
  *     group, of which kind, and how many kernels the lowered program has
  *     with and without fusion (a softmax, a layer norm, gelu with its bias
@@ -27,8 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/lower.h"
 #include "codegen/program.h"
-#include "ir/kir.h"
 #include "kiln/compile.h"
 #include "kiln/layers.h"
 #include "passes/fusion.h"
@@ -48,6 +54,26 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static double urand(void) {
   rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
   return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+/* ---- the op table ---- */
+
+static void check_table(void) {
+  for (uint16_t op = 0; op < KIR_OP_COUNT; op++) {
+    const kir_op_desc *d = kir_op(op);
+    kcg_lower_fn f = kcg_lower_of(op);
+    bool map_lowering = f == kcg_lower_elementwise || f == kcg_lower_select ||
+                        f == kcg_lower_cast || f == kcg_lower_broadcast;
+    if (map_lowering != kir_op_is_map(op)) {
+      printf("FAIL op %s: kir_op_is_map says %d, its lowering %s one elementwise map\n", d->name,
+             kir_op_is_map(op), map_lowering ? "is" : "is not");
+      failures++;
+    }
+  }
+  const uint16_t reductions[] = {KIR_OP_reduce_sum, KIR_OP_reduce_mean, KIR_OP_reduce_max,
+                                 KIR_OP_reduce_min, KIR_OP_reduce_prod};
+  for (size_t i = 0; i < sizeof reductions / sizeof *reductions; i++)
+    CHECK(kcg_lower_of(reductions[i]) == kcg_lower_reduce);
 }
 
 /* ---- the plan ---- */
@@ -385,6 +411,7 @@ static void check_layers(void) {
 
 int main(void) {
   size_t n = sizeof cases / sizeof cases[0];
+  check_table();
   for (size_t i = 0; i < n; i++) check_plan(&cases[i]);
   for (size_t i = 0; i < n; i++) check_case_results(&cases[i]);
   check_layers();

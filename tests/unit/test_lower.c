@@ -31,9 +31,11 @@
  * (and must match exactly: the kernels round after every op, as the
  * reference does) except where an op accumulates, which kp_widen_half must
  * rewrite first: those must be refused with the agreed "no compiled kernel"
- * message. The table walk fails if an op has
- * neither a lowering nor a decomposition, or no case exercised it; the largest differences seen are
- * printed at the end.
+ * message. The table walk fails if an op has neither a lowering
+ * (codegen/lower_table.c) nor a decomposition (ops.def's `.decompose`), or
+ * both (kp_legalize would expand it and its lowering would never run), or
+ * if no case exercised it; the largest differences seen are printed at the
+ * end.
  */
 #include <ctype.h>
 #include <math.h>
@@ -41,9 +43,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/lower.h"
 #include "codegen/program.h"
 #include "passes/passes.h"
+#include "runtime/rt_attention.h"
 #include "op_cases.h"
+
+/* kcg_program_interp runs ATTENTION steps with the CPU runtime's kernels. */
+static const kcg_interp_options interp_opts = {.attention = krt_attention_interp};
 
 static int failures, runs, skipped_variants, unsupported_cases;
 static bool covered[KIR_OP_COUNT];
@@ -305,7 +312,7 @@ static void run_once(kir_graph *g, const kcg_program *prog, const case_spec *c, 
       n *= kcg_dim_value(t->dims[d], ri.sizes);
     got[r] = calloc((size_t)n + 1, kiln_dtype_size(t->dtype));
   }
-  kiln_status cs = kcg_program_interp(ctx, prog, ri.native, got, ri.sizes);
+  kiln_status cs = kcg_program_interp(ctx, prog, ri.native, got, ri.sizes, &interp_opts);
   runs++;
   if (rs != KILN_OK) {
     if (cs == KILN_OK)
@@ -588,7 +595,10 @@ done:
 int main(void) {
   for (uint16_t op = 0; op < KIR_OP_COUNT; op++) {
     const kir_op_desc *d = kir_op(op);
-    if (!d->lower && !d->decompose) fail(d->name, "has neither a lowering nor a decomposition");
+    if (!kcg_lower_of(op) && !d->decompose)
+      fail(d->name, "has neither a lowering nor a decomposition");
+    if (kcg_lower_of(op) && d->decompose)
+      fail(d->name, "has a lowering and a decomposition (kp_legalize drops the lowering)");
   }
   for (uint16_t op = 0; op < KIR_OP_COUNT; op++)
     run_op(op);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "ir/kir.h"
+#include "runtime/npy.h"
 
 #ifndef KILN_SOURCE_DIR
 #define KILN_SOURCE_DIR "."
@@ -133,7 +134,7 @@ static void test_round_trips(void) {
       kiln_tensor *t = sample((kiln_dtype)dt, ranks[s], shapes[s]), *u = NULL;
       void *buf = NULL;
       size_t len = 0;
-      CHECK(t && kir_npy_write_mem(ctx, t, &buf, &len) == KILN_OK);
+      CHECK(t && krt_npy_write_mem(ctx, t, &buf, &len) == KILN_OK);
       CHECK(len % 64 == kiln_tensor_nbytes(t) % 64); /* the data starts 64-aligned */
       CHECK(kiln_npy_read_mem(ctx, buf, len, "mem", &u) == KILN_OK);
       CHECK(u && same_tensor(t, u));
@@ -200,7 +201,7 @@ static void test_numpy_files(void) {
     kiln_tensor *t = fixture(names[i], &want, &wlen);
     CHECK(t && want);
     if (!t || !want) continue;
-    CHECK(kir_npy_write_mem(ctx, t, &got, &len) == KILN_OK);
+    CHECK(krt_npy_write_mem(ctx, t, &got, &len) == KILN_OK);
     if (len != wlen || memcmp(got, want, len)) {
       fprintf(stderr, "%s: Kiln writes different bytes than NumPy\n", names[i]);
       failures++;
@@ -407,7 +408,7 @@ static void test_truncations(void) {
   kiln_tensor *t = sample(KILN_I32, 2, dims);
   void *buf;
   size_t len;
-  CHECK(kir_npy_write_mem(ctx, t, &buf, &len) == KILN_OK);
+  CHECK(krt_npy_write_mem(ctx, t, &buf, &len) == KILN_OK);
   for (size_t n = 0; n < len; n++) {
     unsigned char *p = malloc(n ? n : 1);
     memcpy(p, buf, n);

@@ -5,8 +5,8 @@
  * signature, a shape rule, a float64 reference kernel, the scalar functions
  * its family and dtype flags call for, a decomposition when it is a compound
  * op with one in the design (softmax, norms, attention), and a section in
- * docs/ir.md. Its own test file is checked by test_ops.c. When later issues
- * add the VJP and lowering slots, their checks belong here too.
+ * docs/ir.md. Its own test file is checked by test_ops.c, its lowering
+ * (codegen/lower_table.c) by test_lower.c, its VJP by test_autodiff.c.
  */
 #include <stdio.h>
 #include <stdlib.h>

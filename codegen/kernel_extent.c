@@ -1,10 +1,11 @@
 /*
- * rt_extent.c — the range of a kernel's parallel loop, for the executor.
+ * kernel_extent.c — the range of a kernel's parallel loop, for the executor.
  *
  * Loop extents in kernel IR are i64 expressions of constants and symbol
  * values; the executor evaluates the outermost one to split it over threads.
- * It lives in the runtime (not codegen/kernel.c) because ahead-of-time
- * models link only libkiln_rt.a.
+ * It is a file of its own (not in codegen/kernel.c) because ahead-of-time
+ * models link only libkiln_rt.a: CMakeLists.txt builds this file into it
+ * with the runtime's rt_*.c, and into libkiln_gpurt.a.
  */
 #include "codegen/program.h"
 
