@@ -60,7 +60,7 @@ kiln_status kcu_program_run(kiln_ctx *ctx, kcu_program *cp, void *const *inputs,
                             void *const *outputs, const int64_t *sizes, double *seconds);
 
 /*
- * kiln_graph_run's `cuda` backend (KILN_BACKEND_CUDA) on device `index`:
+ * kiln_graph_run_on's compiled kernels on CUDA device `index` (device "cuda:N"):
  * legalizes and lowers `g`, runs it once, returns new host tensors. Strict:
  * what the device cannot run is KILN_ERR_UNSUPPORTED, never a fallback.
  */

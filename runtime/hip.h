@@ -35,7 +35,8 @@ void khip_program_destroy(khip_program *hp);
 kiln_status khip_program_run(kiln_ctx *ctx, khip_program *hp, void *const *inputs,
                              void *const *outputs, const int64_t *sizes, double *seconds);
 
-/* kiln_graph_run's `hip` backend (KILN_BACKEND_HIP) on device `index`; strict like cuda. */
+/* kiln_graph_run_on's compiled kernels on ROCm device `index` (device "hip:N"); strict like
+ * cuda. */
 kiln_status khip_graph_run(kir_graph *g, int index, size_t n_in, kiln_tensor *const *inputs,
                            size_t n_out, kiln_tensor **outputs);
 
