@@ -266,6 +266,11 @@ kiln_status kl_make_cnn(kiln_ctx *ctx, const kl_arg *a, kl_layer **out) {
     return kir_fail(ctx, KILN_ERR_INVALID,
                     "cnn: image=%lld is too small for %lld pooling stages (one per channel entry)",
                     (long long)image, (long long)n);
+  int64_t flat; /* the flattened width the first linear layer takes */
+  if (__builtin_mul_overflow(ch[n - 1], side, &flat) || __builtin_mul_overflow(flat, side, &flat))
+    return kir_fail(ctx, KILN_ERR_INVALID,
+                    "cnn: channels[%lld] = %lld times %lld x %lld pixels overflows 64 bits",
+                    (long long)(n - 1), (long long)ch[n - 1], (long long)side, (long long)side);
   zoo_seq q = {ctx, NULL, 0, 0, false};
   for (int64_t i = 0; i < n; i++) {
     seq_push(&q, kl_mk(ctx, "conv2d_layer", "i i", i ? ch[i - 1] : c_in, ch[i]));
@@ -273,7 +278,7 @@ kiln_status kl_make_cnn(kiln_ctx *ctx, const kl_arg *a, kl_layer **out) {
     seq_push(&q, kl_mk(ctx, "max_pool", "i", (int64_t)2));
   }
   seq_push(&q, kl_mk(ctx, "flatten_layer", ""));
-  seq_push(&q, kl_mk(ctx, "linear", "i i", ch[n - 1] * side * side, dense));
+  seq_push(&q, kl_mk(ctx, "linear", "i i", flat, dense));
   seq_push(&q, kl_mk(ctx, "activation", "s", "relu"));
   seq_push(&q, kl_mk(ctx, "linear", "i i", dense, classes));
   return zoo_done(seq_finish(&q), out);
