@@ -48,14 +48,7 @@
 #include "runtime/device.h"
 #include "skip.h"
 
-static int failures;
-#define CHECK(c)                                                            \
-  do {                                                                      \
-    if (!(c)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-      failures++;                                                           \
-    }                                                                       \
-  } while (0)
+#include "harness.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static double uniform(void) { /* xorshift64*, in [0, 1) */

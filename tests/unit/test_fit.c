@@ -16,14 +16,7 @@
 
 #include "kiln/kiln.h"
 
-static int failures;
-#define CHECK(c)                                                            \
-  do {                                                                      \
-    if (!(c)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-      failures++;                                                           \
-    }                                                                       \
-  } while (0)
+#include "harness.h"
 
 static uint64_t rng = 88172645463325252ull;
 static double urand(void) {

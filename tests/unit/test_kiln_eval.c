@@ -27,14 +27,7 @@
 
 #include "layers/layers.h"
 
-static int failures;
-#define CHECK(c)                                                                                   \
-  do {                                                                                             \
-    if (!(c)) {                                                                                    \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c);                        \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
+#include "harness.h"
 
 static kiln_model_file *load(kiln_ctx *ctx, const char *text) {
   kiln_model_file *mf = NULL;

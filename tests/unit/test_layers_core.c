@@ -10,14 +10,7 @@
 
 #include "layers/layers.h"
 
-static int failures;
-#define CHECK(c)                                                        \
-  do {                                                                  \
-    if (!(c)) {                                                         \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-      failures++;                                                       \
-    }                                                                   \
-  } while (0)
+#include "harness.h"
 
 static void expect_error(kiln_ctx *ctx, kl_layer *l, const char *want) {
   CHECK(l == NULL);
