@@ -96,7 +96,8 @@ typedef struct ke_args {
  * the activations) on tensors. */
 typedef struct unary_fn {
   const char *name;
-  double (*f)(double);
+  const char *op;     /* the op of ir/ops.def it is, or NULL */
+  double (*f)(double); /* its scalar function where it is no op */
   bool activation; /* on tensors through kl_activation (so it matches activation(name)) */
 } unary_fn;
 
@@ -125,6 +126,7 @@ void *ke_alloc(ke_eval *e, size_t n);
 kiln_value ke_scalar_like(ke_eval *e, kiln_value like, const kv *v);
 /* An elementwise function of one argument (exp, relu, ...) by name, or NULL. */
 const unary_fn *ke_find_unary(const char *name);
+double ke_unary_number(const unary_fn *u, double x); /* u on a number */
 /* Whether `name` is a tensor function of more than one argument (sum, softmax, ...). */
 const struct builtin *ke_find_builtin(const char *name);
 /* A tensor function (or its number version); false if `name` is none of them. */

@@ -164,6 +164,7 @@ static bool op_prelu(ox_node *n) {
 }
 
 static kiln_value elu(ox_node *n, kiln_value x, double alpha) {
+  if (alpha == 1.0) return kiln_unary(G, "elu", x);
   kiln_value neg = kiln_mul(G, kiln_unary(G, "expm1", x), ox_scalar_like(n, x, alpha));
   return ox_select3(n, kiln_binary(G, "gt", x, ox_scalar_like(n, x, 0)), x, neg);
 }
@@ -190,20 +191,13 @@ static bool op_celu(ox_node *n) {
   return true;
 }
 
-/* log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|). */
-static kiln_value softplus(ox_node *n, kiln_value x) {
-  kiln_value t = kiln_unary(G, "exp", kiln_unary(G, "neg", kiln_unary(G, "abs", x)));
-  return kiln_add(G, kiln_binary(G, "max", x, ox_scalar_like(n, x, 0)), kiln_unary(G, "log1p", t));
-}
-
 static bool op_softplus(ox_node *n) {
-  n->out[0] = softplus(n, ox_in0(n));
+  n->out[0] = kiln_unary(G, "softplus", ox_in0(n));
   return true;
 }
 
 static bool op_mish(ox_node *n) {
-  kiln_value x = ox_in0(n);
-  n->out[0] = kiln_mul(G, x, kiln_unary(G, "tanh", softplus(n, x)));
+  n->out[0] = kiln_unary(G, "mish", ox_in0(n));
   return true;
 }
 
@@ -227,8 +221,7 @@ static bool op_hard_sigmoid(ox_node *n) {
 }
 
 static bool op_hard_swish(ox_node *n) {
-  kiln_value x = ox_in0(n);
-  n->out[0] = kiln_mul(G, x, hard_sigmoid(n, x, 1.0 / 6, 0.5));
+  n->out[0] = kiln_unary(G, "hardswish", ox_in0(n));
   return true;
 }
 
@@ -241,20 +234,10 @@ static bool op_thresholded_relu(ox_node *n) {
 }
 
 static bool op_gelu(ox_node *n) {
-  kiln_value x = ox_in0(n);
   const char *approx = ox_attr_s(n, "approximate", "none");
-  kiln_value inner;
-  if (!strcmp(approx, "tanh")) {
-    kiln_value x3 = kiln_mul(G, kiln_mul(G, x, x), x);
-    inner = kiln_add(G, x, kiln_mul(G, x3, ox_scalar_like(n, x, 0.044715)));
-    inner = kiln_unary(G, "tanh", kiln_mul(G, inner, ox_scalar_like(n, x, sqrt(2 / M_PI))));
-  } else if (!strcmp(approx, "none")) {
-    inner = kiln_unary(G, "erf", kiln_mul(G, x, ox_scalar_like(n, x, M_SQRT1_2)));
-  } else {
+  if (strcmp(approx, "tanh") && strcmp(approx, "none"))
     return ox_fail(n, KILN_ERR_UNSUPPORTED, "approximate='%s'", approx);
-  }
-  kiln_value half = kiln_mul(G, x, ox_scalar_like(n, x, 0.5));
-  n->out[0] = kiln_mul(G, half, kiln_add(G, inner, ox_scalar_like(n, x, 1)));
+  n->out[0] = kiln_unary(G, strcmp(approx, "tanh") ? "gelu" : "gelu_tanh", ox_in0(n));
   return true;
 }
 

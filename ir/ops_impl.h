@@ -108,6 +108,12 @@ bool kir_vjp_decomposed(kir_vjp_ctx *vc, const kir_inst *inst); /* through op->d
 bool kir_vjp_div(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_erf(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_hardswish(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_gelu(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_gelu_tanh(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_silu(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_softplus(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_mish(kir_vjp_ctx *vc, const kir_inst *inst);
+bool kir_vjp_elu(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_exp(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_expm1(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_flash_attention(kir_vjp_ctx *vc, const kir_inst *inst); /* ir/flash_attention.c */
@@ -181,6 +187,12 @@ double kir_f_round(double x);
 double kir_f_rsqrt(double x);
 double kir_f_sigmoid(double x);
 double kir_f_hardswish(double x);
+double kir_f_gelu(double x);
+double kir_f_gelu_tanh(double x);
+double kir_f_silu(double x);
+double kir_f_softplus(double x);
+double kir_f_mish(double x);
+double kir_f_elu(double x);
 double kir_f_sign(double x);
 int64_t kir_i_abs(int64_t x);
 int64_t kir_i_neg(int64_t x);

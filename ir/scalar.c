@@ -49,6 +49,19 @@ double kir_f_sigmoid(double x) {
   return e / (1.0 + e);
 }
 
+/*
+ * The derived activations, each its formula in ops.def evaluated in float64
+ * (so a NaN or infinity comes out as the compiled formula gives it).
+ */
+double kir_f_gelu(double x) { return x * 0.5 * (erf(x * 0.7071067811865476) + 1); }
+double kir_f_gelu_tanh(double x) {
+  return x * 0.5 * (tanh((x + x * x * x * 0.044715) * 0.7978845608028654) + 1);
+}
+double kir_f_silu(double x) { return x * kir_f_sigmoid(x); }
+double kir_f_softplus(double x) { return kir_f_max(x, 0) + log1p(exp(-fabs(x))); }
+double kir_f_mish(double x) { return x * tanh(kir_f_softplus(x)); }
+double kir_f_elu(double x) { return kir_f_max(x, 0) + expm1(kir_f_min(x, 0)); }
+
 /* ---- unary, integer ---- */
 
 int64_t kir_i_neg(int64_t x) { return (int64_t)(0 - (uint64_t)x); }

@@ -108,6 +108,49 @@ bool kir_vjp_hardswish(kir_vjp_ctx *vc, const kir_inst *inst) {
   return give(vc, kir_vjp_select(vc, lo, zero, kir_vjp_select(vc, hi, one, mid)));
 }
 
+bool kir_vjp_gelu(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst; /* Phi(x) + x phi(x) */
+  uint32_t cdf = BIN(mul, BIN(add, UN(erf, BIN(mul, X, SCALAR(M_SQRT1_2))), SCALAR(1)), SCALAR(0.5));
+  uint32_t pdf = BIN(mul, UN(exp, BIN(mul, BIN(mul, X, X), SCALAR(-0.5))),
+                     SCALAR(0.3989422804014327)); /* 1 / sqrt(2 pi) */
+  return give(vc, BIN(add, cdf, BIN(mul, X, pdf)));
+}
+
+bool kir_vjp_gelu_tanh(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst; /* (1 + t) / 2 + x/2 (1 - t^2) c (1 + 3a x^2), t = tanh(c (x + a x^3)) */
+  const double a = 0.044715, c = 0.7978845608028654;
+  uint32_t x2 = BIN(mul, X, X);
+  uint32_t t = UN(tanh, BIN(mul, BIN(add, X, BIN(mul, BIN(mul, x2, X), SCALAR(a))), SCALAR(c)));
+  uint32_t du = BIN(mul, BIN(add, BIN(mul, x2, SCALAR(3 * a)), SCALAR(1)), SCALAR(c));
+  uint32_t sech2 = BIN(sub, SCALAR(1), BIN(mul, t, t));
+  uint32_t d = BIN(add, BIN(mul, BIN(add, t, SCALAR(1)), SCALAR(0.5)),
+                   BIN(mul, BIN(mul, BIN(mul, X, SCALAR(0.5)), sech2), du));
+  return give(vc, d);
+}
+
+bool kir_vjp_silu(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst; /* s (1 + x (1 - s)) */
+  uint32_t s = UN(sigmoid, X);
+  return give(vc, BIN(mul, s, BIN(add, SCALAR(1), BIN(mul, X, BIN(sub, SCALAR(1), s)))));
+}
+
+bool kir_vjp_softplus(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst;
+  return give(vc, UN(sigmoid, X));
+}
+
+bool kir_vjp_mish(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst; /* t + x (1 - t^2) sigmoid(x), t = tanh(softplus(x)) */
+  uint32_t t = UN(tanh, UN(softplus, X));
+  uint32_t sech2 = BIN(sub, SCALAR(1), BIN(mul, t, t));
+  return give(vc, BIN(add, t, BIN(mul, BIN(mul, X, sech2), UN(sigmoid, X))));
+}
+
+bool kir_vjp_elu(kir_vjp_ctx *vc, const kir_inst *inst) {
+  (void)inst; /* 1 where x > 0, e^x elsewhere: both are e^min(x, 0) */
+  return give(vc, UN(exp, BIN(min, X, SCALAR(0))));
+}
+
 bool kir_vjp_erf(kir_vjp_ctx *vc, const kir_inst *inst) {
   (void)inst; /* 2/sqrt(pi) e^(-x^2) */
   uint32_t e = UN(exp, UN(neg, BIN(mul, X, X)));

@@ -1008,42 +1008,22 @@ const char *kl_activation_names(void) {
          "linear, identity";
 }
 
-/* softplus(x) = max(x, 0) + log1p(exp(-|x|)), stable for large |x|. */
-static kiln_value softplus(kl_build *b, kiln_value x) {
-  kiln_graph *g = b->g;
-  kiln_value pos = kiln_binary(g, "max", x, kl_scalar(b, 0));
-  kiln_value t = kiln_unary(g, "log1p", kiln_unary(g, "exp", kiln_unary(g, "neg", kiln_unary(g, "abs", x))));
-  return kiln_add(g, pos, t);
-}
-
 kiln_status kl_activation(kl_build *b, const char *name, kiln_value x, kiln_value *out) {
   kiln_graph *g = b->g;
   kiln_value y = KILN_NO_VALUE;
   if (!strcmp(name, "relu")) {
     y = kiln_binary(g, "max", x, kl_scalar(b, 0));
-  } else if (!strcmp(name, "gelu")) { /* tanh approximation */
-    kiln_value x3 = kiln_mul(g, kiln_mul(g, x, x), x);
-    kiln_value in = kiln_mul(g, kl_scalar(b, 0.7978845608028654),
-                             kiln_add(g, x, kiln_mul(g, kl_scalar(b, 0.044715), x3)));
-    y = kiln_mul(g, kiln_mul(g, kl_scalar(b, 0.5), x),
-                 kiln_add(g, kl_scalar(b, 1), kiln_unary(g, "tanh", in)));
-  } else if (!strcmp(name, "silu") || !strcmp(name, "swish")) {
-    y = kiln_mul(g, x, kiln_unary(g, "sigmoid", x));
-  } else if (!strcmp(name, "mish")) {
-    y = kiln_mul(g, x, kiln_unary(g, "tanh", softplus(b, x)));
-  } else if (!strcmp(name, "elu")) { /* alpha 1: x > 0 ? x : expm1(x) */
-    kiln_value pos = kiln_binary(g, "gt", x, kl_scalar(b, 0));
-    kiln_value neg = kiln_unary(g, "expm1", kiln_binary(g, "min", x, kl_scalar(b, 0)));
-    kiln_value in[3] = {pos, x, neg};
-    y = kiln_op(g, "select", 3, in, 0, NULL);
+  } else if (!strcmp(name, "gelu")) { /* the catalogue's gelu is the tanh approximation */
+    y = kiln_unary(g, "gelu_tanh", x);
+  } else if (!strcmp(name, "swish")) {
+    y = kiln_unary(g, "silu", x);
   } else if (!strcmp(name, "leaky_relu")) {
     kiln_value pos = kiln_binary(g, "gt", x, kl_scalar(b, 0));
     kiln_value in[3] = {pos, x, kiln_mul(g, x, kl_scalar(b, 0.01))};
     y = kiln_op(g, "select", 3, in, 0, NULL);
-  } else if (!strcmp(name, "tanh") || !strcmp(name, "sigmoid")) {
-    y = kiln_unary(g, name, x);
-  } else if (!strcmp(name, "softplus")) {
-    y = softplus(b, x);
+  } else if (!strcmp(name, "silu") || !strcmp(name, "mish") || !strcmp(name, "elu") ||
+             !strcmp(name, "tanh") || !strcmp(name, "sigmoid") || !strcmp(name, "softplus")) {
+    y = kiln_unary(g, name, x); /* ops of the IR (ir/ops.def) */
   } else if (!strcmp(name, "softmax")) {
     kiln_attr ax = kiln_attr_int("axis", (int64_t)kl_rank(b, x) - 1); /* the last axis */
     y = kiln_op(g, "softmax", 1, &x, 1, &ax);

@@ -223,6 +223,13 @@ static bool try_add(grower *gr, uint32_t p) {
 /* ---- the recompute budget ---- */
 
 static int op_weight(uint16_t op) {
+  const kir_expansion *e = kir_op_expansion(op);
+  if (e) { /* a derived op weighs what its formula does */
+    int w = 0;
+    for (int i = 0; i <= e->root; i++)
+      if (e->nodes[i].kind == KIR_EXPAND_OP) w += op_weight(e->nodes[i].op);
+    return w;
+  }
   switch (op) {
   case KIR_OP_exp: case KIR_OP_expm1: case KIR_OP_log: case KIR_OP_log1p: case KIR_OP_sin:
   case KIR_OP_cos: case KIR_OP_tanh: case KIR_OP_sigmoid: case KIR_OP_erf: case KIR_OP_pow:

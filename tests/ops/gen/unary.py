@@ -40,6 +40,42 @@ def erf(x):
     return math.nan if math.isnan(x) else math.erf(x)
 
 
+def mul(a, b):
+    # IEEE multiplication, which Python's float raises on only for inf * 0
+    return math.nan if (math.isinf(a) and b == 0) or (math.isinf(b) and a == 0) else a * b
+
+
+def gelu(x):
+    return mul(x * 0.5, erf(x * 0.7071067811865476) + 1)
+
+
+def gelu_tanh(x):
+    if math.isnan(x):
+        return x
+    u = x + x * x * x * 0.044715 if abs(x) < 1e100 else math.copysign(math.inf, x)
+    return mul(x * 0.5, math.tanh(u * 0.7978845608028654) + 1)
+
+
+def silu(x):
+    return mul(x, sigmoid(x))
+
+
+def fmax0(x):
+    return x if math.isnan(x) or x > 0 else 0.0
+
+
+def softplus(x):
+    return fmax0(x) + math.log1p(math.exp(-abs(x))) if not math.isnan(x) else x
+
+
+def mish(x):
+    return mul(x, math.tanh(softplus(x)))
+
+
+def elu(x):
+    return x if math.isnan(x) else fmax0(x) + math.expm1(min(x, 0.0))
+
+
 with np.errstate(all="ignore"):
     FLOAT_OPS = {  # name: (numpy function, domain of random inputs, extra edges)
         "neg": (np.negative, (-10, 10), []),
@@ -66,6 +102,13 @@ with np.errstate(all="ignore"):
     LATER_OPS = {  # as FLOAT_OPS
         "hardswish": (lambda a: a * (np.clip(a + 3, 0, 6) / 6), (-6, 6),
                       [-3.0, 3.0, -2.9999999, 2.9999999, -4.0, 1e-9]),
+        # the derived activations: each the formula of ops.def, evaluated in float64
+        "gelu": (vec(gelu), (-5, 5), [-8.0, 8.0, 1e-9, -0.5]),
+        "gelu_tanh": (vec(gelu_tanh), (-5, 5), [-8.0, 8.0, 1e-9, -0.5]),
+        "silu": (vec(silu), (-10, 10), [40.0, -40.0, 800.0, -800.0]),
+        "softplus": (vec(softplus), (-10, 10), [40.0, -40.0, 800.0, -800.0, 1e-9]),
+        "mish": (vec(mish), (-10, 10), [40.0, -40.0, 800.0, -800.0, 1e-9]),
+        "elu": (vec(elu), (-5, 5), [-40.0, 1e-9, -1e-9, 800.0]),
     }
 
 INT_EDGES = {
