@@ -37,6 +37,9 @@ typedef struct kcg_c_dialect {
   const char *header; /* text in front of the shared helpers (includes, defines) */
 } kcg_c_dialect;
 
+/* Device functions kf2h, kh2f (f16) and kf2b, kb2f (bf16) as CUDA/HIP C source. */
+extern const char kcg_c_half[];
+
 /* The function name of kernel `i` of a rendered source: kiln_k<i>. */
 void kcg_c_kernel_name(uint32_t i, char *buf, size_t n);
 

@@ -134,25 +134,8 @@ static void put(sbuf *b, const char *fmt, ...) {
   }
 }
 
-/* 16-bit conversions (round to nearest even), so the FMA path needs no fp16 header. */
-static const char helpers[] =
-    "#define KG static __device__ __forceinline__\n"
-    "KG unsigned short kg_f2h(float x) { unsigned u = __float_as_uint(x),"
-    " s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;\n"
-    "  if (a > 0x7f800000u) return (unsigned short)(s | 0x7e00u | ((a >> 13) & 0x3ffu));\n"
-    "  if (a >= 0x477ff000u) return (unsigned short)(s | 0x7c00u);\n"
-    "  if (a < 0x38800000u) return (unsigned short)(s | (unsigned)rintf(__uint_as_float(a) *"
-    " 16777216.0f));\n"
-    "  a -= 0x38000000u; return (unsigned short)(s | ((a + 0xfffu + ((a >> 13) & 1u)) >> 13)); }\n"
-    "KG float kg_h2f(unsigned short h) { unsigned s = ((unsigned)h & 0x8000u) << 16,"
-    " e = ((unsigned)h >> 10) & 0x1fu, m = (unsigned)h & 0x3ffu;\n"
-    "  if (e == 0u) { float f = (float)m * 5.9604644775390625e-8f; return s ? -f : f; }\n"
-    "  if (e == 31u) return __uint_as_float(s | 0x7f800000u | (m << 13));\n"
-    "  return __uint_as_float(s | ((e + 112u) << 23) | (m << 13)); }\n"
-    "KG unsigned short kg_f2b(float x) { unsigned u = __float_as_uint(x);\n"
-    "  if (isnan(x)) return (unsigned short)((u | 0x400000u) >> 16);\n"
-    "  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }\n"
-    "KG float kg_b2f(unsigned short b) { return __uint_as_float((unsigned)b << 16); }\n";
+/* Sources start with the 16-bit conversions (kcg_c_half), so the FMA path needs no fp16 header. */
+static const char helpers[] = "#define KG static __device__ __forceinline__\n";
 
 /*
  * The FMA kernel's body (after the KG_* defines and the signature). The
@@ -327,14 +310,14 @@ static const char tc_f2b_loader[] =
     "    if (vec && go < olim && gi < ilim) {\n"
     "      const float4 *q = reinterpret_cast<const float4 *>(g + go * ld + gi);\n"
     "      const float4 u = q[0], w = q[1];\n"
-    "      x.e[0] = kg_f2b(u.x), x.e[1] = kg_f2b(u.y);\n"
-    "      x.e[2] = kg_f2b(u.z), x.e[3] = kg_f2b(u.w);\n"
-    "      x.e[4] = kg_f2b(w.x), x.e[5] = kg_f2b(w.y);\n"
-    "      x.e[6] = kg_f2b(w.z), x.e[7] = kg_f2b(w.w);\n"
+    "      x.e[0] = kf2b(u.x), x.e[1] = kf2b(u.y);\n"
+    "      x.e[2] = kf2b(u.z), x.e[3] = kf2b(u.w);\n"
+    "      x.e[4] = kf2b(w.x), x.e[5] = kf2b(w.y);\n"
+    "      x.e[6] = kf2b(w.z), x.e[7] = kf2b(w.w);\n"
     "    } else {\n"
     "#pragma unroll\n"
     "      for (int u = 0; u < KG_VEC; u++)\n"
-    "        x.e[u] = go < olim && gi + u < ilim ? kg_f2b(g[go * ld + gi + u]) : (KG_T)0;\n"
+    "        x.e[u] = go < olim && gi + u < ilim ? kf2b(g[go * ld + gi + u]) : (KG_T)0;\n"
     "    }\n"
     "    r[t] = x.v;\n"
     "  }\n"
@@ -476,10 +459,10 @@ static void put_signature(sbuf *b, int nbatch) {
 }
 
 static const char *load_fn(kir_dtype dt) {
-  return dt == KILN_F16 ? "kg_h2f" : dt == KILN_BF16 ? "kg_b2f" : "";
+  return dt == KILN_F16 ? "kh2f" : dt == KILN_BF16 ? "kb2f" : "";
 }
 static const char *store_fn(kir_dtype dt) {
-  return dt == KILN_F16 ? "kg_f2h" : dt == KILN_BF16 ? "kg_f2b" : "";
+  return dt == KILN_F16 ? "kf2h" : dt == KILN_BF16 ? "kf2b" : "";
 }
 
 /* The buffers' element types (kiln_gemm's A, B and C). */
@@ -591,7 +574,7 @@ kiln_status kcg_gemm_gpu_source(kiln_ctx *ctx, const kcg_c_dialect *dialect,
       g->bf16 && !g->b_bf16 ? " (B f32 -> bf16)" : "",
       g->trans_a ? ", A transposed" : "", g->trans_b ? ", B transposed" : "", g->nbatch,
       v.tc ? "tensor-core (WMMA)" : "FMA");
-  put(&b, "%s", helpers);
+  put(&b, "%s%s", kcg_c_half, helpers);
   if (v.tc)
     put_tc(&b, g, &v);
   else

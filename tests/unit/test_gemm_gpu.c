@@ -178,7 +178,7 @@ static void compile_variant(kiln_ctx *ctx, const gcase *c, bool tf32) {
         if (!strstr(src, "#define KG_OUT(x) (x)")) fail(where, "the f32 result is rounded");
       } else {
         snprintf(want, sizeof want, "#define KG_LDA(x) %s(x)\n#define KG_LDB(x) %s(x)\n"
-                 "#define KG_ST(x) (x)\n", a16 ? "kg_b2f" : "", b16 ? "kg_b2f" : "");
+                 "#define KG_ST(x) (x)\n", a16 ? "kb2f" : "", b16 ? "kb2f" : "");
         if (!strstr(src, want)) fail(where, "the source lacks '%s'", want);
       }
     }
