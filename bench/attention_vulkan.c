@@ -35,7 +35,7 @@
 #include "kiln/aot.h"
 #include "ir/kir.h"
 #include "passes/passes.h"
-#include "runtime/vulkan.h"
+#include "runtime/device/vulkan.h"
 
 static double clock_ms(clockid_t id) {
   struct timespec t;

@@ -40,7 +40,7 @@
 #include "kiln/kiln.h"
 #include "kiln/layers.h"
 #include "passes/mixed_precision.h"
-#include "runtime/rt_gemm_cpu.h"
+#include "runtime/exec/rt_gemm_cpu.h"
 
 static clockid_t clock_id = CLOCK_MONOTONIC;
 static int reps = 7;

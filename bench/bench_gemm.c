@@ -1,5 +1,5 @@
 /*
- * bench_gemm.c — Kiln's own GEMM (runtime/rt_gemm_cpu.c) against OpenBLAS's
+ * bench_gemm.c — Kiln's own GEMM (runtime/exec/rt_gemm_cpu.c) against OpenBLAS's
  * cblas_sgemm, square sizes, 1 and 2 threads, medians in GFLOP/s.
  *
  *   bench_gemm [SIZES...]            (default 256 512 1024 2048; BENCH_REPS=9)
@@ -24,7 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/rt_gemm_cpu.h"
+#include "runtime/exec/rt_gemm_cpu.h"
 
 static bool cpu_clock; /* BENCH_CLOCK=cpu: process CPU time (one thread only) */
 

@@ -1,7 +1,7 @@
 /*
  * aot.h — the parts of ahead-of-time compilation that write files: the
  * lowered program as static C tables (aot.c). The driver that runs the
- * code generator and the system compiler is runtime/aot.c.
+ * code generator and the system compiler is runtime/driver/aot.c.
  */
 #ifndef KCG_AOT_H
 #define KCG_AOT_H
@@ -17,7 +17,7 @@
  * from `blob_path` with `.incbin`. `*entry` is the number of the entry
  * program: its table is `<prefix>p<entry>`, the functions `<prefix>fns`.
  */
-/* A code object made ahead of time for a GPU target (runtime/device.h's krt_image). */
+/* A code object made ahead of time for a GPU target (runtime/device/device.h's krt_image). */
 typedef struct kcg_aot_image {
   uint64_t key;
   char arch[24];
@@ -43,7 +43,7 @@ kiln_status kcg_aot_write_c(kiln_ctx *ctx, const kcg_program *prog, const char *
 /*
  * The same for a GPU target: no kernel functions (`<prefix>fns` is a table of
  * NULLs), and the images appended to the blob as `<prefix>image_table`, a
- * krt_image_table of runtime/device.h (identical images share their bytes).
+ * krt_image_table of runtime/device/device.h (identical images share their bytes).
  */
 kiln_status kcg_aot_write_c_gpu(kiln_ctx *ctx, const kcg_program *prog, const char *prefix,
                                 const kcg_aot_images *images, const char *blob_path, FILE *c,

@@ -1,7 +1,7 @@
 /*
  * attention_gpu.c — flash attention (forward and backward) as CUDA C and
  * HIP C, for ATTENTION steps (see gpu_kernels.h for the interface, and
- * runtime/rt_attention.c for the CPU kernel whose results these match).
+ * runtime/exec/rt_attention.c for the CPU kernel whose results these match).
  *
  * The source is one fixed body of C++ templates (NVRTC and HIPRTC compile
  * C++) and, per step, `extern "C"` wrappers that instantiate it for the

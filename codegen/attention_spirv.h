@@ -3,7 +3,7 @@
  * compute shaders for Vulkan, for ATTENTION steps (codegen/program.h
  * kcg_attn): the Vulkan counterpart of codegen/attention_gpu.c, with K/V
  * (and Q/dout) tiles in Workgroup memory and OpControlBarrier between
- * staging a tile and using it. runtime/vulkan.c executes the plans.
+ * staging a tile and using it. runtime/device/vulkan.c executes the plans.
  *
  * Kernels (codegen/attention_spirv.c says how each works):
  *   FWD   one workgroup per (query tile of br rows, batch * head), br / 64

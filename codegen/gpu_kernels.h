@@ -9,7 +9,7 @@
  * run's sizes, so a runtime compiles it once per step and caches the module.
  * `*_plan` turns the run's symbol values into the launches, in order, each
  * with its grid, block, dynamic shared memory and parameter list. The CUDA
- * runtime (runtime/cuda.c) and the HIP runtime (runtime/hip.c) both execute
+ * runtime (runtime/device/cuda.c) and the HIP runtime (runtime/device/hip.c) both execute
  * a plan the same way: for each launch, look up `kernel` in the module, build
  * the parameter array (a buffer parameter is the device pointer of the step's
  * arg `index`; a scratch parameter is the device pointer `value` bytes into

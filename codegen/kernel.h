@@ -165,7 +165,7 @@ typedef kiln_status (*kcg_attention_fn)(kiln_ctx *ctx, const struct kcg_program 
 
 typedef struct kcg_interp_options {
   /* ATTENTION steps have no kernel: this runs them (the CPU runtime's kernels,
-   * krt_attention_interp in runtime/rt_attention.h); NULL: such a step is
+   * krt_attention_interp in runtime/exec/rt_attention.h); NULL: such a step is
    * KILN_ERR_UNSUPPORTED. */
   kcg_attention_fn attention;
 } kcg_interp_options;

@@ -1,7 +1,7 @@
 /*
  * lower_attention.c — flash_attention and flash_attention_grad: one
  * ATTENTION step each where the target's runtime has its own tiled kernel
- * (the CPU executor: runtime/rt_attention.c, like GEMM steps keep BLAS), and
+ * (the CPU executor: runtime/exec/rt_attention.c, like GEMM steps keep BLAS), and
  * kernel-IR kernels for every other target (Vulkan; the CUDA and HIP
  * renderers can use them as a fallback). kcg_lower_runtime_attention() says
  * which (codegen/program.h, kcg_lower_options).

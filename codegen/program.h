@@ -3,9 +3,9 @@
  *
  * Lowering (codegen/lower*.c) turns a kir_graph into a kcg_program; a
  * renderer (codegen/llvm_cpu.c, later the GPU ones) compiles its kernels;
- * the runtime (runtime/exec.c) executes its steps. The program is plain
+ * the runtime (runtime/exec/rt_exec.c) executes its steps. The program is plain
  * data with no pointer into the source graph, so `kiln compile` can write it
- * into a shared object as static tables (runtime/aot) and the executor runs
+ * into a shared object as static tables (runtime/driver/aot.c) and the executor runs
  * it there without LLVM.
  *
  * Buffers are flat, row-major, in their own dtype (f32 is 4 bytes). Their
@@ -34,7 +34,7 @@ typedef enum kcg_step_kind {
   KCG_STEP_KERNEL, /* run kernel `kernel` with `args` bound to its buffers in order */
   KCG_STEP_GEMM,   /* a matmul the runtime may hand to BLAS; `kernel` is the generated fallback */
   KCG_STEP_SCAN,   /* run `body` `length` times over slices of axis 0 */
-  KCG_STEP_ATTENTION /* flash_attention(_grad): the runtime's tiled kernel (runtime/rt_attention.c) */
+  KCG_STEP_ATTENTION /* flash_attention(_grad): the runtime's tiled kernel (runtime/exec/rt_attention.c) */
 } kcg_step_kind;
 
 typedef struct kcg_program kcg_program;
@@ -46,7 +46,7 @@ typedef struct kcg_gemm {
    * f32 only: bf16 is set when both operands are exact widenings of bf16
    * values (casts from bf16: a bf16 matmul after kp_widen_half, or one under
    * the bf16 precision policy), so the runtime may multiply them as bf16
-   * (runtime/rt_gemm_cpu.h; on a GPU the bf16 tensor-core kernel of
+   * (runtime/exec/rt_gemm_cpu.h; on a GPU the bf16 tensor-core kernel of
    * codegen/gemm_gpu.c); a_bf16 / b_bf16 when that operand's buffer is
    * then the bf16 value itself (2 bytes an element; the kernel widens what it
    * loads), the cast's f32 result not being read.

@@ -7,7 +7,7 @@
  * a module the validator rejects is KILN_ERR_INVALID with its message, and is
  * never handed to a driver.
  *
- * The Vulkan kernel ABI (runtime/vulkan.c binds to it):
+ * The Vulkan kernel ABI (runtime/device/vulkan.c binds to it):
  *
  *   - descriptor set 0, binding b < nbufs: kernel buffer b, a storage buffer
  *     of its elements in the device layout of kcg_spirv_elem_size: f32, f64

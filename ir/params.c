@@ -5,7 +5,7 @@
  * parameter tree ("0.W", "encoder.2.b"), in the order they were added; the
  * set owns its tensors. It is plain data, so the layer catalogue and the
  * frontends build one without the runtime; reading and writing them as
- * safetensors files is runtime/safetensors.c.
+ * safetensors files is runtime/io/safetensors.c.
  */
 #include <stdlib.h>
 #include <string.h>

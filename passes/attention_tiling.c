@@ -1,7 +1,7 @@
 /*
  * attention_tiling.c — replaces attention by flash_attention, whose kernel
  * walks the keys tile by tile with an online softmax and never holds the
- * T x S score matrix (ir/flash_attention.c, runtime/rt_attention.c).
+ * T x S score matrix (ir/flash_attention.c, runtime/exec/rt_attention.c).
  *
  * What it finds:
  *   - the compound `attention` op that the layers emit (causal or not, with

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "runtime/device.h"
+#include "runtime/device/device.h"
 
 int cmd_check(int argc, char **argv) {
   enum { O_DEVICE, O_TOL };

@@ -1,9 +1,9 @@
 /*
  * cmd_compile.c — `kiln compile MODEL.kir|MODEL.kiln -o model.so [--header model.h]
  * [--target cpu|vulkan|cuda|hip]`: ahead-of-time compilation into a shared object that needs
- * no LLVM (for a GPU target: its kernels compiled now and embedded, runtime/aot_gpu.c).
+ * no LLVM (for a GPU target: its kernels compiled now and embedded, runtime/driver/aot_gpu.c).
  *
- * The work is kiln_compile_shared() (runtime/aot.c); this file reads the
+ * The work is kiln_compile_shared() (runtime/driver/aot.c); this file reads the
  * command line, the weights (--params P.safetensors, embedded in the .so
  * and no longer inputs), and picks the defaults: the entry points are named after the
  * output file (`mlp.so` gives `mlp_create`, `mlp_run`, ...) unless --name

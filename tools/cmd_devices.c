@@ -8,9 +8,9 @@
  * generator uses (from LLVM's view of this host, the one the JIT compiles
  * for), the threads the runtime's pool starts (KILN_NUM_THREADS or the
  * CPUs this process may use), and the OpenBLAS build that serves large
- * matrix products with the core it picked. Vulkan devices (runtime/vulkan.h)
+ * matrix products with the core it picked. Vulkan devices (runtime/device/vulkan.h)
  * follow, one line each, lavapipe included; absent ones are not listed.
- * Then CUDA and ROCm devices (runtime/cuda.h, runtime/hip.h), one line
+ * Then CUDA and ROCm devices (runtime/device/cuda.h, runtime/device/hip.h), one line
  * each; a kind with none gets one line saying why ("cuda: no CUDA device
  * (libcuda.so.1 not found)"), which is not an error: exit status 0.
  */
@@ -20,10 +20,10 @@
 
 #include "cli.h"
 #include "codegen/llvm_cpu.h"
-#include "runtime/rt.h"
-#include "runtime/cuda.h"
-#include "runtime/hip.h"
-#include "runtime/vulkan.h"
+#include "runtime/exec/rt.h"
+#include "runtime/device/cuda.h"
+#include "runtime/device/hip.h"
+#include "runtime/device/vulkan.h"
 
 /* The "model name" of the first processor in /proc/cpuinfo, or "" if there is none. */
 static void cpu_model_name(char *buf, size_t n) {

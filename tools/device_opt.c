@@ -3,14 +3,14 @@
  * `kiln run`, `kiln fit` and `kiln check`: the device (as `kiln devices`
  * names it), separate from the backend (`--backend auto|compiled|eager`).
  * `auto` is the first of CUDA, ROCm, a Vulkan GPU (not lavapipe) and the CPU
- * that this machine has (krt_device_auto, runtime/device.c).
+ * that this machine has (krt_device_auto, runtime/device/device.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
-#include "runtime/device.h"
+#include "runtime/device/device.h"
 
 int cli_parse_device(const char *cmd, const char *s, char *spec, size_t n) {
   static const char *const kinds[] = {"cpu", "vulkan", "cuda", "hip"};

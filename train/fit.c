@@ -169,7 +169,7 @@ static kiln_status compile_graph(kiln_ctx *ctx, const kiln_train_spec *spec, kil
                       "'%s'", spec->device);
     return KILN_OK;
   }
-  /* On a device: compiled once for it (runtime/device.h), strict like kiln_graph_run's device
+  /* On a device: compiled once for it (runtime/device/device.h), strict like kiln_graph_run's device
      backends. */
   kiln_compile_options co = {.device = train_device(spec), .options = spec->options};
   kiln_status s = kiln_compile(g, &co, out);

@@ -26,7 +26,7 @@ typedef enum kiln_switch { KILN_SWITCH_DEFAULT = 0, KILN_SWITCH_ON, KILN_SWITCH_
 /* Which library runs the f32 matrix products of the CPU executor. */
 typedef enum kiln_gemm_library {
   KILN_GEMM_DEFAULT = 0, /* Kiln's GEMM where it beats the OpenBLAS core found (docs/cpu-runtime.md) */
-  KILN_GEMM_KILN,        /* Kiln's own GEMM (runtime/rt_gemm_cpu.c) */
+  KILN_GEMM_KILN,        /* Kiln's own GEMM (runtime/exec/rt_gemm_cpu.c) */
   KILN_GEMM_BLAS         /* cblas_sgemm */
 } kiln_gemm_library;
 
@@ -41,7 +41,7 @@ typedef struct kiln_options {
                                    KILN_CONV_GEMM_MIN */
   kiln_switch aot_bf16_weights; /* shared objects keep bf16-rounded weights as bf16 (default on);
                                    KILN_AOT_BF16_WEIGHTS */
-  /* The CPU executor (runtime/rt_exec.c). */
+  /* The CPU executor (runtime/exec/rt_exec.c). */
   kiln_gemm_library gemm;       /* KILN_GEMM=kiln|blas */
   int64_t gemm_threshold;       /* M*N*K from which a GEMM step calls the library rather than its
                                    generated kernel; 0: measured, -1: never; KILN_GEMM_THRESHOLD */
@@ -52,7 +52,7 @@ typedef struct kiln_options {
   kiln_switch attention_avx512; /* the AVX-512 flash attention kernel (default: where the CPU has
                                    it); KILN_ATTENTION_ISA=scalar turns it off */
   int num_threads;              /* the thread pool's size; 0: the CPUs; KILN_NUM_THREADS */
-  /* The GPU devices (runtime/vulkan.c, cuda.c, hip.c). */
+  /* The GPU devices (runtime/device/vulkan.c, cuda.c, hip.c). */
   kiln_switch vk_storage16;     /* 16-bit storage buffers where the device has them (default on);
                                    KILN_VK_NO_STORAGE16=1 turns it off */
   kiln_switch vk_attention_steps; /* attention as tiled shaders (default on); KILN_VK_ATTENTION=rows
@@ -62,7 +62,7 @@ typedef struct kiln_options {
   const char *nvrtc_library;    /* NVRTC; NULL: the toolkit's; KILN_NVRTC */
   const char *hip_library;      /* the HIP runtime and HIPRTC; NULL: libamdhip64.so; KILN_HIP */
   const char *hip_arch;         /* the gfx target; NULL: the device's; KILN_HIP_ARCH */
-  /* kiln_compile_shared (runtime/aot.c). */
+  /* kiln_compile_shared (runtime/driver/aot.c). */
   const char *cc;               /* the C compiler that links; NULL: "cc"; CC */
   const char *source_dir;       /* Kiln's headers; NULL: the source tree built from; KILN_SOURCE_DIR */
   const char *lib_dir;          /* libkiln_rt.a, libkiln_gpurt.a; NULL: the build's; KILN_LIB_DIR */

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "ir/kir.h"
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 
 static void require(int ok, const char *what) {
   if (!ok) {

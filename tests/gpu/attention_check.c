@@ -7,7 +7,7 @@
  * 128, causal or not, additive masks of three broadcasts, fewer kv heads
  * than query heads, in f64, f32, f16 and bf16: the inputs are random,
  * rounded to the storage dtype, and the same rounded values in f64 go to
- * krt_attention_run (runtime/rt_attention.c, itself checked against the
+ * krt_attention_run (runtime/exec/rt_attention.c, itself checked against the
  * reference interpreter's plain attention by test_flash_attention). The
  * forward's out and lse, and the backward's dq, dk, dv (from the
  * reference's out and lse rounded to the storage dtype, fed to both), must
@@ -66,7 +66,7 @@
 #include "codegen/attention_gpu.h"
 #include "codegen/cuda.h"
 #include "codegen/gpu_kernels.h"
-#include "runtime/rt_attention.h"
+#include "runtime/exec/rt_attention.h"
 #include "tests/attention_case.h"
 
 typedef unsigned long long dptr;

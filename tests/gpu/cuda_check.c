@@ -1,5 +1,5 @@
 /*
- * cuda_check.c — Kiln's CUDA runtime (runtime/cuda.h) on a real GPU: every
+ * cuda_check.c — Kiln's CUDA runtime (runtime/device/cuda.h) on a real GPU: every
  * op's cases and every example model, against the references. Built here
  * by tests/gpu/build.sh (no LLVM needed) and run on the GPU machine by
  * tests/gpu/cuda.sh. Not part of ctest: it needs a GPU (written for an
@@ -49,8 +49,8 @@
 
 #include "codegen/program.h"
 #include "passes/passes.h"
-#include "runtime/cuda.h"
-#include "runtime/rt_attention.h"
+#include "runtime/device/cuda.h"
+#include "runtime/exec/rt_attention.h"
 #include "no_cjson.inc"
 
 /* kcg_program_interp runs ATTENTION steps with the CPU runtime's kernels. */

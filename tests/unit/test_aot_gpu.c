@@ -41,8 +41,8 @@
 
 #include "kiln/aot.h"
 #include "kiln/kiln.h"
-#include "runtime/device.h"
-#include "runtime/image.h"
+#include "runtime/device/device.h"
+#include "runtime/device/image.h"
 #include "skip.h"
 
 typedef struct model model;
@@ -686,7 +686,7 @@ static void vulkan_missing(void) {
   kiln_ctx_destroy(ctx);
 }
 
-/* The lookup rules of runtime/image.h, on a hand-made table. */
+/* The lookup rules of runtime/device/image.h, on a hand-made table. */
 static void lookup(void) {
   static const char cubin[] = "c", ptx80[] = "p80", ptx90[] = "p90", gfx[] = "g", sp[] = "s";
   const krt_image v[] = {{7, "compute_80", ptx80, 4}, {7, "sm_90", cubin, 2},

@@ -48,8 +48,8 @@
 #include "codegen/program.h"
 #include "ir/kir.h"
 #include "passes/passes.h"
-#include "runtime/rt_attention.h"
-#include "runtime/vulkan.h"
+#include "runtime/exec/rt_attention.h"
+#include "runtime/device/vulkan.h"
 #include "skip.h"
 
 /* Strictly compiled kernels on Vulkan device 0. */

@@ -39,7 +39,7 @@
 #include "passes/canonicalize.h"
 #include "passes/mixed_precision.h"
 #include "passes/passes.h"
-#include "runtime/rt_gemm_cpu.h"
+#include "runtime/exec/rt_gemm_cpu.h"
 #include "passes/pipeline.h"
 
 #include "harness.h"

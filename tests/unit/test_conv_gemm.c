@@ -29,7 +29,7 @@
 #include "kiln/compile.h"
 #include "kiln/kiln.h"
 #include "passes/passes.h"
-#include "runtime/rt_attention.h"
+#include "runtime/exec/rt_attention.h"
 
 /* kcg_program_interp runs ATTENTION steps with the CPU runtime's kernels. */
 static const kcg_interp_options interp_opts = {.attention = krt_attention_interp};

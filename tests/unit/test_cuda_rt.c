@@ -1,6 +1,6 @@
 /*
- * test_cuda_rt.c — the CUDA and ROCm devices of the runtime (runtime/cuda.c,
- * runtime/hip.c) and the executor they share (runtime/gpu_exec.c), on a
+ * test_cuda_rt.c — the CUDA and ROCm devices of the runtime (runtime/device/cuda.c,
+ * runtime/device/hip.c) and the executor they share (runtime/device/gpu_exec.c), on a
  * machine without a GPU.
  *
  * 1. No device: opening a CUDA or ROCm device fails with
@@ -22,7 +22,7 @@
  * 3. With NVRTC present (the CUDA toolkit, or KILN_NVRTC), the executor's
  *    compile path with the real compiler: a few ops' programs become one
  *    sm_90 cubin each (an ELF image).
- * 4. runtime/cuda.c itself on a stand-in driver (tests/unit/fake_cuda.c,
+ * 4. runtime/device/cuda.c itself on a stand-in driver (tests/unit/fake_cuda.c,
  *    loaded through KILN_CUDA; launches are recorded, not run): the device's
  *    description, a bad index, a failing cuInit, and with NVRTC a whole
  *    program and kiln_graph_run on the cuda backend: no call without the
@@ -41,10 +41,10 @@
 
 #include "codegen/cuda.h"
 #include "passes/passes.h"
-#include "runtime/cuda.h"
-#include "runtime/gpu_exec.h"
-#include "runtime/hip.h"
-#include "runtime/rt_attention.h"
+#include "runtime/device/cuda.h"
+#include "runtime/device/gpu_exec.h"
+#include "runtime/device/hip.h"
+#include "runtime/exec/rt_attention.h"
 #include "skip.h"
 
 /* kcg_program_interp runs ATTENTION steps with the CPU runtime's kernels. */
@@ -559,7 +559,7 @@ static void test_nvrtc(void) {
   CHECK(cubins >= 4);
 }
 
-/* ---- 4. runtime/cuda.c on the stand-in driver ---- */
+/* ---- 4. runtime/device/cuda.c on the stand-in driver ---- */
 
 typedef struct fake_cuda_state {
   int live_allocs, live_modules, live_streams, retained, launches, copies;
@@ -635,7 +635,7 @@ static void test_fake_programs(kiln_ctx *ctx, kcu_device *d, fake_cuda_state *st
 
 /*
  * A matmul under the bf16 policy lowers to an f32 GEMM step marked bf16 (its
- * operands the bf16 buffers): runtime/gpu_exec.c gives it its own module of
+ * operands the bf16 buffers): runtime/device/gpu_exec.c gives it its own module of
  * hand-tiled kernels (the bf16 tensor-core GEMM) instead of the generated
  * kernel, as it does an f32 one. Only loaded: the stand-in runs no kernel.
  */
@@ -693,7 +693,7 @@ static void test_fake_driver(void) {
                 "no CUDA device (cuInit failed: no CUDA-capable device is detected (CUDA error 100))"));
   unsetenv("FAKE_CUDA_FAIL");
   unsetenv("KILN_CUDA");
-  printf("runtime/cuda.c on the stand-in driver: %d launches, %d device copies%s\n", st->launches,
+  printf("runtime/device/cuda.c on the stand-in driver: %d launches, %d device copies%s\n", st->launches,
          st->copies, have_nvrtc ? "" : " (no NVRTC: no programs)");
   kiln_ctx_destroy(ctx);
   dlclose(lib);

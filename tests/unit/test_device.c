@@ -1,5 +1,5 @@
 /*
- * test_device.c — the device layer (runtime/device.h) and what is built on
+ * test_device.c — the device layer (runtime/device/device.h) and what is built on
  * it: kiln_compile with a device (the JIT on a GPU) and training on a
  * device, on lavapipe where there is no GPU.
  *
@@ -45,7 +45,7 @@
 #include "codegen/cuda.h"
 #include "ir/kir.h"
 #include "kiln/kiln.h"
-#include "runtime/device.h"
+#include "runtime/device/device.h"
 #include "skip.h"
 
 #include "harness.h"

@@ -7,7 +7,7 @@
  * mask or none, fewer K/V heads than Q heads, T != S, head dims 16 to 128,
  * sequence lengths 1, 7, 129 and 1000 that are not multiples of a tile).
  *   - Forward: the graph compiled (kiln_compile runs kp_attention_tiling, so
- *     the CPU runs runtime/rt_attention.c) against kir_interp_run of the
+ *     the CPU runs runtime/exec/rt_attention.c) against kir_interp_run of the
  *     same graph, whose attention is the plain softmax(q k^T * s + mask) v
  *     of ir/ref_nn.c: f64 within 1e-10, f32 within 1e-5, relative to the
  *     largest result. For T x S >= 10^4 the compiled model's arena must

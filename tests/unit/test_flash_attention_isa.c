@@ -1,6 +1,6 @@
 /*
  * test_flash_attention_isa.c — both kernel sets of the CPU flash attention
- * (runtime/rt_attention.c): the portable GCC-vector code, forced with
+ * (runtime/exec/rt_attention.c): the portable GCC-vector code, forced with
  * KILN_ATTENTION_ISA=scalar, and the AVX-512 micro-kernels the runtime picks
  * where the CPU has them.
  *
@@ -23,7 +23,7 @@
 #include "ir/kir.h"
 #include "kiln/compile.h"
 #include "passes/passes.h"
-#include "runtime/rt_attention.h"
+#include "runtime/exec/rt_attention.h"
 
 static int failures;
 

@@ -1,5 +1,5 @@
 /*
- * test_gemm_cpu.c — Kiln's own GEMM (runtime/rt_gemm_cpu.c) against a
+ * test_gemm_cpu.c — Kiln's own GEMM (runtime/exec/rt_gemm_cpu.c) against a
  * double-precision reference, on every code path this CPU can run.
  *
  * Each path is forced through krt_gemm_force_isa (scalar, AVX2, AVX-512,
@@ -32,7 +32,7 @@
 #include "kiln/compile.h"
 #include "passes/mixed_precision.h"
 #include "passes/passes.h"
-#include "runtime/rt_gemm_cpu.h"
+#include "runtime/exec/rt_gemm_cpu.h"
 
 #include "harness.h"
 

@@ -46,7 +46,7 @@
 #include "codegen/lower.h"
 #include "codegen/program.h"
 #include "passes/passes.h"
-#include "runtime/rt_attention.h"
+#include "runtime/exec/rt_attention.h"
 #include "op_cases.h"
 
 /* kcg_program_interp runs ATTENTION steps with the CPU runtime's kernels. */

@@ -1,6 +1,6 @@
 /*
- * test_memplan.c — the memory plan of the CPU runtime (runtime/rt_exec.c,
- * runtime/rt_inplace.c) over the programs the compile pipeline makes.
+ * test_memplan.c — the memory plan of the CPU runtime (runtime/exec/rt_exec.c,
+ * runtime/exec/rt_inplace.c) over the programs the compile pipeline makes.
  *
  *  1. The in-place predicate on real kernels: an elementwise chain may
  *     write over its operand; a transpose, a row reduction (softmax), a
@@ -24,7 +24,7 @@
 #include "kiln/compile.h"
 #include "passes/canonicalize.h"
 #include "passes/mixed_precision.h"
-#include "runtime/rt.h"
+#include "runtime/exec/rt.h"
 #include "train_graph.h"
 #include "passes/pipeline.h"
 
@@ -41,7 +41,7 @@ static void no_kernel(void **b, const int64_t *s, int64_t lo, int64_t hi, int32_
   (void)b, (void)s, (void)lo, (void)hi, (void)e;
 }
 
-/* The compile pipeline of runtime/compile.c up to the program. */
+/* The compile pipeline of runtime/driver/compile.c up to the program. */
 static kiln_status lower_like_compile(kiln_ctx *ctx, kir_graph *g, kir_arena *a, kcg_program **p) {
   kp_pipeline_options po;
   kp_pipeline_options_init(&po, g, NULL);

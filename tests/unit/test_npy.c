@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "ir/kir.h"
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 
 #ifndef KILN_SOURCE_DIR
 #define KILN_SOURCE_DIR "."

@@ -22,7 +22,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/rt.h"
+#include "runtime/exec/rt.h"
 
 #include "harness.h"
 static kiln_ctx *ctx;
@@ -274,7 +274,7 @@ static void test_chain(void) {
 }
 
 /* The plan: buffers in a line of elementwise kernels run in one slot, each written in place
-   over the one before (runtime/rt_inplace.c); one alive throughout takes a second. */
+   over the one before (runtime/exec/rt_inplace.c); one alive throughout takes a second. */
 static void test_plan_reuse(void) {
   fixture f = {0};
   f.p = prog_new(&f.arena);

@@ -50,7 +50,7 @@
 #include "kiln/kiln.h"
 #include "passes/fusion.h"
 #include "passes/passes.h"
-#include "runtime/vulkan.h"
+#include "runtime/device/vulkan.h"
 #include "skip.h"
 #include "ir/options.h"
 

@@ -33,7 +33,7 @@
 #include "kiln/kiln.h"
 #include "op_cases.h"
 #include "passes/mixed_precision.h"
-#include "runtime/vulkan.h"
+#include "runtime/device/vulkan.h"
 #include "skip.h"
 
 /* Strictly compiled kernels on Vulkan device 0. */

@@ -16,8 +16,8 @@
  *
  * For --target vulkan|cuda|hip (kiln_aot_options.target) the program is
  * lowered as the device's JIT lowers it (krt_device_lower), its device code
- * is compiled now (runtime/aot_gpu.c) and appended to the blob as an image
- * table, and the same five entry points are written over runtime/device.h;
+ * is compiled now (runtime/driver/aot_gpu.c) and appended to the blob as an image
+ * table, and the same five entry points are written over runtime/device/device.h;
  * the .so links libkiln_gpurt.a instead (docs/aot-gpu.md).
  *
  * The generated C includes Kiln's own headers, so the compiler needs Kiln's
@@ -37,8 +37,8 @@
 
 #include "codegen/aot.h"
 #include "codegen/llvm_cpu.h"
-#include "runtime/aot_gpu.h"
-#include "runtime/rt.h"
+#include "runtime/driver/aot_gpu.h"
+#include "runtime/exec/rt.h"
 #include "kiln/aot.h"
 #include "kiln/params.h"
 #include "ir/options.h"
@@ -67,10 +67,10 @@ static void put_type_comment(FILE *f, const kir_module *m, const kir_type *t) {
   fputs(buf, f);
 }
 
-/* The entry points: a thin C layer over runtime/rt.h. */
+/* The entry points: a thin C layer over runtime/exec/rt.h. */
 static void write_entry_points(FILE *c, const char *name, const char *prefix, uint32_t entry,
                                const kir_graph *g, const bool *bound) {
-  fprintf(c, "#include <stdlib.h>\n#include \"runtime/rt.h\"\n\n");
+  fprintf(c, "#include <stdlib.h>\n#include \"runtime/exec/rt.h\"\n\n");
   fprintf(c, "static const char *%sparam_names[%u] = {", prefix, g->nparams ? g->nparams : 1);
   for (uint32_t i = 0, k = 0; i < g->nparams; i++) {
     const char *n = g->values[g->params[i]].name;
@@ -113,7 +113,7 @@ static void write_entry_points(FILE *c, const char *name, const char *prefix, ui
 }
 
 /*
- * The entry points of a GPU target: the same signatures over runtime/device.h.
+ * The entry points of a GPU target: the same signatures over runtime/device/device.h.
  * create opens device $KILN_DEVICE_INDEX (0 when unset) of the target's kind;
  * when it fails, NAME_error(NULL) says why (the last failure of the thread).
  */
@@ -433,7 +433,7 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
   if (!valid_identifier(name) || strlen(name) > 64)
     return kir_fail(ctx, KILN_ERR_INVALID, "kiln compile: the model name '%s' is not a C identifier",
                     name);
-  /* The target: the CPU, or a GPU device whose code is embedded (runtime/aot_gpu.c). */
+  /* The target: the CPU, or a GPU device whose code is embedded (runtime/driver/aot_gpu.c). */
   bool gpu = opt->target && strcmp(opt->target, "cpu");
   static const char *const targets[] = {[KRT_DEVICE_VULKAN] = "vulkan", [KRT_DEVICE_CUDA] = "cuda",
                                          [KRT_DEVICE_HIP] = "hip"};
@@ -457,7 +457,7 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
                     "unknown precision '%s' (fp64, fp32, tf32, bf16 or fp16)", opt->precision);
   }
   /*
-   * A GPU target lowers as the device's JIT does (runtime/device.c), below. On the CPU the
+   * A GPU target lowers as the device's JIT does (runtime/device/device.c), below. On the CPU the
    * precision policy comes first, so that the weights it only rounds to bf16 are stored so.
    */
   kir_graph *pg = g, *src = NULL, *legal = NULL;

@@ -1,6 +1,6 @@
 /*
  * cuda.c — the CUDA device (see cuda.h): the driver API calls behind a
- * krt_gpu_driver; everything else is runtime/gpu_exec.c.
+ * krt_gpu_driver; everything else is runtime/device/gpu_exec.c.
  *
  * The driver's entry points are looked up by their versioned names
  * (cuMemAlloc_v2 and the like: what cuda.h's macros expand to) from the
@@ -19,8 +19,8 @@
 
 #include "codegen/cuda.h"
 #include "ir/options.h"
-#include "runtime/cuda.h"
-#include "runtime/gpu_exec.h"
+#include "runtime/device/cuda.h"
+#include "runtime/device/gpu_exec.h"
 
 typedef int CUresult;
 typedef int CUdevice;

@@ -131,7 +131,7 @@ kiln_status krt_workspace_check(const krt_workspace *w, kiln_ctx *ctx);
 /*
  * Whether kernel k may write its buffer `out` over its buffer `in` (the same
  * memory): every element of `out` written once from the element of `in` at
- * the same index, which no other statement reads (runtime/rt_inplace.c).
+ * the same index, which no other statement reads (runtime/exec/rt_inplace.c).
  */
 bool krt_kernel_inplace_ok(const kcg_kernel *k, uint32_t in, uint32_t out);
 /* The concrete dims of result r (as many as its type's rank) and its size in bytes. */

@@ -3,7 +3,7 @@
  */
 #include <stdio.h>
 
-#include "runtime/bind.h"
+#include "runtime/device/bind.h"
 
 #define MAX_BUFFER ((uint64_t)1 << 50) /* as the CPU executor */
 

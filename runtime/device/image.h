@@ -1,5 +1,5 @@
 /*
- * image.h — finding a precompiled image (runtime/device.h's krt_image_table)
+ * image.h — finding a precompiled image (runtime/device/device.h's krt_image_table)
  * for what a device is about to compile.
  *
  * The devices key an image by what they would otherwise compile: the CUDA
@@ -16,7 +16,7 @@
 
 #include "codegen/attention_spirv.h"
 #include "codegen/kernel.h"
-#include "runtime/device.h"
+#include "runtime/device/device.h"
 
 /*
  * The image for `key` on a device of arch `arch`: the same arch, or where

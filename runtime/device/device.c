@@ -1,7 +1,7 @@
 /*
  * device.c — one interface over the Vulkan, CUDA and ROCm devices (see
  * device.h): a device by name, a program compiled for it once, and runs that
- * bind the program's symbols from their input shapes (runtime/bind.c).
+ * bind the program's symbols from their input shapes (runtime/device/bind.c).
  *
  * A device is used by one run at a time: a Vulkan queue and command pool,
  * and the CUDA/HIP stream, are not to be used from two threads at once, so
@@ -16,11 +16,11 @@
 
 #include "ir/options.h"
 #include "passes/pipeline.h"
-#include "runtime/bind.h"
-#include "runtime/cuda.h"
-#include "runtime/device.h"
-#include "runtime/hip.h"
-#include "runtime/vulkan.h"
+#include "runtime/device/bind.h"
+#include "runtime/device/cuda.h"
+#include "runtime/device/device.h"
+#include "runtime/device/hip.h"
+#include "runtime/device/vulkan.h"
 
 struct krt_device {
   krt_device_kind kind;
@@ -46,7 +46,7 @@ const char *krt_device_kind_name(krt_device_kind k) {
   return (unsigned)k < KRT_DEVICE_KIND_COUNT ? kind_names[k] : "?";
 }
 
-/* krt_image_key is runtime/image.c's, with the lookup (no device needed to key an image). */
+/* krt_image_key is runtime/device/image.c's, with the lookup (no device needed to key an image). */
 
 kiln_status krt_device_parse(kiln_ctx *ctx, const char *spec, krt_device_kind *kind, int *index) {
   size_t len = spec ? strcspn(spec, ":") : 0;
@@ -114,7 +114,7 @@ void krt_device_describe(const krt_device *d, char *buf, size_t n) {
 
 /*
  * The device's own program for `p`, taking what `images` (may be NULL) has
- * precompiled for it (runtime/image.h), compiling the rest where it can.
+ * precompiled for it (runtime/device/image.h), compiling the rest where it can.
  */
 static kiln_status create_on_device(kiln_ctx *ctx, krt_device_program *dp,
                                     const krt_image_table *images) {
@@ -235,7 +235,7 @@ kiln_status krt_device_lower(kiln_ctx *ctx, krt_device_kind kind, kir_graph *g,
   kcg_lower_options lo;
   kcg_lower_options_for(&po->opts, &lo);
   lo.backend = target;
-  /* Vulkan's tiled shaders (a shared object's come as images, runtime/aot_gpu.c), or rows */
+  /* Vulkan's tiled shaders (a shared object's come as images, runtime/driver/aot_gpu.c), or rows */
   if (kind == KRT_DEVICE_VULKAN) lo.runtime_attention = kir_switch_on(po->opts.vk_attention_steps, true);
   s = kcg_lower_target(ctx, lg, arena, &lo, out);
   kiln_graph_destroy(lg);

@@ -8,13 +8,13 @@
  * becomes a kcg_program of kernel-IR kernels and steps, in the compiled
  * model's own arena, with no pointer back into any graph), kcg_cpu_jit()
  * (LLVM compiles every kernel for this CPU in one module), and
- * krt_model_create() (the executor of runtime/rt_exec.c bound to those
+ * krt_model_create() (the executor of runtime/exec/rt_exec.c bound to those
  * functions and to a thread pool). The graph can be freed as soon as this
  * returns.
  *
  * With options->device naming a GPU device, the graph is lowered as that
  * device's kiln_graph_run backend lowers it (krt_device_lower) and compiled
- * for the device once (krt_device_program, runtime/device.h); runs bind the
+ * for the device once (krt_device_program, runtime/device/device.h); runs bind the
  * symbols, size the results and run there, with the same checks and
  * messages as on the CPU.
  *
@@ -30,8 +30,8 @@
 #include "codegen/llvm_cpu.h"
 #include "ir/kir.h"
 #include "passes/pipeline.h"
-#include "runtime/device.h"
-#include "runtime/rt.h"
+#include "runtime/device/device.h"
+#include "runtime/exec/rt.h"
 
 struct kiln_compiled {
   kiln_ctx *ctx; /* the graph's: for calls that pass no context */

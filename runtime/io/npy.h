@@ -1,5 +1,5 @@
 /*
- * npy.h — the .npy writer's in-memory form (runtime/npy.c), for the tests
+ * npy.h — the .npy writer's in-memory form (runtime/io/npy.c), for the tests
  * and the fuzzer; kiln_npy_read/_write (include/kiln/tensor.h) are the
  * public ones.
  */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/image.h"
+#include "runtime/device/image.h"
 
 #define FNV_BASIS 0xcbf29ce484222325ull
 #define FNV_MUL 0x100000001b3ull

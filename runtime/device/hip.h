@@ -9,13 +9,13 @@
  * gfx908, gfx1030) are compiled for; another is KILN_ERR_UNSUPPORTED when a
  * program is created. The device's target comes from $KILN_HIP_ARCH if set,
  * else from hipGetDeviceProperties' gcnArchName ("gfx90a:sramecc+:xnack-"
- * is gfx90a). Execution is runtime/gpu_exec.c, shared with CUDA.
+ * is gfx90a). Execution is runtime/device/gpu_exec.c, shared with CUDA.
  */
 #ifndef KILN_RT_HIP_H
 #define KILN_RT_HIP_H
 
 #include "codegen/program.h"
-#include "runtime/device.h"
+#include "runtime/device/device.h"
 
 typedef struct khip_device khip_device;
 typedef struct khip_program khip_program;
@@ -28,7 +28,7 @@ void khip_device_describe(const khip_device *d, char *buf, size_t n);
 
 kiln_status khip_program_create(kiln_ctx *ctx, khip_device *d, const kcg_program *p,
                                 khip_program **out);
-/* The same taking precompiled code objects from `images` (runtime/image.h; may be NULL). */
+/* The same taking precompiled code objects from `images` (runtime/device/image.h; may be NULL). */
 kiln_status khip_program_create_images(kiln_ctx *ctx, khip_device *d, const kcg_program *p,
                                        const krt_image_table *images, khip_program **out);
 void khip_program_destroy(khip_program *hp);

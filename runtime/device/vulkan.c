@@ -21,11 +21,11 @@
 #include "codegen/attention_spirv.h"
 #include "codegen/spirv.h"
 #include "ir/options.h"
-#include "runtime/image.h"
+#include "runtime/device/image.h"
 #include "passes/fusion.h"
 #include "passes/mixed_precision.h"
 #include "passes/passes.h"
-#include "runtime/bind.h"
+#include "runtime/device/bind.h"
 #include "vulkan.h"
 
 #define VK_INSTANCE_FNS(X)                                                               \
@@ -269,7 +269,7 @@ void kvk_device_close(kvk_device *d) {
     d->vkDestroyDevice(d->dev, NULL);
   }
   if (d->instance && d->vkDestroyInstance) d->vkDestroyInstance(d->instance, NULL);
-  /* The loader is not dlclose'd (as runtime/cuda.c and runtime/hip.c): unloading it unloads the
+  /* The loader is not dlclose'd (as runtime/device/cuda.c and runtime/device/hip.c): unloading it unloads the
      driver, whose process-wide state (lavapipe's LLVM) is not made to be torn down and set up again
      on every open, and leaves LeakSanitizer unable to name the library that keeps it. */
   free(d);

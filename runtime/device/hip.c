@@ -1,8 +1,8 @@
 /*
  * hip.c — the ROCm device (see hip.h): the HIP runtime calls behind a
- * krt_gpu_driver; everything else is runtime/gpu_exec.c.
+ * krt_gpu_driver; everything else is runtime/device/gpu_exec.c.
  *
- * It mirrors runtime/cuda.c call for call (hipModuleLoadData for
+ * It mirrors runtime/device/cuda.c call for call (hipModuleLoadData for
  * cuModuleLoadData, hipModuleLaunchKernel for cuLaunchKernel, ...). It has
  * not run on an AMD GPU yet: only the path without a device is tested.
  */
@@ -15,8 +15,8 @@
 
 #include "codegen/hip.h"
 #include "ir/options.h"
-#include "runtime/gpu_exec.h"
-#include "runtime/hip.h"
+#include "runtime/device/gpu_exec.h"
+#include "runtime/device/hip.h"
 
 typedef int hipError_t;
 typedef int hipDevice_t;

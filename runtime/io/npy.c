@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/npy.h"
+#include "runtime/io/npy.h"
 
 enum { MAGIC_LEN = 6, ALIGN = 64, GROWTH_DIGITS = 21 };
 static const char MAGIC[MAGIC_LEN] = "\x93NUMPY";

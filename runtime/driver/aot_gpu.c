@@ -1,7 +1,7 @@
 /*
  * aot_gpu.c — compiling a program's device code ahead of time (aot_gpu.h).
  *
- * For CUDA and HIP the executor itself (runtime/gpu_exec.c) decides what is
+ * For CUDA and HIP the executor itself (runtime/device/gpu_exec.c) decides what is
  * compiled: it renders the generated kernels into one source and each GEMM
  * or attention step's hand-tiled kernels into another, for the device's
  * target. So the program is created once per target on a recording driver:
@@ -20,9 +20,9 @@
 #include "codegen/cuda.h"
 #include "codegen/hip.h"
 #include "codegen/spirv.h"
-#include "runtime/aot_gpu.h"
-#include "runtime/gpu_exec.h"
-#include "runtime/image.h"
+#include "runtime/driver/aot_gpu.h"
+#include "runtime/device/gpu_exec.h"
+#include "runtime/device/image.h"
 
 const char *const krt_aot_hip_archs[3] = {"gfx90a", "gfx908", "gfx1030"};
 

@@ -1,13 +1,13 @@
 /*
  * aot_gpu.h — the code objects `kiln compile --target vulkan|cuda|hip`
  * embeds: everything the device would compile when the .so creates its
- * program, compiled now (runtime/aot_gpu.c).
+ * program, compiled now (runtime/driver/aot_gpu.c).
  */
 #ifndef KILN_RT_AOT_GPU_H
 #define KILN_RT_AOT_GPU_H
 
 #include "codegen/aot.h"
-#include "runtime/device.h"
+#include "runtime/device/device.h"
 
 /* The HIP targets compiled for: codegen/hip.c's allow-list. */
 extern const char *const krt_aot_hip_archs[3];
@@ -19,7 +19,7 @@ extern const char *const krt_aot_hip_archs[3];
  * validated; CUDA: a cubin for sm_90 and PTX for compute_80 of every source
  * the device compiles (the generated kernels, each GEMM/attention step's
  * hand-tiled kernels); HIP: a code object for each of krt_aot_hip_archs.
- * Keys are those the devices look up (runtime/image.h).
+ * Keys are those the devices look up (runtime/device/image.h).
  */
 kiln_status krt_aot_capture(kiln_ctx *ctx, krt_device_kind kind, const kcg_program *p,
                             kcg_aot_images *out);

@@ -7,13 +7,13 @@
  * host tensors and the reference interpreter's float64/int64 tensors.
  *
  * Backends (docs/backends.md): `eager` is the reference interpreter;
- * `compiled` compiles the graph (runtime/compile.c) and runs the native code,
+ * `compiled` compiles the graph (runtime/driver/compile.c) and runs the native code,
  * and is strict: an op or dtype without a compiled kernel is an error, never
  * a silent fallback; `auto` compiles too, and runs eager only when the
  * compiler says KILN_ERR_UNSUPPORTED, giving the op and dtype it lacks in
  * info->reason. The device is separate (kiln_graph_run_on): the CPU, or a
  * GPU device that must open, on which the graph runs compiled (Vulkan
- * through the device JIT, CUDA and HIP through runtime/gpu_exec.c); eager is
+ * through the device JIT, CUDA and HIP through runtime/device/gpu_exec.c); eager is
  * the CPU's only. info says which backend and which device ran. Nothing is
  * cached: each call compiles afresh (callers that run a graph many times
  * hold a kiln_compiled themselves).
@@ -23,10 +23,10 @@
 #include <string.h>
 
 #include "ir/kir.h"
-#include "runtime/cuda.h"
-#include "runtime/device.h"
-#include "runtime/hip.h"
-#include "runtime/vulkan.h"
+#include "runtime/device/cuda.h"
+#include "runtime/device/device.h"
+#include "runtime/device/hip.h"
+#include "runtime/device/vulkan.h"
 
 static const char *const backend_names[] = {
     [KILN_BACKEND_AUTO] = "auto",
@@ -145,7 +145,7 @@ static kiln_status run_eager(kir_graph *g, size_t n_in, kiln_tensor *const *inpu
 
 /*
  * The `vulkan` backend on Vulkan device `index`: the device JIT (kiln_compile
- * with that device: runtime/device.c lowers, compiles and runs), used once.
+ * with that device: runtime/device/device.c lowers, compiles and runs), used once.
  */
 static kiln_status run_on_vulkan(kir_graph *g, int index, size_t n_in, kiln_tensor *const *inputs,
                                  size_t n_out, kiln_tensor **outputs) {

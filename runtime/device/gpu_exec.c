@@ -24,9 +24,9 @@
 
 #include "codegen/lower.h"
 #include "passes/passes.h"
-#include "runtime/bind.h"
-#include "runtime/gpu_exec.h"
-#include "runtime/image.h"
+#include "runtime/device/bind.h"
+#include "runtime/device/gpu_exec.h"
+#include "runtime/device/image.h"
 
 #include "codegen/gpu_kernels.h"
 

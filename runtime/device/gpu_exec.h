@@ -2,7 +2,7 @@
  * gpu_exec.h — the part of the CUDA and HIP devices that is the same for
  * both: compiling a program's kernels once, and executing its steps.
  *
- * A device (runtime/cuda.c, runtime/hip.c) fills a krt_gpu_driver: a
+ * A device (runtime/device/cuda.c, runtime/device/hip.c) fills a krt_gpu_driver: a
  * handful of calls that touch the GPU (memory, copies, modules, launches),
  * each returning KILN_OK or a kir_fail'ed status with the driver's words.
  * Everything else lives here, written once and tested on the CPU with a
@@ -28,7 +28,7 @@
 #define KILN_RT_GPU_EXEC_H
 
 #include "codegen/gpu_kernels.h"
-#include "runtime/device.h"
+#include "runtime/device/device.h"
 
 typedef uint64_t krt_dptr; /* a device address (CUdeviceptr, hipDeviceptr_t) */
 
@@ -68,7 +68,7 @@ typedef struct krt_gpu_program krt_gpu_program;
 kiln_status krt_gpu_program_create(kiln_ctx *ctx, const krt_gpu_driver *drv,
                                    const kcg_program *p, krt_gpu_program **out);
 /*
- * The same taking precompiled code objects from `images` (runtime/image.h;
+ * The same taking precompiled code objects from `images` (runtime/device/image.h;
  * may be NULL, else it must outlive the result): a source whose key and the
  * driver's arch match an image is loaded without compiling; another is
  * compiled by the driver, and where that fails too, the error names the

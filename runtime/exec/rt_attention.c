@@ -40,7 +40,7 @@
  * per batch and kv head, 5 tile products instead of 7) where those items
  * keep every thread busy.
  *
- * Like the rest of runtime/rt_*.c this calls only libc, libm and the pool,
+ * Like the rest of runtime/exec/ this calls only libc, libm and the pool,
  * so it is part of libkiln_rt.a too.
  */
 #include <math.h>

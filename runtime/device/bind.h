@@ -1,10 +1,10 @@
 /*
  * bind.h — the values of a program's symbols from the dims of its inputs,
- * for the devices (runtime/vulkan.c, runtime/gpu_exec.c, runtime/device.c).
+ * for the devices (runtime/device/vulkan.c, runtime/device/gpu_exec.c, runtime/device/device.c).
  *
  * Each symbol takes its value from the first input axis that carries it;
  * every other axis is checked against its static size or its symbol's
- * value, with the messages of the CPU executor (runtime/rt_exec.c), so a
+ * value, with the messages of the CPU executor (runtime/exec/rt_exec.c), so a
  * wrong shape reads the same on every backend.
  */
 #ifndef KILN_RT_BIND_H

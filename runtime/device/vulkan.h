@@ -28,7 +28,7 @@
 
 #include "codegen/attention_spirv.h"
 #include "codegen/program.h"
-#include "runtime/device.h"
+#include "runtime/device/device.h"
 
 typedef struct kvk_device kvk_device;
 typedef struct kvk_program kvk_program;
@@ -58,7 +58,7 @@ bool kvk_device_has_storage16(const kvk_device *d);
 kiln_status kvk_program_create(kiln_ctx *ctx, kvk_device *d, const kcg_program *p,
                                kvk_program **out);
 /*
- * The same taking SPIR-V from `images` (may be NULL; runtime/image.h: keyed by
+ * The same taking SPIR-V from `images` (may be NULL; runtime/device/image.h: keyed by
  * krt_kernel_key, arch krt_spirv_arch of the device's features) where it
  * matches, rendering the others.
  */

@@ -4,7 +4,7 @@
  * (kiln_compile with a device), training (`kiln fit --device`) and the
  * shared objects `kiln compile --target vulkan|cuda|hip` writes.
  *
- * runtime/vulkan.c, runtime/cuda.c and runtime/hip.c stay the devices; this
+ * runtime/device/vulkan.c, runtime/device/cuda.c and runtime/device/hip.c stay the devices; this
  * layer picks one by name, compiles a program for it once, binds the
  * program's symbols from the input shapes of each run (checking every
  * axis), and sizes the results — what kiln_compiled does for the CPU.

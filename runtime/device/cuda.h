@@ -12,14 +12,14 @@
  * and a module per GEMM/ATTENTION step with its hand-tiled kernels
  * (codegen/gpu_kernels.h). Each run allocates device buffers for the sizes
  * of that run, uploads inputs and constants, launches the steps in order in
- * the device's one stream (runtime/gpu_exec.c, shared with HIP), waits, and
+ * the device's one stream (runtime/device/gpu_exec.c, shared with HIP), waits, and
  * reads the error slots and the results back.
  */
 #ifndef KILN_RT_CUDA_H
 #define KILN_RT_CUDA_H
 
 #include "codegen/program.h"
-#include "runtime/device.h"
+#include "runtime/device/device.h"
 
 typedef struct kcu_device kcu_device;
 typedef struct kcu_program kcu_program;
@@ -45,7 +45,7 @@ int kcu_device_sm(const kcu_device *d);
  */
 kiln_status kcu_program_create(kiln_ctx *ctx, kcu_device *d, const kcg_program *p,
                                kcu_program **out);
-/* The same taking precompiled code objects from `images` (runtime/image.h; may be NULL). */
+/* The same taking precompiled code objects from `images` (runtime/device/image.h; may be NULL). */
 kiln_status kcu_program_create_images(kiln_ctx *ctx, kcu_device *d, const kcg_program *p,
                                       const krt_image_table *images, kcu_program **out);
 void kcu_program_destroy(kcu_program *cp);
