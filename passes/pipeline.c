@@ -97,13 +97,47 @@ static const pipeline *find_pipeline(const char *name) {
   return NULL;
 }
 
+/*
+ * A pipeline by name, or one written as a comma-separated list of passes of
+ * the registry ("legalize,canonicalize"), ending optionally in "fusion" (the
+ * groups are printed after it). The list's names point into `buf`. False for
+ * an unknown pipeline, an unknown pass or too many passes.
+ */
+static bool resolve(const char *name, pipeline *out, char *buf, size_t n) {
+  const pipeline *pl = find_pipeline(name);
+  if (pl) return *out = *pl, true;
+  if (!name || !*name || strlen(name) >= n) return false;
+  *out = (pipeline){.name = name};
+  snprintf(buf, n, "%s", name);
+  size_t k = 0;
+  for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    if (out->fuses) return false; /* "fusion" comes last */
+    if (!strcmp(t, "fusion")) out->fuses = true;
+    else if (!find_pass(t) || k == COUNT(out->passes)) return false;
+    else out->passes[k++] = t;
+  }
+  return k > 0 || out->fuses;
+}
+
 void kp_pipeline_options_init(kp_pipeline_options *po, const kir_graph *g,
                               const kiln_options *call) {
   *po = (kp_pipeline_options){.precision = KP_PREC_FP32};
   kir_options_resolve(kir_ctx_opts(g->mod->ctx), call, &po->opts);
 }
 
-bool kp_pipeline_exists(const char *name) { return find_pipeline(name) != NULL; }
+bool kp_pipeline_exists(const char *name) {
+  pipeline pl;
+  char buf[256];
+  return resolve(name, &pl, buf, sizeof buf);
+}
+
+bool kp_pipeline_is_named(const char *name) { return find_pipeline(name) != NULL; }
+
+const char *const *kp_pass_names(void) {
+  static const char *names[COUNT(registry) + 1];
+  for (size_t i = 0; i < COUNT(registry); i++) names[i] = registry[i].name;
+  return names;
+}
 
 const char *const *kp_pipeline_names(void) {
   static const char *const names[] = {"cpu", "vulkan", "cuda", "hip", "training", "precision",
@@ -150,8 +184,11 @@ kiln_status kp_pipeline_run(const char *name, kir_graph *g, const kp_pipeline_op
                             kir_graph **out) {
   *out = NULL;
   kiln_ctx *ctx = g->mod->ctx;
-  const pipeline *pl = find_pipeline(name);
-  if (!pl) return kir_fail(ctx, KILN_ERR_INVALID, "unknown pipeline '%s'", name ? name : "");
+  pipeline list;
+  char buf[256];
+  if (!resolve(name, &list, buf, sizeof buf))
+    return kir_fail(ctx, KILN_ERR_INVALID, "unknown pipeline '%s'", name ? name : "");
+  const pipeline *pl = &list;
   if (g->mod->status != KILN_OK)
     return kir_fail(ctx, g->mod->status, "graph @%s has an error", g->name);
   FILE *print = po->print_after_all;
@@ -191,6 +228,31 @@ kiln_status kp_pipeline_run(const char *name, kir_graph *g, const kp_pipeline_op
   return KILN_OK;
 }
 
+/* The fusion groups of g, the plan its lowering would make, unless fusion is switched off. */
+static kiln_status print_groups(kir_graph *g, const kp_pipeline_options *po, FILE *out) {
+  if (!kir_switch_on(po->opts.fusion, true)) return KILN_OK;
+  kp_fusion f;
+  if (!kp_fusion_plan(g, &f)) return kir_fail(g->mod->ctx, KILN_ERR_NOMEM, "out of memory");
+  fprintf(out, "// ---- after fusion: %u groups, each one kernel\n", f.ngroups);
+  kp_fusion_print(g, &f, out);
+  kp_fusion_free(&f);
+  return KILN_OK;
+}
+
+kiln_status kp_print_result(const char *name, kir_graph *g, const kp_pipeline_options *po,
+                            FILE *out) {
+  pipeline pl;
+  char buf[256];
+  kir_graph *lg;
+  kiln_status s = kp_pipeline_run(name, g, po, &lg);
+  if (s) return s;
+  resolve(name, &pl, buf, sizeof buf);
+  s = kiln_graph_print(lg, out);
+  if (!s && pl.fuses && !find_pipeline(name)) s = print_groups(lg, po, out);
+  kiln_graph_destroy(lg);
+  return s;
+}
+
 kiln_status kp_print_after_all(const char *name, kir_graph *g, const kp_pipeline_options *po,
                                FILE *out) {
   kp_pipeline_options p = *po;
@@ -198,16 +260,10 @@ kiln_status kp_print_after_all(const char *name, kir_graph *g, const kp_pipeline
   kir_graph *lg;
   kiln_status s = kp_pipeline_run(name, g, &p, &lg);
   if (s) return s;
-  const pipeline *pl = find_pipeline(name);
-  kp_fusion f;
-  if (pl->fuses && kir_switch_on(po->opts.fusion, true)) {
-    if (!kp_fusion_plan(lg, &f)) s = kir_fail(g->mod->ctx, KILN_ERR_NOMEM, "out of memory");
-    else {
-      fprintf(out, "// ---- after fusion: %u groups, each one kernel\n", f.ngroups);
-      kp_fusion_print(lg, &f, out);
-      kp_fusion_free(&f);
-    }
-  }
+  pipeline pl;
+  char buf[256];
+  resolve(name, &pl, buf, sizeof buf);
+  if (pl.fuses) s = print_groups(lg, po, out);
   kiln_graph_destroy(lg);
   return s;
 }

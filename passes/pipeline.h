@@ -10,7 +10,8 @@
  * from the call, the context and the environment), so `KILN_CANONICALIZE=0`
  * and `kiln_options.canonicalize = KILN_SWITCH_OFF` mean the same thing.
  *
- * The pipelines (`kiln ir --pipeline NAME` prints what each pass made):
+ * The pipelines (`kiln ir --pipeline NAME` prints what each pass made; a
+ * list of passes, `kiln ir --passes a,b`, is a pipeline too):
  *
  *   cpu       mixed-precision widen-half attention-tiling legalize canonicalize
  *   vulkan    mixed-precision widen-half attention-tiling legalize
@@ -48,9 +49,15 @@ typedef struct kp_pipeline_options {
 /* The options for a run on g's context: `call` (may be NULL) over the context's and the environment's. */
 void kp_pipeline_options_init(kp_pipeline_options *po, const kir_graph *g, const kiln_options *call);
 
-/* Whether `name` is a pipeline; the names, NULL-terminated. */
+/*
+ * Whether `name` is a pipeline: one of the names (NULL-terminated), or a
+ * comma-separated list of registered passes, run in that order, optionally
+ * ending in "fusion" (`kiln ir --passes legalize,canonicalize,fusion`).
+ */
 bool kp_pipeline_exists(const char *name);
 const char *const *kp_pipeline_names(void);
+const char *const *kp_pass_names(void); /* the registry's passes, NULL-terminated */
+bool kp_pipeline_is_named(const char *name); /* one of kp_pipeline_names(), not a list */
 /* The pipeline of a target ("cpu", "vulkan", "cuda", "hip"). */
 const char *kp_pipeline_for_target(const char *target);
 /* Whether pass `pass` of the registry runs under `po` (false for an unknown name). */
@@ -64,6 +71,13 @@ bool kp_pass_enabled(const char *pass, const kp_pipeline_options *po);
  */
 kiln_status kp_pipeline_run(const char *name, kir_graph *g, const kp_pipeline_options *po,
                             kir_graph **out);
+
+/*
+ * `kiln ir --pipeline NAME`: the graph after pipeline `name` on `out`, then,
+ * for a list of passes ending in "fusion", the fusion groups of the result.
+ */
+kiln_status kp_print_result(const char *name, kir_graph *g, const kp_pipeline_options *po,
+                            FILE *out);
 
 /*
  * `kiln ir --print-after-all`: the graph before and after each pass of

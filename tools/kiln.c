@@ -104,7 +104,8 @@ static const cli_command commands[] = {
      "  --dtype T   the parameters' float type (default f32)\n"
      "  -o P        the safetensors file to write"},
     {"ir", cmd_ir, "MODEL.kir|MODEL.kiln [--dtype f32|f64|f16|bf16] [--train] [--pipeline NAME] "
-                   "[--print-after-all] [--precision P] [--emit kir|mlir|steps]",
+                   "[--passes A,B,...] [--print-after-all] [--split-input-file] [--precision P] "
+                   "[--emit kir|mlir|steps]",
      "print the canonical IR of a model",
      "Parses MODEL.kir and prints it in canonical form on stdout. A .kiln model file is\n"
      "built into its graph: the model's parameters by path, then its inputs.\n"
@@ -113,6 +114,11 @@ static const cli_command commands[] = {
      "  --pipeline NAME  the graph after pass pipeline NAME: cpu, vulkan, cuda, hip (what\n"
      "              compiling for that target runs), training (the gradients of result 0 with\n"
      "              respect to every float parameter) or precision (docs/passes.md)\n"
+     "  --passes A,B,...  the graph after these passes of the registry, in order:\n"
+     "              mixed-precision, widen-half, attention-tiling, autodiff, legalize,\n"
+     "              canonicalize; a last \"fusion\" prints the fusion groups too\n"
+     "  --split-input-file  (.kir) each part between \"// -----\" lines is a model of its own;\n"
+     "              the results are printed separated the same way\n"
      "  --print-after-all  the graph after each pass of the pipeline (cpu unless --pipeline\n"
      "              names another) and the fusion groups (each becomes one kernel)\n"
      "  --precision P  fp32 (default), fp64, tf32, bf16 or fp16: the graph after the cast\n"
