@@ -1,5 +1,6 @@
-# lit configuration for Kiln's text tests: tests/ir (IR in, FileCheck out)
-# and tests/error (inputs that must be rejected with a given message).
+# lit configuration for Kiln's text tests: tests/ir (IR in, FileCheck out), tests/passes
+# (one pass at a time), tests/cli (the commands) and tests/error (inputs that must be
+# rejected with a given message).
 import os
 import lit.formats
 
