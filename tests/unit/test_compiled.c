@@ -40,7 +40,7 @@
 #define OC_RNG_SEED 0x9e3779b97f4a7c15ull
 #include "op_cases.h"
 
-#include "harness.h"
+#include "runner.h"
 /* (op, dtype) pairs that may be refused as unsupported; NULL matches any op. None are now:
    f16 and bf16 compile too (their accuracy is test_precision.c's). */
 static const struct {
@@ -294,18 +294,6 @@ static kiln_tensor *random_tensor(kiln_ctx *ctx, kiln_dtype t, size_t rank, cons
 }
 
 /* Largest relative difference between two runs' results (inf if shapes differ). */
-static double max_diff(kiln_tensor *const *a, kiln_tensor *const *b, size_t n) {
-  double worst = 0;
-  for (size_t r = 0; r < n; r++) {
-    if (!a[r] || !b[r] || kiln_tensor_numel(a[r]) != kiln_tensor_numel(b[r])) return INFINITY;
-    for (size_t i = 0; i < kiln_tensor_numel(a[r]); i++) {
-      double x = kiln_tensor_get(a[r], i), y = kiln_tensor_get(b[r], i);
-      worst = fmax(worst, fabs(x - y) / (1 + fabs(y)));
-    }
-  }
-  return worst;
-}
-
 static void test_graph_run(void) {
   kiln_ctx *ctx = kiln_ctx_create();
   kiln_graph *g;
@@ -320,7 +308,7 @@ static void test_graph_run(void) {
   CHECK(info.backend == KILN_BACKEND_COMPILED && !info.reason[0]);
   CHECK(kiln_graph_run(g, KILN_BACKEND_AUTO, 3, in, 2, autos, &info) == KILN_OK);
   CHECK(info.backend == KILN_BACKEND_COMPILED && !info.reason[0]);
-  CHECK(max_diff(comp, eager, 2) < 1e-5 && max_diff(autos, eager, 2) < 1e-5);
+  CHECK(tr_diff_all(comp, eager, 2) < 1e-5 && tr_diff_all(autos, eager, 2) < 1e-5);
   for (int r = 0; r < 2; r++) {
     kiln_tensor_destroy(eager[r]);
     kiln_tensor_destroy(comp[r]);
@@ -382,7 +370,7 @@ static void test_graph_run(void) {
   CHECK(kiln_graph_run(g, KILN_BACKEND_AUTO, 1, &h, 1, &ho, &info) == KILN_OK);
   CHECK(info.backend == KILN_BACKEND_COMPILED && !info.reason[0]);
   CHECK(kiln_graph_run(g, KILN_BACKEND_EAGER, 1, &h, 1, &he, &info) == KILN_OK);
-  CHECK(max_diff(&ho, &he, 1) == 0);
+  CHECK(tr_diff_all(&ho, &he, 1) == 0);
   kiln_tensor_destroy(ho);
   kiln_tensor_destroy(he);
   kiln_tensor_destroy(h);
@@ -438,7 +426,7 @@ static void test_gemm_paths(void) {
         CHECK(kiln_compile(g, NULL, &c) == KILN_OK);
         if (c) CHECK(kiln_compiled_run(c, ctx, 2, in, 1, &got[blas], NULL) == KILN_OK);
         kiln_compiled_destroy(c);
-        double e = max_diff(&got[blas], &want, 1);
+        double e = tr_diff_all(&got[blas], &want, 1);
         worst[d] = fmax(worst[d], e);
         CHECK(e <= (d ? 1e-5 * 40 / 8 : 1e-12));
         if (!(e <= (d ? 1e-5 * 40 / 8 : 1e-12)))
@@ -490,7 +478,7 @@ static void *worker_main(void *arg) {
         want[r] = kir_tensor_to_host(kout[r]);
         kir_tensor_free(kout[r]);
       }
-      wk->worst = fmax(wk->worst, max_diff(got, want, 2));
+      wk->worst = fmax(wk->worst, tr_diff_all(got, want, 2));
     }
     for (int i = 0; i < 3; i++) kir_tensor_free(kin[i]), kiln_tensor_destroy(in[i]);
     for (int r = 0; r < 2; r++) kiln_tensor_destroy(want[r]), kiln_tensor_destroy(got[r]);

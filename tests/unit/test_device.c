@@ -48,7 +48,7 @@
 #include "runtime/device/device.h"
 #include "skip.h"
 
-#include "harness.h"
+#include "runner.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static double uniform(void) { /* xorshift64*, in [0, 1) */
@@ -166,22 +166,11 @@ static bool model_inputs(kiln_ctx *ctx, kiln_graph *g, kiln_params *p, kiln_tens
 }
 
 /* The largest relative difference (|x - y| / (1 + |x|)) of b from the reference a. */
+/* The worst tr_diff of b from the reference a; *shapes false where a shape differs. */
 static double difference(kiln_tensor *const *a, kiln_tensor *const *b, size_t nout, bool *shapes) {
-  double worst = 0;
   *shapes = true;
-  for (size_t k = 0; k < nout; k++) {
-    if (kiln_tensor_rank(a[k]) != kiln_tensor_rank(b[k])) *shapes = false;
-    for (size_t d = 0; *shapes && d < kiln_tensor_rank(a[k]); d++)
-      if (kiln_tensor_dim(a[k], d) != kiln_tensor_dim(b[k], d)) *shapes = false;
-    if (!*shapes) return INFINITY;
-    for (size_t e = 0; e < kiln_tensor_numel(a[k]); e++) {
-      double x = kiln_tensor_get(a[k], e), y = kiln_tensor_get(b[k], e);
-      double rel = fabs(x - y) / (1 + fabs(x));
-      if (!(rel <= worst))
-        worst = isnan(rel) && isnan(x) && isnan(y) ? worst : isnan(rel) ? INFINITY : rel;
-    }
-  }
-  return worst;
+  for (size_t k = 0; k < nout; k++) *shapes = *shapes && tr_same_shape(a[k], b[k]);
+  return tr_diff_all(b, a, nout);
 }
 
 /* kiln_compiled_output_shape and kiln_compiled_run_raw give what kiln_compiled_run gave. */

@@ -41,15 +41,7 @@
 #include "passes/fusion.h"
 #include "passes/passes.h"
 
-static int failures;
-
-#define CHECK(c)                                                                                   \
-  do {                                                                                             \
-    if (!(c)) {                                                                                    \
-      printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);                                          \
-      failures++;                                                                                  \
-    }                                                                                              \
-  } while (0)
+#include "runner.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static double urand(void) {
@@ -187,20 +179,6 @@ static bool fill_inputs(kiln_ctx *ctx, kiln_graph *g, int64_t sym, kiln_tensor *
 }
 
 /* Largest |a - b| over the largest |a| (1 at least); -1 if shapes differ. */
-static double rel_diff(const kiln_tensor *a, const kiln_tensor *b) {
-  size_t n = kiln_tensor_numel(a);
-  if (n != kiln_tensor_numel(b)) return -1;
-  double big = 1, worst = 0;
-  for (size_t e = 0; e < n; e++) big = fmax(big, fabs(kiln_tensor_get(a, e)));
-  for (size_t e = 0; e < n; e++) {
-    double x = kiln_tensor_get(a, e), y = kiln_tensor_get(b, e);
-    if (isnan(x) && isnan(y)) continue;
-    worst = fmax(worst, x == y ? 0 : fabs(x - y) / big);
-    if (isnan(x) != isnan(y)) worst = INFINITY;
-  }
-  return worst;
-}
-
 static double worst_f64, worst_f32;
 
 /* Runs g eager and compiled (fused or not) at symbol value `sym`; compares. */
@@ -214,22 +192,19 @@ static void check_results(kiln_graph *g, const char *name, int64_t sym, bool fus
     failures++;
     goto done;
   }
-  if (kiln_graph_run(g, KILN_BACKEND_EAGER, n, in, nout, a, NULL) ||
-      kiln_graph_run(g, KILN_BACKEND_COMPILED, n, in, nout, b, NULL)) {
-    printf("FAIL %s: run: %s\n", name, kiln_ctx_error(g->mod->ctx));
-    failures++;
+  if (!tr_run(name, g, KILN_BACKEND_EAGER, "cpu", n, in, nout, a) ||
+      !tr_run(name, g, KILN_BACKEND_COMPILED, "cpu", n, in, nout, b))
     goto done;
-  }
   bool any_f32 = false;
   for (size_t i = 0; i < n; i++) any_f32 |= kiln_tensor_dtype(in[i]) == KILN_F32;
   for (size_t r = 0; r < nout; r++) {
     bool f64 = kiln_tensor_dtype(a[r]) == KILN_F64;
     bool f32 = kiln_tensor_dtype(a[r]) == KILN_F32;
     /* an f64 result computed from f32 inputs (a cast at the end) carries f32 rounding */
-    double d = rel_diff(a[r], b[r]), tol = f64 && !any_f32 ? 1e-12 : f64 || f32 ? 1e-5 : 0;
+    double d = tr_diff_max(b[r], a[r]), tol = f64 && !any_f32 ? 1e-12 : f64 || f32 ? 1e-5 : 0;
     if (f64 && !any_f32) worst_f64 = fmax(worst_f64, d);
     if (f32) worst_f32 = fmax(worst_f32, d);
-    if (d < 0 || d > tol) {
+    if (!(d <= tol)) {
       printf("FAIL %s (%s, N=%lld): result %zu differs by %g\n", name, fuse ? "fused" : "unfused",
              (long long)sym, r, d);
       failures++;
@@ -326,5 +301,5 @@ int main(void) {
   check_layers();
   printf("largest difference to the reference: f64 %.2g, f32 %.2g\n", worst_f64, worst_f32);
   printf("test_fusion: %d failures\n", failures);
-  return failures != 0;
+  return test_status(failures);
 }

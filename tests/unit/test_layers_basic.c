@@ -30,9 +30,9 @@
 #include "layers/layers.h"
 #include "passes/passes.h"
 
-static int failures, compared;
+static int compared;
 
-#include "harness.h"
+#include "runner.h"
 /* kl_mk reads an "i" argument as int64_t. */
 #define I(v) ((int64_t)(v))
 
@@ -187,12 +187,7 @@ static kiln_tensor *run1(const char *what, kiln_graph *g, kiln_backend backend, 
     failures++;
     return NULL;
   }
-  if (kiln_graph_run(g, backend, kiln_graph_num_params(g), ins, 1, &out, NULL)) {
-    printf("FAIL %s (%s): %s\n", what, kiln_backend_name(backend),
-           kiln_ctx_error(kiln_graph_ctx(g)));
-    failures++;
-    return NULL;
-  }
+  tr_run(what, g, backend, "cpu", kiln_graph_num_params(g), ins, 1, &out);
   return out;
 }
 

@@ -40,7 +40,7 @@ KILN_API kiln_status kiln_graph_edges(kiln_ctx *ctx, const int64_t *src, const i
                                       size_t n_edges, int64_t n_nodes, int undirected,
                                       int self_loops, kiln_tensor **src_out, kiln_tensor **dst_out);
 
-#include "harness.h"
+#include "runner.h"
 /* kl_mk reads an "i" argument as int64_t. */
 #define I(v) ((int64_t)(v))
 
@@ -111,25 +111,6 @@ static kiln_tensor *convert(kiln_ctx *ctx, const kiln_tensor *t, kiln_dtype dt) 
   return o;
 }
 
-static bool same_shape(const kiln_tensor *a, const kiln_tensor *b) {
-  if (kiln_tensor_rank(a) != kiln_tensor_rank(b)) return false;
-  for (size_t i = 0; i < kiln_tensor_rank(a); i++)
-    if (kiln_tensor_dim(a, i) != kiln_tensor_dim(b, i)) return false;
-  return true;
-}
-
-/* Largest |a - b| / (1 + |b|); INFINITY when the shapes differ. */
-static double rel_diff(const kiln_tensor *a, const kiln_tensor *b) {
-  if (!a || !b || !same_shape(a, b)) return INFINITY;
-  double worst = 0;
-  for (size_t i = 0; i < kiln_tensor_numel(a); i++) {
-    double x = kiln_tensor_get(a, i), y = kiln_tensor_get(b, i);
-    double d = fabs(x - y) / (1 + fabs(y));
-    if (!(d <= worst)) worst = isnan(d) ? INFINITY : d;
-  }
-  return worst;
-}
-
 /* The values a graph's inputs take, by parameter name; owned by the caller. */
 typedef struct {
   const char *names[16];
@@ -170,12 +151,7 @@ static kiln_tensor *run(kiln_ctx *ctx, kiln_graph *g, kiln_backend be, const bin
       in[i] = own[i] = convert(ctx, in[i], dt);
     }
   }
-  kiln_run_info info;
-  if (ok && kiln_graph_run(g, be, np, in, 1, &out, &info)) {
-    fprintf(stderr, "run (%s): %s\n", kiln_backend_name(be), kiln_ctx_error(ctx));
-    out = NULL;
-  }
-  CHECK(!out || info.backend == be);
+  if (ok) tr_run("run", g, be, "cpu", np, in, 1, &out);
   for (size_t i = 0; i < 16; i++)
     kiln_tensor_destroy(own[i]);
   return out;
@@ -212,7 +188,7 @@ static void check_declared(kiln_ctx *ctx, const gcase *c, const kl_layer *l, con
   for (char *tok = strtok(names, " "); tok; tok = strtok(NULL, " "), k++) {
     kiln_tensor *t = kiln_params_find(p, tok), *want = lookup(fix, tok);
     CHECK(k < kiln_params_count(p) && !strcmp(kiln_params_name(p, k), tok));
-    CHECK(t && want && same_shape(t, want));
+    CHECK(t && want && tr_same_shape(t, want));
     if (!t) continue;
     size_t n = kiln_tensor_numel(t);
     double lo = INFINITY, hi = -INFINITY, bound = INFINITY;
@@ -340,7 +316,7 @@ static void check_init_run(kiln_ctx *ctx, const gcase *c, const kl_layer *l, kil
       bind(&b, graph_in[i], convert(ctx, lookup(fix, graph_in[i]), KILN_I64));
   kiln_tensor *e = run(ctx, g, KILN_BACKEND_EAGER, &b, KILN_F64);
   kiln_tensor *k = run(ctx, g, KILN_BACKEND_COMPILED, &b, KILN_F64);
-  double d = rel_diff(k, e);
+  double d = tr_diff(k, e);
   if (!(d <= 1e-12)) {
     fprintf(stderr, "%s: init params: compiled f64 differs from eager by %g\n", c->name, d);
     failures++;
@@ -397,7 +373,7 @@ static void check_case(kiln_ctx *ctx, const gcase *c) {
     kiln_tensor *e = run(ctx, g64, KILN_BACKEND_EAGER, &fix, KILN_F64);
     kiln_tensor *k = run(ctx, g64, KILN_BACKEND_COMPILED, &fix, KILN_F64);
     kiln_tensor *k32 = run(ctx, g32, KILN_BACKEND_COMPILED, &fix, KILN_F32);
-    double de = rel_diff(e, want), dk = rel_diff(k, e), d32 = rel_diff(k32, want);
+    double de = tr_diff(e, want), dk = tr_diff(k, e), d32 = tr_diff(k32, want);
     printf("%-12s eager-torch %.1e  compiled-eager %.1e  f32-torch %.1e\n", c->name, de, dk, d32);
     if (!(de <= 1e-12) || !(dk <= 1e-12) || !(d32 <= 1e-5)) {
       fprintf(stderr, "%s: out of tolerance\n", c->name);
@@ -473,7 +449,7 @@ static void check_bad_args(kiln_ctx *ctx) {
 /* ------------------------------------------------------------ kiln_graph_edges */
 
 static bool equal_ids(const kiln_tensor *a, const kiln_tensor *b) {
-  if (!a || !b || !same_shape(a, b) || kiln_tensor_dtype(a) != KILN_I64) return false;
+  if (!a || !b || !tr_same_shape(a, b) || kiln_tensor_dtype(a) != KILN_I64) return false;
   return !memcmp(kiln_tensor_cdata(a), kiln_tensor_cdata(b), kiln_tensor_nbytes(a));
 }
 

@@ -36,7 +36,7 @@
 #include "passes/mixed_precision.h"
 #include "train/loss_scale.h"
 
-#include "harness.h"
+#include "runner.h"
 
 /* ------------------------------------------------------------ 1. every op */
 
@@ -169,15 +169,6 @@ static kiln_tensor *rand_tensor(kiln_ctx *ctx, kiln_dtype t, size_t rank, const 
   return x;
 }
 
-static double max_rel(const kiln_tensor *a, const kiln_tensor *b) {
-  double scale = 0, worst = 0;
-  for (size_t i = 0; i < kiln_tensor_numel(b); i++)
-    scale = fmax(scale, fabs(kiln_tensor_get(b, i)));
-  for (size_t i = 0; i < kiln_tensor_numel(b); i++)
-    worst = fmax(worst, fabs(kiln_tensor_get(a, i) - kiln_tensor_get(b, i)) / fmax(scale, 1e-30));
-  return worst;
-}
-
 static void test_policy(void) {
   kiln_ctx *ctx = kiln_ctx_create();
   kiln_graph *g = NULL;
@@ -223,8 +214,8 @@ static void test_policy(void) {
     }
     /* the reference of the policy graph itself: the interpreter on the rewritten graph */
     CHECK(kiln_graph_run(pol[p], KILN_BACKEND_EAGER, 3, in, 2, r64, NULL) == KILN_OK);
-    double e_self = r64[0] ? max_rel(got[0], r64[0]) : INFINITY;
-    double e_f64 = max_rel(got[0], ref[0]);
+    double e_self = r64[0] ? tr_diff_max(got[0], r64[0]) : INFINITY;
+    double e_f64 = tr_diff_max(got[0], ref[0]);
     printf("policy %s: linear layer vs its own reference %.2g, vs the f32 graph's %.2g\n", names[p],
            e_self, e_f64);
     CHECK(e_self < 1e-5);

@@ -53,11 +53,11 @@
 #include "runtime/device/vulkan.h"
 #include "skip.h"
 #include "ir/options.h"
+#include "runner.h"
 
 /* Strictly compiled kernels on Vulkan device 0. */
 static const kiln_run_options on_vulkan = {.backend = KILN_BACKEND_COMPILED, .device = "vulkan"};
 
-static int failures;
 static kvk_device *dev;
 
 typedef struct {
@@ -566,15 +566,7 @@ static void check_model(const char *dir, const char *file) {
     goto done;
   }
   if (s) goto fail;
-  for (size_t k = 0; k < nout; k++)
-    for (size_t e = 0; e < kiln_tensor_numel(a[k]); e++) {
-      double x = kiln_tensor_get(a[k], e), y = kiln_tensor_get(b[k], e);
-      double rel = fabs(x - y) / (1 + fabs(x));
-      if (getenv("KILN_VK_DEBUG") && rel > 1e-5 && e < 2000)
-        printf("  out %zu [%zu] eager %g vulkan %g\n", k, e, x, y);
-      if (!(rel <= worst))
-        worst = isnan(rel) && isnan(x) && isnan(y) ? worst : isnan(rel) ? INFINITY : rel;
-    }
+  worst = tr_diff_all(b, a, nout);
   printf("%s model %-28s %zu output%s, largest difference f32 %.2g\n",
          worst <= 1e-5 ? "ok  " : "FAIL", file, nout, nout == 1 ? "" : "s", worst);
   failures += !(worst <= 1e-5);
