@@ -48,6 +48,7 @@ def main():
             if len(p) == 6 and p[0] == "RESULT":
                 res[(p[1], p[2])] = (float(p[3]), p[4], float(p[5]))
     triad = res.get(("triad", "stream"))
+    core_name = next((i.split("=", 1)[1] for (w, i) in res if w == "openblas_core"), "")
     blas = res.get(("sgemm", "openblas"))
     try:
         core = subprocess.run([sys.executable, "-c", "import onnxruntime as o; print(o.__version__)"],
@@ -62,23 +63,28 @@ def main():
     print(f"Load average when the table was written: {open('/proc/loadavg').read().split()[0]} "
           f"on {os.cpu_count()} CPUs (other jobs share this machine).  ")
     print(f"Machine: {cpu_name()}; ONNX Runtime {core or 'not installed'}; "
-          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE') or 'unset'} "
-          "(unset, OpenBLAS takes this virtual CPU for a Prescott and runs SSE kernels).\n")
+          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE') or 'unset'}"
+          + (f", OpenBLAS core {core_name}" if core_name else "") + ".\n")
     print("Ceilings measured in this run: "
           + (f"STREAM triad **{triad[2]:.1f} GB/s**" if triad else "triad not measured")
           + ", " + (f"OpenBLAS sgemm 1024³ **{blas[2]:.1f} GFLOP/s**" if blas else "no BLAS sgemm")
           + ".\n")
     print("Times in ms (throughput in brackets). *Kiln/X* is Kiln's speed over X's "
-          "(X's time / Kiln's): above 1, Kiln is faster. *fusion* is Kiln unfused / Kiln fused.\n")
+          "(X's time / Kiln's): above 1, Kiln is faster. *fusion* is Kiln unfused / Kiln fused. "
+          "*Kiln* allocates its outputs on every run as the peers do (kiln_compiled_run, the "
+          "outputs freed inside the timed region); *outputs preallocated* is the same compiled "
+          "graph through kiln_compiled_run_raw into buffers allocated once. The ratios use "
+          "*Kiln*.\n")
     peers = [(k, t) for k, t in PEERS if any(i == k for (_, i) in res)]
-    print("| workload | Kiln unfused | Kiln | fusion | " + " | ".join(t for _, t in peers)
+    print("| workload | Kiln unfused | Kiln | Kiln, outputs preallocated | fusion | "
+          + " | ".join(t for _, t in peers)
           + " | " + " | ".join(f"Kiln/{t}" for _, t in peers) + " | Kiln vs ceiling |")
-    print("|---" * (4 + 2 * len(peers) + 1) + "|")
+    print("|---" * (5 + 2 * len(peers) + 1) + "|")
 
     def cell(r):
         return f"{r[0]:.2f} ({r[2]:.1f} {r[1]})" if r else "—"
     for w in ORDER:
-        k, ku = res.get((w, "kiln")), res.get((w, "kiln_unfused"))
+        k, ku, kp = res.get((w, "kiln")), res.get((w, "kiln_unfused")), res.get((w, "kiln_prealloc"))
         ps = [res.get((w, i)) for i, _ in peers]
         if not k and not any(ps):
             continue
@@ -89,7 +95,7 @@ def main():
             ceil = f"{100 * k[2] / triad[2]:.0f}% of triad"
         elif k and w == "sgemm" and blas:
             ceil = f"{100 * k[2] / blas[2]:.0f}% of OpenBLAS"
-        print(f"| {WHAT[w]} | {cell(ku)} | {cell(k)} | {fusion} | "
+        print(f"| {WHAT[w]} | {cell(ku)} | {cell(k)} | {cell(kp)} | {fusion} | "
               + " | ".join(cell(p) for p in ps) + " | " + " | ".join(ratios) + f" | {ceil} |")
     print("\nJIT compile time and peak memory (resident set added by the step, MiB):\n")
     print("| measure | Kiln | " + " | ".join(t for _, t in peers) + " |")
