@@ -65,6 +65,7 @@ void kir_options_env(kiln_options *o) {
   long long n = 0;
   integer("KILN_NUM_THREADS", &n);
   o->num_threads = n > 0 ? (n > 1024 ? 1024 : (int)n) : 0;
+  o->profile = on_off("KILN_PROFILE");
   const char *s16 = var("KILN_VK_NO_STORAGE16");
   o->vk_storage16 = s16 && strcmp(s16, "0") ? KILN_SWITCH_OFF : KILN_SWITCH_DEFAULT;
   o->vk_attention_steps = is(var("KILN_VK_ATTENTION"), "rows") ? KILN_SWITCH_OFF
@@ -84,7 +85,7 @@ static void overlay(kiln_options *o, const kiln_options *over) {
 #define SET(f) if (over->f) o->f = over->f
   SET(attention_tiling); SET(canonicalize); SET(fusion); SET(conv_bf16); SET(conv_gemm_min);
   SET(aot_bf16_weights); SET(gemm); SET(gemm_threshold); SET(memory_plan); SET(gemm_bf16_dot);
-  SET(attention_avx512); SET(num_threads); SET(vk_storage16); SET(vk_attention_steps);
+  SET(attention_avx512); SET(num_threads); SET(profile); SET(vk_storage16); SET(vk_attention_steps);
   SET(vulkan_library); SET(cuda_library); SET(nvrtc_library); SET(hip_library); SET(hip_arch);
   SET(cc); SET(source_dir); SET(lib_dir);
 #undef SET

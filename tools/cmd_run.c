@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 
 #include "cli.h"
@@ -36,6 +37,7 @@ typedef struct run_opts {
   kiln_dtype dtype; /* KILN_DTYPE_COUNT: the model file's own */
   uint64_t seed;
   kp_precision precision; /* docs/precision.md */
+  long repeat;            /* --repeat: timed runs of the compiled model after the first */
 } run_opts;
 
 /* Where a graph parameter's value comes from besides an --input (slot values). */
@@ -44,7 +46,7 @@ enum { FROM_PARAMS = SIZE_MAX - 2, FROM_SEED = SIZE_MAX - 1, UNBOUND = SIZE_MAX 
 static int parse_args(int argc, char **argv, run_opts *o) {
   enum {
     OPT_INPUT, OPT_OUTPUT, OPT_BACKEND, OPT_PRINT, OPT_PARAMS, OPT_DTYPE, OPT_TRAIN, OPT_SEED,
-    OPT_PRECISION, OPT_DEVICE
+    OPT_PRECISION, OPT_DEVICE, OPT_REPEAT
   };
   static const cli_option opts[] = {
       [OPT_INPUT] = {"--input", NULL, true},     [OPT_OUTPUT] = {"--output", "-o", true},
@@ -52,6 +54,7 @@ static int parse_args(int argc, char **argv, run_opts *o) {
       [OPT_PARAMS] = {"--params", NULL, true},   [OPT_DTYPE] = {"--dtype", NULL, true},
       [OPT_TRAIN] = {"--train", NULL, false},    [OPT_SEED] = {"--seed", NULL, true},
       [OPT_PRECISION] = {"--precision", NULL, true}, [OPT_DEVICE] = {"--device", NULL, true},
+      [OPT_REPEAT] = {"--repeat", NULL, true},
       {0},
   };
   cli_parser p = {.cmd = "run", .argc = argc, .argv = argv, .i = 1};
@@ -98,6 +101,14 @@ static int parse_args(int argc, char **argv, run_opts *o) {
       o->kiln_only = true;
       break;
     case OPT_TRAIN: o->train = o->kiln_only = true; break;
+    case OPT_REPEAT: {
+      char *end;
+      o->repeat = strtol(v, &end, 10);
+      if (!*v || *end || o->repeat < 1 || o->repeat > 100000)
+        return cli_usage_error("run", "--repeat expects a number of runs from 1 to 100000, got '%s'",
+                               v);
+      break;
+    }
     case OPT_SEED: {
       char *end;
       o->seed = strtoull(v, &end, 10);
@@ -114,6 +125,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
   if (o->kiln_only && !cli_is_kiln_file(o->model))
     return cli_usage_error("run", "--dtype, --train and --seed apply to .kiln model files only");
   if (!o->outdir) return cli_usage_error("run", "no output directory given (-o DIR)");
+  if (o->repeat && (o->backend == KILN_BACKEND_EAGER || strcmp(o->device, "cpu")))
+    return cli_usage_error("run", "--repeat times the compiled model on the CPU only");
   return 0;
 }
 
@@ -306,6 +319,46 @@ static int write_outputs(kiln_ctx *ctx, const run_opts *o, size_t n, kiln_tensor
   return 0;
 }
 
+static double seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int by_value(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* --repeat: g compiled once, then n timed runs; the times on stdout (the profile, if on, at the end). */
+static int time_runs(kiln_ctx *ctx, kiln_graph *g, long n, size_t nin, kiln_tensor **in,
+                     size_t nout) {
+  double t0 = seconds(), *t = calloc((size_t)n, sizeof *t);
+  kiln_tensor **out = calloc(nout + 1, sizeof *out);
+  kiln_compiled *c = NULL;
+  int status = !t || !out ? cli_error("out of memory")
+               : kiln_compile(g, NULL, &c) != KILN_OK ? cli_error("%s", kiln_ctx_error(ctx))
+                                                      : 0;
+  double compile_ms = (seconds() - t0) * 1e3;
+  for (long r = 0; r < n && !status; r++) {
+    double s = seconds();
+    if (kiln_compiled_run(c, ctx, nin, in, nout, out, NULL) != KILN_OK)
+      status = cli_error("%s", kiln_ctx_error(ctx));
+    t[r] = (seconds() - s) * 1e3;
+    for (size_t k = 0; k < nout; k++) kiln_tensor_destroy(out[k]), out[k] = NULL;
+  }
+  if (!status) {
+    qsort(t, (size_t)n, sizeof *t, by_value);
+    printf("time: compile %.1f ms; %ld runs: median %.3f ms, fastest %.3f ms\n", compile_ms, n,
+           t[n / 2], t[0]);
+    fflush(stdout);
+  }
+  kiln_compiled_destroy(c);
+  free(out);
+  free(t);
+  return status;
+}
+
 /* Reads the inputs, runs, writes. `g`, `m` (NULL for .kir), `params` and `ctx` are the caller's. */
 static int run_model(kiln_ctx *ctx, kiln_graph *g, const kiln_model_file *m,
                      const kiln_params *params, const run_opts *o) {
@@ -328,6 +381,7 @@ static int run_model(kiln_ctx *ctx, kiln_graph *g, const kiln_model_file *m,
     printf("\ndevice: %s\n", info.device);
     status = write_outputs(ctx, o, nout, out);
   }
+  if (!status && o->repeat) status = time_runs(ctx, g, o->repeat, nin, in, nout);
   for (size_t p = 0; in && slot && p < nin; p++)
     if (slot[p] != FROM_PARAMS) kiln_tensor_destroy(in[p]);
   for (size_t r = 0; out && r < nout; r++) kiln_tensor_destroy(out[r]);

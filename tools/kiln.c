@@ -130,7 +130,7 @@ static const cli_command commands[] = {
     {"run", cmd_run, "MODEL.kir --input NAME=FILE.npy ... -o DIR "
                      "[--backend auto|compiled|eager] [--device D] [--print] "
                      "[--params P.safetensors] "
-                     "[--dtype T] [--train] [--seed S] [--precision P]",
+                     "[--dtype T] [--train] [--seed S] [--precision P] [--repeat N]",
      "run a model on .npy inputs and write DIR/output_0.npy ...",
      "MODEL is .kir text or a .kiln model file (built with its parameters named by path).\n"
      "  --input NAME=FILE.npy  binds the parameter %NAME (once per parameter); for a .kiln\n"
@@ -152,7 +152,10 @@ static const cli_command commands[] = {
      "  --dtype T              (.kiln) the model's float type; default: its float inputs'\n"
      "  --train, --seed S      (.kiln) dropout and sampling on, seeded by S (default 0)\n"
      "  --precision P          fp32 (default), fp64, tf32, bf16 or fp16: the cast pass's\n"
-     "                         policy (docs/precision.md)"},
+     "                         policy (docs/precision.md)\n"
+     "  --repeat N             (compiled, on the CPU) also compile once and time N more runs:\n"
+     "                         prints the compile time and the median and fastest run;\n"
+     "                         with KILN_PROFILE=1 the time of every step over those runs"},
     {"summary", cmd_summary, "MODEL.kiln",
      "print a .kiln model's inputs, layers and parameter counts",
      "One row per layer: its parameter path, constructor call and number of parameters,\n"

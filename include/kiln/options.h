@@ -52,6 +52,9 @@ typedef struct kiln_options {
   kiln_switch attention_avx512; /* the AVX-512 flash attention kernel (default: where the CPU has
                                    it); KILN_ATTENTION_ISA=scalar turns it off */
   int num_threads;              /* the thread pool's size; 0: the CPUs; KILN_NUM_THREADS */
+  kiln_switch profile;          /* time every step; the table (slowest steps first) goes to
+                                   stderr when the compiled model is destroyed (default off);
+                                   KILN_PROFILE=1 */
   /* The GPU devices (runtime/device/vulkan.c, cuda.c, hip.c). */
   kiln_switch vk_storage16;     /* 16-bit storage buffers where the device has them (default on);
                                    KILN_VK_NO_STORAGE16=1 turns it off */

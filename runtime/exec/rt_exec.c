@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ir/options.h"
 #include "rt.h"
@@ -85,7 +86,21 @@ struct krt_model {
   _Atomic size_t last_peak;
   _Atomic size_t last_total;
   bool reuse; /* the memory plan shares bytes (unless KILN_MEMORY_PLAN=0) */
+  struct rt_prof *prof; /* per top-level step, when kiln_options.profile is on; else NULL */
+  _Atomic uint64_t prof_runs;
 };
+
+/*
+ * The profile of one top-level step (kiln_options.profile): its total time
+ * and count over every run, and for a GEMM step the sizes and the path of
+ * its last run (written without a lock: several threads running one model
+ * may mix them, which only a message reads).
+ */
+typedef struct rt_prof {
+  _Atomic uint64_t ns, calls;
+  int64_t m, n, k, count; /* GEMM: per matrix, and the batch's matrices */
+  const char *path;       /* GEMM: "blas", "kiln" or "kernel" */
+} rt_prof;
 
 struct krt_workspace {
   krt_model *m;
@@ -96,6 +111,12 @@ struct krt_workspace {
   size_t arena_cap;
   kiln_ctx *ctx;  /* of the current run */
 };
+
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
 
 static kiln_status fail(kiln_ctx *ctx, kiln_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -270,6 +291,11 @@ kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_c
   atomic_init(&m->last_peak, 0);
   atomic_init(&m->last_total, 0);
   m->reuse = kir_switch_on(o.memory_plan, true); /* off: every temporary its own bytes */
+  atomic_init(&m->prof_runs, 0);
+  if (kir_switch_on(o.profile, false) && !(m->prof = calloc(prog->nsteps + 1u, sizeof *m->prof))) {
+    free(m);
+    return fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  }
   *out = m;
   return KILN_OK;
 }
@@ -307,8 +333,77 @@ size_t krt_model_last_total(const krt_model *m) {
 
 static void free_workspace(krt_workspace *w);
 
+/* What step s is, for the profile: its kernel, or the GEMM's sizes and path. */
+static void describe_step(const krt_model *m, uint32_t s, char *buf, size_t n) {
+  const kcg_step *st = &m->prog->steps[s];
+  const rt_prof *pr = &m->prof[s];
+  switch (st->kind) {
+  case KCG_STEP_GEMM:
+    snprintf(buf, n, "%s %s m=%lld n=%lld k=%lld%s%s x%lld (%s)", m->prog->kernels[st->kernel]->name,
+             st->gemm.dtype == KILN_F64 ? "f64" : st->gemm.bf16 ? "f32 (bf16 operands)" : "f32",
+             (long long)pr->m, (long long)pr->n,
+             (long long)pr->k, st->gemm.trans_a ? " A^T" : "", st->gemm.trans_b ? " B^T" : "",
+             (long long)pr->count, pr->path ? pr->path : "?");
+    break;
+  case KCG_STEP_ATTENTION:
+    snprintf(buf, n, "flash attention %s%s%s", st->attn.backward ? "backward" : "forward",
+             st->attn.causal ? ", causal" : "", st->attn.has_mask ? ", mask" : "");
+    break;
+  case KCG_STEP_SCAN: snprintf(buf, n, "scan of %u steps", st->body->nsteps); break;
+  default: snprintf(buf, n, "%s", m->prog->kernels[st->kernel]->name);
+  }
+}
+
+static const rt_prof *prof_base; /* for by_time; set only under prof_mu */
+static pthread_mutex_t prof_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int by_time(const void *a, const void *b) {
+  uint64_t x = atomic_load(&prof_base[*(const uint32_t *)a].ns);
+  uint64_t y = atomic_load(&prof_base[*(const uint32_t *)b].ns);
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The profile's table on f: per kind of step, then the slowest steps first. */
+static void print_profile(const krt_model *m, FILE *f) {
+  static const char *const kinds[] = {"kernel", "gemm", "scan", "attention"};
+  uint32_t ns = m->prog->nsteps;
+  uint64_t runs = atomic_load(&m->prof_runs), total = 0, by_kind[4] = {0};
+  uint32_t *order = malloc((ns + 1u) * sizeof *order);
+  if (!order || !runs) {
+    free(order);
+    return;
+  }
+  for (uint32_t s = 0; s < ns; s++) {
+    uint64_t t = atomic_load(&m->prof[s].ns);
+    total += t, by_kind[m->prog->steps[s].kind & 3] += t, order[s] = s;
+  }
+  pthread_mutex_lock(&prof_mu);
+  prof_base = m->prof;
+  qsort(order, ns, sizeof *order, by_time);
+  pthread_mutex_unlock(&prof_mu);
+  double per = 1e-6 / (double)runs, pct = total ? 100.0 / (double)total : 0;
+  fprintf(f, "kiln profile: %u steps, %llu runs, %.3f ms a run in steps (", ns,
+          (unsigned long long)runs, (double)total * per);
+  for (int k = 0; k < 4; k++)
+    fprintf(f, "%s%s %.1f%%", k ? ", " : "", kinds[k], (double)by_kind[k] * pct);
+  fprintf(f, ")\n  step  kind        ms/run      %%  what\n");
+  for (uint32_t i = 0; i < ns && i < 30; i++) {
+    uint32_t s = order[i];
+    uint64_t t = atomic_load(&m->prof[s].ns);
+    if (!t) break;
+    char what[160];
+    describe_step(m, s, what, sizeof what);
+    fprintf(f, "  %4u  %-9s %8.3f  %5.1f  %s\n", s, kinds[m->prog->steps[s].kind & 3],
+            (double)t * per, (double)t * pct, what);
+  }
+  if (ns > 30) fprintf(f, "  (%u more steps)\n", ns - 30);
+  free(order);
+}
+
 void krt_model_destroy(krt_model *m) {
   if (!m) return;
+  if (m->prof) print_profile(m, stderr);
+  free(m->prof);
   free_workspace(atomic_exchange(&m->spare, NULL));
   free_names(m);
   free(m);
@@ -850,8 +945,14 @@ static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   const kcg_gemm *g = &st->gemm;
   const int64_t *sz = w->sizes;
   int64_t M = kcg_dim_value(g->m, sz), N = kcg_dim_value(g->n, sz), K = kcg_dim_value(g->k, sz);
-  if (!use_blas(w->m, g, M, N, K)) return run_kernel(w, pl, st);
-  bool kiln = on_kiln_gemm(w->m, g);
+  bool library = use_blas(w->m, g, M, N, K), kiln = library && on_kiln_gemm(w->m, g);
+  if (w->m->prof && pl == w->plan) {
+    rt_prof *pr = &w->m->prof[st - pl->prog->steps];
+    size_t mn = (size_t)M * (size_t)N * dtype_bytes(g->dtype);
+    pr->m = M, pr->n = N, pr->k = K, pr->count = mn ? (int64_t)(pl->bytes[st->args[2]] / mn) : 0;
+    pr->path = !library ? "kernel" : kiln ? "kiln" : "blas";
+  }
+  if (!library) return run_kernel(w, pl, st);
   char *a = pl->addr[st->args[0]], *b = pl->addr[st->args[1]], *c = pl->addr[st->args[2]];
   size_t es = dtype_bytes(g->dtype), cbytes = pl->bytes[st->args[2]];
   size_t aes = g->a_bf16 ? 2 : es, bes = g->b_bf16 ? 2 : es;
@@ -947,13 +1048,20 @@ static kiln_status exec_program(krt_workspace *w, rt_plan *pl, char *base,
     else pl->addr[b] = pl->offset[b] != NOWHERE ? base + pl->offset[b] : empty;
   }
   kiln_status r = KILN_OK;
+  rt_prof *prof = pl == w->plan ? w->m->prof : NULL; /* top-level steps only */
   for (uint32_t s = 0; s < p->nsteps && !r; s++) {
     const kcg_step *st = &p->steps[s];
+    uint64_t t0 = prof ? now_ns() : 0;
     if (st->kind == KCG_STEP_KERNEL) r = run_kernel(w, pl, st);
     else if (st->kind == KCG_STEP_GEMM) r = run_gemm(w, pl, st);
     else if (st->kind == KCG_STEP_ATTENTION) r = run_attention(w, pl, st);
     else r = run_scan(w, pl, s, base);
+    if (prof) {
+      atomic_fetch_add(&prof[s].ns, now_ns() - t0);
+      atomic_fetch_add(&prof[s].calls, 1);
+    }
   }
+  if (prof && !r) atomic_fetch_add(&w->m->prof_runs, 1);
   for (uint32_t i = 0; i < p->nresults && !r; i++) {
     uint32_t b = p->results[i];
     if (pl->result_of[b] == i) continue;
