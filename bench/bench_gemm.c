@@ -1,12 +1,14 @@
 /*
  * bench_gemm.c — Kiln's own GEMM (runtime/exec/rt_gemm_cpu.c) against OpenBLAS's
- * cblas_sgemm, square sizes, 1 and 2 threads, medians in GFLOP/s.
+ * cblas_sgemm, 1 and 2 threads, medians in GFLOP/s.
  *
- *   bench_gemm [SIZES...]            (default 256 512 1024 2048; BENCH_REPS=9)
+ *   bench_gemm [SIZE|MxNxK ...]      (default 256 512 1024 2048, square; MxNxK a C[M, N] of
+ *                                    depth K, such as a convolution's 512x49x4608; BENCH_REPS=9)
  *   bench_gemm --dot-rate            ns per vdpbf16ps and per 512-bit FMA (16 independent
  *                                    chains each): whether bf16 dot products pay on this CPU
  *
- * One line per (implementation, threads, size): `impl threads n gflops`,
+ * One line per (implementation, threads, size): `impl threads n gflops` (n: the
+ * size, or MxNxK),
  * implementations `openblas` (whatever OPENBLAS_CORETYPE selects; the line
  * names the core), `kiln-<path>-f32` for each code path the CPU has,
  * `kiln-<path>-bf16` (A and B stored in bf16, C in f32) and
@@ -40,7 +42,7 @@ static int cmp(const void *a, const void *b) {
 }
 
 typedef struct bench {
-  int n, threads;
+  int m, n, k, threads;
   float *a, *b, *c;
   uint16_t *ah, *bh;
   krt_pool *pool;
@@ -49,13 +51,13 @@ typedef struct bench {
 enum { IMPL_OPENBLAS, IMPL_F32, IMPL_BF16, IMPL_F32AS_BF16 };
 
 static void run_once(bench *b, int impl) {
-  int n = b->n;
+  int m = b->m, n = b->n, k = b->k;
   if (impl == IMPL_OPENBLAS) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, b->a, n, b->b, n, 0.0f,
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, b->a, k, b->b, n, 0.0f,
                 b->c, n);
     return;
   }
-  krt_gemm_desc d = {.m = n, .n = n, .k = n, .a = b->a, .b = b->b, .c = b->c, .lda = n,
+  krt_gemm_desc d = {.m = m, .n = n, .k = k, .a = b->a, .b = b->b, .c = b->c, .lda = k,
                      .ldb = n, .ldc = n};
   if (impl == IMPL_BF16) {
     d.a = b->ah;
@@ -80,7 +82,7 @@ static double measure(bench *b, int impl, int reps) {
     t[r] = now() - t0;
   }
   qsort(t, (size_t)reps, sizeof *t, cmp);
-  return 2.0 * b->n * (double)b->n * b->n / t[reps / 2] * 1e-9;
+  return 2.0 * b->m * (double)b->n * b->k / t[reps / 2] * 1e-9;
 }
 
 #if defined(__x86_64__)
@@ -136,10 +138,25 @@ static int dot_rate(void) {
 
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "--dot-rate")) return dot_rate();
-  int sizes[16] = {256, 512, 1024, 2048}, nsizes = 4;
+  int shapes[16][3] = {{256, 256, 256}, {512, 512, 512}, {1024, 1024, 1024}, {2048, 2048, 2048}};
+  int nsizes = 4;
+  char names[16][48];
   if (argc > 1) {
     nsizes = 0;
-    for (int i = 1; i < argc && nsizes < 16; i++) sizes[nsizes++] = atoi(argv[i]);
+    for (int i = 1; i < argc && nsizes < 16; i++) {
+      int *sh = shapes[nsizes], got = sscanf(argv[i], "%dx%dx%d", &sh[0], &sh[1], &sh[2]);
+      if (got == 1) sh[1] = sh[2] = sh[0];
+      if ((got != 1 && got != 3) || sh[0] < 1 || sh[1] < 1 || sh[2] < 1) {
+        fprintf(stderr, "bench_gemm: '%s' is no size or MxNxK\n", argv[i]);
+        return 2;
+      }
+      nsizes++;
+    }
+  }
+  for (int s = 0; s < nsizes; s++) {
+    if (shapes[s][0] == shapes[s][1] && shapes[s][1] == shapes[s][2])
+      snprintf(names[s], sizeof names[s], "%d", shapes[s][0]);
+    else snprintf(names[s], sizeof names[s], "%dx%dx%d", shapes[s][0], shapes[s][1], shapes[s][2]);
   }
   const char *r = getenv("BENCH_REPS");
   int reps = r && atoi(r) > 0 ? atoi(r) : 9;
@@ -149,19 +166,21 @@ int main(int argc, char **argv) {
   krt_pool *pool = krt_pool_create(tmax);
   krt_gemm_isa best = krt_gemm_isa_best();
   for (int s = 0; s < nsizes; s++) {
-    bench b = {.n = sizes[s], .pool = pool};
-    size_t nn = (size_t)b.n * (size_t)b.n;
-    b.a = malloc(nn * 4);
-    b.b = malloc(nn * 4);
-    b.c = malloc(nn * 4);
-    b.ah = malloc(nn * 2);
-    b.bh = malloc(nn * 2);
+    bench b = {.m = shapes[s][0], .n = shapes[s][1], .k = shapes[s][2], .pool = pool};
+    size_t na = (size_t)b.m * (size_t)b.k, nb = (size_t)b.k * (size_t)b.n;
+    b.a = malloc(na * 4);
+    b.b = malloc(nb * 4);
+    b.c = malloc((size_t)b.m * (size_t)b.n * 4);
+    b.ah = malloc(na * 2);
+    b.bh = malloc(nb * 2);
     if (!b.a || !b.b || !b.c || !b.ah || !b.bh || !pool) return 1;
     srand(1);
-    for (size_t i = 0; i < nn; i++) {
+    for (size_t i = 0; i < na; i++) {
       b.a[i] = (float)((double)rand() / RAND_MAX) - 0.5f;
-      b.b[i] = (float)((double)rand() / RAND_MAX) - 0.5f;
       b.ah[i] = krt_f32_to_bf16(b.a[i]);
+    }
+    for (size_t i = 0; i < nb; i++) {
+      b.b[i] = (float)((double)rand() / RAND_MAX) - 0.5f;
       b.bh[i] = krt_f32_to_bf16(b.b[i]);
     }
     for (int t = tmin; t <= tmax; t++) {
@@ -169,17 +188,17 @@ int main(int argc, char **argv) {
       const char *clk = getenv("BENCH_CLOCK");
       cpu_clock = t == 1 && clk && !strcmp(clk, "cpu");
       openblas_set_num_threads(t);
-      printf("openblas(%s) %d %d %.1f\n", openblas_get_corename(), t, b.n,
+      printf("openblas(%s) %d %s %.1f\n", openblas_get_corename(), t, names[s],
              measure(&b, IMPL_OPENBLAS, reps));
       fflush(stdout);
       const char *only = getenv("BENCH_BLAS_ONLY"); /* bench/gemm.sh's second core type */
       for (int isa = KRT_GEMM_ISA_AVX2; isa <= (int)best && !(only && *only); isa++) {
         krt_gemm_force_isa((krt_gemm_isa)isa);
         const char *name = krt_gemm_isa_name((krt_gemm_isa)isa);
-        printf("kiln-%s-f32 %d %d %.1f\n", name, t, b.n, measure(&b, IMPL_F32, reps));
+        printf("kiln-%s-f32 %d %s %.1f\n", name, t, names[s], measure(&b, IMPL_F32, reps));
         if (isa >= KRT_GEMM_ISA_AVX512) {
-          printf("kiln-%s-bf16 %d %d %.1f\n", name, t, b.n, measure(&b, IMPL_BF16, reps));
-          printf("kiln-%s-f32as-bf16 %d %d %.1f\n", name, t, b.n,
+          printf("kiln-%s-bf16 %d %s %.1f\n", name, t, names[s], measure(&b, IMPL_BF16, reps));
+          printf("kiln-%s-f32as-bf16 %d %s %.1f\n", name, t, names[s],
                  measure(&b, IMPL_F32AS_BF16, reps));
         }
         fflush(stdout);
