@@ -261,7 +261,6 @@ static const char *const float_call[KIR_OP_COUNT] = {
 };
 
 static bool float_unary(cw *w, uint16_t op, kir_dtype t, const char *a) {
-  const char *one = t == KILN_F64 ? "1.0" : "1.0f";
   if (op == KIR_OP_is_finite) return put(w, "(bool)isfinite(%s)", a), true;
   if (!kir_op(op)->f1) return no_code(w, op, t);
   put(w, "%s(", narrow(t));
@@ -273,10 +272,6 @@ static bool float_unary(cw *w, uint16_t op, kir_dtype t, const char *a) {
     put(w, "ksign(%s)", a);
   else if (op == KIR_OP_sigmoid)
     put(w, "ksigmoid(%s)", a);
-  else if (op == KIR_OP_rsqrt)
-    put(w, "%s / sqrt%s(%s)", one, fsuf(t), a);
-  else if (op == KIR_OP_reciprocal)
-    put(w, "%s / %s", one, a);
   else
     return no_code(w, op, t);
   put(w, ")");

@@ -169,16 +169,6 @@ static LLVMValueRef f_sign(kcg_llvm *L, kir_dtype t, LLVMValueRef x) {
   return LLVMBuildSelect(L->b, gt, fconst(x, 1), neg, "");
 }
 
-static LLVMValueRef f_rsqrt(kcg_llvm *L, kir_dtype t, LLVMValueRef x) {
-  (void)t;
-  return LLVMBuildFDiv(L->b, fconst(x, 1), call1(L, "llvm.sqrt", x), "");
-}
-
-static LLVMValueRef f_reciprocal(kcg_llvm *L, kir_dtype t, LLVMValueRef x) {
-  (void)t;
-  return LLVMBuildFDiv(L->b, fconst(x, 1), x, "");
-}
-
 /*
  * kir_f_sigmoid with one exp: e = exp(-|x|) is exp(-x) for x >= 0 and
  * exp(x) below, so 1 / (1 + e) and e / (1 + e) are the reference's two
@@ -344,8 +334,6 @@ static const struct {
     [KIR_OP_neg] = {f_neg, i_neg},
     [KIR_OP_abs] = {NULL, i_abs},
     [KIR_OP_sign] = {f_sign, i_sign},
-    [KIR_OP_rsqrt] = {f_rsqrt, NULL},
-    [KIR_OP_reciprocal] = {f_reciprocal, NULL},
     [KIR_OP_sigmoid] = {f_sigmoid, NULL},
     [KIR_OP_logical_not] = {NULL, i_not},
     [KIR_OP_is_finite] = {f_is_finite, NULL},

@@ -511,12 +511,10 @@ MlirValue me_scalar(me *e, uint16_t op, kir_dtype t, const MlirValue *a) {
   case KIR_OP_log: return sc1(e, "math.log", a[0]);
   case KIR_OP_log1p: return sc1(e, "math.log1p", a[0]);
   case KIR_OP_sqrt: return sc1(e, "math.sqrt", a[0]);
-  case KIR_OP_rsqrt: return sc1(e, "math.rsqrt", a[0]);
   case KIR_OP_sin: return sc1(e, "math.sin", a[0]);
   case KIR_OP_cos: return sc1(e, "math.cos", a[0]);
   case KIR_OP_tanh: return sc1(e, "math.tanh", a[0]);
   case KIR_OP_erf: return sc1(e, "math.erf", a[0]);
-  case KIR_OP_reciprocal: return me_sc2(e, "arith.divf", sc_fconst(e, a[0], 1), a[0]);
   case KIR_OP_sigmoid: { /* 1 / (1 + exp(-x)) */
     MlirValue one = sc_fconst(e, a[0], 1);
     MlirValue ex = sc1(e, "math.exp", sc1(e, "arith.negf", a[0]));

@@ -163,8 +163,6 @@ static uint32_t float_unary(sw *s, uint16_t op, kir_dtype t, uint32_t a, bool *o
   case KIR_OP_ceil: return ext1(s, T, GLSLstd450Ceil, a);
   case KIR_OP_round: return ext1(s, T, GLSLstd450RoundEven, a);
   case KIR_OP_sqrt: return ext1(s, T, GLSLstd450Sqrt, a);
-  case KIR_OP_rsqrt: return op2(s, SpvOpFDiv, T, one, ext1(s, T, GLSLstd450Sqrt, a));
-  case KIR_OP_reciprocal: return op2(s, SpvOpFDiv, T, one, a);
   case KIR_OP_sign: /* keeps ±0 and NaN */
     return sel(s, T, op2(s, SpvOpFOrdGreaterThan, B, a, zero), one,
                sel(s, T, op2(s, SpvOpFOrdLessThan, B, a, zero), c_float(s, t, -1), a));
