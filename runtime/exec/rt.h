@@ -17,8 +17,8 @@
  * message buffer directly for the same reason.
  *
  * Threads: a krt_pool may be shared; krt_parallel_for() from two threads at
- * once is safe (the second one finds the pool busy and runs its range on its
- * own thread). A krt_model is immutable after creation, so any number of
+ * once is safe (the second one waits for the first to finish, then has every
+ * thread). A krt_model is immutable after creation, so any number of
  * threads may run it at once: each run takes its own krt_workspace (symbol
  * values, memory plan, arena). One spare workspace is kept per model so that
  * repeated runs at the same sizes reuse their plan and arena.
@@ -45,10 +45,14 @@ int krt_pool_threads(const krt_pool *p);
 /*
  * Calls fn(arg, lo, hi) over contiguous chunks that cover [0, n) exactly
  * once, one chunk per thread (fewer when n is small), the caller's thread
- * taking the first; returns when all are done. A NULL pool, a pool busy with
- * another parallel_for, or n == 1 runs fn(arg, 0, n) on the caller's thread.
+ * taking the first; returns when all are done. A NULL pool, n == 1, or a
+ * call from inside a chunk of a parallel_for (nested: every thread is
+ * already busy) runs fn(arg, 0, n) on the caller's thread; a call from
+ * another thread while the pool is busy waits its turn.
  */
 void krt_parallel_for(krt_pool *p, int64_t n, krt_task_fn fn, void *arg);
+/* How many parallel_fors on p ran on one thread because they were nested in a task. */
+uint64_t krt_pool_nested(const krt_pool *p);
 
 /* ------------------------------------------------------------ the executor */
 

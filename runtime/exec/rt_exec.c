@@ -397,6 +397,8 @@ static void print_profile(const krt_model *m, FILE *f) {
             (double)t * per, (double)t * pct, what);
   }
   if (ns > 30) fprintf(f, "  (%u more steps)\n", ns - 30);
+  fprintf(f, "  thread pool: %d threads, %llu parallel loops nested in another (run on one thread)\n",
+          krt_pool_threads(m->pool), (unsigned long long)krt_pool_nested(m->pool));
   free(order);
 }
 

@@ -19,10 +19,13 @@
  * after its update, so with sequentially consistent atomics no wake-up is
  * lost.
  *
- * A pool serves one parallel_for at a time: a second caller (another thread
- * running a model on the same pool, or a kernel nested in a task) finds
- * `busy` locked and runs its range itself, which is correct and never
- * deadlocks.
+ * A pool serves one parallel_for at a time. A parallel_for nested in a task
+ * of one (a thread already running a chunk: every thread of the pool is
+ * busy with the outer loop) runs its range on its own thread, as OpenMP
+ * runs a nested region without nesting; the pool counts these
+ * (krt_pool_nested). Another thread calling while the pool is busy (two
+ * models running on one pool) waits for `busy` and then gets every thread,
+ * rather than running its whole range alone beside the other job.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -42,6 +45,7 @@ struct krt_pool {
   int nworkers; /* started */
   pthread_t *workers;
   pthread_mutex_t busy; /* held by the caller of a parallel_for for its whole duration */
+  _Atomic uint64_t nested; /* parallel_fors run inline because they were nested in a task */
   /* The current job, written before `generation` moves. */
   krt_task_fn fn;
   void *arg;
@@ -82,6 +86,9 @@ typedef struct {
   krt_pool *pool;
   int id; /* chunk id - 1 */
 } worker_start;
+
+/* Set while this thread runs a chunk of some parallel_for (any pool). */
+static _Thread_local bool in_task;
 
 int krt_default_threads(void) {
   kiln_options o;
@@ -129,7 +136,9 @@ static void *worker_main(void *arg) {
     if (chunk < p->nchunks) {
       int64_t lo, hi;
       chunk_range(p->n, p->nchunks, chunk, &lo, &hi);
+      in_task = true;
       p->fn(p->arg, lo, hi);
+      in_task = false;
     }
     if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_asleep)) {
       pthread_mutex_lock(&p->mu);
@@ -200,12 +209,18 @@ static void wait_done(krt_pool *p) {
   pthread_mutex_unlock(&p->mu);
 }
 
+uint64_t krt_pool_nested(const krt_pool *p) {
+  return p ? atomic_load(&((krt_pool *)p)->nested) : 0;
+}
+
 void krt_parallel_for(krt_pool *p, int64_t n, krt_task_fn fn, void *arg) {
   if (n <= 0) return;
-  if (!p || p->nthreads == 1 || n == 1 || pthread_mutex_trylock(&p->busy) != 0) {
+  if (p && p->nthreads > 1 && n > 1 && in_task) atomic_fetch_add(&p->nested, 1);
+  if (!p || p->nthreads == 1 || n == 1 || in_task) {
     fn(arg, 0, n);
     return;
   }
+  pthread_mutex_lock(&p->busy); /* another thread's job first, if there is one */
   int nchunks = n < p->nthreads ? (int)n : p->nthreads;
   p->fn = fn;
   p->arg = arg;
@@ -220,7 +235,9 @@ void krt_parallel_for(krt_pool *p, int64_t n, krt_task_fn fn, void *arg) {
   }
   int64_t lo, hi;
   chunk_range(n, nchunks, 0, &lo, &hi);
+  in_task = true;
   fn(arg, lo, hi);
+  in_task = false;
   wait_done(p);
   pthread_mutex_unlock(&p->busy);
 }
