@@ -44,7 +44,9 @@
  * multiply-adds (measured: docs/cpu-runtime.md); KILN_CONV_GEMM_MIN
  * overrides it when a model is lowered (-1: never), which is how
  * bench/bench_conv.c and tests/unit/test_conv_gemm.c compare both paths.
- * Grouped convolutions keep the direct kernels. bf16 convolutions (f32 ones
+ * Grouped convolutions keep the direct kernels; those with one input
+ * channel per output channel (depthwise) and at most 7x7 taps get
+ * conv2d_depthwise, which keeps each pixel's sum in a register. bf16 convolutions (f32 ones
  * whose operands are both widened bf16: conv_operands) take the same path
  * with bf16 columns and a GEMM step marked bf16, so the runtime multiplies
  * bf16 values and sums in f32, as for matmul (lower_nn.c; vdpbf16ps where
@@ -169,6 +171,45 @@ static bool conv2d_direct(kcg_lower_ctx *lc, const kir_inst *inst) {
   kcg_ref xv = kcg_load(k, xb, x_at(k, &g, b, kcg_add(k, c0, cc), ih, iw), ok);
   kcg_ref wv = kcg_load(k, wb, w_at(k, &g, o, cc, i, j), KCG_NONE);
   accumulate_at(k, lw, yb, y_at(k, &g, b, o, oh, ow), ok, xv, wv);
+  return kcg_lower_step(lc);
+}
+
+/*
+ * A convolution whose output channels each read one input channel (w's
+ * dims[1] is 1: a depthwise convolution, groups == C, with any channel
+ * multiplier): each y[b, o, oh, ow] is the sum of its kh·kw taps, written
+ * out here one after the other (at most 7x7), so the loop along the output
+ * row is innermost and vectorises with the whole sum in registers, instead
+ * of one pass over the row per tap. The taps are summed in the reference's
+ * order (row, column), from 0, as in conv2d_direct.
+ */
+static bool conv2d_depthwise(kcg_lower_ctx *lc, const kir_inst *inst) {
+  kcg_kernel *k = kcg_lower_kernel(lc, "");
+  if (!k) return false;
+  conv_geo g =
+      conv_read(k, inst->attrs, kcg_in_type(lc, 0), kcg_in_type(lc, 1), kcg_out_type(lc, 0));
+  uint32_t xb = kcg_lower_arg(lc, lc->in[0], false), wb = kcg_lower_arg(lc, lc->in[1], false);
+  uint32_t yb = kcg_lower_arg(lc, lc->out[0], true);
+  kcg_ref bo, oh, ow;
+  uint32_t lbo = kcg_loop(k, KCG_NONE, kcg_mul(k, g.b, g.o), true, &bo);
+  kcg_ref b = kcg_div(k, bo, g.o), o = kcg_sub(k, bo, kcg_mul(k, b, g.o));
+  kcg_ref c = group_of_out(k, &g, o); /* one input channel per group */
+  uint32_t lh = kcg_loop(k, lbo, kcg_i64(k, g.y->dims[2]), false, &oh);
+  uint32_t lw = kcg_loop(k, lh, kcg_i64(k, g.y->dims[3]), false, &ow);
+  kcg_ref acc = zero_of(k, g.y->dtype);
+  for (int64_t ti = 0; ti < g.w->dims[2]; ti++) {
+    kcg_ref i = kcg_i64(k, ti), ih = tap_pos(k, oh, g.sh, g.pt, i, g.dh);
+    kcg_ref okh = kcg_in_range(k, ih, kcg_i64(k, g.x->dims[2]));
+    for (int64_t tj = 0; tj < g.w->dims[3]; tj++) {
+      kcg_ref j = kcg_i64(k, tj), iw = tap_pos(k, ow, g.sw, g.pl, j, g.dw);
+      kcg_ref ok = kcg_and(k, okh, kcg_in_range(k, iw, kcg_i64(k, g.x->dims[3])));
+      kcg_ref xv = kcg_load(k, xb, x_at(k, &g, b, c, ih, iw), ok);
+      kcg_ref wv = kcg_load(k, wb, w_at(k, &g, o, kcg_i64(k, 0), i, j), KCG_NONE);
+      kcg_ref sum = kcg_binary(k, KIR_OP_add, acc, kcg_binary(k, KIR_OP_mul, xv, wv));
+      acc = kcg_select(k, ok, sum, acc);
+    }
+  }
+  kcg_store(k, lw, yb, y_at(k, &g, b, o, oh, ow), acc);
   return kcg_lower_step(lc);
 }
 
@@ -510,6 +551,9 @@ static bool grad_input_gemm(kcg_lower_ctx *lc, const kir_inst *inst) {
 bool kcg_lower_conv2d(kcg_lower_ctx *lc, const kir_inst *inst) {
   return use_gemm(lc, inst, kcg_in_type(lc, 0), kcg_in_type(lc, 1), kcg_out_type(lc, 0))
              ? conv2d_gemm(lc, inst)
+         : kcg_in_type(lc, 1)->dims[1] == 1 && kcg_in_type(lc, 1)->dims[2] *
+                                                      kcg_in_type(lc, 1)->dims[3] <= 49
+             ? conv2d_depthwise(lc, inst)
              : conv2d_direct(lc, inst);
 }
 

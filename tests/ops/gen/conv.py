@@ -75,6 +75,17 @@ def conv_cases():
     return cases
 
 
+def later_conv_cases():
+    # Cases added later, drawn after every other file's, so that those stay as they were: a
+    # depthwise convolution with a channel multiplier, padding on every side, dilation, stride.
+    x, w = rand(2, 3, 6, 7), rand(6, 1, 3, 3)
+    st, pd, dl = [1, 2], [1, 2, 2, 1], [2, 1]
+    y = conv_fwd(t(x), t(w), st, pd, dl, 3).detach().numpy()
+    return [op_case("conv2d", [Arg("f64", x), Arg("f64", w)], Res("f64", list(y.shape), y),
+                    conv_attrs(st, pd, dl, 3),
+                    note="depthwise, multiplier 2, padding [1, 2, 2, 1], dilation [2, 1]")]
+
+
 def conv_grads(x, w, dy, st, pd, dl, gr):
     xt, wt = t(x, True), t(w, True)
     conv_fwd(xt, wt, st, pd, dl, gr).backward(t(dy))
@@ -200,11 +211,12 @@ def pool_cases(op):
 
 
 def main():
-    write_op("conv2d", SCRIPT, conv_cases())
+    conv = conv_cases()
     for op in ("conv2d_grad_input", "conv2d_grad_weight"):
         write_op(op, SCRIPT, conv_grad_cases(op))
     for op in ("max_pool2d", "avg_pool2d", "max_pool2d_grad", "avg_pool2d_grad"):
         write_op(op, SCRIPT, pool_cases(op))
+    write_op("conv2d", SCRIPT, conv + later_conv_cases())
 
 
 if __name__ == "__main__":
