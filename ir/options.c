@@ -56,6 +56,7 @@ void kir_options_env(kiln_options *o) {
   const char *g = var("KILN_GEMM");
   o->gemm = is(g, "kiln") ? KILN_GEMM_KILN : is(g, "blas") ? KILN_GEMM_BLAS : KILN_GEMM_DEFAULT;
   o->gemm_threshold = threshold("KILN_GEMM_THRESHOLD");
+  o->blas_split = on_off("KILN_BLAS_SPLIT");
   o->memory_plan = on_off("KILN_MEMORY_PLAN");
   const char *b = var("KILN_GEMM_BF16");
   o->gemm_bf16_dot = is(b, "dot") ? KILN_SWITCH_ON : is(b, "f32") ? KILN_SWITCH_OFF
@@ -84,7 +85,7 @@ void kir_options_env(kiln_options *o) {
 static void overlay(kiln_options *o, const kiln_options *over) {
 #define SET(f) if (over->f) o->f = over->f
   SET(attention_tiling); SET(canonicalize); SET(fusion); SET(conv_bf16); SET(conv_gemm_min);
-  SET(aot_bf16_weights); SET(gemm); SET(gemm_threshold); SET(memory_plan); SET(gemm_bf16_dot);
+  SET(aot_bf16_weights); SET(gemm); SET(blas_split); SET(gemm_threshold); SET(memory_plan); SET(gemm_bf16_dot);
   SET(attention_avx512); SET(num_threads); SET(profile); SET(vk_storage16); SET(vk_attention_steps);
   SET(vulkan_library); SET(cuda_library); SET(nvrtc_library); SET(hip_library); SET(hip_arch);
   SET(cc); SET(source_dir); SET(lib_dir);

@@ -43,6 +43,9 @@ typedef struct kiln_options {
                                    KILN_AOT_BF16_WEIGHTS */
   /* The CPU executor (runtime/exec/rt_exec.c). */
   kiln_gemm_library gemm;       /* KILN_GEMM=kiln|blas */
+  kiln_switch blas_split;       /* BLAS products split over Kiln's thread pool, BLAS itself set to
+                                   one thread (default on with more than one thread);
+                                   KILN_BLAS_SPLIT=0 leaves BLAS its own threads */
   int64_t gemm_threshold;       /* M*N*K from which a GEMM step calls the library rather than its
                                    generated kernel; 0: measured, -1: never; KILN_GEMM_THRESHOLD */
   kiln_switch memory_plan;      /* temporaries share an arena by liveness (default on);

@@ -51,6 +51,8 @@
 #define NOWHERE SIZE_MAX
 #define NO_RESULT UINT32_MAX
 #define MAX_SCAN_DEPTH 32
+/* Multiply-adds from which one BLAS product is split over the pool (below, one call). */
+#define KRT_BLAS_SPLIT_MIN ((int64_t)1 << 18)
 /* Bounds that keep every size and offset sum far from overflowing 64 bits. */
 #define MAX_BUFFER ((size_t)1 << 50)
 #define MAX_ARENA ((size_t)1 << 56)
@@ -82,6 +84,7 @@ struct krt_model {
   kiln_switch bf16_dot;        /* bf16 GEMMs on dot products (kiln_options.gemm_bf16_dot) */
   bool attention_avx512;       /* attention steps on the AVX-512 kernel */
   bool gemm_kiln; /* f32 GEMM steps run Kiln's own GEMM (rt_gemm_cpu.c) instead of BLAS */
+  bool blas_split; /* BLAS GEMMs split over the pool, BLAS itself single-threaded */
   _Atomic(krt_workspace *) spare;
   _Atomic size_t last_peak;
   _Atomic size_t last_total;
@@ -286,6 +289,11 @@ kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_c
   if (o.gemm_threshold) /* for measuring it (docs/cpu-runtime.md) */
     m->gemm_threshold = m->gemm_threshold_kiln = o.gemm_threshold;
   m->bf16_dot = o.gemm_bf16_dot;
+  /* One set of threads: the pool's. BLAS's own threads would spin beside the pool's between the
+   * steps (OpenBLAS keeps them busy-waiting long after a call) and two sets oversubscribe the
+   * cores, so BLAS runs single-threaded inside pool tasks (docs/cpu-runtime.md). */
+  m->blas_split = kir_switch_on(o.blas_split, true) && pool && krt_pool_threads(pool) > 1;
+  if (m->blas_split) openblas_set_num_threads(1);
   m->attention_avx512 = !strcmp(krt_attention_isa(&o), "avx512");
   atomic_init(&m->spare, NULL);
   atomic_init(&m->last_peak, 0);
@@ -943,6 +951,68 @@ static kiln_status kiln_gemm(krt_workspace *w, const kcg_gemm *g, const char *a,
   return krt_gemm(w->m->pool, &d) ? KILN_OK : fail(w->ctx, KILN_ERR_NOMEM, "out of memory");
 }
 
+/*
+ * One BLAS product split over the pool: C's rows (the larger of M and N is
+ * split: rows of A and C, or columns of B and C) in blocks of a multiple of
+ * 16, one per thread, each a single-threaded BLAS call on its block. The
+ * blocks are disjoint, and every element is the same dot product BLAS
+ * computes unsplit (a kernel may order its sum differently by position, so
+ * the last bits can differ from an unsplit call).
+ */
+typedef struct blas_job {
+  const kcg_gemm *g;
+  const char *a, *b;
+  char *c;
+  int64_t M, N, K, block;
+  size_t es;
+  bool split_m;
+} blas_job;
+
+static void blas_call(const kcg_gemm *g, int64_t M, int64_t N, int64_t K, const char *a, int lda,
+                      const char *b, int ldb, char *c, int ldc) {
+  enum CBLAS_TRANSPOSE ta = g->trans_a ? CblasTrans : CblasNoTrans;
+  enum CBLAS_TRANSPOSE tb = g->trans_b ? CblasTrans : CblasNoTrans;
+  if (g->dtype == KILN_F32)
+    cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1.0f, (const float *)a, lda,
+                (const float *)b, ldb, 0.0f, (float *)c, ldc);
+  else
+    cblas_dgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1.0, (const double *)a, lda,
+                (const double *)b, ldb, 0.0, (double *)c, ldc);
+}
+
+static void blas_chunk(void *arg, int64_t lo, int64_t hi) {
+  const blas_job *j = arg;
+  const kcg_gemm *g = j->g;
+  int lda = (int)(g->trans_a ? j->M : j->K), ldb = (int)(g->trans_b ? j->K : j->N);
+  int64_t dim = j->split_m ? j->M : j->N;
+  int64_t r0 = lo * j->block, r1 = hi * j->block < dim ? hi * j->block : dim;
+  if (r0 >= r1) return;
+  size_t es = j->es;
+  if (j->split_m) { /* rows r0..r1 of A (columns, when A is stored transposed) and of C */
+    const char *a = j->a + (size_t)r0 * (g->trans_a ? 1 : (size_t)lda) * es;
+    blas_call(g, r1 - r0, j->N, j->K, a, lda, j->b, ldb, j->c + (size_t)r0 * (size_t)j->N * es,
+              (int)j->N);
+  } else { /* columns r0..r1 of B (rows, when B is stored transposed) and of C */
+    const char *b = j->b + (size_t)r0 * (g->trans_b ? (size_t)ldb : 1) * es;
+    blas_call(g, j->M, r1 - r0, j->K, j->a, lda, b, ldb, j->c + (size_t)r0 * es, (int)j->N);
+  }
+}
+
+static void blas_gemm(krt_workspace *w, const kcg_gemm *g, const char *a, const char *b, char *c,
+                      int64_t M, int64_t N, int64_t K) {
+  int threads = krt_pool_threads(w->m->pool);
+  blas_job j = {.g = g, .a = a, .b = b, .c = c, .M = M, .N = N, .K = K,
+                .es = dtype_bytes(g->dtype), .split_m = M >= N};
+  int64_t dim = j.split_m ? M : N, blocks = (dim + 15) / 16;
+  int64_t n = blocks < threads ? blocks : threads;
+  if (!w->m->blas_split || n < 2 || M * N * K < KRT_BLAS_SPLIT_MIN) {
+    blas_call(g, M, N, K, a, (int)(g->trans_a ? M : K), b, (int)(g->trans_b ? K : N), c, (int)N);
+    return;
+  }
+  j.block = (blocks + n - 1) / n * 16;
+  krt_parallel_for(w->m->pool, n, blas_chunk, &j);
+}
+
 static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   const kcg_gemm *g = &st->gemm;
   const int64_t *sz = w->sizes;
@@ -965,9 +1035,6 @@ static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   }
   size_t count = cbytes / ((size_t)M * (size_t)N * es);
   int64_t cidx[KIR_MAX_RANK] = {0};
-  enum CBLAS_TRANSPOSE ta = g->trans_a ? CblasTrans : CblasNoTrans;
-  enum CBLAS_TRANSPOSE tb = g->trans_b ? CblasTrans : CblasNoTrans;
-  int lda = (int)(g->trans_a ? M : K), ldb = (int)(g->trans_b ? K : N);
   for (size_t i = 0; i < count; i++) {
     size_t ao = batch_offset(cidx, g->nbatch, g->a_rank, g->a_batch, sz, (size_t)(M * K)) * aes;
     size_t bo = batch_offset(cidx, g->nbatch, g->b_rank, g->b_batch, sz, (size_t)(K * N)) * bes;
@@ -975,12 +1042,9 @@ static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
     if (kiln) {
       kiln_status s = kiln_gemm(w, g, a + ao, b + bo, c + co, M, N, K);
       if (s) return s;
-    } else if (g->dtype == KILN_F32)
-      cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1.0f, (const float *)(a + ao),
-                  lda, (const float *)(b + bo), ldb, 0.0f, (float *)(c + co), (int)N);
-    else
-      cblas_dgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1.0, (const double *)(a + ao),
-                  lda, (const double *)(b + bo), ldb, 0.0, (double *)(c + co), (int)N);
+    } else {
+      blas_gemm(w, g, a + ao, b + bo, c + co, M, N, K);
+    }
     for (int d = g->nbatch - 1; d >= 0; d--) { /* the next batch index, row-major */
       if (++cidx[d] < kcg_dim_value(g->batch[d], sz)) break;
       cidx[d] = 0;

@@ -391,9 +391,18 @@ static void test_gemm_paths(void) {
       "  %c = matmul(%a, %b) {transpose_a = true, transpose_b = true} : DT[2, N, 50]",
       "%a: DT[N, 40], %b: DT[50, 40]) -> (DT[N, 50]) {\n"
       "  %c = matmul(%a, %b) {transpose_b = true} : DT[N, 50]",
+      /* large enough for the runtime to split one BLAS product over the pool (KRT_BLAS_SPLIT_MIN):
+       * along M (rows of A and C), A transposed; along N (columns of B and C), B transposed */
+      "%a: DT[2, 120, 300], %b: DT[120, 70]) -> (DT[2, 300, 70]) {\n"
+      "  %c = matmul(%a, %b) {transpose_a = true} : DT[2, 300, 70]",
+      "%a: DT[70, 130], %b: DT[310, 130]) -> (DT[70, 310]) {\n"
+      "  %c = matmul(%a, %b) {transpose_b = true} : DT[70, 310]",
+      "%a: DT[45, 130], %b: DT[130, 333]) -> (DT[45, 333]) {\n"
+      "  %c = matmul(%a, %b) : DT[45, 333]",
   };
   kiln_ctx *ctx = kiln_ctx_create();
   double worst[2] = {0, 0};
+  setenv("KILN_NUM_THREADS", "3", 1); /* a pool to split over, whatever the machine */
   for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
     for (int d = 0; d < 2; d++) {
       char text[512], body[400];
@@ -439,6 +448,7 @@ static void test_gemm_paths(void) {
       for (int i = 0; i < 3; i++) kiln_tensor_destroy(got[i]);
       kiln_graph_destroy(g);
     }
+  unsetenv("KILN_NUM_THREADS");
   printf("matmul on BLAS, Kiln's GEMM and the generated kernel: largest difference f64 %.2g, f32 %.2g\n",
          worst[0], worst[1]);
   kiln_ctx_destroy(ctx);
