@@ -1013,6 +1013,38 @@ static void blas_gemm(krt_workspace *w, const kcg_gemm *g, const char *a, const 
   krt_parallel_for(w->m->pool, n, blas_chunk, &j);
 }
 
+/*
+ * A batch of BLAS products with at least one per thread: the matrices are
+ * shared out over the pool, each computed by one single-threaded call,
+ * rather than every small product split in turn (a convolution's batch of
+ * images: one call and one wake-up per image, not one per image and thread).
+ */
+typedef struct blas_batch {
+  const kcg_gemm *g;
+  const int64_t *sizes;
+  const char *a, *b;
+  char *c;
+  int64_t M, N, K;
+  size_t aes, bes, es;
+} blas_batch;
+
+static void blas_batch_chunk(void *arg, int64_t lo, int64_t hi) {
+  const blas_batch *j = arg;
+  const kcg_gemm *g = j->g;
+  int64_t M = j->M, N = j->N, K = j->K;
+  for (int64_t i = lo; i < hi; i++) {
+    int64_t cidx[KIR_MAX_RANK] = {0}, rest = i;
+    for (int d = g->nbatch - 1; d >= 0; d--) { /* i's batch index, row-major */
+      int64_t n = kcg_dim_value(g->batch[d], j->sizes);
+      cidx[d] = rest % n, rest /= n;
+    }
+    size_t ao = batch_offset(cidx, g->nbatch, g->a_rank, g->a_batch, j->sizes, (size_t)(M * K));
+    size_t bo = batch_offset(cidx, g->nbatch, g->b_rank, g->b_batch, j->sizes, (size_t)(K * N));
+    blas_call(g, M, N, K, j->a + ao * j->aes, (int)(g->trans_a ? M : K), j->b + bo * j->bes,
+              (int)(g->trans_b ? K : N), j->c + (size_t)i * (size_t)M * (size_t)N * j->es, (int)N);
+  }
+}
+
 static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   const kcg_gemm *g = &st->gemm;
   const int64_t *sz = w->sizes;
@@ -1034,6 +1066,12 @@ static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
     return KILN_OK;
   }
   size_t count = cbytes / ((size_t)M * (size_t)N * es);
+  if (!kiln && w->m->blas_split && count >= (size_t)krt_pool_threads(w->m->pool)) {
+    blas_batch j = {.g = g, .sizes = sz, .a = a, .b = b, .c = c, .M = M, .N = N, .K = K,
+                    .aes = aes, .bes = bes, .es = es};
+    krt_parallel_for(w->m->pool, (int64_t)count, blas_batch_chunk, &j);
+    return KILN_OK;
+  }
   int64_t cidx[KIR_MAX_RANK] = {0};
   for (size_t i = 0; i < count; i++) {
     size_t ao = batch_offset(cidx, g->nbatch, g->a_rank, g->a_batch, sz, (size_t)(M * K)) * aes;
