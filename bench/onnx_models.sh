@@ -4,7 +4,7 @@
 #
 #   bench/onnx_models.sh [MODEL ...]     (default: resnet18 mobilenet_v2 transformer lstm)
 #   KILN_NUM_THREADS=T (default 1) threads for all three; BENCH_REPS=N (default 20) runs per median
-#   OUT=path  the results file (default bench/results/2026-11-30-onnx-models.md)
+#   OUT=path  the results file (default bench/results/<date>-onnx-models-t<threads>.md)
 #   KILN=path a kiln binary to use as it is (default: build/bin/kiln, built here first)
 #
 # bench/onnx_models.py (Debian's python3-torch 1.13 and python3-torchvision through /usr/bin/python3)
@@ -20,7 +20,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export KILN_NUM_THREADS=${KILN_NUM_THREADS:-1}
 export OPENBLAS_NUM_THREADS=$KILN_NUM_THREADS OMP_NUM_THREADS=$KILN_NUM_THREADS
 export BENCH_REPS=${BENCH_REPS:-20}
-out=${OUT:-bench/results/2026-11-30-onnx-models.md}
+out=${OUT:-bench/results/$(date +%F)-onnx-models-t$KILN_NUM_THREADS.md}
 build=${BUILD_DIR:-build}
 models=("$@")
 [ ${#models[@]} -eq 0 ] && models=(resnet18 mobilenet_v2 transformer lstm)
@@ -65,7 +65,7 @@ for m in "${models[@]}"; do
 done
 
 {
-  echo "# Real exported models: Kiln vs PyTorch vs ONNX Runtime (2026-11-30)"
+  echo "# Real exported models: Kiln vs PyTorch vs ONNX Runtime ($(date +%F))"
   echo
   echo "Command: \`bench/onnx_models.sh ${*:-}\` (KILN_NUM_THREADS=$KILN_NUM_THREADS, medians of"
   echo "$BENCH_REPS runs after 3 warm-ups). Models exported by \`bench/onnx_models.py\` with Debian's"
