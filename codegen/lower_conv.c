@@ -147,16 +147,33 @@ static void zero_row(kcg_kernel *k, uint32_t parent, uint32_t buf, kcg_ref row, 
  * at stride 1, in x), so it vectorises; each element still sums its taps in
  * the reference's order (channel, row, column).
  */
-static bool conv2d_direct(kcg_lower_ctx *lc, const kir_inst *inst) {
-  kcg_kernel *k = kcg_lower_kernel(lc, "");
+/* What both forward kernels start with: the kernel, the geometry, the buffers, the loop over (b, o). */
+typedef struct conv_fwd {
+  kcg_kernel *k;
+  conv_geo g;
+  uint32_t xb, wb, yb, lbo;
+  kcg_ref b, o;
+} conv_fwd;
+
+static bool conv_fwd_begin(kcg_lower_ctx *lc, const kir_inst *inst, conv_fwd *f) {
+  kcg_kernel *k = f->k = kcg_lower_kernel(lc, "");
   if (!k) return false;
-  conv_geo g =
-      conv_read(k, inst->attrs, kcg_in_type(lc, 0), kcg_in_type(lc, 1), kcg_out_type(lc, 0));
-  uint32_t xb = kcg_lower_arg(lc, lc->in[0], false), wb = kcg_lower_arg(lc, lc->in[1], false);
-  uint32_t yb = kcg_lower_arg(lc, lc->out[0], true);
-  kcg_ref bo, oh, ow, cc, i, j;
-  uint32_t lbo = kcg_loop(k, KCG_NONE, kcg_mul(k, g.b, g.o), true, &bo);
-  kcg_ref b = kcg_div(k, bo, g.o), o = kcg_sub(k, bo, kcg_mul(k, b, g.o));
+  f->g = conv_read(k, inst->attrs, kcg_in_type(lc, 0), kcg_in_type(lc, 1), kcg_out_type(lc, 0));
+  f->xb = kcg_lower_arg(lc, lc->in[0], false), f->wb = kcg_lower_arg(lc, lc->in[1], false);
+  f->yb = kcg_lower_arg(lc, lc->out[0], true);
+  kcg_ref bo;
+  f->lbo = kcg_loop(k, KCG_NONE, kcg_mul(k, f->g.b, f->g.o), true, &bo);
+  f->b = kcg_div(k, bo, f->g.o), f->o = kcg_sub(k, bo, kcg_mul(k, f->b, f->g.o));
+  return true;
+}
+
+static bool conv2d_direct(kcg_lower_ctx *lc, const kir_inst *inst) {
+  conv_fwd f;
+  if (!conv_fwd_begin(lc, inst, &f)) return false;
+  kcg_kernel *k = f.k;
+  const conv_geo g = f.g;
+  uint32_t xb = f.xb, wb = f.wb, yb = f.yb, lbo = f.lbo;
+  kcg_ref b = f.b, o = f.o, oh, ow, cc, i, j;
   kcg_ref c0 = kcg_mul(k, group_of_out(k, &g, o), g.cg);
   uint32_t lh = kcg_loop(k, lbo, kcg_i64(k, g.y->dims[2]), false, &oh);
   zero_row(k, lh, yb, y_at(k, &g, b, o, oh, kcg_i64(k, 0)), g.y->dims[3], g.y->dtype);
@@ -184,15 +201,12 @@ static bool conv2d_direct(kcg_lower_ctx *lc, const kir_inst *inst) {
  * order (row, column), from 0, as in conv2d_direct.
  */
 static bool conv2d_depthwise(kcg_lower_ctx *lc, const kir_inst *inst) {
-  kcg_kernel *k = kcg_lower_kernel(lc, "");
-  if (!k) return false;
-  conv_geo g =
-      conv_read(k, inst->attrs, kcg_in_type(lc, 0), kcg_in_type(lc, 1), kcg_out_type(lc, 0));
-  uint32_t xb = kcg_lower_arg(lc, lc->in[0], false), wb = kcg_lower_arg(lc, lc->in[1], false);
-  uint32_t yb = kcg_lower_arg(lc, lc->out[0], true);
-  kcg_ref bo, oh, ow;
-  uint32_t lbo = kcg_loop(k, KCG_NONE, kcg_mul(k, g.b, g.o), true, &bo);
-  kcg_ref b = kcg_div(k, bo, g.o), o = kcg_sub(k, bo, kcg_mul(k, b, g.o));
+  conv_fwd f;
+  if (!conv_fwd_begin(lc, inst, &f)) return false;
+  kcg_kernel *k = f.k;
+  const conv_geo g = f.g;
+  uint32_t xb = f.xb, wb = f.wb, yb = f.yb, lbo = f.lbo;
+  kcg_ref b = f.b, o = f.o, oh, ow;
   kcg_ref c = group_of_out(k, &g, o); /* one input channel per group */
   uint32_t lh = kcg_loop(k, lbo, kcg_i64(k, g.y->dims[2]), false, &oh);
   uint32_t lw = kcg_loop(k, lh, kcg_i64(k, g.y->dims[3]), false, &ow);
