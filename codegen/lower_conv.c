@@ -24,7 +24,8 @@
  * once the step after it has run):
  *
  *   conv2d:             cols = im2col(x);  y[b] = W[O, K] · cols[b]
- *                       (one GEMM step, W broadcast over the batch)
+ *                       (one GEMM step, W broadcast over the batch; a
+ *                       pointwise convolution's GEMM reads x as cols)
  *   conv2d_grad_weight: cols = im2col(x);  part[b] = dy[b][O, P] · cols[b]ᵀ,
  *                       dw = Σ_b part[b]   (part is another TEMP; with a
  *                       batch of constant 1 the GEMM writes dw directly)
@@ -516,14 +517,26 @@ static conv_ops conv_operands(const kcg_lower_ctx *lc) {
   return o;
 }
 
-/* y[b] = W[O, K] · cols[b]. */
+/*
+ * y[b] = W[O, K] · cols[b]. A 1x1 convolution of stride 1 without padding
+ * (a pointwise one: y keeps x's height and width) has cols[b] == x[b] as it
+ * lies, [C, H·W]: the GEMM reads x itself and there is no im2col.
+ */
 static bool conv2d_gemm(kcg_lower_ctx *lc, const kir_inst *inst) {
   const kir_type *x = kcg_in_type(lc, 0), *w = kcg_in_type(lc, 1), *y = kcg_out_type(lc, 0);
   int64_t kk = taps_of(x, w), p = y->dims[2] * y->dims[3];
   conv_ops ops = conv_operands(lc);
-  uint32_t cols = scratch(lc, ops.bf16 ? KILN_BF16 : y->dtype, x->dims[0], kk, p);
-  if (cols == UINT32_MAX || !im2col(lc, inst, x, w, y, ops.buf[0], cols)) return false;
-  kcg_gemm gm = {.dtype = y->dtype, .bf16 = ops.bf16, .a_bf16 = ops.half[1], .b_bf16 = ops.bf16,
+  bool pointwise = w->dims[2] == 1 && w->dims[3] == 1 && inst->attrs[0].ints[0] == 1 &&
+                   inst->attrs[0].ints[1] == 1 && y->dims[2] == x->dims[2] &&
+                   y->dims[3] == x->dims[3];
+  uint32_t cols = ops.buf[0];
+  bool cols_bf16 = ops.half[0];
+  if (!pointwise) {
+    cols = scratch(lc, ops.bf16 ? KILN_BF16 : y->dtype, x->dims[0], kk, p);
+    if (cols == UINT32_MAX || !im2col(lc, inst, x, w, y, ops.buf[0], cols)) return false;
+    cols_bf16 = ops.bf16;
+  }
+  kcg_gemm gm = {.dtype = y->dtype, .bf16 = ops.bf16, .a_bf16 = ops.half[1], .b_bf16 = cols_bf16,
                  .m = w->dims[0], .n = p, .k = kk, .nbatch = 1, .batch = {x->dims[0]},
                  .b_rank = 1, .b_batch = {x->dims[0]}};
   return gemm(lc, &gm, ops.buf[1], cols, lc->out[0]);

@@ -58,6 +58,7 @@ static const conv_case cases[] = {
     {"strided dilated", 2, true, 8, 23, 19, 64, 3, 5, {2, 1}, {1, 2, 0, 1}, {2, 1}, 1},
     {"batch 1, odd K", 1, false, 13, 18, 27, 64, 3, 3, {1, 2}, {0, 1, 2, 0}, {1, 1}, 1},
     {"conv1d", 4, true, 32, 1, 200, 48, 1, 5, {1, 1}, {0, 2, 0, 2}, {1, 2}, 1},
+    {"pointwise (the GEMM reads x)", 2, false, 64, 16, 16, 64, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1},
 };
 
 static int64_t out_size(int64_t in, int64_t pa, int64_t pb, int64_t k, int64_t s, int64_t d) {

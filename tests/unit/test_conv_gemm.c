@@ -52,6 +52,12 @@ static const conv_case cases[] = {
     {"f64", 2, true, 8, 23, 19, 64, 3, 5, {2, 1}, {1, 2, 0, 1}, {2, 1}, true},
     {"f32", 4, true, 12, 29, 34, 64, 4, 3, {2, 3}, {2, 0, 3, 1}, {1, 2}, false},
     {"f64", 1, false, 32, 16, 16, 48, 3, 3, {1, 1}, {0, 0, 0, 0}, {1, 1}, false},
+    /* pointwise (1x1, stride 1, no padding): the forward GEMM reads x itself, no im2col */
+    {"f32", 2, true, 64, 16, 17, 64, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, true},
+    {"f64", 3, false, 64, 18, 18, 64, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, false},
+    /* 1x1 but strided, or padded: im2col as for any other */
+    {"f32", 2, false, 64, 34, 34, 64, 1, 1, {2, 2}, {0, 0, 0, 0}, {1, 1}, false},
+    {"f64", 1, false, 64, 16, 16, 64, 1, 1, {1, 1}, {1, 0, 0, 1}, {1, 1}, false},
 };
 
 static int64_t out_size(int64_t in, int64_t pa, int64_t pb, int64_t k, int64_t s, int64_t d) {
@@ -135,10 +141,21 @@ static void check_lowered(kiln_ctx *ctx, kiln_graph *g, const conv_case *c, kiln
     failures++;
     goto done;
   }
-  uint32_t gemms = 0;
-  for (uint32_t s = 0; s < prog->nsteps; s++) gemms += prog->steps[s].kind == KCG_STEP_GEMM;
+  uint32_t gemms = 0, im2cols = 0;
+  for (uint32_t s = 0; s < prog->nsteps; s++) {
+    gemms += prog->steps[s].kind == KCG_STEP_GEMM;
+    im2cols += prog->steps[s].kind == KCG_STEP_KERNEL &&
+               strstr(prog->kernels[prog->steps[s].kernel]->name, "im2col") != NULL;
+  }
   if (gemms != 3) {
     printf("FAIL %s: %u GEMM steps, expected 3\n", what, gemms);
+    failures++;
+  }
+  /* the weight gradient's im2col always; the forward's unless the GEMM reads x itself */
+  bool pointwise = c->kh == 1 && c->kw == 1 && c->stride[0] == 1 && c->stride[1] == 1 &&
+                   !(c->pad[0] | c->pad[1] | c->pad[2] | c->pad[3]);
+  if (im2cols != (pointwise ? 1u : 2u)) {
+    printf("FAIL %s: %u im2col kernels, expected %u\n", what, im2cols, pointwise ? 1u : 2u);
     failures++;
   }
   if (!c->interp) goto done;
