@@ -351,8 +351,28 @@ static void split_row(kcg_kernel *k, kcg_ref r, int64_t kh, int64_t kw, kcg_ref 
   *j = kcg_sub(k, t, kcg_mul(k, *i, w));
 }
 
+/* ceil(a / s) and floor(a / s) for a constant s > 0 and any a (kcg_div truncates toward 0). */
+static kcg_ref ceil_div(kcg_kernel *k, kcg_ref a, int64_t s) {
+  kcg_ref q = kcg_div(k, a, kcg_i64(k, s));
+  kcg_ref below = kcg_binary(k, KIR_OP_lt, kcg_mul(k, q, kcg_i64(k, s)), a);
+  return kcg_select(k, below, kcg_add(k, q, kcg_i64(k, 1)), q);
+}
+
+static kcg_ref floor_div(kcg_kernel *k, kcg_ref a, int64_t s) {
+  kcg_ref q = kcg_div(k, a, kcg_i64(k, s));
+  kcg_ref above = kcg_binary(k, KIR_OP_gt, kcg_mul(k, q, kcg_i64(k, s)), a);
+  return kcg_select(k, above, kcg_sub(k, q, kcg_i64(k, 1)), q);
+}
+
+static kcg_ref clamp_i64(kcg_kernel *k, kcg_ref v, kcg_ref lo, kcg_ref hi) {
+  return kcg_binary(k, KIR_OP_min, kcg_binary(k, KIR_OP_max, v, lo), hi);
+}
+
 /*
  * cols[b, (c, i, j), (oh, ow)] = x[b, c, ih, iw] (0 in the padding), in parallel over rows.
+ * Along a row of the output the taps that read inside x are one run of ow, [lo, hi), found from
+ * the tap's column offset: the row is three loops, zeros before and after and the run between,
+ * whose loads need no predicate but the row's own (ih in x), so it vectorises as a copy.
  * bf16 cols take x from its bf16 buffer, or from its f32 widening (then cast back: exact).
  */
 static bool im2col(kcg_lower_ctx *lc, const kir_inst *inst, const kir_type *xt,
@@ -362,22 +382,33 @@ static bool im2col(kcg_lower_ctx *lc, const kir_inst *inst, const kir_type *xt,
   conv_geo g = conv_read(k, inst->attrs, xt, wt, yt);
   uint32_t xb = kcg_lower_arg(lc, xbuf, false), cb = kcg_lower_arg(lc, cbuf, true);
   int64_t kk = xt->dims[1] * wt->dims[2] * wt->dims[3], wo = yt->dims[3];
-  kcg_ref br, oh, ow, c, i, j;
+  kcg_ref br, oh, e, c, i, j;
   uint32_t lr = kcg_loop(k, KCG_NONE, kcg_mul(k, g.b, kcg_i64(k, kk)), true, &br);
   kcg_ref b = kcg_div(k, br, kcg_i64(k, kk));
   split_row(k, kcg_sub(k, br, kcg_mul(k, b, kcg_i64(k, kk))), wt->dims[2], wt->dims[3], &c, &i,
             &j);
   kcg_ref row = kcg_mul(k, br, kcg_i64(k, yt->dims[2] * wo));
+  /* iw = ow * sw + off; inside x for ow in [lo, hi) */
+  kcg_ref off = kcg_sub(k, kcg_mul(k, j, kcg_i64(k, g.dw)), kcg_i64(k, g.pl));
+  kcg_ref zero_i = kcg_i64(k, 0), wo_r = kcg_i64(k, wo);
+  kcg_ref lo = clamp_i64(k, ceil_div(k, kcg_sub(k, zero_i, off), g.sw), zero_i, wo_r);
+  kcg_ref last = floor_div(k, kcg_sub(k, kcg_i64(k, xt->dims[3] - 1), off), g.sw);
+  kcg_ref hi = clamp_i64(k, kcg_add(k, last, kcg_i64(k, 1)), lo, wo_r);
+  kir_dtype ct = kcg_lower_type(lc, cbuf)->dtype;
   uint32_t lh = kcg_loop(k, lr, kcg_i64(k, yt->dims[2]), false, &oh);
   kcg_ref ih = tap_pos(k, oh, g.sh, g.pt, i, g.dh);
   kcg_ref okh = kcg_in_range(k, ih, kcg_i64(k, xt->dims[2]));
-  uint32_t lw = kcg_loop(k, lh, kcg_i64(k, wo), false, &ow);
-  kcg_ref iw = tap_pos(k, ow, g.sw, g.pl, j, g.dw);
-  kcg_ref ok = kcg_and(k, okh, kcg_in_range(k, iw, kcg_i64(k, xt->dims[3])));
-  kcg_ref v = kcg_load(k, xb, x_at(k, &g, b, c, ih, iw), ok);
-  kir_dtype ct = kcg_lower_type(lc, cbuf)->dtype;
+  kcg_ref at = kcg_add(k, row, kcg_mul(k, oh, wo_r)); /* cols[b, (c, i, j), (oh, 0)] */
+  uint32_t l0 = kcg_loop(k, lh, lo, false, &e);
+  kcg_store(k, l0, cb, kcg_add(k, at, e), zero_of(k, ct));
+  uint32_t l1 = kcg_loop(k, lh, kcg_sub(k, hi, lo), false, &e);
+  kcg_ref ow = kcg_add(k, lo, e);
+  kcg_ref iw = kcg_add(k, kcg_mul(k, ow, kcg_i64(k, g.sw)), off);
+  kcg_ref v = kcg_load(k, xb, x_at(k, &g, b, c, ih, iw), okh);
   if (kcg_lower_type(lc, xbuf)->dtype != ct) v = kcg_cast(k, ct, v); /* exact: widened bf16 */
-  kcg_store(k, lw, cb, kcg_add(k, row, kcg_add(k, kcg_mul(k, oh, kcg_i64(k, wo)), ow)), v);
+  kcg_store(k, l1, cb, kcg_add(k, at, ow), v);
+  uint32_t l2 = kcg_loop(k, lh, kcg_sub(k, wo_r, hi), false, &e);
+  kcg_store(k, l2, cb, kcg_add(k, at, kcg_add(k, hi, e)), zero_of(k, ct));
   return kcg_lower_step(lc);
 }
 
