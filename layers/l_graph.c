@@ -264,6 +264,10 @@ kiln_status kl_make_gat(kiln_ctx *ctx, const kl_arg *a, kl_layer **out) {
   kiln_status s = check_sizes(ctx, "gat", a);
   if (s == KILN_OK) s = check_positive(ctx, "gat", "heads", a[2].i);
   if (s) return s;
+  int64_t width; /* W is [n_in, heads * n_out] */
+  if (__builtin_mul_overflow(a[2].i, a[1].i, &width))
+    return kir_fail(ctx, KILN_ERR_INVALID, "gat: heads (%lld) times n_out (%lld) overflows 64 bits",
+                    (long long)a[2].i, (long long)a[1].i);
   if (!isfinite(a[4].f))
     return kir_fail(ctx, KILN_ERR_INVALID, "gat: slope must be finite, got %g", a[4].f);
   return made(kl_layer_new(ctx, &gat_impl, "gat", a, 5), out);
