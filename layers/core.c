@@ -277,6 +277,23 @@ static kiln_status to_layer(kiln_ctx *ctx, const char *fn, const sig_item *it, k
   return KILN_OK;
 }
 
+/*
+ * The largest magnitude an int argument may have: every int of the catalogue is a size, a count,
+ * an axis or an index, and 2^40 is beyond any tensor that can be allocated while leaving room for
+ * the arithmetic the constructors do on sizes (4 * hidden, n_in + hidden, heads * n_out, ...)
+ * without overflowing 64 bits.
+ */
+#define KL_INT_ARG_MAX ((int64_t)1 << 40)
+
+static kiln_status int_in_range(kiln_ctx *ctx, const char *fn, const sig_item *it, int64_t v,
+                                int item) {
+  if (v >= -KL_INT_ARG_MAX && v <= KL_INT_ARG_MAX) return KILN_OK;
+  char which[32] = "";
+  if (item >= 0) snprintf(which, sizeof which, " item %d", item);
+  return kir_fail(ctx, KILN_ERR_INVALID, "%s(): argument '%s'%s = %lld is out of range (at most 2^40)",
+                  fn, it->name, which, (long long)v);
+}
+
 /* Checks and converts argument `a` for item `it` in place. */
 static kiln_status coerce(kiln_ctx *ctx, const char *fn, const sig_item *it, kl_arg *a,
                           call_tmp *tmp) {
@@ -286,10 +303,10 @@ static kiln_status coerce(kiln_ctx *ctx, const char *fn, const sig_item *it, kl_
     return kir_fail(ctx, KILN_ERR_INVALID, "%s(): argument '%s' may not be none", fn, it->name);
   }
   if (!strcmp(t, "int")) {
-    if (a->kind == KL_A_INT) return KILN_OK;
+    if (a->kind == KL_A_INT) return int_in_range(ctx, fn, it, a->i, -1);
     if (a->kind == KL_A_FLOAT && a->f == floor(a->f) && fabs(a->f) < 9e15) {
       *a = kl_int((int64_t)a->f);
-      return KILN_OK;
+      return int_in_range(ctx, fn, it, a->i, -1);
     }
     return bad_type(ctx, fn, it, "an int", a);
   }
@@ -331,6 +348,8 @@ static kiln_status coerce(kiln_ctx *ctx, const char *fn, const sig_item *it, kl_
       if (e->kind != KL_A_INT)
         return kir_fail(ctx, KILN_ERR_INVALID, "%s(): argument '%s' must be a list of ints, item %u is %s",
                         fn, it->name, i, akind_name(e->kind));
+      kiln_status s = int_in_range(ctx, fn, it, e->i, (int)i);
+      if (s) return s;
     } else if (!strcmp(t, "strs")) {
       if (e->kind != KL_A_STR)
         return kir_fail(ctx, KILN_ERR_INVALID,
@@ -573,10 +592,17 @@ kiln_status kl_decl_tensor(kl_decl *d, const char *name, uint32_t rank, const in
                            kl_init init) {
   kl_plist *pl = d->out;
   if (rank > KIR_MAX_RANK) return kir_fail(d->ctx, KILN_ERR_INVALID, "parameter rank %u", rank);
-  for (uint32_t i = 0; i < rank; i++)
+  int64_t elems = 1;
+  for (uint32_t i = 0; i < rank; i++) {
     if (dims[i] < 0)
       return kir_fail(d->ctx, KILN_ERR_INVALID, "%s: parameter '%s%s' has a negative size",
                       d->owner->ctor, d->prefix, name);
+    /* no parameter past 2^48 elements (a petabyte of f32): sums of counts stay in 64 bits */
+    if (__builtin_mul_overflow(elems, dims[i], &elems) || elems > ((int64_t)1 << 48))
+      return kir_fail(d->ctx, KILN_ERR_INVALID,
+                      "%s: parameter '%s%s' would have more than 2^48 elements", d->owner->ctor,
+                      d->prefix, name);
+  }
   if (pl->n == pl->cap) {
     uint32_t cap = pl->cap ? 2 * pl->cap : 16;
     kl_pinfo *p = realloc(pl->p, cap * sizeof *p);
