@@ -42,6 +42,9 @@ static inline const kiln_options *kir_ctx_opts(const kiln_ctx *ctx) {
   return ctx ? &ctx->opts : NULL;
 }
 
+/* A whole file, NUL-terminated, in *text (malloc'ed; *n bytes before the NUL); an error names it. */
+kiln_status kir_read_file(kiln_ctx *ctx, const char *path, char **text, size_t *n);
+
 /* Sets the context's message; returns `s` so callers can `return kir_fail(...)`. */
 kiln_status kir_fail(kiln_ctx *ctx, kiln_status s, const char *fmt, ...) KIR_PRINTF(3, 4);
 kiln_status kir_vfail(kiln_ctx *ctx, kiln_status s, const char *fmt, va_list ap);

@@ -720,26 +720,25 @@ KILN_API kiln_status kiln_graph_parse(kiln_ctx *ctx, const char *text, size_t le
   return KILN_OK;
 }
 
-KILN_API kiln_status kiln_graph_parse_file(kiln_ctx *ctx, const char *path, kiln_graph **out) {
-  if (!out || !path) return kir_fail(ctx, KILN_ERR_INVALID, "kiln_graph_parse_file: bad argument");
-  *out = NULL;
+kiln_status kir_read_file(kiln_ctx *ctx, const char *path, char **text, size_t *n) {
+  *text = NULL, *n = 0;
   FILE *f = fopen(path, "rb");
   if (!f) return kir_fail(ctx, KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
   char *buf = NULL;
   size_t len = 0, cap = 0;
   for (;;) {
-    if (len == cap) {
+    if (len + 1 >= cap) { /* room for the NUL too */
       size_t ncap = cap ? cap * 2 : 4096;
-      char *n = ncap > cap ? realloc(buf, ncap) : NULL;
-      if (!n) {
+      char *b = ncap > cap ? realloc(buf, ncap) : NULL;
+      if (!b) {
         free(buf);
         fclose(f);
         return kir_fail(ctx, KILN_ERR_NOMEM, "%s: out of memory", path);
       }
-      buf = n;
+      buf = b;
       cap = ncap;
     }
-    size_t got = fread(buf + len, 1, cap - len, f);
+    size_t got = fread(buf + len, 1, cap - 1 - len, f);
     len += got;
     if (got == 0) break;
   }
@@ -749,7 +748,19 @@ KILN_API kiln_status kiln_graph_parse_file(kiln_ctx *ctx, const char *path, kiln
     free(buf);
     return kir_fail(ctx, KILN_ERR_IO, "%s: cannot read: %s", path, strerror(err));
   }
-  kiln_status st = kiln_graph_parse(ctx, buf, len, path, out);
+  buf[len] = 0;
+  *text = buf, *n = len;
+  return KILN_OK;
+}
+
+KILN_API kiln_status kiln_graph_parse_file(kiln_ctx *ctx, const char *path, kiln_graph **out) {
+  if (!out || !path) return kir_fail(ctx, KILN_ERR_INVALID, "kiln_graph_parse_file: bad argument");
+  *out = NULL;
+  char *buf;
+  size_t len;
+  kiln_status st = kir_read_file(ctx, path, &buf, &len);
+  if (st) return st;
+  st = kiln_graph_parse(ctx, buf, len, path, out);
   free(buf);
   return st;
 }

@@ -20,7 +20,6 @@
  * `--emit steps` the steps of the CPU program kiln_compile would lower it to
  * (codegen/program_print.c).
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,31 +103,9 @@ static int run_job(kiln_ctx *ctx, kiln_graph *g, const ir_job *j) {
  * first failure's.
  */
 static int run_split(kiln_ctx *ctx, const char *path, const ir_job *j) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return cli_error("%s: cannot open: %s", path, strerror(errno));
-  char *text = NULL;
-  size_t n = 0, cap = 0, got;
-  char chunk[65536];
-  while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
-    if (n + got + 1 > cap) {
-      size_t nc = (n + got + 1) * 2;
-      char *t = realloc(text, nc);
-      if (!t) {
-        free(text), fclose(f);
-        return cli_error("out of memory");
-      }
-      text = t, cap = nc;
-    }
-    memcpy(text + n, chunk, got), n += got;
-  }
-  bool bad = ferror(f);
-  fclose(f);
-  if (bad) {
-    free(text);
-    return cli_error("%s: cannot read", path);
-  }
-  if (!text && !(text = calloc(1, 1))) return cli_error("out of memory");
-  text[n] = 0;
+  char *text;
+  size_t n;
+  if (kir_read_file(ctx, path, &text, &n) != KILN_OK) return cli_error("%s", kiln_ctx_error(ctx));
   int status = 0;
   size_t start = 0, line = 0, start_line = 0; /* the part's first byte and its line */
   for (size_t i = 0;; i++) {
