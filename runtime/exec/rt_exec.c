@@ -362,12 +362,13 @@ static void describe_step(const krt_model *m, uint32_t s, char *buf, size_t n) {
   }
 }
 
-static const rt_prof *prof_base; /* for by_time; set only under prof_mu */
-static pthread_mutex_t prof_mu = PTHREAD_MUTEX_INITIALIZER;
+typedef struct step_time {
+  uint64_t ns;
+  uint32_t step;
+} step_time;
 
 static int by_time(const void *a, const void *b) {
-  uint64_t x = atomic_load(&prof_base[*(const uint32_t *)a].ns);
-  uint64_t y = atomic_load(&prof_base[*(const uint32_t *)b].ns);
+  uint64_t x = ((const step_time *)a)->ns, y = ((const step_time *)b)->ns;
   return x < y ? 1 : x > y ? -1 : 0;
 }
 
@@ -376,19 +377,17 @@ static void print_profile(const krt_model *m, FILE *f) {
   static const char *const kinds[] = {"kernel", "gemm", "scan", "attention"};
   uint32_t ns = m->prog->nsteps;
   uint64_t runs = atomic_load(&m->prof_runs), total = 0, by_kind[4] = {0};
-  uint32_t *order = malloc((ns + 1u) * sizeof *order);
+  step_time *order = malloc((ns + 1u) * sizeof *order);
   if (!order || !runs) {
     free(order);
     return;
   }
   for (uint32_t s = 0; s < ns; s++) {
     uint64_t t = atomic_load(&m->prof[s].ns);
-    total += t, by_kind[m->prog->steps[s].kind & 3] += t, order[s] = s;
+    total += t, by_kind[m->prog->steps[s].kind & 3] += t;
+    order[s] = (step_time){t, s};
   }
-  pthread_mutex_lock(&prof_mu);
-  prof_base = m->prof;
   qsort(order, ns, sizeof *order, by_time);
-  pthread_mutex_unlock(&prof_mu);
   double per = 1e-6 / (double)runs, pct = total ? 100.0 / (double)total : 0;
   fprintf(f, "kiln profile: %u steps, %llu runs, %.3f ms a run in steps (", ns,
           (unsigned long long)runs, (double)total * per);
@@ -396,8 +395,8 @@ static void print_profile(const krt_model *m, FILE *f) {
     fprintf(f, "%s%s %.1f%%", k ? ", " : "", kinds[k], (double)by_kind[k] * pct);
   fprintf(f, ")\n  step  kind        ms/run      %%  what\n");
   for (uint32_t i = 0; i < ns && i < 30; i++) {
-    uint32_t s = order[i];
-    uint64_t t = atomic_load(&m->prof[s].ns);
+    uint32_t s = order[i].step;
+    uint64_t t = order[i].ns;
     if (!t) break;
     char what[160];
     describe_step(m, s, what, sizeof what);
