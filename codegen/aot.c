@@ -181,6 +181,12 @@ static uint32_t write_program(writer *w, const kcg_program *prog) {
       fprintf(f, ",\n   .attn = {.dtype = %d, .backward = %d, .causal = %d, .has_mask = %d, .scale = %a}",
               (int)st->attn.dtype, st->attn.backward, st->attn.causal, st->attn.has_mask,
               st->attn.scale);
+    if (st->kind == KCG_STEP_CONV) {
+      const kcg_conv *c = &st->conv;
+      fprintf(f, ",\n   .conv = {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+                 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "}",
+              c->c, c->h, c->w, c->o, c->kh, c->kw, c->sh, c->sw, c->pt, c->pl, c->ho, c->wo);
+    }
     fprintf(f, ",\n   .gemm = {.dtype = %d, .trans_a = %d, .trans_b = %d, .m = %" PRId64
                ", .n = %" PRId64 ", .k = %" PRId64 ", .nbatch = %u, .a_rank = %u, .b_rank = %u",
             (int)g->dtype, g->trans_a, g->trans_b, g->m, g->n, g->k, g->nbatch, g->a_rank,

@@ -437,7 +437,8 @@ static bool frame_init(prun *r, frame *f, const kcg_program *p, void *const *inp
 
 static bool run_kernel(prun *r, frame *f, const kcg_step *s) {
   const kcg_kernel *k = r->top->kernels[s->kernel];
-  if (s->nargs != k->nbufs)
+  /* a CONV step's fallback kernel takes its first three args (x, w, y); the rest are scratch */
+  if (s->kind == KCG_STEP_CONV ? s->nargs < k->nbufs : s->nargs != k->nbufs)
     return prun_fail(r, KILN_ERR_INVALID, "step of kernel %s binds %u buffers, it has %u", k->name,
                      s->nargs, k->nbufs);
   void **bufs = calloc(s->nargs + 1u, sizeof *bufs);

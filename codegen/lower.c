@@ -164,6 +164,14 @@ bool kcg_lower_gemm_step(kcg_lower_ctx *lc, const kcg_gemm *gm) {
   return finish_step(lc, (kcg_step){.kind = KCG_STEP_GEMM, .gemm = *gm});
 }
 
+bool kcg_lower_conv_step(kcg_lower_ctx *lc, const kcg_conv *cv, const uint32_t *extra,
+                         uint32_t nextra) {
+  if (!ARENA_GROW(lc->st, lc->args, lc->capargs, lc->nargs + nextra)) return nomem(lc->st);
+  memcpy(lc->args + lc->nargs, extra, nextra * sizeof *extra);
+  lc->nargs += nextra;
+  return finish_step(lc, (kcg_step){.kind = KCG_STEP_CONV, .conv = *cv});
+}
+
 /* ---- messages ---- */
 
 void kcg_lower_dim_name(const kcg_lower_ctx *lc, kir_dim d, char *buf, size_t n) {
@@ -344,6 +352,7 @@ void kcg_lower_options_for(const kiln_options *o, kcg_lower_options *out) {
   *out = (kcg_lower_options){.fuse = kir_switch_on(o->fusion, true),
                              .runtime_attention = true,
                              .conv_bf16 = kir_switch_on(o->conv_bf16, true),
+                             .runtime_conv = kir_switch_on(o->conv_direct, true),
                              .conv_gemm_min = o->conv_gemm_min};
 }
 

@@ -111,6 +111,10 @@ kcg_program *kcg_lower_body(kcg_lower_ctx *lc, kir_graph *body);
 bool kcg_lower_add_step(kcg_lower_ctx *lc, const kcg_step *s);
 /* Whether the target's runtime runs ATTENTION steps (kcg_lower_options.runtime_attention). */
 bool kcg_lower_runtime_attention(const kcg_lower_ctx *lc);
+/* Finishes the current kernel (the fallback: x, w, y) as a CONV step whose args go on with `extra`
+   (program.h, kcg_conv). */
+bool kcg_lower_conv_step(kcg_lower_ctx *lc, const kcg_conv *cv, const uint32_t *extra,
+                         uint32_t nextra);
 /* The options the lowering runs under. */
 const kcg_lower_options *kcg_lower_opts(const kcg_lower_ctx *lc);
 /*

@@ -168,7 +168,8 @@ static bool conv_fwd_begin(kcg_lower_ctx *lc, const kir_inst *inst, conv_fwd *f)
   return true;
 }
 
-static bool conv2d_direct(kcg_lower_ctx *lc, const kir_inst *inst) {
+/* The direct loop nest of conv2d (the kernel, not yet a step). */
+static bool conv2d_direct_kernel(kcg_lower_ctx *lc, const kir_inst *inst) {
   conv_fwd f;
   if (!conv_fwd_begin(lc, inst, &f)) return false;
   kcg_kernel *k = f.k;
@@ -189,7 +190,11 @@ static bool conv2d_direct(kcg_lower_ctx *lc, const kir_inst *inst) {
   kcg_ref xv = kcg_load(k, xb, x_at(k, &g, b, kcg_add(k, c0, cc), ih, iw), ok);
   kcg_ref wv = kcg_load(k, wb, w_at(k, &g, o, cc, i, j), KCG_NONE);
   accumulate_at(k, lw, yb, y_at(k, &g, b, o, oh, ow), ok, xv, wv);
-  return kcg_lower_step(lc);
+  return true;
+}
+
+static bool conv2d_direct(kcg_lower_ctx *lc, const kir_inst *inst) {
+  return conv2d_direct_kernel(lc, inst) && kcg_lower_step(lc);
 }
 
 /*
@@ -604,9 +609,64 @@ static bool grad_input_gemm(kcg_lower_ctx *lc, const kir_inst *inst) {
          col2im(lc, inst, x, w, dy, dcols, lc->out[0]);
 }
 
+/* ---- the CPU runtime's blocked convolution ---- */
+
+/*
+ * Per-image multiply-adds from which an f32 convolution is a CONV step
+ * (runtime/exec/rt_conv_cpu.c) when the target's runtime has it: its fixed
+ * cost is packing x (and a weight that is not constant) once per run.
+ */
+#define CONV_BLOCKED_MIN ((int64_t)1 << 18)
+
+/*
+ * Whether conv2d goes to the runtime's blocked kernel: the CPU executor
+ * (kcg_lower_options.runtime_conv), f32 (not a bf16 one: conv_operands), one
+ * group, no dilation, constant sizes but the batch, at least 16 input and
+ * output channels (the kernel works in blocks of 16 and 32, padded with
+ * zeros) and CONV_BLOCKED_MIN multiply-adds per image.
+ */
+static bool use_blocked(const kcg_lower_ctx *lc, const kir_inst *inst) {
+  const kir_type *x = kcg_in_type(lc, 0), *w = kcg_in_type(lc, 1), *y = kcg_out_type(lc, 0);
+  if (!kcg_lower_opts(lc)->runtime_conv || inst->attrs[3].i != 1 || inst->attrs[2].ints[0] != 1 ||
+      inst->attrs[2].ints[1] != 1)
+    return false;
+  if (x->dtype != KILN_F32 || w->dtype != KILN_F32 || y->dtype != KILN_F32 ||
+      conv_operands(lc).bf16)
+    return false;
+  for (int d = 1; d < 4; d++)
+    if (KIR_DIM_IS_SYM(x->dims[d]) || KIR_DIM_IS_SYM(w->dims[d]) || KIR_DIM_IS_SYM(y->dims[d]))
+      return false;
+  if (KIR_DIM_IS_SYM(w->dims[0]) || x->dims[1] < 16 || w->dims[0] < 16 || y->dims[2] < 1 ||
+      y->dims[3] < 1)
+    return false;
+  double macs = (double)w->dims[0] * (double)(y->dims[2] * y->dims[3]) *
+                (double)(x->dims[1] * w->dims[2] * w->dims[3]);
+  return macs >= (double)CONV_BLOCKED_MIN;
+}
+
+/* conv2d as a CONV step: the direct kernel as its fallback, the packed input (and weight) as TEMPs. */
+static bool conv2d_blocked(kcg_lower_ctx *lc, const kir_inst *inst) {
+  const kir_type *x = kcg_in_type(lc, 0), *w = kcg_in_type(lc, 1), *y = kcg_out_type(lc, 0);
+  const kir_attr *at = inst->attrs;
+  kcg_conv cv = {.c = x->dims[1], .h = x->dims[2], .w = x->dims[3], .o = w->dims[0],
+                 .kh = w->dims[2], .kw = w->dims[3], .sh = at[0].ints[0], .sw = at[0].ints[1],
+                 .pt = at[1].ints[0], .pl = at[1].ints[1], .ho = y->dims[2], .wo = y->dims[3]};
+  int64_t cb = (cv.c + 15) / 16, ob2 = (cv.o + 31) / 32;
+  int64_t hp = (cv.ho - 1) * cv.sh + cv.kh, wp = (cv.wo - 1) * cv.sw + cv.kw;
+  kir_type xt = {.dtype = KILN_F32, .rank = 2, .dims = {x->dims[0], cb * hp * wp * 16}};
+  kir_type wt = {.dtype = KILN_F32, .rank = 1, .dims = {ob2 * cb * cv.kh * cv.kw * 512}};
+  uint32_t extra[2], n = 0;
+  if ((extra[n++] = kcg_lower_temp(lc, &xt)) == UINT32_MAX) return false;
+  if (lc->prog->bufs[lc->in[1]].kind != KCG_PBUF_CONST &&
+      (extra[n++] = kcg_lower_temp(lc, &wt)) == UINT32_MAX)
+    return false;
+  return conv2d_direct_kernel(lc, inst) && kcg_lower_conv_step(lc, &cv, extra, n);
+}
+
 /* ---- entry points (ops.def) ---- */
 
 bool kcg_lower_conv2d(kcg_lower_ctx *lc, const kir_inst *inst) {
+  if (use_blocked(lc, inst)) return conv2d_blocked(lc, inst);
   return use_gemm(lc, inst, kcg_in_type(lc, 0), kcg_in_type(lc, 1), kcg_out_type(lc, 0))
              ? conv2d_gemm(lc, inst)
          : kcg_in_type(lc, 1)->dims[1] == 1 && kcg_in_type(lc, 1)->dims[2] *

@@ -34,7 +34,9 @@ typedef enum kcg_step_kind {
   KCG_STEP_KERNEL, /* run kernel `kernel` with `args` bound to its buffers in order */
   KCG_STEP_GEMM,   /* a matmul the runtime may hand to BLAS; `kernel` is the generated fallback */
   KCG_STEP_SCAN,   /* run `body` `length` times over slices of axis 0 */
-  KCG_STEP_ATTENTION /* flash_attention(_grad): the runtime's tiled kernel (runtime/exec/rt_attention.c) */
+  KCG_STEP_ATTENTION, /* flash_attention(_grad): the runtime's tiled kernel (runtime/exec/rt_attention.c) */
+  KCG_STEP_CONV       /* an f32 conv2d: the runtime's blocked kernel (runtime/exec/rt_conv_cpu.c);
+                         `kernel` is the generated direct loop nest, run where that cannot be */
 } kcg_step_kind;
 
 typedef struct kcg_program kcg_program;
@@ -71,6 +73,18 @@ typedef struct kcg_attn {
   double scale;    /* 0: 1/sqrt(D) */
 } kcg_attn;
 
+/*
+ * A CONV step (CPU only: kcg_lower_options.runtime_conv): args are x[B, C, H, W],
+ * w[O, C, KH, KW], y[B, O, HO, WO] (the fallback kernel's three buffers, in
+ * its order), then the packed input's TEMP (rt_conv_cpu.h), then, when w is
+ * not a constant buffer, the packed weight's TEMP (a constant weight is packed
+ * once, when the model first runs). One group, dilation 1, f32, every size
+ * but the batch a constant.
+ */
+typedef struct kcg_conv {
+  int64_t c, h, w, o, kh, kw, sh, sw, pt, pl, ho, wo;
+} kcg_conv;
+
 typedef struct kcg_step {
   kcg_step_kind kind;
   uint32_t kernel;      /* KERNEL, GEMM: index into the program's kernels */
@@ -79,6 +93,7 @@ typedef struct kcg_step {
   uint32_t nargs;
   kcg_gemm gemm;        /* GEMM */
   kcg_attn attn;        /* ATTENTION */
+  kcg_conv conv;        /* CONV */
   kcg_program *body;    /* SCAN: its params are consts, carries, slices; results carries, ys */
   uint32_t n_const, n_carry;
   kir_dim length;       /* SCAN: axis 0 of the scanned operands */
@@ -120,6 +135,7 @@ kiln_status kcg_lower_ex(kiln_ctx *ctx, kir_graph *g, kir_arena *arena, bool fus
  */
 typedef struct kcg_lower_options {
   bool fuse, runtime_attention;
+  bool runtime_conv;      /* f32 convolutions as CONV steps (the CPU executor's) */
   bool conv_bf16;         /* bf16 convolutions as bf16 GEMMs (kiln_options.conv_bf16) */
   int64_t conv_gemm_min;  /* kiln_options.conv_gemm_min: 0 measured, -1 never */
   const char *backend;    /* the name refusals give ("backend 'NAME': ..."); NULL: compiled */

@@ -6,6 +6,7 @@
  * e.g. that a bf16 convolution's GEMM reads bf16 columns
  * (tests/cli/precision_conv.test).
  */
+#include <inttypes.h>
 #include <stdio.h>
 
 #include "program.h"
@@ -50,14 +51,17 @@ static void put_gemm(const kcg_program *p, const kcg_gemm *g, FILE *f) {
 }
 
 void kcg_program_print(const kcg_program *p, FILE *f) {
-  static const char *const kinds[] = {"kernel", "gemm", "scan", "attention"};
+  static const char *const kinds[] = {"kernel", "gemm", "scan", "attention", "conv"};
   for (uint32_t s = 0; s < p->nsteps; s++) {
     const kcg_step *st = &p->steps[s];
-    fprintf(f, "step %u: %s", s, (unsigned)st->kind < 4 ? kinds[st->kind] : "?");
-    if ((st->kind == KCG_STEP_KERNEL || st->kind == KCG_STEP_GEMM) && st->kernel < p->nkernels &&
+    fprintf(f, "step %u: %s", s, (unsigned)st->kind < 5 ? kinds[st->kind] : "?");
+    if (st->kind != KCG_STEP_SCAN && st->kind != KCG_STEP_ATTENTION && st->kernel < p->nkernels &&
         p->kernels && p->kernels[st->kernel])
       fprintf(f, " %s", p->kernels[st->kernel]->name);
     if (st->kind == KCG_STEP_GEMM) put_gemm(p, &st->gemm, f);
+    if (st->kind == KCG_STEP_CONV)
+      fprintf(f, " c=%" PRId64 " o=%" PRId64 " %" PRId64 "x%" PRId64 " s%" PRId64 "x%" PRId64,
+              st->conv.c, st->conv.o, st->conv.kh, st->conv.kw, st->conv.sh, st->conv.sw);
     fputs(" (", f);
     for (uint32_t a = 0; a < st->nargs; a++) {
       if (a) fputs(", ", f);

@@ -45,6 +45,7 @@
 #include "ir/options.h"
 #include "rt.h"
 #include "rt_attention.h"
+#include "rt_conv_cpu.h"
 #include "rt_gemm_cpu.h"
 
 #define ALIGN 64
@@ -91,7 +92,17 @@ struct krt_model {
   bool reuse; /* the memory plan shares bytes (unless KILN_MEMORY_PLAN=0) */
   struct rt_prof *prof; /* per top-level step, when kiln_options.profile is on; else NULL */
   _Atomic uint64_t prof_runs;
+  pthread_mutex_t conv_mu;        /* guards conv_packs */
+  struct conv_pack *conv_packs;   /* constant weights of CONV steps, packed at their first run */
 };
+
+/* A CONV step's constant weight, packed (rt_conv_cpu.h) when the step first ran. */
+typedef struct conv_pack {
+  const kcg_step *st;
+  const void *w;
+  float *wp;
+  struct conv_pack *next;
+} conv_pack;
 
 /*
  * The profile of one top-level step (kiln_options.profile): its total time
@@ -166,6 +177,20 @@ static kiln_status check_step(kiln_ctx *ctx, const kcg_program *top, const kcg_p
     if (st->args[i] >= p->nbufs)
       return fail(ctx, KILN_ERR_INVALID, "program: step %u: argument %u is buffer %u of %u", s,
                   i, st->args[i], p->nbufs);
+  if (st->kind == KCG_STEP_CONV) {
+    const kcg_conv *c = &st->conv;
+    if (st->kernel >= top->nkernels || !fns[st->kernel] || top->kernels[st->kernel]->nbufs != 3)
+      return fail(ctx, KILN_ERR_INVALID, "program: step %u: malformed conv kernel", s);
+    bool ok = (st->nargs == 4 || st->nargs == 5) && c->c > 0 && c->h > 0 && c->w > 0 &&
+              c->o > 0 && c->kh > 0 && c->kw > 0 && c->sh > 0 && c->sw > 0 && c->pt >= 0 &&
+              c->pl >= 0 && c->ho > 0 && c->wo > 0 && c->c <= INT32_MAX && c->o <= INT32_MAX &&
+              c->h <= INT32_MAX && c->w <= INT32_MAX && c->kh <= 4096 && c->kw <= 4096 &&
+              c->sh <= 4096 && c->sw <= 4096 && c->ho <= INT32_MAX && c->wo <= INT32_MAX;
+    for (uint32_t i = 0; ok && i < st->nargs; i++)
+      ok = p->bufs[st->args[i]].type.dtype == KILN_F32;
+    if (ok && st->nargs == 4) ok = p->bufs[st->args[1]].kind == KCG_PBUF_CONST;
+    return ok ? KILN_OK : fail(ctx, KILN_ERR_INVALID, "program: step %u: malformed conv", s);
+  }
   if (st->kind == KCG_STEP_KERNEL || st->kind == KCG_STEP_GEMM) {
     if (st->kernel >= top->nkernels || !fns[st->kernel])
       return fail(ctx, KILN_ERR_INVALID, "program: step %u: kernel %u has no function", s,
@@ -295,6 +320,7 @@ kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_c
   m->blas_split = kir_switch_on(o.blas_split, true) && pool && krt_pool_threads(pool) > 1;
   if (m->blas_split) openblas_set_num_threads(1);
   m->attention_avx512 = !strcmp(krt_attention_isa(&o), "avx512");
+  pthread_mutex_init(&m->conv_mu, NULL);
   atomic_init(&m->spare, NULL);
   atomic_init(&m->last_peak, 0);
   atomic_init(&m->last_total, 0);
@@ -358,6 +384,12 @@ static void describe_step(const krt_model *m, uint32_t s, char *buf, size_t n) {
              st->attn.causal ? ", causal" : "", st->attn.has_mask ? ", mask" : "");
     break;
   case KCG_STEP_SCAN: snprintf(buf, n, "scan of %u steps", st->body->nsteps); break;
+  case KCG_STEP_CONV:
+    snprintf(buf, n, "%s c=%lld o=%lld %lldx%lld/%lld %lldx%lld (blocked%s)",
+             m->prog->kernels[st->kernel]->name, (long long)st->conv.c, (long long)st->conv.o,
+             (long long)st->conv.kh, (long long)st->conv.kw, (long long)st->conv.sh,
+             (long long)st->conv.ho, (long long)st->conv.wo, st->nargs == 5 ? ", packed per run" : "");
+    break;
   default: snprintf(buf, n, "%s", m->prog->kernels[st->kernel]->name);
   }
 }
@@ -374,9 +406,9 @@ static int by_time(const void *a, const void *b) {
 
 /* The profile's table on f: per kind of step, then the slowest steps first. */
 static void print_profile(const krt_model *m, FILE *f) {
-  static const char *const kinds[] = {"kernel", "gemm", "scan", "attention"};
+  static const char *const kinds[] = {"kernel", "gemm", "scan", "attention", "conv"};
   uint32_t ns = m->prog->nsteps;
-  uint64_t runs = atomic_load(&m->prof_runs), total = 0, by_kind[4] = {0};
+  uint64_t runs = atomic_load(&m->prof_runs), total = 0, by_kind[5] = {0};
   step_time *order = malloc((ns + 1u) * sizeof *order);
   if (!order || !runs) {
     free(order);
@@ -384,14 +416,14 @@ static void print_profile(const krt_model *m, FILE *f) {
   }
   for (uint32_t s = 0; s < ns; s++) {
     uint64_t t = atomic_load(&m->prof[s].ns);
-    total += t, by_kind[m->prog->steps[s].kind & 3] += t;
+    total += t, by_kind[m->prog->steps[s].kind % 5] += t;
     order[s] = (step_time){t, s};
   }
   qsort(order, ns, sizeof *order, by_time);
   double per = 1e-6 / (double)runs, pct = total ? 100.0 / (double)total : 0;
   fprintf(f, "kiln profile: %u steps, %llu runs, %.3f ms a run in steps (", ns,
           (unsigned long long)runs, (double)total * per);
-  for (int k = 0; k < 4; k++)
+  for (int k = 0; k < 5; k++)
     fprintf(f, "%s%s %.1f%%", k ? ", " : "", kinds[k], (double)by_kind[k] * pct);
   fprintf(f, ")\n  step  kind        ms/run      %%  what\n");
   for (uint32_t i = 0; i < ns && i < 30; i++) {
@@ -400,7 +432,7 @@ static void print_profile(const krt_model *m, FILE *f) {
     if (!t) break;
     char what[160];
     describe_step(m, s, what, sizeof what);
-    fprintf(f, "  %4u  %-9s %8.3f  %5.1f  %s\n", s, kinds[m->prog->steps[s].kind & 3],
+    fprintf(f, "  %4u  %-9s %8.3f  %5.1f  %s\n", s, kinds[m->prog->steps[s].kind % 5],
             (double)t * per, (double)t * pct, what);
   }
   if (ns > 30) fprintf(f, "  (%u more steps)\n", ns - 30);
@@ -413,6 +445,12 @@ void krt_model_destroy(krt_model *m) {
   if (!m) return;
   if (m->prof) print_profile(m, stderr);
   free(m->prof);
+  for (conv_pack *c = m->conv_packs, *next; c; c = next) {
+    next = c->next;
+    free(c->wp);
+    free(c);
+  }
+  pthread_mutex_destroy(&m->conv_mu);
   free_workspace(atomic_exchange(&m->spare, NULL));
   free_names(m);
   free(m);
@@ -551,6 +589,7 @@ static bool step_writes(const kcg_program *top, const kcg_step *st, uint32_t i) 
   switch (st->kind) {
   case KCG_STEP_KERNEL: return top->kernels[st->kernel]->bufs[i].written;
   case KCG_STEP_GEMM: return i == 2;
+  case KCG_STEP_CONV: return i >= 2;
   case KCG_STEP_SCAN: return i >= st->body->nparams;
   case KCG_STEP_ATTENTION: return i >= st->nargs - (st->attn.backward ? 3u : 2u);
   }
@@ -1090,6 +1129,53 @@ static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   return KILN_OK;
 }
 
+/* The packed form of CONV step st's constant weight wsrc: packed at the step's first run, then kept. */
+static const float *packed_weight(krt_model *m, const kcg_step *st, const float *wsrc) {
+  pthread_mutex_lock(&m->conv_mu);
+  conv_pack *c = m->conv_packs;
+  while (c && (c->st != st || c->w != wsrc)) c = c->next;
+  if (!c && (c = calloc(1, sizeof *c)) &&
+      !(c->wp = malloc(krt_conv_wpack_floats(&st->conv) * sizeof(float)))) {
+    free(c);
+    c = NULL;
+  } else if (c && !c->st) {
+    krt_conv_pack_w(m->pool, &st->conv, wsrc, c->wp);
+    c->st = st, c->w = wsrc, c->next = m->conv_packs;
+    m->conv_packs = c;
+  }
+  pthread_mutex_unlock(&m->conv_mu);
+  return c ? c->wp : NULL;
+}
+
+/*
+ * A CONV step: x, w, y, the packed input, [the packed weight]. The batch
+ * follows from x's bytes; every buffer is checked against the sizes the
+ * step's geometry needs (the program may come from a shared object).
+ */
+static kiln_status run_conv(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
+  const kcg_conv *cv = &st->conv;
+  size_t image = (size_t)cv->c * (size_t)cv->h * (size_t)cv->w * sizeof(float);
+  int64_t B = (int64_t)(pl->bytes[st->args[0]] / image);
+  size_t ybytes = (size_t)B * (size_t)cv->o * (size_t)cv->ho * (size_t)cv->wo * sizeof(float);
+  size_t wbytes = (size_t)cv->o * (size_t)cv->c * (size_t)cv->kh * (size_t)cv->kw * sizeof(float);
+  if (pl->bytes[st->args[0]] != (size_t)B * image || pl->bytes[st->args[2]] != ybytes ||
+      pl->bytes[st->args[1]] != wbytes ||
+      pl->bytes[st->args[3]] < krt_conv_xpack_floats(cv, B) * sizeof(float) ||
+      (st->nargs == 5 && pl->bytes[st->args[4]] < krt_conv_wpack_floats(cv) * sizeof(float)))
+    return fail(w->ctx, KILN_ERR_RUNTIME, "conv step %s: its buffers do not match its sizes",
+                w->m->prog->kernels[st->kernel]->name);
+  if (!B) return KILN_OK;
+  const float *x = pl->addr[st->args[0]], *wsrc = pl->addr[st->args[1]], *wp;
+  if (st->nargs == 5) {
+    krt_conv_pack_w(w->m->pool, cv, wsrc, pl->addr[st->args[4]]);
+    wp = pl->addr[st->args[4]];
+  } else if (!(wp = packed_weight(w->m, st, wsrc))) {
+    return fail(w->ctx, KILN_ERR_NOMEM, "out of memory packing a convolution's weight");
+  }
+  krt_conv_run(w->m->pool, cv, B, x, wp, pl->addr[st->args[3]], pl->addr[st->args[2]]);
+  return KILN_OK;
+}
+
 static kiln_status run_attention(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   for (uint32_t i = 0; i < st->nargs; i++) pl->args[i] = pl->addr[st->args[i]];
   return krt_attention_run(w->ctx, pl->prog, st, pl->args, w->sizes, w->m->pool,
@@ -1158,6 +1244,7 @@ static kiln_status exec_program(krt_workspace *w, rt_plan *pl, char *base,
     if (st->kind == KCG_STEP_KERNEL) r = run_kernel(w, pl, st);
     else if (st->kind == KCG_STEP_GEMM) r = run_gemm(w, pl, st);
     else if (st->kind == KCG_STEP_ATTENTION) r = run_attention(w, pl, st);
+    else if (st->kind == KCG_STEP_CONV) r = run_conv(w, pl, st);
     else r = run_scan(w, pl, s, base);
     if (prof) {
       atomic_fetch_add(&prof[s].ns, now_ns() - t0);

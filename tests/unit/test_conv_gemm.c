@@ -18,7 +18,14 @@
  *
  * Every result must match the interpreter within 1e-5·sqrt(L) relative in
  * f32 and 1e-12·sqrt(L) in f64, L being the reduction length of that result
- * (C·kh·kw, O·kh·kw, B·Ho·Wo).
+ * (C·kh·kw, O·kh·kw, B·Ho·Wo). These cases run with KILN_CONV_DIRECT=0.
+ *
+ * Then the blocked convolution (CONV steps, runtime/exec/rt_conv_cpu.c):
+ * f32 cases with channel counts that are not multiples of 16 or 32, rows
+ * wider than its tile, every strip width, strides and uneven padding; each
+ * must lower its forward to one CONV step, and runs on every code path this
+ * CPU has (krt_conv_force_isa), with the weight an input (packed per run)
+ * and a constant (packed at the first run, then reused: two runs).
  */
 #include <math.h>
 #include <stdio.h>
@@ -30,6 +37,7 @@
 #include "kiln/kiln.h"
 #include "passes/passes.h"
 #include "runtime/exec/rt_attention.h"
+#include "runtime/exec/rt_conv_cpu.h"
 
 /* kcg_program_interp runs ATTENTION steps with the CPU runtime's kernels. */
 static const kcg_interp_options interp_opts = {.attention = krt_attention_interp};
@@ -241,15 +249,160 @@ done:
   kiln_ctx_destroy(ctx);
 }
 
+/* ---- the blocked convolution ---- */
+
+static const conv_case blocked_cases[] = {
+    {"f32", 3, false, 16, 20, 20, 24, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},
+    {"f32", 2, true, 40, 15, 13, 48, 3, 5, {2, 1}, {1, 2, 0, 1}, {1, 1}, false},
+    {"f32", 1, false, 32, 9, 30, 64, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, false},
+    {"f32", 2, false, 16, 5, 125, 16, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},
+    {"f32", 1, false, 17, 6, 131, 33, 3, 3, {2, 2}, {0, 1, 2, 0}, {1, 1}, false},
+    {"f32", 2, true, 64, 7, 7, 96, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},
+};
+
+/* y = conv2d(x, w) with w a constant op of the values sin(0.0013·(i + 1)); NULL if out of memory. */
+static char *make_const_text(const conv_case *c, int64_t ho, int64_t wo) {
+  int64_t nw = c->o * c->c * c->kh * c->kw;
+  size_t n = (size_t)nw * 16 + 1024, k;
+  char *buf = malloc(n);
+  if (!buf) return NULL;
+  k = (size_t)snprintf(buf, n,
+                       "func @main(%%x: f32[%lld, %lld, %lld, %lld]) -> (f32[%lld, %lld, %lld, %lld]) {\n"
+                       "  %%w = constant() {dtype = f32, shape = [%lld, %lld, %lld, %lld], value = [",
+                       (long long)c->b, (long long)c->c, (long long)c->h, (long long)c->w,
+                       (long long)c->b, (long long)c->o, (long long)ho, (long long)wo,
+                       (long long)c->o, (long long)c->c, (long long)c->kh, (long long)c->kw);
+  for (int64_t i = 0; i < nw; i++)
+    k += (size_t)snprintf(buf + k, n - k, "%s%.6f", i ? ", " : "", sin(0.0013 * (double)(i + 1)));
+  snprintf(buf + k, n - k,
+           "]} : f32[%lld, %lld, %lld, %lld]\n"
+           "  %%y = conv2d(%%x, %%w) {stride = [%lld, %lld], padding = [%lld, %lld, %lld, %lld], "
+           "dilation = [1, 1]} : f32[%lld, %lld, %lld, %lld]\n"
+           "  return %%y\n}\n",
+           (long long)c->o, (long long)c->c, (long long)c->kh, (long long)c->kw,
+           (long long)c->stride[0], (long long)c->stride[1], (long long)c->pad[0],
+           (long long)c->pad[1], (long long)c->pad[2], (long long)c->pad[3], (long long)c->b,
+           (long long)c->o, (long long)ho, (long long)wo);
+  return buf;
+}
+
+/* The CONV steps of g lowered, and how many of them pack their weight per run (5 args). */
+static uint32_t conv_steps(kiln_ctx *ctx, kiln_graph *g, uint32_t *per_run) {
+  kiln_graph *lg = kp_legalize(g);
+  kir_arena arena = {0};
+  kcg_program *prog = NULL;
+  uint32_t n = 0;
+  *per_run = 0;
+  if (lg && kcg_lower(ctx, lg, &arena, &prog) == KILN_OK)
+    for (uint32_t s = 0; s < prog->nsteps; s++)
+      if (prog->steps[s].kind == KCG_STEP_CONV) n++, *per_run += prog->steps[s].nargs == 5;
+  kir_arena_free(&arena);
+  kiln_graph_destroy(lg);
+  return n;
+}
+
+/* Compiles g and compares nruns runs of its first nres results with want, on every code path. */
+static void check_blocked(kiln_ctx *ctx, kiln_graph *g, kiln_tensor **in, int nin,
+                          kiln_tensor *const *want, int nres, const double *tol, int nruns,
+                          const char *what) {
+  for (int isa = 1; isa <= krt_conv_force_isa(0); isa++) {
+    krt_conv_force_isa(isa);
+    kiln_compiled *cc = NULL;
+    char w2[96];
+    snprintf(w2, sizeof w2, "%s, path %d", what, isa);
+    if (kiln_compile(g, NULL, &cc) != KILN_OK) {
+      printf("FAIL %s: compile: %s\n", w2, kiln_ctx_error(ctx));
+      failures++;
+    }
+    for (int r = 0; cc && r < nruns; r++) {
+      kiln_tensor *out[3] = {0};
+      if (kiln_compiled_run(cc, ctx, nin, in, nres, out, NULL) != KILN_OK) {
+        printf("FAIL %s: run: %s\n", w2, kiln_ctx_error(ctx));
+        failures++;
+      } else {
+        for (int i = 0; i < nres; i++) compare(w2, result_names[i], out[i], want[i], tol[i]);
+      }
+      for (int i = 0; i < 3; i++) kiln_tensor_destroy(out[i]);
+    }
+    kiln_compiled_destroy(cc);
+    krt_conv_force_isa(0);
+  }
+}
+
+static void run_blocked_case(int ci, const conv_case *c) {
+  int64_t ho = out_size(c->h, c->pad[0], c->pad[2], c->kh, c->stride[0], 1);
+  int64_t wo = out_size(c->w, c->pad[1], c->pad[3], c->kw, c->stride[1], 1);
+  char text[4096], what[64];
+  kiln_ctx *ctx = kiln_ctx_create();
+  kiln_graph *g = NULL, *gc = NULL;
+  kiln_tensor *in[3] = {0}, *want[3] = {0}, *wantc[1] = {0};
+  make_text(c, ho, wo, text, sizeof text);
+  if (kiln_graph_parse(ctx, text, strlen(text), "conv", &g) != KILN_OK) {
+    printf("FAIL blocked case %d: parse: %s\n", ci, kiln_ctx_error(ctx));
+    failures++;
+    goto done;
+  }
+  char *ctext = make_const_text(c, ho, wo);
+  if (!ctext || kiln_graph_parse(ctx, ctext, strlen(ctext), "conv_const", &gc) != KILN_OK) {
+    printf("FAIL blocked case %d: parse: %s\n", ci, kiln_ctx_error(ctx));
+    failures++;
+    free(ctext);
+    goto done;
+  }
+  free(ctext);
+  in[0] = random_tensor(ctx, c->dtype, c->b, c->c, c->h, c->w, 51u + (unsigned)ci);
+  in[1] = random_tensor(ctx, c->dtype, c->o, c->c, c->kh, c->kw, 63u + (unsigned)ci);
+  in[2] = random_tensor(ctx, c->dtype, c->b, c->o, ho, wo, 77u + (unsigned)ci);
+  if (kiln_graph_run(g, KILN_BACKEND_EAGER, 3, in, 3, want, NULL) != KILN_OK ||
+      kiln_graph_run(gc, KILN_BACKEND_EAGER, 1, in, 1, wantc, NULL) != KILN_OK) {
+    printf("FAIL blocked case %d: interpreter: %s\n", ci, kiln_ctx_error(ctx));
+    failures++;
+    goto done;
+  }
+  uint32_t per_run, n = conv_steps(ctx, g, &per_run);
+  if (n != 1 || per_run != 1) {
+    printf("FAIL blocked case %d: %u CONV steps (%u packing per run), expected 1 (1)\n", ci, n,
+           per_run);
+    failures++;
+  }
+  n = conv_steps(ctx, gc, &per_run);
+  if (n != 1 || per_run != 0) {
+    printf("FAIL blocked case %d, constant weight: %u CONV steps (%u packing per run), expected 1 "
+           "(0)\n", ci, n, per_run);
+    failures++;
+  }
+  double tol[3] = {1e-5 * sqrt((double)(c->c * c->kh * c->kw)),
+                   1e-5 * sqrt((double)(c->o * c->kh * c->kw)),
+                   1e-5 * sqrt((double)(c->b * ho * wo))};
+  snprintf(what, sizeof what, "blocked case %d", ci);
+  check_blocked(ctx, g, in, 3, want, 3, tol, 1, what);
+  snprintf(what, sizeof what, "blocked case %d, constant weight", ci);
+  check_blocked(ctx, gc, in, 1, wantc, 1, tol, 2, what);
+done:
+  for (int i = 0; i < 3; i++) {
+    kiln_tensor_destroy(in[i]);
+    kiln_tensor_destroy(want[i]);
+  }
+  kiln_tensor_destroy(wantc[0]);
+  kiln_graph_destroy(g);
+  kiln_graph_destroy(gc);
+  kiln_ctx_destroy(ctx);
+}
+
 int main(void) {
   /* The cases cross the default size rule; pin it so an environment override cannot hide them. */
   unsetenv("KILN_CONV_GEMM_MIN");
+  setenv("KILN_CONV_DIRECT", "0", 1);
   int n = (int)(sizeof cases / sizeof cases[0]);
   for (int i = 0; i < n; i++) run_case(i, &cases[i]);
+  unsetenv("KILN_CONV_DIRECT");
+  int nb = (int)(sizeof blocked_cases / sizeof blocked_cases[0]);
+  for (int i = 0; i < nb; i++) run_blocked_case(i, &blocked_cases[i]);
   if (failures) {
     printf("%d failure(s)\n", failures);
     return 1;
   }
-  printf("test_conv_gemm: %d cases (conv2d and both gradients) passed\n", n);
+  printf("test_conv_gemm: %d GEMM cases (conv2d and both gradients) and %d blocked cases on %d "
+         "code paths passed\n", n, nb, krt_conv_force_isa(0));
   return 0;
 }
