@@ -623,7 +623,8 @@ static bool grad_input_gemm(kcg_lower_ctx *lc, const kir_inst *inst) {
  * (kcg_lower_options.runtime_conv), f32 (not a bf16 one: conv_operands), one
  * group, no dilation, constant sizes but the batch, at least 16 input and
  * output channels (the kernel works in blocks of 16 and 32, padded with
- * zeros) and CONV_BLOCKED_MIN multiply-adds per image.
+ * zeros) and CONV_BLOCKED_MIN multiply-adds per image; a pointwise one only
+ * with many channels in and out (below).
  */
 static bool use_blocked(const kcg_lower_ctx *lc, const kir_inst *inst) {
   const kir_type *x = kcg_in_type(lc, 0), *w = kcg_in_type(lc, 1), *y = kcg_out_type(lc, 0);
@@ -641,6 +642,14 @@ static bool use_blocked(const kcg_lower_ctx *lc, const kir_inst *inst) {
     return false;
   double macs = (double)w->dims[0] * (double)(y->dims[2] * y->dims[3]) *
                 (double)(x->dims[1] * w->dims[2] * w->dims[3]);
+  /* A pointwise convolution's GEMM reads x as it lies (conv2d_gemm); packing x pays only where
+     each element of x and y takes part in many multiply-adds: O·C / (O + C) of at least 128
+     (measured on mobilenet_v2, docs/cpu-runtime.md). */
+  bool pointwise = w->dims[2] == 1 && w->dims[3] == 1 && inst->attrs[0].ints[0] == 1 &&
+                   inst->attrs[0].ints[1] == 1 && y->dims[2] == x->dims[2] &&
+                   y->dims[3] == x->dims[3];
+  double c = (double)x->dims[1], o = (double)w->dims[0];
+  if (pointwise && o * c < 128.0 * (o + c)) return false;
   return macs >= (double)CONV_BLOCKED_MIN;
 }
 
