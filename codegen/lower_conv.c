@@ -621,9 +621,10 @@ static bool grad_input_gemm(kcg_lower_ctx *lc, const kir_inst *inst) {
 /*
  * Whether conv2d goes to the runtime's blocked kernel: the CPU executor
  * (kcg_lower_options.runtime_conv), f32 (not a bf16 one: conv_operands), one
- * group, no dilation, constant sizes but the batch, at least 16 input and
- * output channels (the kernel works in blocks of 16 and 32, padded with
- * zeros) and CONV_BLOCKED_MIN multiply-adds per image; a pointwise one only
+ * group, no dilation, constant sizes but the batch, at least 16 output
+ * channels (the kernel works in blocks of 32, padded with zeros; a block of
+ * fewer than 16 input channels loops over those only, so an image's 3
+ * channels cost no more) and CONV_BLOCKED_MIN multiply-adds per image; a pointwise one only
  * with many channels in and out (below).
  */
 static bool use_blocked(const kcg_lower_ctx *lc, const kir_inst *inst) {
@@ -637,7 +638,7 @@ static bool use_blocked(const kcg_lower_ctx *lc, const kir_inst *inst) {
   for (int d = 1; d < 4; d++)
     if (KIR_DIM_IS_SYM(x->dims[d]) || KIR_DIM_IS_SYM(w->dims[d]) || KIR_DIM_IS_SYM(y->dims[d]))
       return false;
-  if (KIR_DIM_IS_SYM(w->dims[0]) || x->dims[1] < 16 || w->dims[0] < 16 || y->dims[2] < 1 ||
+  if (KIR_DIM_IS_SYM(w->dims[0]) || x->dims[1] < 1 || w->dims[0] < 16 || y->dims[2] < 1 ||
       y->dims[3] < 1)
     return false;
   double macs = (double)w->dims[0] * (double)(y->dims[2] * y->dims[3]) *

@@ -100,17 +100,18 @@ static void pack_x_chunk(void *arg, int64_t lo, int64_t hi) {
  * the 32 weights of channel pair op; then stored to tile[(ow - ow0 + r)][32].
  */
 #define DEFINE_STRIP(NAME, TARGET)                                                              \
-  TARGET INLINE void NAME(int RW, const float *x, const float *w, float *tile, int64_t CB,       \
+  TARGET INLINE void NAME(int RW, const float *x, const float *w, float *tile, int64_t C,        \
                           int64_t HP, int64_t WP, int64_t KH, int64_t KW, int64_t S) {           \
     v16 acc[14][2];                                                                              \
     for (int r = 0; r < RW; r++) acc[r][0] = acc[r][1] = (v16){0};                               \
-    for (int64_t cb = 0; cb < CB; cb++)                                                          \
+    for (int64_t cb = 0; cb * 16 < C; cb++)                                                      \
       for (int64_t i = 0; i < KH; i++) {                                                         \
+        int nc = C - cb * 16 < 16 ? (int)(C - cb * 16) : 16;                                     \
         const float *xr = x + (cb * HP + i) * WP * 16;                                           \
         const float *wr = w + (cb * KH + i) * KW * 512;                                          \
         for (int64_t j = 0; j < KW; j++) {                                                       \
           const float *xk = xr + j * 16, *wk = wr + j * 512;                                     \
-          for (int ic = 0; ic < 16; ic++) {                                                      \
+          for (int ic = 0; ic < nc; ic++) {                                                      \
             v16 w0 = *(const v16 *)(wk + ic * 32), w1 = *(const v16 *)(wk + ic * 32 + 16);       \
             for (int r = 0; r < RW; r++) {                                                       \
               float v = xk[r * S * 16 + ic];                                                     \
@@ -152,15 +153,15 @@ typedef struct conv_job {
       for (int64_t t0 = 0; t0 < WO; t0 += TILE_W) {                                              \
         int64_t tw = WO - t0 < TILE_W ? WO - t0 : TILE_W, ow = 0;                                \
         for (; ow + WIDE <= tw; ow += WIDE)                                                      \
-          STRIP(WIDE, xrow + (t0 + ow) * S * 16, w, tile + ow * 32, CB, HP, WP, KH, KW, S);      \
+          STRIP(WIDE, xrow + (t0 + ow) * S * 16, w, tile + ow * 32, cv->c, HP, WP, KH, KW, S);      \
         if (WIDE > 7)                                                                            \
           for (; ow + 7 <= tw; ow += 7)                                                          \
-            STRIP(7, xrow + (t0 + ow) * S * 16, w, tile + ow * 32, CB, HP, WP, KH, KW, S);       \
+            STRIP(7, xrow + (t0 + ow) * S * 16, w, tile + ow * 32, cv->c, HP, WP, KH, KW, S);       \
         if (WIDE > 2)                                                                            \
           for (; ow + 2 <= tw; ow += 2)                                                          \
-            STRIP(2, xrow + (t0 + ow) * S * 16, w, tile + ow * 32, CB, HP, WP, KH, KW, S);       \
+            STRIP(2, xrow + (t0 + ow) * S * 16, w, tile + ow * 32, cv->c, HP, WP, KH, KW, S);       \
         for (; ow < tw; ow++)                                                                    \
-          STRIP(1, xrow + (t0 + ow) * S * 16, w, tile + ow * 32, CB, HP, WP, KH, KW, S);         \
+          STRIP(1, xrow + (t0 + ow) * S * 16, w, tile + ow * 32, cv->c, HP, WP, KH, KW, S);         \
         float *yo = jb->y + ((b * O + op * 32) * HO + oh) * WO + t0;                             \
         for (int64_t c = 0; c < nch; c++)                                                        \
           for (int64_t p = 0; p < tw; p++) yo[c * HO * WO + p] = tile[p * 32 + c];               \
@@ -169,16 +170,17 @@ typedef struct conv_job {
   }
 
 TARGET_AVX512 INLINE void strip_avx512(int RW, const float *x, const float *w, float *tile,
-                                       int64_t CB, int64_t HP, int64_t WP, int64_t KH,
+                                       int64_t C, int64_t HP, int64_t WP, int64_t KH,
                                        int64_t KW, int64_t S) {
   __m512 acc[14][2];
   for (int r = 0; r < RW; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  for (int64_t cb = 0; cb < CB; cb++)
+  for (int64_t cb = 0; cb * 16 < C; cb++) {
+    int nc = C - cb * 16 < 16 ? (int)(C - cb * 16) : 16; /* the block's real channels */
     for (int64_t i = 0; i < KH; i++) {
       const float *xr = x + (cb * HP + i) * WP * 16, *wr = w + (cb * KH + i) * KW * 512;
       for (int64_t j = 0; j < KW; j++) {
         const float *xk = xr + j * 16, *wk = wr + j * 512;
-        for (int ic = 0; ic < 16; ic++) {
+        for (int ic = 0; ic < nc; ic++) {
           __m512 w0 = _mm512_loadu_ps(wk + ic * 32), w1 = _mm512_loadu_ps(wk + ic * 32 + 16);
           for (int r = 0; r < RW; r++) {
             __m512 v = _mm512_set1_ps(xk[r * S * 16 + ic]);
@@ -188,6 +190,7 @@ TARGET_AVX512 INLINE void strip_avx512(int RW, const float *x, const float *w, f
         }
       }
     }
+  }
   for (int r = 0; r < RW; r++) {
     _mm512_storeu_ps(tile + r * 32, acc[r][0]);
     _mm512_storeu_ps(tile + r * 32 + 16, acc[r][1]);
