@@ -1,11 +1,11 @@
 /*
  * rt_conv_cpu.c — the direct, channel-blocked f32 convolution (rt_conv_cpu.h).
  *
- * The AVX-512 micro-kernel holds 14 pixels × 2 vectors = 28 zmm
- * accumulators and uses FMA intrinsics (C's contraction is off under
- * -std=c11, so `a += v * w` would be a multiply and an add); the AVX2 and
- * portable C paths are the same loops on GCC vector types (a v16 is 16
- * floats: 2 ymm), 3 pixels at a time. The path is chosen at run time with __builtin_cpu_supports, so a
+ * One micro-kernel (DEFINE_STRIP) is compiled three times: for AVX-512 on
+ * intrinsics, 14 pixels × 2 vectors = 28 zmm accumulators (FMA intrinsics:
+ * C's contraction is off under -std=c11, so `a += v * w` would be a
+ * multiply and an add); for AVX2 and portable C on GCC vector types (a v16
+ * is 16 floats: 2 ymm), 3 pixels at a time. The path is chosen at run time with __builtin_cpu_supports, so a
  * model compiled for x86-64-v3, or run on an older CPU, takes the AVX2 or C
  * path by itself. Why direct and blocked rather than im2col and a GEMM:
  * docs/cpu-runtime.md, "The blocked convolution".
@@ -13,7 +13,9 @@
 #include "rt_conv_cpu.h"
 
 #include <immintrin.h>
+#include <pthread.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define TARGET_AVX2 __attribute__((target("avx2,fma")))
@@ -93,39 +95,97 @@ static void pack_x_chunk(void *arg, int64_t lo, int64_t hi) {
   }
 }
 
+/* ------------------------------------------------- the cache of constant weights */
+
+typedef struct cached_w {
+  const kcg_step *st;
+  const float *w;
+  float *wp;
+  struct cached_w *next;
+} cached_w;
+
+struct krt_conv_cache {
+  pthread_mutex_t mu;
+  cached_w *list;
+};
+
+krt_conv_cache *krt_conv_cache_create(void) {
+  krt_conv_cache *c = calloc(1, sizeof *c);
+  if (c) pthread_mutex_init(&c->mu, NULL);
+  return c;
+}
+
+void krt_conv_cache_destroy(krt_conv_cache *c) {
+  if (!c) return;
+  for (cached_w *e = c->list, *next; e; e = next) {
+    next = e->next;
+    free(e->wp);
+    free(e);
+  }
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+const float *krt_conv_cache_get(krt_conv_cache *c, krt_pool *pool, const kcg_step *st,
+                                const float *w) {
+  pthread_mutex_lock(&c->mu);
+  cached_w *e = c->list;
+  while (e && (e->st != st || e->w != w)) e = e->next;
+  if (!e && (e = calloc(1, sizeof *e))) {
+    if ((e->wp = malloc(krt_conv_wpack_floats(&st->conv) * sizeof(float)))) {
+      krt_conv_pack_w(pool, &st->conv, w, e->wp);
+      *e = (cached_w){st, w, e->wp, c->list};
+      c->list = e;
+    } else {
+      free(e);
+      e = NULL;
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  return e ? e->wp : NULL;
+}
+
 /* ---------------------------------------------------------------- compute */
 
 /*
  * acc[r][0..1] = Σ over the input blocks and taps of x pixel (oh, ow + r) times
- * the 32 weights of channel pair op; then stored to tile[(ow - ow0 + r)][32].
+ * the 32 weights of channel pair op; then stored to tile[r][32]. A block of
+ * fewer than 16 real channels loops over those only. VEC is the 16-float
+ * vector type and ZERO, LOAD, BCAST, FMA, STORE its operations.
  */
-#define DEFINE_STRIP(NAME, TARGET)                                                              \
+#define DEFINE_STRIP(NAME, TARGET, VEC, ZERO, LOAD, BCAST, FMA, STORE)                          \
   TARGET INLINE void NAME(int RW, const float *x, const float *w, float *tile, int64_t C,        \
                           int64_t HP, int64_t WP, int64_t KH, int64_t KW, int64_t S) {           \
-    v16 acc[14][2];                                                                              \
-    for (int r = 0; r < RW; r++) acc[r][0] = acc[r][1] = (v16){0};                               \
-    for (int64_t cb = 0; cb * 16 < C; cb++)                                                      \
+    VEC acc[14][2];                                                                              \
+    for (int r = 0; r < RW; r++) acc[r][0] = acc[r][1] = ZERO;                                   \
+    for (int64_t cb = 0; cb * 16 < C; cb++) {                                                    \
+      int nc = C - cb * 16 < 16 ? (int)(C - cb * 16) : 16;                                       \
       for (int64_t i = 0; i < KH; i++) {                                                         \
-        int nc = C - cb * 16 < 16 ? (int)(C - cb * 16) : 16;                                     \
-        const float *xr = x + (cb * HP + i) * WP * 16;                                           \
-        const float *wr = w + (cb * KH + i) * KW * 512;                                          \
+        const float *xr = x + (cb * HP + i) * WP * 16, *wr = w + (cb * KH + i) * KW * 512;       \
         for (int64_t j = 0; j < KW; j++) {                                                       \
           const float *xk = xr + j * 16, *wk = wr + j * 512;                                     \
           for (int ic = 0; ic < nc; ic++) {                                                      \
-            v16 w0 = *(const v16 *)(wk + ic * 32), w1 = *(const v16 *)(wk + ic * 32 + 16);       \
+            VEC w0 = LOAD(wk + ic * 32), w1 = LOAD(wk + ic * 32 + 16);                           \
             for (int r = 0; r < RW; r++) {                                                       \
-              float v = xk[r * S * 16 + ic];                                                     \
-              acc[r][0] += v * w0;                                                               \
-              acc[r][1] += v * w1;                                                               \
+              VEC v = BCAST(xk[r * S * 16 + ic]);                                                \
+              acc[r][0] = FMA(v, w0, acc[r][0]);                                                 \
+              acc[r][1] = FMA(v, w1, acc[r][1]);                                                 \
             }                                                                                    \
           }                                                                                      \
         }                                                                                        \
       }                                                                                          \
+    }                                                                                            \
     for (int r = 0; r < RW; r++) {                                                               \
-      *(v16 *)(tile + r * 32) = acc[r][0];                                                       \
-      *(v16 *)(tile + r * 32 + 16) = acc[r][1];                                                  \
+      STORE(tile + r * 32, acc[r][0]);                                                           \
+      STORE(tile + r * 32 + 16, acc[r][1]);                                                      \
     }                                                                                            \
   }
+
+/* The GCC-vector operations of the AVX2 and C paths (C's contraction is off: a multiply and an add). */
+#define V16_LOAD(p) (*(const v16 *)(p))
+#define V16_BCAST(f) ((v16){0} + (f))
+#define V16_FMA(a, b, c) ((c) + (a) * (b))
+#define V16_STORE(p, v) (*(v16 *)(p) = (v))
 
 typedef struct conv_job {
   const kcg_conv *cv;
@@ -169,48 +229,27 @@ typedef struct conv_job {
     }                                                                                            \
   }
 
-TARGET_AVX512 INLINE void strip_avx512(int RW, const float *x, const float *w, float *tile,
-                                       int64_t C, int64_t HP, int64_t WP, int64_t KH,
-                                       int64_t KW, int64_t S) {
-  __m512 acc[14][2];
-  for (int r = 0; r < RW; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  for (int64_t cb = 0; cb * 16 < C; cb++) {
-    int nc = C - cb * 16 < 16 ? (int)(C - cb * 16) : 16; /* the block's real channels */
-    for (int64_t i = 0; i < KH; i++) {
-      const float *xr = x + (cb * HP + i) * WP * 16, *wr = w + (cb * KH + i) * KW * 512;
-      for (int64_t j = 0; j < KW; j++) {
-        const float *xk = xr + j * 16, *wk = wr + j * 512;
-        for (int ic = 0; ic < nc; ic++) {
-          __m512 w0 = _mm512_loadu_ps(wk + ic * 32), w1 = _mm512_loadu_ps(wk + ic * 32 + 16);
-          for (int r = 0; r < RW; r++) {
-            __m512 v = _mm512_set1_ps(xk[r * S * 16 + ic]);
-            acc[r][0] = _mm512_fmadd_ps(v, w0, acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(v, w1, acc[r][1]);
-          }
-        }
-      }
-    }
-  }
-  for (int r = 0; r < RW; r++) {
-    _mm512_storeu_ps(tile + r * 32, acc[r][0]);
-    _mm512_storeu_ps(tile + r * 32 + 16, acc[r][1]);
-  }
-}
-DEFINE_STRIP(strip_avx2, TARGET_AVX2)
-DEFINE_STRIP(strip_c, )
+DEFINE_STRIP(strip_avx512, TARGET_AVX512, __m512, _mm512_setzero_ps(), _mm512_loadu_ps,
+             _mm512_set1_ps, _mm512_fmadd_ps, _mm512_storeu_ps)
+DEFINE_STRIP(strip_avx2, TARGET_AVX2, v16, (v16){0}, V16_LOAD, V16_BCAST, V16_FMA, V16_STORE)
+DEFINE_STRIP(strip_c, , v16, (v16){0}, V16_LOAD, V16_BCAST, V16_FMA, V16_STORE)
 DEFINE_ROWS(rows_avx512, strip_avx512, TARGET_AVX512, 14)
 DEFINE_ROWS(rows_avx2, strip_avx2, TARGET_AVX2, 3)
 DEFINE_ROWS(rows_c, strip_c, , 3)
 
-static int forced;
+static int forced; /* set by the tests only, between runs */
 
-int krt_conv_force_isa(int isa) {
-  forced = isa;
-  if (isa) return isa;
+/* The best path this CPU has: 3 AVX-512, 2 AVX2, 1 portable C. */
+static int best_isa(void) {
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma"))
     return 3;
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 2 : 1;
+}
+
+int krt_conv_force_isa(int isa) {
+  forced = isa;
+  return isa ? isa : best_isa();
 }
 
 void krt_conv_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float *x, const float *wp,
@@ -219,7 +258,7 @@ void krt_conv_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float *x,
   pack_job pj = {cv, x, xp};
   krt_parallel_for(pool, B * cblocks(cv) * padded_h(cv), pack_x_chunk, &pj);
   conv_job cj = {cv, xp, wp, y};
-  int isa = forced ? forced : krt_conv_force_isa(0);
+  int isa = forced ? forced : best_isa();
   krt_task_fn fn = isa == 3 ? rows_avx512 : isa == 2 ? rows_avx2 : rows_c;
   krt_parallel_for(pool, B * opairs(cv) * cv->ho, fn, &cj);
 }

@@ -39,6 +39,17 @@ void krt_conv_pack_w(krt_pool *pool, const kcg_conv *cv, const float *w, float *
    krt_conv_xpack_floats(cv, B) floats. */
 void krt_conv_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float *x, const float *wp,
                   float *xp, float *y);
+/*
+ * The packed forms of constant weights, for one model: the first krt_conv_cache_get for a
+ * (step, weight) packs it, later ones return that copy. Safe from several threads.
+ */
+typedef struct krt_conv_cache krt_conv_cache;
+/* NULL if out of memory. */
+krt_conv_cache *krt_conv_cache_create(void);
+void krt_conv_cache_destroy(krt_conv_cache *c);
+/* The packed form of CONV step st's weight w (krt_conv_pack_w on the pool); NULL if out of memory. */
+const float *krt_conv_cache_get(krt_conv_cache *c, krt_pool *pool, const kcg_step *st,
+                                const float *w);
 /* Forces a code path (0 auto, 1 portable C, 2 AVX2, 3 AVX-512) for the tests; returns the one in use. */
 int krt_conv_force_isa(int isa);
 

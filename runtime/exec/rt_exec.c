@@ -46,6 +46,7 @@
 #include "rt.h"
 #include "rt_attention.h"
 #include "rt_conv_cpu.h"
+#include "rt_profile.h"
 #include "rt_gemm_cpu.h"
 
 #define ALIGN 64
@@ -92,29 +93,9 @@ struct krt_model {
   bool reuse; /* the memory plan shares bytes (unless KILN_MEMORY_PLAN=0) */
   struct rt_prof *prof; /* per top-level step, when kiln_options.profile is on; else NULL */
   _Atomic uint64_t prof_runs;
-  pthread_mutex_t conv_mu;        /* guards conv_packs */
-  struct conv_pack *conv_packs;   /* constant weights of CONV steps, packed at their first run */
+  krt_conv_cache *conv_cache; /* constant weights of CONV steps, packed at their first run */
 };
 
-/* A CONV step's constant weight, packed (rt_conv_cpu.h) when the step first ran. */
-typedef struct conv_pack {
-  const kcg_step *st;
-  const void *w;
-  float *wp;
-  struct conv_pack *next;
-} conv_pack;
-
-/*
- * The profile of one top-level step (kiln_options.profile): its total time
- * and count over every run, and for a GEMM step the sizes and the path of
- * its last run (written without a lock: several threads running one model
- * may mix them, which only a message reads).
- */
-typedef struct rt_prof {
-  _Atomic uint64_t ns, calls;
-  int64_t m, n, k, count; /* GEMM: per matrix, and the batch's matrices */
-  const char *path;       /* GEMM: "blas", "kiln" or "kernel" */
-} rt_prof;
 
 struct krt_workspace {
   krt_model *m;
@@ -181,11 +162,25 @@ static kiln_status check_step(kiln_ctx *ctx, const kcg_program *top, const kcg_p
     const kcg_conv *c = &st->conv;
     if (st->kernel >= top->nkernels || !fns[st->kernel] || top->kernels[st->kernel]->nbufs != 3)
       return fail(ctx, KILN_ERR_INVALID, "program: step %u: malformed conv kernel", s);
-    bool ok = (st->nargs == 4 || st->nargs == 5) && c->c > 0 && c->h > 0 && c->w > 0 &&
-              c->o > 0 && c->kh > 0 && c->kw > 0 && c->sh > 0 && c->sw > 0 && c->pt >= 0 &&
-              c->pl >= 0 && c->ho > 0 && c->wo > 0 && c->c <= INT32_MAX && c->o <= INT32_MAX &&
-              c->h <= INT32_MAX && c->w <= INT32_MAX && c->kh <= 4096 && c->kw <= 4096 &&
-              c->sh <= 4096 && c->sw <= 4096 && c->ho <= INT32_MAX && c->wo <= INT32_MAX;
+    /* x[B, C, H, W], w[O, C, KH, KW], y[B, O, HO, WO] as the geometry says, every size a
+       positive constant but the batch and every packed buffer below 2^48 floats, so no size
+       the kernel computes overflows (the program may come from a shared object) */
+    const kir_type *x = &p->bufs[st->args[0]].type, *wt = &p->bufs[st->args[1]].type,
+                   *y = &p->bufs[st->args[2]].type;
+    int64_t wd[4] = {c->o, c->c, c->kh, c->kw}, xd[3] = {c->c, c->h, c->w},
+            yd[3] = {c->o, c->ho, c->wo}, geo[4] = {c->sh, c->sw, c->pt + 1, c->pl + 1};
+    bool ok = (st->nargs == 4 || st->nargs == 5) && x->rank == 4 && wt->rank == 4 &&
+              y->rank == 4 && x->dims[0] == y->dims[0];
+    for (int d = 0; ok && d < 4; d++)
+      ok = wt->dims[d] == wd[d] && wd[d] > 0 && geo[d] > 0 && geo[d] <= 4096 &&
+           (d == 3 || (x->dims[d + 1] == xd[d] && y->dims[d + 1] == yd[d] && yd[d] > 0 &&
+                       xd[d] > 0));
+    double big = 281474976710656.0; /* 2^48 */
+    ok = ok && (double)c->c * (double)c->h * (double)c->w < big &&
+         (double)c->o * (double)c->ho * (double)c->wo < big &&
+         ((double)c->o + 32) * ((double)c->c + 16) * (double)c->kh * (double)c->kw < big &&
+         ((double)c->c + 16) * ((double)c->ho * (double)c->sh + (double)c->kh) *
+                 ((double)c->wo * (double)c->sw + (double)c->kw) < big;
     for (uint32_t i = 0; ok && i < st->nargs; i++)
       ok = p->bufs[st->args[i]].type.dtype == KILN_F32;
     if (ok && st->nargs == 4) ok = p->bufs[st->args[1]].kind == KCG_PBUF_CONST;
@@ -320,13 +315,14 @@ kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_c
   m->blas_split = kir_switch_on(o.blas_split, true) && pool && krt_pool_threads(pool) > 1;
   if (m->blas_split) openblas_set_num_threads(1);
   m->attention_avx512 = !strcmp(krt_attention_isa(&o), "avx512");
-  pthread_mutex_init(&m->conv_mu, NULL);
   atomic_init(&m->spare, NULL);
   atomic_init(&m->last_peak, 0);
   atomic_init(&m->last_total, 0);
   m->reuse = kir_switch_on(o.memory_plan, true); /* off: every temporary its own bytes */
   atomic_init(&m->prof_runs, 0);
-  if (kir_switch_on(o.profile, false) && !(m->prof = calloc(prog->nsteps + 1u, sizeof *m->prof))) {
+  if ((kir_switch_on(o.profile, false) && !(m->prof = calloc(prog->nsteps + 1u, sizeof *m->prof))) ||
+      !(m->conv_cache = krt_conv_cache_create())) {
+    free(m->prof);
     free(m);
     return fail(ctx, KILN_ERR_NOMEM, "out of memory");
   }
@@ -367,90 +363,11 @@ size_t krt_model_last_total(const krt_model *m) {
 
 static void free_workspace(krt_workspace *w);
 
-/* What step s is, for the profile: its kernel, or the GEMM's sizes and path. */
-static void describe_step(const krt_model *m, uint32_t s, char *buf, size_t n) {
-  const kcg_step *st = &m->prog->steps[s];
-  const rt_prof *pr = &m->prof[s];
-  switch (st->kind) {
-  case KCG_STEP_GEMM:
-    snprintf(buf, n, "%s %s m=%lld n=%lld k=%lld%s%s x%lld (%s)", m->prog->kernels[st->kernel]->name,
-             st->gemm.dtype == KILN_F64 ? "f64" : st->gemm.bf16 ? "f32 (bf16 operands)" : "f32",
-             (long long)pr->m, (long long)pr->n,
-             (long long)pr->k, st->gemm.trans_a ? " A^T" : "", st->gemm.trans_b ? " B^T" : "",
-             (long long)pr->count, pr->path ? pr->path : "?");
-    break;
-  case KCG_STEP_ATTENTION:
-    snprintf(buf, n, "flash attention %s%s%s", st->attn.backward ? "backward" : "forward",
-             st->attn.causal ? ", causal" : "", st->attn.has_mask ? ", mask" : "");
-    break;
-  case KCG_STEP_SCAN: snprintf(buf, n, "scan of %u steps", st->body->nsteps); break;
-  case KCG_STEP_CONV:
-    snprintf(buf, n, "%s c=%lld o=%lld %lldx%lld/%lld %lldx%lld (blocked%s)",
-             m->prog->kernels[st->kernel]->name, (long long)st->conv.c, (long long)st->conv.o,
-             (long long)st->conv.kh, (long long)st->conv.kw, (long long)st->conv.sh,
-             (long long)st->conv.ho, (long long)st->conv.wo, st->nargs == 5 ? ", packed per run" : "");
-    break;
-  default: snprintf(buf, n, "%s", m->prog->kernels[st->kernel]->name);
-  }
-}
-
-typedef struct step_time {
-  uint64_t ns;
-  uint32_t step;
-} step_time;
-
-static int by_time(const void *a, const void *b) {
-  uint64_t x = ((const step_time *)a)->ns, y = ((const step_time *)b)->ns;
-  return x < y ? 1 : x > y ? -1 : 0;
-}
-
-/* The profile's table on f: per kind of step, then the slowest steps first. */
-static void print_profile(const krt_model *m, FILE *f) {
-  static const char *const kinds[] = {"kernel", "gemm", "scan", "attention", "conv"};
-  uint32_t ns = m->prog->nsteps;
-  uint64_t runs = atomic_load(&m->prof_runs), total = 0, by_kind[5] = {0};
-  step_time *order = malloc((ns + 1u) * sizeof *order);
-  if (!order || !runs) {
-    free(order);
-    return;
-  }
-  for (uint32_t s = 0; s < ns; s++) {
-    uint64_t t = atomic_load(&m->prof[s].ns);
-    total += t, by_kind[m->prog->steps[s].kind % 5] += t;
-    order[s] = (step_time){t, s};
-  }
-  qsort(order, ns, sizeof *order, by_time);
-  double per = 1e-6 / (double)runs, pct = total ? 100.0 / (double)total : 0;
-  fprintf(f, "kiln profile: %u steps, %llu runs, %.3f ms a run in steps (", ns,
-          (unsigned long long)runs, (double)total * per);
-  for (int k = 0; k < 5; k++)
-    fprintf(f, "%s%s %.1f%%", k ? ", " : "", kinds[k], (double)by_kind[k] * pct);
-  fprintf(f, ")\n  step  kind        ms/run      %%  what\n");
-  for (uint32_t i = 0; i < ns && i < 30; i++) {
-    uint32_t s = order[i].step;
-    uint64_t t = order[i].ns;
-    if (!t) break;
-    char what[160];
-    describe_step(m, s, what, sizeof what);
-    fprintf(f, "  %4u  %-9s %8.3f  %5.1f  %s\n", s, kinds[m->prog->steps[s].kind % 5],
-            (double)t * per, (double)t * pct, what);
-  }
-  if (ns > 30) fprintf(f, "  (%u more steps)\n", ns - 30);
-  fprintf(f, "  thread pool: %d threads, %llu parallel loops nested in another (run on one thread)\n",
-          krt_pool_threads(m->pool), (unsigned long long)krt_pool_nested(m->pool));
-  free(order);
-}
-
 void krt_model_destroy(krt_model *m) {
   if (!m) return;
-  if (m->prof) print_profile(m, stderr);
+  if (m->prof) krt_profile_print(m->prog, m->prof, atomic_load(&m->prof_runs), m->pool, stderr);
   free(m->prof);
-  for (conv_pack *c = m->conv_packs, *next; c; c = next) {
-    next = c->next;
-    free(c->wp);
-    free(c);
-  }
-  pthread_mutex_destroy(&m->conv_mu);
+  krt_conv_cache_destroy(m->conv_cache);
   free_workspace(atomic_exchange(&m->spare, NULL));
   free_names(m);
   free(m);
@@ -1129,24 +1046,6 @@ static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   return KILN_OK;
 }
 
-/* The packed form of CONV step st's constant weight wsrc: packed at the step's first run, then kept. */
-static const float *packed_weight(krt_model *m, const kcg_step *st, const float *wsrc) {
-  pthread_mutex_lock(&m->conv_mu);
-  conv_pack *c = m->conv_packs;
-  while (c && (c->st != st || c->w != wsrc)) c = c->next;
-  if (!c && (c = calloc(1, sizeof *c)) &&
-      !(c->wp = malloc(krt_conv_wpack_floats(&st->conv) * sizeof(float)))) {
-    free(c);
-    c = NULL;
-  } else if (c && !c->st) {
-    krt_conv_pack_w(m->pool, &st->conv, wsrc, c->wp);
-    c->st = st, c->w = wsrc, c->next = m->conv_packs;
-    m->conv_packs = c;
-  }
-  pthread_mutex_unlock(&m->conv_mu);
-  return c ? c->wp : NULL;
-}
-
 /*
  * A CONV step: x, w, y, the packed input, [the packed weight]. The batch
  * follows from x's bytes; every buffer is checked against the sizes the
@@ -1169,7 +1068,7 @@ static kiln_status run_conv(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   if (st->nargs == 5) {
     krt_conv_pack_w(w->m->pool, cv, wsrc, pl->addr[st->args[4]]);
     wp = pl->addr[st->args[4]];
-  } else if (!(wp = packed_weight(w->m, st, wsrc))) {
+  } else if (!(wp = krt_conv_cache_get(w->m->conv_cache, w->m->pool, st, wsrc))) {
     return fail(w->ctx, KILN_ERR_NOMEM, "out of memory packing a convolution's weight");
   }
   krt_conv_run(w->m->pool, cv, B, x, wp, pl->addr[st->args[3]], pl->addr[st->args[2]]);
