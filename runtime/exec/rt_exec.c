@@ -86,6 +86,7 @@ struct krt_model {
   kiln_switch bf16_dot;        /* bf16 GEMMs on dot products (kiln_options.gemm_bf16_dot) */
   bool attention_avx512;       /* attention steps on the AVX-512 kernel */
   bool gemm_kiln; /* f32 GEMM steps run Kiln's own GEMM (rt_gemm_cpu.c) instead of BLAS */
+  bool gemm_dots; /* and so do those of a few rows against B^T, even where BLAS is the library */
   bool blas_split; /* BLAS GEMMs split over the pool, BLAS itself single-threaded */
   _Atomic(krt_workspace *) spare;
   _Atomic size_t last_peak;
@@ -304,6 +305,7 @@ kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_c
   m->fns = fns;
   m->pool = pool;
   m->gemm_kiln = default_gemm_kiln(o.gemm);
+  m->gemm_dots = o.gemm != KILN_GEMM_BLAS;
   m->gemm_threshold = default_gemm_threshold();
   m->gemm_threshold_kiln = KRT_GEMM_THRESHOLD_KILN;
   if (o.gemm_threshold) /* for measuring it (docs/cpu-runtime.md) */
@@ -879,14 +881,20 @@ static size_t batch_offset(const int64_t *cidx, int nbatch, int rank, const kir_
   return off;
 }
 
-/* Whether the step's library is Kiln's GEMM (else BLAS): bf16 operand buffers only it reads. */
-static bool on_kiln_gemm(const krt_model *m, const kcg_gemm *g) {
-  return g->dtype == KILN_F32 && (m->gemm_kiln || g->a_bf16 || g->b_bf16);
+/*
+ * Whether the step's library is Kiln's GEMM (else BLAS): bf16 operand buffers
+ * only it reads; a few rows against B^T it computes as dot products where B
+ * lies, where BLAS 0.3.21 packs all of B for them (mobilenet_v2's classifier
+ * at batch 1: 1.17 ms packed, 0.16 as dot products).
+ */
+static bool on_kiln_gemm(const krt_model *m, const kcg_gemm *g, int64_t M) {
+  bool dots = m->gemm_dots && g->trans_b && M <= KRT_GEMM_DOT_MAX_M && !g->bf16;
+  return g->dtype == KILN_F32 && (m->gemm_kiln || g->a_bf16 || g->b_bf16 || dots);
 }
 
 /* Whether the step goes to a library (BLAS or Kiln's GEMM) rather than its generated kernel. */
 static bool use_blas(const krt_model *m, const kcg_gemm *g, int64_t M, int64_t N, int64_t K) {
-  int64_t threshold = on_kiln_gemm(m, g) ? m->gemm_threshold_kiln : m->gemm_threshold;
+  int64_t threshold = on_kiln_gemm(m, g, M) ? m->gemm_threshold_kiln : m->gemm_threshold;
   if ((g->dtype != KILN_F32 && g->dtype != KILN_F64) || threshold < 0) return false;
   if (M > INT_MAX || N > INT_MAX || K > INT_MAX) return false;
   int64_t mn, mnk;
@@ -1004,7 +1012,7 @@ static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   const kcg_gemm *g = &st->gemm;
   const int64_t *sz = w->sizes;
   int64_t M = kcg_dim_value(g->m, sz), N = kcg_dim_value(g->n, sz), K = kcg_dim_value(g->k, sz);
-  bool library = use_blas(w->m, g, M, N, K), kiln = library && on_kiln_gemm(w->m, g);
+  bool library = use_blas(w->m, g, M, N, K), kiln = library && on_kiln_gemm(w->m, g, M);
   if (w->m->prof && pl == w->plan) {
     rt_prof *pr = &w->m->prof[st - pl->prog->steps];
     size_t mn = (size_t)M * (size_t)N * dtype_bytes(g->dtype);

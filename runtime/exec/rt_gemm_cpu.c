@@ -306,6 +306,117 @@ const char *krt_gemm_isa_name(krt_gemm_isa isa) {
   return (unsigned)isa < KRT_GEMM_ISA_COUNT ? names[isa] : "?";
 }
 
+/* ------------------------------------------------ a few rows against B^T */
+
+/*
+ * C[i][q] = Σ_p A[i][p] · B[q][p] for at most KRT_GEMM_DOT_MAX_M rows of A
+ * with B stored [n, k] — a linear layer at batch 1 (ONNX Gemm with transB,
+ * PyTorch's Linear): packing B would copy all of it, transposed, to use each
+ * element once or twice, so each C element is a dot product along a row of
+ * A and a row of B, both read where they lie. Four rows of B at a time share
+ * each load of A and stay in L1 across A's rows. Every dot product sums in
+ * one order (the lanes' partial sums, then the lanes in a fixed tree, then
+ * the tail), whatever the threads. A is given row-major (krt_gemm copies a
+ * transposed A first).
+ */
+typedef struct dot_job {
+  const float *a, *b;
+  float *c;
+  int64_t m, n, k, ldb, ldc;
+  int nthreads;
+} dot_job;
+
+typedef void (*dot_fn)(const dot_job *j, int64_t q0, int64_t q1);
+
+static void dots_scalar(const dot_job *j, int64_t q0, int64_t q1) {
+  for (int64_t q = q0; q < q1; q++)
+    for (int64_t i = 0; i < j->m; i++) {
+      const float *a = j->a + i * j->k, *b = j->b + q * j->ldb;
+      float s = 0;
+      for (int64_t p = 0; p < j->k; p++) s += a[p] * b[p];
+      j->c[i * j->ldc + q] = s;
+    }
+}
+
+#ifdef KRT_X86
+/* The dot products of A's rows with rows q0..q0+R of B, R ≤ 4, vectors of V floats. */
+#define DEFINE_DOTS(NAME, TARGET, VEC, V, ZERO, LOAD, FMA, HSUM)                              \
+  TARGET static void NAME(const dot_job *j, int64_t q0, int64_t q1) {                          \
+    int64_t k = j->k, kv = k / V * V;                                                          \
+    for (int64_t q = q0; q < q1; q += 4) {                                                     \
+      int R = q1 - q < 4 ? (int)(q1 - q) : 4;                                                  \
+      const float *b[4];                                                                       \
+      for (int r = 0; r < 4; r++) b[r] = j->b + (q + (r < R ? r : 0)) * j->ldb;                \
+      for (int64_t i = 0; i < j->m; i++) {                                                     \
+        const float *a = j->a + i * k;                                                         \
+        VEC s0 = ZERO, s1 = ZERO, s2 = ZERO, s3 = ZERO;                                        \
+        for (int64_t p = 0; p < kv; p += V) {                                                  \
+          VEC x = LOAD(a + p);                                                                 \
+          s0 = FMA(x, LOAD(b[0] + p), s0), s1 = FMA(x, LOAD(b[1] + p), s1);                   \
+          s2 = FMA(x, LOAD(b[2] + p), s2), s3 = FMA(x, LOAD(b[3] + p), s3);                   \
+        }                                                                                      \
+        float t[4] = {HSUM(s0), HSUM(s1), HSUM(s2), HSUM(s3)};                                 \
+        for (int r = 0; r < R; r++) {                                                          \
+          for (int64_t p = kv; p < k; p++) t[r] += a[p] * b[r][p];                             \
+          j->c[i * j->ldc + q + r] = t[r];                                                     \
+        }                                                                                      \
+      }                                                                                        \
+    }                                                                                          \
+  }
+
+TARGET_AVX2 static inline float hsum256(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+DEFINE_DOTS(dots_avx2, TARGET_AVX2, __m256, 8, _mm256_setzero_ps(), _mm256_loadu_ps,
+            _mm256_fmadd_ps, hsum256)
+DEFINE_DOTS(dots_avx512, TARGET_AVX512, __m512, 16, _mm512_setzero_ps(), _mm512_loadu_ps,
+            _mm512_fmadd_ps, _mm512_reduce_add_ps)
+#endif
+
+static void dot_task(void *arg, int64_t lo, int64_t hi) {
+  const dot_job *j = arg;
+  dot_fn fn = dots_scalar;
+#ifdef KRT_X86
+  krt_gemm_isa isa = krt_gemm_isa_active();
+  if (isa >= KRT_GEMM_ISA_AVX512) fn = dots_avx512;
+  else if (isa == KRT_GEMM_ISA_AVX2) fn = dots_avx2;
+#endif
+  int64_t groups = (j->n + 3) / 4; /* threads take whole groups of four rows of B */
+  for (int64_t t = lo; t < hi; t++) {
+    int64_t q0 = groups * t / j->nthreads * 4, q1 = groups * (t + 1) / j->nthreads * 4;
+    if (q1 > j->n) q1 = j->n;
+    if (q0 < q1) fn(j, q0, q1);
+  }
+}
+
+/* Whether krt_gemm takes the dot-product path for d. */
+static bool dot_path(const krt_gemm_desc *d) {
+  return d->trans_b && !d->bf16 && d->m <= KRT_GEMM_DOT_MAX_M && d->a_type == KRT_GEMM_F32 &&
+         d->b_type == KRT_GEMM_F32;
+}
+
+static bool gemm_dots(krt_pool *pool, const krt_gemm_desc *d, float *c, int64_t ldc, int T) {
+  float *at = NULL;
+  const float *a = d->a;
+  if (d->trans_a || d->lda != d->k) { /* A's m rows, contiguous */
+    at = malloc((size_t)(d->m * d->k) * sizeof *at);
+    if (!at) return false;
+    for (int64_t i = 0; i < d->m; i++)
+      for (int64_t p = 0; p < d->k; p++)
+        at[i * d->k + p] = d->trans_a ? a[p * d->lda + i] : a[i * d->lda + p];
+    a = at;
+  }
+  int64_t groups = (d->n + 3) / 4;
+  dot_job j = {.a = a, .b = d->b, .c = c, .m = d->m, .n = d->n, .k = d->k, .ldb = d->ldb,
+               .ldc = ldc, .nthreads = groups < T ? (int)groups : T};
+  krt_parallel_for(j.nthreads > 1 ? pool : NULL, j.nthreads, dot_task, &j);
+  free(at);
+  return true;
+}
+
 /* --------------------------------------------------------------- packing */
 
 typedef struct gemm_job {
@@ -542,12 +653,16 @@ bool krt_gemm(krt_pool *pool, const krt_gemm_desc *d) {
     if (!__builtin_mul_overflow(d->m, d->n, &mn) && !__builtin_mul_overflow(mn, d->k, &mnk) &&
         mnk < PARALLEL_MIN_MNK)
       T = 1;
-    j.split_m = tm >= 2 * (int64_t)T || tm >= tn;
-    int64_t tiles = j.split_m ? tm : tn;
-    j.nthreads = tiles < T ? (int)tiles : T;
-    atomic_init(&j.oom, false);
-    krt_parallel_for(j.nthreads > 1 ? pool : NULL, j.nthreads, gemm_task, &j);
-    ok = !atomic_load(&j.oom);
+    if (dot_path(d)) {
+      ok = gemm_dots(pool, d, c, ldc, T);
+    } else {
+      j.split_m = tm >= 2 * (int64_t)T || tm >= tn;
+      int64_t tiles = j.split_m ? tm : tn;
+      j.nthreads = tiles < T ? (int)tiles : T;
+      atomic_init(&j.oom, false);
+      krt_parallel_for(j.nthreads > 1 ? pool : NULL, j.nthreads, gemm_task, &j);
+      ok = !atomic_load(&j.oom);
+    }
   }
   if (c != d->c) {
     uint16_t *o = d->c;

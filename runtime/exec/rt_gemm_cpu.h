@@ -39,6 +39,13 @@ typedef enum krt_gemm_isa {
   KRT_GEMM_ISA_COUNT
 } krt_gemm_isa;
 
+/*
+ * Up to this many rows of f32 A, against f32 B stored transposed ([n, k]),
+ * krt_gemm computes dot products along the rows of A and B where they lie
+ * instead of packing (a linear layer at batch 1).
+ */
+#define KRT_GEMM_DOT_MAX_M 4
+
 typedef struct krt_gemm_desc {
   bool trans_a, trans_b; /* A is stored [k, m], B is stored [n, k] */
   int64_t m, n, k;

@@ -189,6 +189,15 @@ static void test_isa(krt_pool *pool, krt_gemm_isa isa) {
       {64, 96, 7, false, false, true, false, true, false, 3},
       {1, 32, 5, false, false, true, false, true, true, 0},
       {65, 64, 9, false, false, true, true, true, false, 0},
+      /* at most KRT_GEMM_DOT_MAX_M rows against f32 B^T: dot products where B lies (a
+         classifier at batch 1), on the pool when large, every tail of k and of n's groups of 4 */
+      {1, 1000, 1280, false, true, false, false, false, false, 0},
+      {1, 2049, 300, false, true, false, false, false, false, 0},
+      {4, 1001, 17, true, true, false, false, false, false, 0},
+      {3, 5, 1, false, true, false, false, false, false, 0},
+      {2, 9, 33, false, true, false, false, false, false, 3},
+      {4, 66, 15, true, true, false, false, false, true, 2},
+      {KRT_GEMM_DOT_MAX_M + 1, 70, 40, false, true, false, false, false, false, 0},
   };
   for (size_t i = 0; i < sizeof more / sizeof more[0]; i++, n++) check_case(pool, &more[i], name);
   printf("  %s: %d cases\n", name, n);
