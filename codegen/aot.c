@@ -184,8 +184,10 @@ static uint32_t write_program(writer *w, const kcg_program *prog) {
     if (st->kind == KCG_STEP_CONV) {
       const kcg_conv *c = &st->conv;
       fprintf(f, ",\n   .conv = {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
-                 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "}",
-              c->c, c->h, c->w, c->o, c->kh, c->kw, c->sh, c->sw, c->pt, c->pl, c->ho, c->wo);
+                 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+                 ", %d}",
+              c->c, c->h, c->w, c->o, c->kh, c->kw, c->sh, c->sw, c->pt, c->pl, c->ho, c->wo,
+              (int)c->mode);
     }
     fprintf(f, ",\n   .gemm = {.dtype = %d, .trans_a = %d, .trans_b = %d, .m = %" PRId64
                ", .n = %" PRId64 ", .k = %" PRId64 ", .nbatch = %u, .a_rank = %u, .b_rank = %u",

@@ -167,7 +167,7 @@ bool kcg_lower_gemm_step(kcg_lower_ctx *lc, const kcg_gemm *gm) {
 bool kcg_lower_conv_step(kcg_lower_ctx *lc, const kcg_conv *cv, const uint32_t *extra,
                          uint32_t nextra) {
   if (!ARENA_GROW(lc->st, lc->args, lc->capargs, lc->nargs + nextra)) return nomem(lc->st);
-  memcpy(lc->args + lc->nargs, extra, nextra * sizeof *extra);
+  if (nextra) memcpy(lc->args + lc->nargs, extra, nextra * sizeof *extra);
   lc->nargs += nextra;
   return finish_step(lc, (kcg_step){.kind = KCG_STEP_CONV, .conv = *cv});
 }

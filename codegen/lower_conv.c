@@ -206,7 +206,7 @@ static bool conv2d_direct(kcg_lower_ctx *lc, const kir_inst *inst) {
  * of one pass over the row per tap. The taps are summed in the reference's
  * order (row, column), from 0, as in conv2d_direct.
  */
-static bool conv2d_depthwise(kcg_lower_ctx *lc, const kir_inst *inst) {
+static bool conv2d_depthwise_kernel(kcg_lower_ctx *lc, const kir_inst *inst) {
   conv_fwd f;
   if (!conv_fwd_begin(lc, inst, &f)) return false;
   kcg_kernel *k = f.k;
@@ -230,7 +230,11 @@ static bool conv2d_depthwise(kcg_lower_ctx *lc, const kir_inst *inst) {
     }
   }
   kcg_store(k, lw, yb, y_at(k, &g, b, o, oh, ow), acc);
-  return kcg_lower_step(lc);
+  return true;
+}
+
+static bool conv2d_depthwise(kcg_lower_ctx *lc, const kir_inst *inst) {
+  return conv2d_depthwise_kernel(lc, inst) && kcg_lower_step(lc);
 }
 
 /*
@@ -673,10 +677,45 @@ static bool conv2d_blocked(kcg_lower_ctx *lc, const kir_inst *inst) {
   return conv2d_direct_kernel(lc, inst) && kcg_lower_conv_step(lc, &cv, extra, n);
 }
 
+/*
+ * Whether a depthwise conv2d (one input channel per group, at most 7×7
+ * taps) goes to the runtime's window kernel (runtime/exec/rt_window_cpu.c):
+ * the CPU executor, f32, no dilation, a row stride of 1 or 2, every size but
+ * the batch a constant.
+ */
+static bool use_window(const kcg_lower_ctx *lc, const kir_inst *inst) {
+  const kir_type *x = kcg_in_type(lc, 0), *w = kcg_in_type(lc, 1), *y = kcg_out_type(lc, 0);
+  const kir_attr *at = inst->attrs;
+  if (!kcg_lower_opts(lc)->runtime_conv || at[2].ints[0] != 1 || at[2].ints[1] != 1 ||
+      (at[0].ints[1] != 1 && at[0].ints[1] != 2))
+    return false;
+  if (x->dtype != KILN_F32 || w->dtype != KILN_F32 || y->dtype != KILN_F32 ||
+      conv_operands(lc).bf16)
+    return false;
+  for (int d = 0; d < 4; d++)
+    if ((d && KIR_DIM_IS_SYM(x->dims[d])) || KIR_DIM_IS_SYM(w->dims[d]) ||
+        (d && KIR_DIM_IS_SYM(y->dims[d])))
+      return false;
+  return w->dims[1] == 1 && at[3].i == x->dims[1] && w->dims[0] % x->dims[1] == 0 &&
+         w->dims[2] * w->dims[3] <= 49 && y->dims[2] > 0 && y->dims[3] > 0;
+}
+
+/* A depthwise conv2d as a CONV step, its generated kernel the fallback. */
+static bool conv2d_window(kcg_lower_ctx *lc, const kir_inst *inst) {
+  const kir_type *x = kcg_in_type(lc, 0), *w = kcg_in_type(lc, 1), *y = kcg_out_type(lc, 0);
+  const kir_attr *at = inst->attrs;
+  kcg_conv cv = {.c = x->dims[1], .h = x->dims[2], .w = x->dims[3], .o = w->dims[0],
+                 .kh = w->dims[2], .kw = w->dims[3], .sh = at[0].ints[0], .sw = at[0].ints[1],
+                 .pt = at[1].ints[0], .pl = at[1].ints[1], .ho = y->dims[2], .wo = y->dims[3],
+                 .mode = KCG_CONV_DEPTHWISE};
+  return conv2d_depthwise_kernel(lc, inst) && kcg_lower_conv_step(lc, &cv, NULL, 0);
+}
+
 /* ---- entry points (ops.def) ---- */
 
 bool kcg_lower_conv2d(kcg_lower_ctx *lc, const kir_inst *inst) {
   if (use_blocked(lc, inst)) return conv2d_blocked(lc, inst);
+  if (use_window(lc, inst)) return conv2d_window(lc, inst);
   return use_gemm(lc, inst, kcg_in_type(lc, 0), kcg_in_type(lc, 1), kcg_out_type(lc, 0))
              ? conv2d_gemm(lc, inst)
          : kcg_in_type(lc, 1)->dims[1] == 1 && kcg_in_type(lc, 1)->dims[2] *

@@ -112,7 +112,29 @@ static void add_where(kcg_kernel *k, uint32_t parent, uint32_t xb, kcg_ref base,
   kcg_store(k, parent, xb, at, kcg_select(k, ok, kcg_binary(k, KIR_OP_add, old, v), old));
 }
 
+/*
+ * Whether max_pool2d is a CONV step, the runtime's window kernel
+ * (runtime/exec/rt_window_cpu.c) with this kernel as its fallback: the CPU
+ * executor, f32, a row stride of 1 or 2, every size but the batch a constant.
+ */
+static bool pool_window(const kcg_lower_ctx *lc, const kir_inst *inst, kcg_conv *cv) {
+  const kir_type *x = kcg_in_type(lc, 0), *y = kcg_out_type(lc, 0);
+  const kir_attr *at = inst->attrs;
+  if (!kcg_lower_opts(lc)->runtime_conv || x->dtype != KILN_F32 ||
+      (at[1].ints[1] != 1 && at[1].ints[1] != 2))
+    return false;
+  for (int d = 1; d < 4; d++)
+    if (KIR_DIM_IS_SYM(x->dims[d]) || KIR_DIM_IS_SYM(y->dims[d]) || y->dims[d] <= 0) return false;
+  *cv = (kcg_conv){.c = x->dims[1], .h = x->dims[2], .w = x->dims[3], .o = x->dims[1],
+                   .kh = at[0].ints[0], .kw = at[0].ints[1], .sh = at[1].ints[0],
+                   .sw = at[1].ints[1], .pt = at[2].ints[0], .pl = at[2].ints[1],
+                   .ho = y->dims[2], .wo = y->dims[3], .mode = KCG_CONV_MAX_POOL};
+  return true;
+}
+
 bool kcg_lower_max_pool2d(kcg_lower_ctx *lc, const kir_inst *inst) {
+  kcg_conv cv;
+  bool as_step = pool_window(lc, inst, &cv);
   kcg_kernel *k = kcg_lower_kernel(lc, "");
   if (!k) return false;
   const kir_type *x = kcg_in_type(lc, 0);
@@ -127,7 +149,7 @@ bool kcg_lower_max_pool2d(kcg_lower_ctx *lc, const kir_inst *inst) {
   kcg_ref v = kcg_load(k, xb, kcg_add(k, w.xplane, in_plane(k, &g, r, c)), ok);
   kcg_assign(k, lt, l, kcg_select(k, ok, kcg_binary(k, KIR_OP_max, acc, v), acc));
   kcg_store(k, w.loop, yb, w.yat, kcg_local(k, l));
-  return kcg_lower_step(lc);
+  return as_step ? kcg_lower_conv_step(lc, &cv, NULL, 0) : kcg_lower_step(lc);
 }
 
 bool kcg_lower_avg_pool2d(kcg_lower_ctx *lc, const kir_inst *inst) {

@@ -35,8 +35,8 @@ typedef enum kcg_step_kind {
   KCG_STEP_GEMM,   /* a matmul the runtime may hand to BLAS; `kernel` is the generated fallback */
   KCG_STEP_SCAN,   /* run `body` `length` times over slices of axis 0 */
   KCG_STEP_ATTENTION, /* flash_attention(_grad): the runtime's tiled kernel (runtime/exec/rt_attention.c) */
-  KCG_STEP_CONV       /* an f32 conv2d: the runtime's blocked kernel (runtime/exec/rt_conv_cpu.c);
-                         `kernel` is the generated direct loop nest, run where that cannot be */
+  KCG_STEP_CONV       /* an f32 conv2d or max_pool2d the runtime computes (kcg_conv); `kernel`
+                         is the generated loop nest, run where that cannot be */
 } kcg_step_kind;
 
 typedef struct kcg_program kcg_program;
@@ -74,16 +74,31 @@ typedef struct kcg_attn {
 } kcg_attn;
 
 /*
- * A CONV step (CPU only: kcg_lower_options.runtime_conv): args are x[B, C, H, W],
- * w[O, C, KH, KW], y[B, O, HO, WO] (the fallback kernel's three buffers, in
- * its order), then the packed input's TEMP (rt_conv_cpu.h), then, when w is
- * not a constant buffer, the packed weight's TEMP (a constant weight is packed
- * once, when the model first runs). One group, dilation 1, f32, every size
- * but the batch a constant.
+ * A CONV step (CPU only: kcg_lower_options.runtime_conv): a convolution or a
+ * pooling the CPU runtime computes itself, f32, dilation 1, every size but
+ * the batch a constant; `kernel` is the generated loop nest of the same op,
+ * whose buffers are the step's first arguments, in its order.
+ *  - BLOCKED (runtime/exec/rt_conv_cpu.h), one group: x[B, C, H, W],
+ *    w[O, C, KH, KW], y[B, O, HO, WO], then the packed input's TEMP, then,
+ *    when w is not a constant buffer, the packed weight's TEMP (a constant
+ *    weight is packed once, when the model first runs).
+ *  - DEPTHWISE (runtime/exec/rt_window_cpu.h), one input channel per group,
+ *    O = C·m: x, w[O, 1, KH, KW], y.
+ *  - MAX_POOL (the same file), O = C: x, y.
  */
+typedef enum kcg_conv_mode { KCG_CONV_BLOCKED, KCG_CONV_DEPTHWISE, KCG_CONV_MAX_POOL } kcg_conv_mode;
+
 typedef struct kcg_conv {
   int64_t c, h, w, o, kh, kw, sh, sw, pt, pl, ho, wo;
+  kcg_conv_mode mode;
 } kcg_conv;
+
+static inline const char *kcg_conv_mode_name(kcg_conv_mode mode) {
+  return mode == KCG_CONV_BLOCKED     ? "blocked"
+         : mode == KCG_CONV_DEPTHWISE ? "depthwise"
+         : mode == KCG_CONV_MAX_POOL  ? "max pool"
+                                      : "?";
+}
 
 typedef struct kcg_step {
   kcg_step_kind kind;

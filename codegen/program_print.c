@@ -60,8 +60,9 @@ void kcg_program_print(const kcg_program *p, FILE *f) {
       fprintf(f, " %s", p->kernels[st->kernel]->name);
     if (st->kind == KCG_STEP_GEMM) put_gemm(p, &st->gemm, f);
     if (st->kind == KCG_STEP_CONV)
-      fprintf(f, " c=%" PRId64 " o=%" PRId64 " %" PRId64 "x%" PRId64 " s%" PRId64 "x%" PRId64,
-              st->conv.c, st->conv.o, st->conv.kh, st->conv.kw, st->conv.sh, st->conv.sw);
+      fprintf(f, " %s c=%" PRId64 " o=%" PRId64 " %" PRId64 "x%" PRId64 " s%" PRId64 "x%" PRId64,
+              kcg_conv_mode_name(st->conv.mode), st->conv.c, st->conv.o, st->conv.kh,
+              st->conv.kw, st->conv.sh, st->conv.sw);
     fputs(" (", f);
     for (uint32_t a = 0; a < st->nargs; a++) {
       if (a) fputs(", ", f);

@@ -39,8 +39,9 @@ typedef struct kiln_options {
   kiln_switch conv_bf16;        /* bf16 convolutions as bf16 GEMMs (default on); KILN_CONV_BF16 */
   int64_t conv_gemm_min;        /* MACs from which a convolution is a GEMM; 0: measured, -1: never;
                                    KILN_CONV_GEMM_MIN */
-  kiln_switch conv_direct;      /* f32 convolutions on the CPU runtime's blocked kernel (default
-                                   on); KILN_CONV_DIRECT */
+  kiln_switch conv_direct;      /* f32 convolutions on the CPU runtime's blocked kernel, depthwise
+                                   ones and max pooling on its window kernel (default on);
+                                   KILN_CONV_DIRECT */
   kiln_switch aot_bf16_weights; /* shared objects keep bf16-rounded weights as bf16 (default on);
                                    KILN_AOT_BF16_WEIGHTS */
   /* The CPU executor (runtime/exec/rt_exec.c). */

@@ -46,6 +46,7 @@
 #include "rt.h"
 #include "rt_attention.h"
 #include "rt_conv_cpu.h"
+#include "rt_window_cpu.h"
 #include "rt_profile.h"
 #include "rt_gemm_cpu.h"
 
@@ -152,6 +153,38 @@ static bool valid_dim(const kcg_program *p, kir_dim d) {
 static kiln_status check_program(kiln_ctx *ctx, const kcg_program *top, const kcg_program *p,
                                  const kcg_cpu_fn *fns, int depth);
 
+/*
+ * A depthwise or max-pool CONV step: its kernel takes exactly its arguments,
+ * x[B, C, H, W], [w[O, 1, KH, KW],] y[B, O, HO, WO] as the geometry says, every
+ * size positive and below 2^48 elements, f32 (the program may come from a shared object).
+ */
+static kiln_status check_window(kiln_ctx *ctx, const kcg_program *top, const kcg_program *p,
+                                const kcg_cpu_fn *fns, uint32_t s) {
+  const kcg_step *st = &p->steps[s];
+  const kcg_conv *c = &st->conv;
+  bool dw = c->mode == KCG_CONV_DEPTHWISE;
+  if (c->mode != KCG_CONV_DEPTHWISE && c->mode != KCG_CONV_MAX_POOL)
+    return fail(ctx, KILN_ERR_INVALID, "program: step %u: unknown conv mode %d", s, (int)c->mode);
+  if (st->nargs != (dw ? 3u : 2u) || st->kernel >= top->nkernels || !fns[st->kernel] ||
+      top->kernels[st->kernel]->nbufs != st->nargs)
+    return fail(ctx, KILN_ERR_INVALID, "program: step %u: malformed window kernel", s);
+  const kir_type *x = &p->bufs[st->args[0]].type, *y = &p->bufs[st->args[dw ? 2 : 1]].type;
+  int64_t geo[] = {c->c, c->h, c->w, c->o, c->kh, c->kw, c->sh, c->sw, c->pt + 1, c->pl + 1,
+                   c->ho, c->wo};
+  bool ok = x->rank == 4 && y->rank == 4 && x->dims[0] == y->dims[0] && x->dims[1] == c->c &&
+            x->dims[2] == c->h && x->dims[3] == c->w && y->dims[1] == c->o &&
+            y->dims[2] == c->ho && y->dims[3] == c->wo && (dw ? c->o % c->c == 0 : c->o == c->c);
+  for (size_t i = 0; ok && i < sizeof geo / sizeof geo[0]; i++)
+    ok = geo[i] > 0 && (i >= 4 && i < 10 ? geo[i] <= 4096 : geo[i] < ((int64_t)1 << 24));
+  if (ok && dw) {
+    const kir_type *w = &p->bufs[st->args[1]].type;
+    ok = w->rank == 4 && w->dims[0] == c->o && w->dims[1] == 1 && w->dims[2] == c->kh &&
+         w->dims[3] == c->kw;
+  }
+  for (uint32_t i = 0; ok && i < st->nargs; i++) ok = p->bufs[st->args[i]].type.dtype == KILN_F32;
+  return ok ? KILN_OK : fail(ctx, KILN_ERR_INVALID, "program: step %u: malformed window step", s);
+}
+
 static kiln_status check_step(kiln_ctx *ctx, const kcg_program *top, const kcg_program *p,
                               const kcg_cpu_fn *fns, uint32_t s, int depth) {
   const kcg_step *st = &p->steps[s];
@@ -159,6 +192,8 @@ static kiln_status check_step(kiln_ctx *ctx, const kcg_program *top, const kcg_p
     if (st->args[i] >= p->nbufs)
       return fail(ctx, KILN_ERR_INVALID, "program: step %u: argument %u is buffer %u of %u", s,
                   i, st->args[i], p->nbufs);
+  if (st->kind == KCG_STEP_CONV && st->conv.mode != KCG_CONV_BLOCKED)
+    return check_window(ctx, top, p, fns, s);
   if (st->kind == KCG_STEP_CONV) {
     const kcg_conv *c = &st->conv;
     if (st->kernel >= top->nkernels || !fns[st->kernel] || top->kernels[st->kernel]->nbufs != 3)
@@ -508,7 +543,7 @@ static bool step_writes(const kcg_program *top, const kcg_step *st, uint32_t i) 
   switch (st->kind) {
   case KCG_STEP_KERNEL: return top->kernels[st->kernel]->bufs[i].written;
   case KCG_STEP_GEMM: return i == 2;
-  case KCG_STEP_CONV: return i >= 2;
+  case KCG_STEP_CONV: return i >= (st->conv.mode == KCG_CONV_MAX_POOL ? 1u : 2u);
   case KCG_STEP_SCAN: return i >= st->body->nparams;
   case KCG_STEP_ATTENTION: return i >= st->nargs - (st->attn.backward ? 3u : 2u);
   }
@@ -1059,8 +1094,27 @@ static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
  * follows from x's bytes; every buffer is checked against the sizes the
  * step's geometry needs (the program may come from a shared object).
  */
+static kiln_status run_window(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
+  const kcg_conv *cv = &st->conv;
+  if (!krt_window_supported(cv)) return run_kernel(w, pl, st);
+  bool dw = cv->mode == KCG_CONV_DEPTHWISE;
+  size_t image = (size_t)cv->c * (size_t)cv->h * (size_t)cv->w * sizeof(float);
+  int64_t B = (int64_t)(pl->bytes[st->args[0]] / image);
+  size_t ybytes = (size_t)B * (size_t)cv->o * (size_t)cv->ho * (size_t)cv->wo * sizeof(float);
+  if (pl->bytes[st->args[0]] != (size_t)B * image || pl->bytes[st->args[dw ? 2 : 1]] != ybytes ||
+      (dw && pl->bytes[st->args[1]] !=
+                 (size_t)cv->o * (size_t)cv->kh * (size_t)cv->kw * sizeof(float)))
+    return fail(w->ctx, KILN_ERR_RUNTIME, "conv step %s: its buffers do not match its sizes",
+                w->m->prog->kernels[st->kernel]->name);
+  if (!krt_window_run(w->m->pool, cv, B, pl->addr[st->args[0]], dw ? pl->addr[st->args[1]] : NULL,
+                      pl->addr[st->args[dw ? 2 : 1]]))
+    return fail(w->ctx, KILN_ERR_NOMEM, "out of memory for a window step's padded planes");
+  return KILN_OK;
+}
+
 static kiln_status run_conv(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   const kcg_conv *cv = &st->conv;
+  if (cv->mode != KCG_CONV_BLOCKED) return run_window(w, pl, st);
   size_t image = (size_t)cv->c * (size_t)cv->h * (size_t)cv->w * sizeof(float);
   int64_t B = (int64_t)(pl->bytes[st->args[0]] / image);
   size_t ybytes = (size_t)B * (size_t)cv->o * (size_t)cv->ho * (size_t)cv->wo * sizeof(float);

@@ -23,10 +23,11 @@ static void describe_step(const kcg_program *prog, const rt_prof *pr, uint32_t s
     break;
   case KCG_STEP_SCAN: snprintf(buf, n, "scan of %u steps", st->body->nsteps); break;
   case KCG_STEP_CONV:
-    snprintf(buf, n, "%s c=%lld o=%lld %lldx%lld/%lld %lldx%lld (blocked%s)",
+    snprintf(buf, n, "%s c=%lld o=%lld %lldx%lld/%lld %lldx%lld (%s%s)",
              prog->kernels[st->kernel]->name, (long long)st->conv.c, (long long)st->conv.o,
              (long long)st->conv.kh, (long long)st->conv.kw, (long long)st->conv.sh,
-             (long long)st->conv.ho, (long long)st->conv.wo, st->nargs == 5 ? ", packed per run" : "");
+             (long long)st->conv.ho, (long long)st->conv.wo, kcg_conv_mode_name(st->conv.mode),
+             st->conv.mode == KCG_CONV_BLOCKED && st->nargs == 5 ? ", packed per run" : "");
     break;
   default: snprintf(buf, n, "%s", prog->kernels[st->kernel]->name);
   }

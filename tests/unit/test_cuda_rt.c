@@ -40,6 +40,7 @@
 #include <time.h>
 
 #include "codegen/cuda.h"
+#include "ir/options.h"
 #include "passes/passes.h"
 #include "runtime/device/cuda.h"
 #include "runtime/device/gpu_exec.h"
@@ -293,6 +294,16 @@ static int runs, skipped, scans;
 /* One variant: the executor on the fake driver against kcg_program_interp. */
 static void check_graph(kiln_ctx *ctx, kiln_graph *g, const char *where);
 
+/* lg lowered as the GPU executors lower it (gpu_exec.c): no CONV steps, the CPU executor's. */
+static kiln_status lower_for_gpu(kiln_ctx *ctx, kiln_graph *lg, kir_arena *arena, kcg_program **p) {
+  kiln_options o;
+  kir_options_resolve(kir_ctx_opts(ctx), NULL, &o);
+  kcg_lower_options lo;
+  kcg_lower_options_for(&o, &lo);
+  lo.runtime_conv = false;
+  return kcg_lower_target(ctx, lg, arena, &lo, p);
+}
+
 static void check_variant(const char *text, const char *where) {
   kiln_ctx *ctx = kiln_ctx_create();
   kiln_graph *g = NULL;
@@ -307,7 +318,7 @@ static void check_graph(kiln_ctx *ctx, kiln_graph *g, const char *where) {
   kiln_graph *lg = NULL;
   kir_arena arena = {0};
   kcg_program *p = NULL;
-  if (!(lg = kp_legalize(g)) || kcg_lower(ctx, lg, &arena, &p) != KILN_OK || p->nsyms > 64) {
+  if (!(lg = kp_legalize(g)) || lower_for_gpu(ctx, lg, &arena, &p) != KILN_OK || p->nsyms > 64) {
     skipped++;
     goto done;
   }
@@ -520,7 +531,7 @@ static void nvrtc_variant(const char *text, const char *where) {
   kcg_program *p = NULL;
   CHECK(kiln_graph_parse(ctx, text, strlen(text), where, &g) == KILN_OK);
   if (g) CHECK((lg = kp_legalize(g)) != NULL);
-  if (lg) CHECK(kcg_lower(ctx, lg, &arena, &p) == KILN_OK);
+  if (lg) CHECK(lower_for_gpu(ctx, lg, &arena, &p) == KILN_OK);
   krt_gpu_driver drv = {.name = "CUDA", .dialect = &kcg_cuda_dialect,
                         .target = {.sm = 90, .tensor_cores = true}, .compile = n_compile,
                         .module_load = n_load, .module_unload = n_unload, .function = n_function};
@@ -571,7 +582,7 @@ static kcg_program *lower_text(kiln_ctx *ctx, const char *text, kir_arena *arena
   kiln_graph *lg = NULL;
   kcg_program *p = NULL;
   if (kiln_graph_parse(ctx, text, strlen(text), "fake.kir", g) == KILN_OK && (lg = kp_legalize(*g)))
-    kcg_lower(ctx, lg, arena, &p);
+    lower_for_gpu(ctx, lg, arena, &p);
   kiln_graph_destroy(lg);
   return p;
 }

@@ -1,0 +1,272 @@
+/*
+ * rt_window_cpu.c — the depthwise convolution and max pooling of CONV
+ * steps, plane by plane (rt_window_cpu.h says what they compute and how).
+ *
+ * Before this, both were generated loop nests whose innermost loop ran over
+ * a window's few taps with a predicated load each: nothing to vectorize, so
+ * a stride-2 depthwise layer of mobilenet_v2 ran at ~11 GFLOP/s and a 2×2
+ * max pool at a few elements per cycle (docs/cpu-runtime.md, "Window
+ * operations").
+ */
+#include "rt_window_cpu.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,fma")))
+
+typedef struct window_job {
+  const kcg_conv *cv;
+  const float *x, *w;
+  float *y;
+  bool oom;
+} window_job;
+
+/* Output rows computed together: independent chains of the taps' ops, so they overlap. */
+#define ROWS 4
+
+/*
+ * The padded plane: rows (ho − 1)·sh + kh, each ppitch() floats — the
+ * input's row at column pl on, pad (0, or −inf for pooling) around it and
+ * far enough right that every chunk of 16 outputs loads whole vectors.
+ */
+static int64_t padded_rows(const kcg_conv *cv) {
+  return (cv->ho - 1 + ROWS - 1) * cv->sh + cv->kh; /* the last row group may run past ho */
+}
+static int64_t ppitch(const kcg_conv *cv) {
+  return ((cv->wo + 15) / 16 * 16 * cv->sw + cv->kw + 16 + 15) / 16 * 16;
+}
+
+/* The bits [0, n) of a 16-lane mask, n clamped to [0, 16]. */
+static __mmask16 first(int64_t n) {
+  return (__mmask16)(n >= 16 ? 0xffffu : n <= 0 ? 0u : (1u << n) - 1u);
+}
+
+/*
+ * x's plane into xs, padded: the pad in whole aligned vectors, then x's row
+ * over it in vectors of 16 (the last one masked). Only the rows a window
+ * reaches: the rows after them (a last row group's overrun) are read but
+ * never stored from, and were zeroed once when the scratch was allocated.
+ */
+TARGET_AVX512 static void pad_plane(const kcg_conv *cv, const float *x, float *xs, float pad) {
+  int64_t pw = ppitch(cv), c0 = cv->pl < pw ? cv->pl : pw;
+  int64_t n = cv->w < pw - c0 ? cv->w : pw - c0; /* x's columns the windows reach */
+  __m512 pv = _mm512_set1_ps(pad);
+  for (int64_t r = 0; r < (cv->ho - 1) * cv->sh + cv->kh; r++) {
+    float *d = xs + r * pw;
+    int64_t ih = r - cv->pt;
+    for (int64_t q = 0; q < pw; q += 16) _mm512_store_ps(d + q, pv);
+    if (ih < 0 || ih >= cv->h) continue;
+    const float *row = x + ih * cv->w;
+    for (int64_t q = 0; q < n; q += 16)
+      _mm512_mask_storeu_ps(d + c0 + q, first(n - q), _mm512_maskz_loadu_ps(first(n - q), row + q));
+  }
+}
+
+/* The op of one tap: acc += v · w (depthwise), or acc = max(acc, v) with a NaN tap remembered
+   in *nan (pooling: max(v, acc) keeps acc when v is NaN). */
+TARGET_AVX512 static inline __attribute__((always_inline)) __m512 tap(bool pool, __m512 acc,
+                                                                      __m512 v, __m512 w,
+                                                                      __mmask16 *nan) {
+  if (!pool) return _mm512_fmadd_ps(v, w, acc);
+  *nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  return _mm512_max_ps(v, acc);
+}
+
+/*
+ * One padded plane xs into y: 16 outputs of a row at a time, ROWS rows
+ * together. S is the stride along the row, KH × KW the window: constants in
+ * the callers for the common windows, so the taps unroll and a depthwise
+ * weight stays in a register for the whole plane. Output lane l of the chunk
+ * at ow0 reads padded column (ow0 + l)·S + j for tap column j: one load at
+ * stride 1, two and a permute (the even lanes) at stride 2. Lanes past the
+ * row's end are computed from the padding and not stored.
+ */
+TARGET_AVX512 static inline __attribute__((always_inline)) void plane(
+    const kcg_conv *cv, bool pool, int64_t S, int64_t KH, int64_t KW, const float *xs,
+    const float *wk, float *y) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const int64_t pw = ppitch(cv), wo = cv->wo;
+  __m512 wv[9]; /* a window of at most 3×3: its weights, broadcast once */
+  bool held = !pool && KH * KW <= 9;
+  for (int64_t t = 0; held && t < KH * KW; t++) wv[t] = _mm512_set1_ps(wk[t]);
+  for (int64_t oh0 = 0; oh0 < cv->ho; oh0 += ROWS) {
+    int nr = cv->ho - oh0 < ROWS ? (int)(cv->ho - oh0) : ROWS;
+    for (int64_t ow0 = 0; ow0 < wo; ow0 += 16) {
+      __m512 acc[ROWS];
+      __mmask16 nan[ROWS];
+      const float *base[ROWS]; /* each row's window corner (rows past the plane's repeat the last) */
+      for (int r = 0; r < ROWS; r++) {
+        acc[r] = pool ? _mm512_set1_ps(-INFINITY) : _mm512_setzero_ps();
+        nan[r] = 0;
+        base[r] = xs + (oh0 + (r < nr ? r : nr - 1)) * cv->sh * pw + ow0 * S;
+      }
+#pragma GCC unroll 8
+      for (int64_t i = 0; i < KH; i++)
+#pragma GCC unroll 8
+        for (int64_t j = 0; j < KW; j++) {
+          __m512 w = pool ? acc[0] : held ? wv[i * KW + j] : _mm512_set1_ps(wk[i * KW + j]);
+#pragma GCC unroll 4
+          for (int r = 0; r < ROWS; r++) {
+            const float *at = base[r] + i * pw + j;
+            __m512 v = S == 1 ? _mm512_loadu_ps(at)
+                              : _mm512_permutex2var_ps(_mm512_loadu_ps(at), even,
+                                                       _mm512_loadu_ps(at + 16));
+            acc[r] = tap(pool, acc[r], v, w, &nan[r]);
+          }
+        }
+      __mmask16 keep = first(wo - ow0);
+      for (int r = 0; r < nr; r++) {
+        if (nan[r]) acc[r] = _mm512_mask_mov_ps(acc[r], nan[r], _mm512_set1_ps(NAN));
+        _mm512_mask_storeu_ps(y + (oh0 + r) * wo + ow0, keep, acc[r]);
+      }
+    }
+  }
+}
+
+/*
+ * The K tap vectors (K = 2 or 3) of a K-wide window on one padded row for
+ * the chunk whose first tap is at `at` (64-byte aligned: the pitch and every
+ * chunk's start are multiples of 16 floats): stride 1 shifts two aligned
+ * loads by 0, 1 and 2 lanes; stride 2 takes the even and odd lanes of two
+ * loads and the even ones shifted by one, the last from a third load. Two
+ * or three aligned loads instead of K (or 2K) that cross a cache line.
+ */
+TARGET_AVX512 static inline __attribute__((always_inline)) void row_taps(const float *at,
+                                                                         int64_t S, int K,
+                                                                         __m512 t[3]) {
+  __m512 a = _mm512_load_ps(at), b = _mm512_load_ps(at + 16);
+  if (S == 1) {
+    __m512i ai = _mm512_castps_si512(a), bi = _mm512_castps_si512(b);
+    t[0] = a;
+    t[1] = _mm512_castsi512_ps(_mm512_alignr_epi32(bi, ai, 1));
+    if (K == 3) t[2] = _mm512_castsi512_ps(_mm512_alignr_epi32(bi, ai, 2));
+  } else {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m512i next = _mm512_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16);
+    t[0] = _mm512_permutex2var_ps(a, even, b);
+    t[1] = _mm512_permutex2var_ps(a, odd, b);
+    if (K == 3) t[2] = _mm512_permutex2var_ps(t[0], next, _mm512_load_ps(at + 32));
+  }
+}
+
+/*
+ * A K×K window (K = 2 or 3) with equal strides S along both axes: ROWS
+ * output rows take (ROWS − 1)·S + K padded input rows, each loaded once
+ * (row_taps) and used by every output row whose window holds it, in the
+ * window's row order.
+ */
+TARGET_AVX512 static inline __attribute__((always_inline)) void plane_k(const kcg_conv *cv,
+                                                                        bool pool, int64_t S,
+                                                                        int K, const float *xs,
+                                                                        const float *wk, float *y) {
+  const int64_t pw = ppitch(cv), wo = cv->wo;
+  __m512 wv[9];
+  for (int t = 0; t < K * K; t++) wv[t] = pool ? _mm512_setzero_ps() : _mm512_set1_ps(wk[t]);
+  for (int64_t oh0 = 0; oh0 < cv->ho; oh0 += ROWS) {
+    int nr = cv->ho - oh0 < ROWS ? (int)(cv->ho - oh0) : ROWS;
+    const float *top = xs + oh0 * S * pw;
+    for (int64_t ow0 = 0; ow0 < wo; ow0 += 16) {
+      __m512 acc[ROWS];
+      __mmask16 nan[ROWS];
+      for (int r = 0; r < ROWS; r++) {
+        acc[r] = pool ? _mm512_set1_ps(-INFINITY) : _mm512_setzero_ps();
+        nan[r] = 0;
+      }
+#pragma GCC unroll 16
+      for (int64_t q = 0; q < (ROWS - 1) * S + K; q++) {
+        __m512 t[3];
+        row_taps(top + q * pw + ow0 * S, S, K, t);
+#pragma GCC unroll 4
+        for (int r = 0; r < ROWS; r++) {
+          int64_t i = q - r * S; /* this row's place in output row r's window */
+          if (i < 0 || i >= K) continue;
+#pragma GCC unroll 3
+          for (int j = 0; j < K; j++) acc[r] = tap(pool, acc[r], t[j], wv[i * K + j], &nan[r]);
+        }
+      }
+      __mmask16 keep = first(wo - ow0);
+      for (int r = 0; r < nr; r++) {
+        if (nan[r]) acc[r] = _mm512_mask_mov_ps(acc[r], nan[r], _mm512_set1_ps(NAN));
+        _mm512_mask_storeu_ps(y + (oh0 + r) * wo + ow0, keep, acc[r]);
+      }
+    }
+  }
+}
+
+/* The plane functions: 3×3 and 2×2 windows unrolled, any other window through the general one. */
+#define DEFINE_PLANE(NAME, S, KH, KW)                                                         \
+  TARGET_AVX512 static void NAME(const kcg_conv *cv, bool pool, const float *xs,              \
+                                 const float *wk, float *y) {                                 \
+    plane(cv, pool, S, KH, KW, xs, wk, y);                                                     \
+  }
+#define DEFINE_PLANE_K(NAME, S, K)                                                            \
+  TARGET_AVX512 static void NAME(const kcg_conv *cv, bool pool, const float *xs,              \
+                                 const float *wk, float *y) {                                 \
+    plane_k(cv, pool, S, K, xs, wk, y);                                                        \
+  }
+DEFINE_PLANE_K(plane_s1_3x3, 1, 3)
+DEFINE_PLANE_K(plane_s2_3x3, 2, 3)
+DEFINE_PLANE_K(plane_s1_2x2, 1, 2)
+DEFINE_PLANE_K(plane_s2_2x2, 2, 2)
+DEFINE_PLANE(plane_s1, 1, cv->kh, cv->kw)
+DEFINE_PLANE(plane_s2, 2, cv->kh, cv->kw)
+
+typedef void (*plane_fn)(const kcg_conv *cv, bool pool, const float *xs, const float *wk,
+                         float *y);
+
+static plane_fn plane_for(const kcg_conv *cv) {
+  bool square = cv->sh == cv->sw, k3 = square && cv->kh == 3 && cv->kw == 3,
+       k2 = square && cv->kh == 2 && cv->kw == 2;
+  if (cv->sw == 1) return k3 ? plane_s1_3x3 : k2 ? plane_s1_2x2 : plane_s1;
+  return k3 ? plane_s2_3x3 : k2 ? plane_s2_2x2 : plane_s2;
+}
+
+static int forced; /* set by the tests only, between runs */
+
+bool krt_window_supported(const kcg_conv *cv) {
+  if (forced == 1 || (cv->sw != 1 && cv->sw != 2)) return false;
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
+}
+
+int krt_window_force_isa(int isa) {
+  forced = isa;
+  return isa;
+}
+
+/* Plane p = b·O + o of y reads plane b·C + o / (O / C) of x (pooling: O = C, the same plane). */
+static void planes(void *arg, int64_t lo, int64_t hi) {
+  window_job *j = arg;
+  const kcg_conv *cv = j->cv;
+  bool pool = cv->mode == KCG_CONV_MAX_POOL;
+  int64_t in = cv->h * cv->w, out = cv->ho * cv->wo, taps = cv->kh * cv->kw, m = cv->o / cv->c;
+  size_t bytes = ((size_t)(padded_rows(cv) * ppitch(cv)) * sizeof(float) + 63) / 64 * 64;
+  float *xs = aligned_alloc(64, bytes);
+  if (!xs) {
+    j->oom = true; /* one bool, only ever set: a benign race */
+    return;
+  }
+  memset(xs, 0, bytes);
+  plane_fn fn = plane_for(cv);
+  int64_t last = -1; /* the input plane xs holds (a channel multiplier reads one m times) */
+  for (int64_t p = lo; p < hi; p++) {
+    int64_t b = p / cv->o, o = p % cv->o, src = b * cv->c + o / m;
+    if (src != last) pad_plane(cv, j->x + src * in, xs, pool ? -INFINITY : 0.0f);
+    last = src;
+    fn(cv, pool, xs, pool ? NULL : j->w + o * taps, j->y + p * out);
+  }
+  free(xs);
+}
+
+bool krt_window_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float *x,
+                    const float *w, float *y) {
+  if (B <= 0) return true;
+  window_job j = {cv, x, w, y, false};
+  krt_parallel_for(pool, B * cv->o, planes, &j);
+  return !j.oom;
+}
