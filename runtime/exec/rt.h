@@ -158,4 +158,13 @@ void krt_release(krt_workspace *w);
 kiln_status krt_run(krt_model *m, kiln_ctx *ctx, const int64_t *const *in_dims,
                     const void *const *in, void *const *out);
 
+/*
+ * What this CPU runs: AVX-512 F/VL/DQ with FMA (the conv, window and attention
+ * kernels' AVX-512 paths), AVX2 with FMA. __builtin_cpu_init comes first: in a
+ * shared object of `kiln compile` nothing orders libgcc's constructor before
+ * the first call, and without it every feature reads as absent.
+ */
+bool krt_cpu_avx512(void);
+bool krt_cpu_avx2(void);
+
 #endif

@@ -182,9 +182,7 @@ static void fa_item(const fa_job *jb, int64_t it, int64_t *b, int64_t *h, int64_
 /* 1 where the CPU runs the AVX-512 kernels. */
 static bool fa_cpu_avx512(void) {
 #if FA_X86
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
+  return krt_cpu_avx512();
 #else
   return false;
 #endif

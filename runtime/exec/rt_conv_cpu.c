@@ -240,12 +240,7 @@ DEFINE_ROWS(rows_c, strip_c, , 3)
 static int forced; /* set by the tests only, between runs */
 
 /* The best path this CPU has: 3 AVX-512, 2 AVX2, 1 portable C. */
-static int best_isa(void) {
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma"))
-    return 3;
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 2 : 1;
-}
+static int best_isa(void) { return krt_cpu_avx512() ? 3 : krt_cpu_avx2() ? 2 : 1; }
 
 int krt_conv_force_isa(int isa) {
   forced = isa;

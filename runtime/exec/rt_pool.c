@@ -241,3 +241,22 @@ void krt_parallel_for(krt_pool *p, int64_t n, krt_task_fn fn, void *arg) {
   wait_done(p);
   pthread_mutex_unlock(&p->busy);
 }
+
+bool krt_cpu_avx512(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
+bool krt_cpu_avx2(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}

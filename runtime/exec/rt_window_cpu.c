@@ -230,8 +230,7 @@ static int forced; /* set by the tests only, between runs */
 
 bool krt_window_supported(const kcg_conv *cv) {
   if (forced == 1 || (cv->sw != 1 && cv->sw != 2)) return false;
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
+  return krt_cpu_avx512();
 }
 
 int krt_window_force_isa(int isa) {
