@@ -395,6 +395,52 @@ static void test_bad_shapes(void) {
   fixture_free(&h);
 }
 
+/*
+ * CONV steps as a hostile shared object could describe them: a well-formed
+ * max-pool, depthwise and blocked step load; an unknown mode, a geometry
+ * that does not match the buffers, a wrong argument count, a window of 0 or
+ * a blocked step whose input weight has no pack buffer are refused.
+ */
+static void test_conv_steps(void) {
+  enum { POOL, DEPTHWISE, BLOCKED };
+  for (int sh = POOL; sh <= BLOCKED; sh++)
+    for (int bad = 0; bad <= 6; bad++) {
+      fixture f = {0};
+      f.p = prog_new(&f.arena);
+      kcg_program *p = f.p;
+      kcg_conv cv = {.c = 4, .h = 8, .w = 8, .o = sh == POOL ? 4 : 8, .kh = 2, .kw = 2,
+                     .sh = 2, .sw = 2, .ho = 4, .wo = 4,
+                     .mode = sh == POOL ? KCG_CONV_MAX_POOL
+                             : sh == DEPTHWISE ? KCG_CONV_DEPTHWISE : KCG_CONV_BLOCKED};
+      uint32_t x = add_buf(p, KCG_PBUF_INPUT, KILN_F32, 4, (kir_dim[]){N_, 4, 8, 8});
+      uint32_t w = add_buf(p, KCG_PBUF_INPUT, KILN_F32, 4,
+                           (kir_dim[]){8, sh == BLOCKED ? 4 : 1, 2, 2});
+      uint32_t y = add_buf(p, KCG_PBUF_TEMP, bad == 5 ? KILN_F64 : KILN_F32, 4,
+                           (kir_dim[]){N_, cv.o, 4, 4});
+      uint32_t xp = add_buf(p, KCG_PBUF_TEMP, KILN_F32, 2, (kir_dim[]){N_, 1 * 5 * 5 * 16 * 4});
+      uint32_t wp = add_buf(p, KCG_PBUF_TEMP, KILN_F32, 1, (kir_dim[]){512 * 4});
+      uint32_t args[5] = {x, w, y, xp, wp}, n = sh == POOL ? 2 : sh == DEPTHWISE ? 3 : 5;
+      if (sh == POOL) args[1] = y;
+      uint32_t k = add_kernel(p, "conv", KILN_F32, sh == BLOCKED ? 3 : n, N_, true, 0, NULL);
+      f.fns[k] = k_add1;
+      if (bad == 1) cv.mode = (kcg_conv_mode)7;
+      if (bad == 2) cv.c = 5;
+      if (bad == 3) n--;
+      if (bad == 4) cv.kh = 0;
+      if (bad == 6) cv.ho = 5;
+      kcg_step *st = add_step(p, KCG_STEP_CONV, k, n, args);
+      st->conv = cv;
+      set_results(p, 1, (uint32_t[]){y});
+      kiln_status s = krt_model_create(ctx, p, f.fns, NULL, NULL, &f.m);
+      if (bad ? s != KILN_ERR_INVALID || f.m : s != KILN_OK) {
+        fprintf(stderr, "conv step %d, defect %d: status %d: %s\n", sh, bad, (int)s,
+                kiln_ctx_error(ctx));
+        failures++;
+      }
+      fixture_free(&f);
+    }
+}
+
 static void test_kernel_errors(void) {
   fixture f = {0};
   f.p = prog_new(&f.arena);
@@ -707,6 +753,7 @@ int main(int argc, char **argv) {
   test_plan_reuse();
   test_bad_shapes();
   test_kernel_errors();
+  test_conv_steps();
   test_gemm();
   test_scan();
   test_threads();
