@@ -40,7 +40,9 @@ struct kcg_lower_state {
   const kir_graph **body_graphs;
   kcg_program **body_progs;
   uint32_t nbodies, capbodies, capbodies2;
+  int depth; /* scan bodies being lowered, one inside the other */
 };
+
 
 #define ARENA_GROW(st, arr, cap, need)                                                             \
   kir_arena_grow((st)->arena, (void **)&(arr), &(cap), (need), sizeof *(arr))
@@ -324,17 +326,36 @@ static bool lower_graph(kcg_lower_state *st, kcg_program *p, const kir_graph *g)
   return ok;
 }
 
+/*
+ * A scan body's program, lowered once per body graph. The body may hold
+ * scans itself, which append their bodies first: room for this one is made
+ * only after it is lowered (reserving it before let a nested body take the
+ * slot and this one write past the end: issue 22). Bodies nest at most
+ * KCG_MAX_SCAN_DEPTH deep, what the executor accepts.
+ */
 kcg_program *kcg_lower_body(kcg_lower_ctx *lc, kir_graph *body) {
   kcg_lower_state *st = lc->st;
   for (uint32_t i = 0; i < st->nbodies; i++)
     if (st->body_graphs[i] == body) return st->body_progs[i];
+  if (st->depth >= KCG_MAX_SCAN_DEPTH) {
+    state_fail(st, KILN_ERR_UNSUPPORTED, "scan bodies nest more than %d deep (@%s)",
+               KCG_MAX_SCAN_DEPTH, body->name);
+    return NULL;
+  }
   kcg_program *p = program_new(st);
-  if (!p || !ARENA_GROW(st, st->body_graphs, st->capbodies, st->nbodies + 1) ||
+  if (!p) {
+    nomem(st);
+    return NULL;
+  }
+  st->depth++;
+  bool ok = lower_graph(st, p, body);
+  st->depth--;
+  if (!ok) return NULL;
+  if (!ARENA_GROW(st, st->body_graphs, st->capbodies, st->nbodies + 1) ||
       !ARENA_GROW(st, st->body_progs, st->capbodies2, st->nbodies + 1)) {
     nomem(st);
     return NULL;
   }
-  if (!lower_graph(st, p, body)) return NULL;
   st->body_graphs[st->nbodies] = body;
   st->body_progs[st->nbodies++] = p;
   return p;

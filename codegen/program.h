@@ -41,6 +41,10 @@ typedef enum kcg_step_kind {
 
 typedef struct kcg_program kcg_program;
 
+/* How deep SCAN steps' bodies may nest: the lowering refuses deeper graphs, the executor deeper
+   programs (a shared object's). */
+#define KCG_MAX_SCAN_DEPTH 32
+
 typedef struct kcg_gemm {
   kir_dtype dtype;   /* f32 or f64 go to BLAS; others always use the kernel */
   bool trans_a, trans_b;

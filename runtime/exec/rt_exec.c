@@ -53,7 +53,6 @@
 #define ALIGN 64
 #define NOWHERE SIZE_MAX
 #define NO_RESULT UINT32_MAX
-#define MAX_SCAN_DEPTH 32
 /* Multiply-adds from which one BLAS product is split over the pool (below, one call). */
 #define KRT_BLAS_SPLIT_MIN ((int64_t)1 << 18)
 /* Bounds that keep every size and offset sum far from overflowing 64 bits. */
@@ -257,7 +256,7 @@ static kiln_status check_step(kiln_ctx *ctx, const kcg_program *top, const kcg_p
   if (st->kind != KCG_STEP_SCAN)
     return fail(ctx, KILN_ERR_INVALID, "program: step %u has unknown kind %d", s, (int)st->kind);
   const kcg_program *b = st->body;
-  if (!b || depth >= MAX_SCAN_DEPTH || b->nsyms != top->nsyms ||
+  if (!b || depth >= KCG_MAX_SCAN_DEPTH || b->nsyms != top->nsyms ||
       st->nargs != b->nparams + b->nresults || st->n_const + st->n_carry > b->nparams ||
       st->n_carry > b->nresults || !valid_dim(p, st->length))
     return fail(ctx, KILN_ERR_INVALID, "program: step %u: malformed scan", s);
