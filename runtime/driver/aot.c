@@ -87,6 +87,7 @@ static void write_entry_points(FILE *c, const char *name, const char *prefix, ui
           "  krt_pool_destroy(m->pool);\n"
           "  free(m);\n}\n\n"
           "EXPORT int %s_create(struct %s_model **out) {\n"
+          "  if (!out) return KILN_ERR_INVALID;\n"
           "  struct %s_model *m = calloc(1, sizeof *m);\n"
           "  *out = NULL;\n"
           "  if (!m) return KILN_ERR_NOMEM;\n"
@@ -98,7 +99,7 @@ static void write_entry_points(FILE *c, const char *name, const char *prefix, ui
           "EXPORT const char *%s_error(const struct %s_model *m) { return m ? m->ctx.msg : \"\"; }\n\n"
           "EXPORT int %s_output_dims(struct %s_model *m, const int64_t *const *input_dims, int r,\n"
           "                          int64_t *dims) {\n"
-          "  if (r < 0 || (uint32_t)r >= %sp%u.nresults) return KILN_ERR_INVALID;\n"
+          "  if (!m || !dims || r < 0 || (uint32_t)r >= %sp%u.nresults) return KILN_ERR_INVALID;\n"
           "  krt_workspace *w;\n"
           "  kiln_status s = krt_prepare(m->m, &m->ctx, input_dims, &w);\n"
           "  if (s != KILN_OK) return s;\n"
@@ -106,6 +107,7 @@ static void write_entry_points(FILE *c, const char *name, const char *prefix, ui
           "  krt_release(w);\n  return KILN_OK;\n}\n\n"
           "EXPORT int %s_run(struct %s_model *m, const void *const *inputs,\n"
           "                  const int64_t *const *input_dims, void *const *outputs) {\n"
+          "  if (!m) return KILN_ERR_INVALID;\n"
           "  m->ctx.msg[0] = 0;\n"
           "  return krt_run(m->m, &m->ctx, input_dims, inputs, outputs);\n}\n",
           name, name, name, name, name, name, prefix, entry, prefix, prefix, name, name, name,
@@ -138,6 +140,7 @@ static void write_gpu_entry_points(FILE *c, const char *name, const char *prefix
           "  free(m);\n}\n\n"
           "EXPORT const krt_image_table *%s_images(void) { return &%simage_table; }\n\n"
           "EXPORT int %s_create(struct %s_model **out) {\n"
+          "  if (!out) return KILN_ERR_INVALID;\n"
           "  struct %s_model *m = calloc(1, sizeof *m);\n"
           "  *out = NULL;\n"
           "  if (!m) return KILN_ERR_NOMEM;\n"
@@ -163,11 +166,12 @@ static void write_gpu_entry_points(FILE *c, const char *name, const char *prefix
           "EXPORT const char *%s_error(const struct %s_model *m) { return m ? m->ctx.msg : %screate_error.msg; }\n\n"
           "EXPORT int %s_output_dims(struct %s_model *m, const int64_t *const *input_dims, int r,\n"
           "                          int64_t *dims) {\n"
-          "  if (r < 0 || (uint32_t)r >= %sp%u.nresults) return KILN_ERR_INVALID;\n"
+          "  if (!m || !dims || r < 0 || (uint32_t)r >= %sp%u.nresults) return KILN_ERR_INVALID;\n"
           "  m->ctx.msg[0] = 0;\n"
           "  return krt_device_program_result_dims(m->dp, &m->ctx, input_dims, (uint32_t)r, dims);\n}\n\n"
           "EXPORT int %s_run(struct %s_model *m, const void *const *inputs,\n"
           "                  const int64_t *const *input_dims, void *const *outputs) {\n"
+          "  if (!m) return KILN_ERR_INVALID;\n"
           "  m->ctx.msg[0] = 0;\n"
           "  return krt_device_program_run(m->dp, &m->ctx, input_dims, inputs, outputs, NULL);\n}\n",
           name, prefix, name, name, name, prefix, name, name, name, (int)kind, prefix, entry,

@@ -425,10 +425,14 @@ static kiln_status bind_inputs(krt_workspace *w, kiln_ctx *ctx, const int64_t *c
   const krt_model *m = w->m;
   const kcg_program *p = m->prog;
   for (uint32_t s = 0; s < p->nsyms; s++) w->bind[s] = -1;
+  if (p->nparams && !in_dims)
+    return fail(ctx, KILN_ERR_INVALID, "the array of input dims is NULL (%u inputs)", p->nparams);
   for (uint32_t i = 0; i < p->nparams; i++) {
     const kir_type *t = &p->bufs[p->params[i]].type;
     char label[160];
     input_label(m, i, label, sizeof label);
+    if (t->rank && !in_dims[i])
+      return fail(ctx, KILN_ERR_INVALID, "input %s: its dims are NULL (rank %d)", label, t->rank);
     for (int a = 0; a < t->rank; a++) {
       int64_t got = in_dims[i][a];
       kir_dim d = t->dims[a];
@@ -1221,9 +1225,33 @@ static kiln_status exec_program(krt_workspace *w, rt_plan *pl, char *base,
   return r;
 }
 
+/* Every input and result with elements has memory: a NULL array or pointer is an error, not a
+   fault (a shared object's caller passes them). */
+static kiln_status check_pointers(krt_workspace *w, kiln_ctx *ctx, const void *const *in,
+                                  void *const *out) {
+  const kcg_program *p = w->m->prog;
+  const rt_plan *pl = w->plan;
+  if ((p->nparams && !in) || (p->nresults && !out))
+    return fail(ctx, KILN_ERR_INVALID, "the array of %s is NULL", !out ? "outputs" : "inputs");
+  for (uint32_t i = 0; i < p->nparams; i++)
+    if (!in[i] && pl->bytes[p->params[i]]) {
+      char label[160];
+      input_label(w->m, i, label, sizeof label);
+      return fail(ctx, KILN_ERR_INVALID, "input %s is NULL (%zu bytes)", label,
+                  pl->bytes[p->params[i]]);
+    }
+  for (uint32_t r = 0; r < p->nresults; r++)
+    if (!out[r] && pl->bytes[p->results[r]])
+      return fail(ctx, KILN_ERR_INVALID, "output %u is NULL (%zu bytes)", r,
+                  pl->bytes[p->results[r]]);
+  return KILN_OK;
+}
+
 kiln_status krt_execute(krt_workspace *w, kiln_ctx *ctx, const void *const *in,
                         void *const *out) {
   w->ctx = ctx;
+  kiln_status c = check_pointers(w, ctx, in, out);
+  if (c) return c;
   kiln_status r = exec_program(w, w->plan, w->arena, (void *const *)in, out);
   if (!r) {
     atomic_store(&w->m->last_peak, w->plan->peak);

@@ -207,6 +207,59 @@ static void check_wrong_shape(const api *a, kir_graph *g) {
   a->destroy(m);
 }
 
+/*
+ * Bad arguments at the .so boundary (issue 22 item 9): a NULL model, out
+ * pointer, array of inputs, dims or outputs, or a NULL input or output with
+ * elements, returns an error (with a message where there is a model), never
+ * faults. Inputs of the right shape, so only the pointers are wrong.
+ */
+static void check_bad_args(const api *a, kir_graph *g) {
+  model *m;
+  if (a->create(NULL) == 0 || a->create(&m)) {
+    FAIL("create(NULL) returned 0, or create failed");
+    return;
+  }
+  static float buf[4096];
+  int64_t dims[8][KIR_MAX_RANK], od[KIR_MAX_RANK];
+  const int64_t *dimp[8];
+  const void *in[8] = {0};
+  void *out[8] = {0};
+  for (uint32_t p = 0; p < g->nparams; p++) {
+    const kir_type *t = &g->values[g->params[p]].type;
+    for (int d = 0; d < t->rank; d++) dims[p][d] = KIR_DIM_IS_SYM(t->dims[d]) ? 2 : t->dims[d];
+    dimp[p] = dims[p];
+    in[p] = buf;
+  }
+  for (uint32_t r = 0; r < g->nresults; r++) out[r] = buf;
+  if (a->run(NULL, in, dimp, out) == 0) FAIL("run(NULL model) returned 0");
+  if (a->dims(NULL, dimp, 0, od) == 0 || a->dims(m, dimp, 0, NULL) == 0)
+    FAIL("output_dims with a NULL model or dims returned 0");
+  struct {
+    const void *const *in;
+    const int64_t *const *dims;
+    void *const *out;
+    const char *what;
+  } bad[] = {{NULL, dimp, out, "NULL"}, {in, NULL, out, "NULL"}, {in, dimp, NULL, "NULL"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int st = a->run(m, bad[i].in, bad[i].dims, bad[i].out);
+    if (st == 0 || !strstr(a->error(m), bad[i].what))
+      FAIL("bad argument %zu: status %d, message '%s'", i, st, a->error(m));
+  }
+  const int64_t *dim0 = dimp[0];
+  dimp[0] = NULL;
+  if (g->values[g->params[0]].type.rank && (a->run(m, in, dimp, out) == 0 || !strstr(a->error(m), "dims are NULL")))
+    FAIL("NULL dims of input 0: message '%s'", a->error(m));
+  dimp[0] = dim0;
+  in[0] = NULL;
+  if (a->run(m, in, dimp, out) == 0 || !strstr(a->error(m), "is NULL"))
+    FAIL("NULL input 0: message '%s'", a->error(m));
+  in[0] = buf;
+  out[0] = NULL;
+  if (a->run(m, in, dimp, out) == 0 || !strstr(a->error(m), "output 0 is NULL"))
+    FAIL("NULL output 0: message '%s'", a->error(m));
+  a->destroy(m);
+}
+
 static void check_model(const char *name, const char *text, double tol) {
   kiln_ctx *ctx = kiln_ctx_create();
   kiln_graph *g = NULL;
@@ -237,6 +290,7 @@ static void check_model(const char *name, const char *text, double tol) {
     if (rc.worst > worst) worst = rc.worst;
   }
   check_wrong_shape(&a, g);
+  check_bad_args(&a, g);
   pthread_t t[8];
   run_case rcs[8];
   for (int i = 0; i < 8; i++) {
