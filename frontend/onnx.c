@@ -566,18 +566,38 @@ const Onnx__AttributeProto *ox_attr(const ox_node *n, const char *name) {
   return NULL;
 }
 
-int64_t ox_attr_i(const ox_node *n, const char *name, int64_t def) {
+/*
+ * The attribute `name` when it has type `want`. One of another declared type
+ * (a FLOAT `group`, an INT `alpha`) is an error of the node — the import stops
+ * after the node's converter (im->err) — rather than read as absent, which
+ * gave the default silently (issue 22 item 8). An UNDEFINED type (writers
+ * before ONNX 1.1) is taken as the field that is set.
+ */
+static const Onnx__AttributeProto *typed_attr(const ox_node *n, const char *name,
+                                              Onnx__AttributeProto__AttributeType want) {
+  static const char *const names[] = {"UNDEFINED", "FLOAT", "INT", "STRING", "TENSOR", "GRAPH",
+                                      "FLOATS", "INTS", "STRINGS"};
   const Onnx__AttributeProto *a = ox_attr(n, name);
+  if (!a || a->type == want || a->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED)
+    return a;
+  unsigned t = (unsigned)a->type;
+  ox_fail((ox_node *)n, KILN_ERR_PARSE, "attribute '%s' is of type %s, expected %s", name,
+          t < sizeof names / sizeof names[0] ? names[t] : "?", names[want]);
+  return NULL;
+}
+
+int64_t ox_attr_i(const ox_node *n, const char *name, int64_t def) {
+  const Onnx__AttributeProto *a = typed_attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
   return a && a->has_i ? a->i : def;
 }
 
 double ox_attr_f(const ox_node *n, const char *name, double def) {
-  const Onnx__AttributeProto *a = ox_attr(n, name);
+  const Onnx__AttributeProto *a = typed_attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
   return a && a->has_f ? a->f : def;
 }
 
 const char *ox_attr_s(const ox_node *n, const char *name, const char *def) {
-  const Onnx__AttributeProto *a = ox_attr(n, name);
+  const Onnx__AttributeProto *a = typed_attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
   if (!a || !a->has_s) return def;
   /* Attribute strings are bytes; the ones Kiln reads are short ASCII words. */
   static _Thread_local char buf[64];
@@ -588,7 +608,7 @@ const char *ox_attr_s(const ox_node *n, const char *name, const char *def) {
 }
 
 const int64_t *ox_attr_ints(const ox_node *n, const char *name, size_t *cnt) {
-  const Onnx__AttributeProto *a = ox_attr(n, name);
+  const Onnx__AttributeProto *a = typed_attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
   *cnt = a ? a->n_ints : 0;
   return a && a->n_ints ? a->ints : NULL;
 }

@@ -440,6 +440,37 @@ static pb external_w(const char *loc, const char *offset, const char *length) {
   return t;
 }
 
+/* A one-node model y = OP(x) over x: f32[2] with one attribute (issue 22 item 8: an attribute
+   of the wrong type was read as absent, its default used silently). */
+static pb one_node_attr(const char *op, pb *attr) {
+  pb g = {0}, t;
+  const int64_t d[1] = {2};
+  t = value_info("x", 1, d, NULL);
+  f_msg(&g, 11, &t);
+  t = value_info("y", 1, d, NULL);
+  f_msg(&g, 12, &t);
+  t = node(op, (const char *[]){"x", NULL}, (const char *[]){"y", NULL}, attr, 1);
+  f_msg(&g, 1, &t);
+  return model(&g, 13);
+}
+
+static void test_attr_types(kiln_ctx *ctx) {
+  pb a = attr_int("alpha", 2), m = one_node_attr("LeakyRelu", &a);
+  expect_error(ctx, &m, NULL, KILN_ERR_PARSE, "attribute 'alpha' is of type INT, expected FLOAT");
+  free(m.p);
+  a = attr_int("perm", 0);
+  m = one_node_attr("Transpose", &a);
+  expect_error(ctx, &m, NULL, KILN_ERR_PARSE, "attribute 'perm' is of type INT, expected INTS");
+  free(m.p);
+  const int64_t zero = 0;
+  a = attr_ints("perm", 1, &zero); /* the right type still imports */
+  m = one_node_attr("Transpose", &a);
+  kiln_graph *gr = NULL;
+  CHECK(kiln_onnx_import_mem(ctx, m.p, m.n, "perm.onnx", NULL, &gr) == KILN_OK);
+  kiln_graph_destroy(gr);
+  free(m.p);
+}
+
 static void test_bad_tensors(kiln_ctx *ctx) {
   const int64_t d2[1] = {2}, d3[1] = {3}, huge[2] = {1 << 20, 1 << 20};
   const float v[3] = {1, 2, 3};
@@ -1075,6 +1106,7 @@ int main(void) {
   test_frozen(ctx);
   test_truncated(ctx);
   test_bad_tensors(ctx);
+  test_attr_types(ctx);
   test_bad_graphs(ctx);
   test_rnn_fixtures(ctx);
   test_conformance(ctx);
