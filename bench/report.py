@@ -51,7 +51,9 @@ def main():
     core_name = next((i.split("=", 1)[1] for (w, i) in res if w == "openblas_core"), "")
     blas = res.get(("sgemm", "openblas"))
     try:
-        core = subprocess.run([sys.executable, "-c", "import onnxruntime as o; print(o.__version__)"],
+        # ONNX Runtime lives in the bench venv, not in the Debian interpreter running this script
+        ort_py = os.environ.get("BENCH_ORT_PYTHON") or sys.executable
+        core = subprocess.run([ort_py, "-c", "import onnxruntime as o; print(o.__version__)"],
                               capture_output=True, text=True).stdout.strip()
     except OSError:
         core = ""

@@ -73,8 +73,8 @@ for w in $workloads; do
 done
 mkdir -p bench/results
 out=bench/results/$(date +%Y-%m-%d)${BENCH_TAG:+-$BENCH_TAG}-t$T-$BENCH_CLOCK${OPENBLAS_CORETYPE:+-$OPENBLAS_CORETYPE}.md
-# report.py asks `python3` for ONNX Runtime's version: the venv's, first on PATH
-PATH="$(dirname "$bench_venv_py"):$PATH" "$bench_debian_py" bench/report.py "$T" "${BENCH_WORKLOADS:+BENCH_WORKLOADS=\"$BENCH_WORKLOADS\" }${BENCH_PEERS+BENCH_PEERS=\"$BENCH_PEERS\" }${BENCH_TAG:+BENCH_TAG=$BENCH_TAG }BENCH_CLOCK=$BENCH_CLOCK bench/run.sh $*" "$tmp"/*.txt | tee "$out"
+# report.py asks the venv's interpreter for ONNX Runtime's version (BENCH_ORT_PYTHON)
+BENCH_ORT_PYTHON="$bench_venv_py" "$bench_debian_py" bench/report.py "$T" "${BENCH_WORKLOADS:+BENCH_WORKLOADS=\"$BENCH_WORKLOADS\" }${BENCH_PEERS+BENCH_PEERS=\"$BENCH_PEERS\" }${BENCH_TAG:+BENCH_TAG=$BENCH_TAG }BENCH_CLOCK=$BENCH_CLOCK bench/run.sh $*" "$tmp"/*.txt | tee "$out"
 if [ "${BENCH_CHART:-1}" != 0 ]; then
   "$bench_debian_py" bench/chart.py "${out%.md}.png" "Kiln vs peers, $T threads ($(date +%Y-%m-%d))" \
     "$tmp"/*.txt && printf '\n![Kiln over each peer](%s)\n' "$(basename "${out%.md}.png")" >>"$out"
