@@ -45,6 +45,7 @@
 #include "ir/options.h"
 #include "rt.h"
 #include "rt_attention.h"
+#include "rt_check.h"
 #include "rt_conv_cpu.h"
 #include "rt_window_cpu.h"
 #include "rt_profile.h"
@@ -114,9 +115,7 @@ static uint64_t now_ns(void) {
   return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-static kiln_status fail(kiln_ctx *ctx, kiln_status s, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static kiln_status fail(kiln_ctx *ctx, kiln_status s, const char *fmt, ...) {
+kiln_status krt_fail(kiln_ctx *ctx, kiln_status s, const char *fmt, ...) {
   if (ctx) {
     va_list ap;
     va_start(ap, fmt);
@@ -135,155 +134,6 @@ static size_t dtype_bytes(kir_dtype t) {
 }
 
 static size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
-
-/* ------------------------------------------------------------ validation */
-
-static bool valid_type(const kcg_program *p, const kir_type *t) {
-  if ((unsigned)t->dtype >= KILN_DTYPE_COUNT || t->rank > KIR_MAX_RANK) return false;
-  for (int i = 0; i < t->rank; i++)
-    if (KIR_DIM_IS_SYM(t->dims[i]) && KIR_DIM_SYM(t->dims[i]) >= p->nsyms) return false;
-  return true;
-}
-
-static bool valid_dim(const kcg_program *p, kir_dim d) {
-  return !KIR_DIM_IS_SYM(d) || KIR_DIM_SYM(d) < p->nsyms;
-}
-
-static kiln_status check_program(kiln_ctx *ctx, const kcg_program *top, const kcg_program *p,
-                                 const kcg_cpu_fn *fns, int depth);
-
-/*
- * A depthwise or max-pool CONV step: its kernel takes exactly its arguments,
- * x[B, C, H, W], [w[O, 1, KH, KW],] y[B, O, HO, WO] as the geometry says, every
- * size positive and below 2^48 elements, f32 (the program may come from a shared object).
- */
-static kiln_status check_window(kiln_ctx *ctx, const kcg_program *top, const kcg_program *p,
-                                const kcg_cpu_fn *fns, uint32_t s) {
-  const kcg_step *st = &p->steps[s];
-  const kcg_conv *c = &st->conv;
-  bool dw = c->mode == KCG_CONV_DEPTHWISE;
-  if (c->mode != KCG_CONV_DEPTHWISE && c->mode != KCG_CONV_MAX_POOL)
-    return fail(ctx, KILN_ERR_INVALID, "program: step %u: unknown conv mode %d", s, (int)c->mode);
-  if (st->nargs != (dw ? 3u : 2u) || st->kernel >= top->nkernels || !fns[st->kernel] ||
-      top->kernels[st->kernel]->nbufs != st->nargs)
-    return fail(ctx, KILN_ERR_INVALID, "program: step %u: malformed window kernel", s);
-  const kir_type *x = &p->bufs[st->args[0]].type, *y = &p->bufs[st->args[dw ? 2 : 1]].type;
-  int64_t geo[] = {c->c, c->h, c->w, c->o, c->kh, c->kw, c->sh, c->sw, c->pt + 1, c->pl + 1,
-                   c->ho, c->wo};
-  bool ok = x->rank == 4 && y->rank == 4 && x->dims[0] == y->dims[0] && x->dims[1] == c->c &&
-            x->dims[2] == c->h && x->dims[3] == c->w && y->dims[1] == c->o &&
-            y->dims[2] == c->ho && y->dims[3] == c->wo && (dw ? c->o % c->c == 0 : c->o == c->c);
-  for (size_t i = 0; ok && i < sizeof geo / sizeof geo[0]; i++)
-    ok = geo[i] > 0 && (i >= 4 && i < 10 ? geo[i] <= 4096 : geo[i] < ((int64_t)1 << 24));
-  if (ok && dw) {
-    const kir_type *w = &p->bufs[st->args[1]].type;
-    ok = w->rank == 4 && w->dims[0] == c->o && w->dims[1] == 1 && w->dims[2] == c->kh &&
-         w->dims[3] == c->kw;
-  }
-  for (uint32_t i = 0; ok && i < st->nargs; i++) ok = p->bufs[st->args[i]].type.dtype == KILN_F32;
-  return ok ? KILN_OK : fail(ctx, KILN_ERR_INVALID, "program: step %u: malformed window step", s);
-}
-
-static kiln_status check_step(kiln_ctx *ctx, const kcg_program *top, const kcg_program *p,
-                              const kcg_cpu_fn *fns, uint32_t s, int depth) {
-  const kcg_step *st = &p->steps[s];
-  for (uint32_t i = 0; i < st->nargs; i++)
-    if (st->args[i] >= p->nbufs)
-      return fail(ctx, KILN_ERR_INVALID, "program: step %u: argument %u is buffer %u of %u", s,
-                  i, st->args[i], p->nbufs);
-  if (st->kind == KCG_STEP_CONV && st->conv.mode != KCG_CONV_BLOCKED)
-    return check_window(ctx, top, p, fns, s);
-  if (st->kind == KCG_STEP_CONV) {
-    const kcg_conv *c = &st->conv;
-    if (st->kernel >= top->nkernels || !fns[st->kernel] || top->kernels[st->kernel]->nbufs != 3)
-      return fail(ctx, KILN_ERR_INVALID, "program: step %u: malformed conv kernel", s);
-    /* x[B, C, H, W], w[O, C, KH, KW], y[B, O, HO, WO] as the geometry says, every size a
-       positive constant but the batch and every packed buffer below 2^48 floats, so no size
-       the kernel computes overflows (the program may come from a shared object) */
-    const kir_type *x = &p->bufs[st->args[0]].type, *wt = &p->bufs[st->args[1]].type,
-                   *y = &p->bufs[st->args[2]].type;
-    int64_t wd[4] = {c->o, c->c, c->kh, c->kw}, xd[3] = {c->c, c->h, c->w},
-            yd[3] = {c->o, c->ho, c->wo}, geo[4] = {c->sh, c->sw, c->pt + 1, c->pl + 1};
-    bool ok = (st->nargs == 4 || st->nargs == 5) && x->rank == 4 && wt->rank == 4 &&
-              y->rank == 4 && x->dims[0] == y->dims[0];
-    for (int d = 0; ok && d < 4; d++)
-      ok = wt->dims[d] == wd[d] && wd[d] > 0 && geo[d] > 0 && geo[d] <= 4096 &&
-           (d == 3 || (x->dims[d + 1] == xd[d] && y->dims[d + 1] == yd[d] && yd[d] > 0 &&
-                       xd[d] > 0));
-    double big = 281474976710656.0; /* 2^48 */
-    ok = ok && (double)c->c * (double)c->h * (double)c->w < big &&
-         (double)c->o * (double)c->ho * (double)c->wo < big &&
-         ((double)c->o + 32) * ((double)c->c + 16) * (double)c->kh * (double)c->kw < big &&
-         ((double)c->c + 16) * ((double)c->ho * (double)c->sh + (double)c->kh) *
-                 ((double)c->wo * (double)c->sw + (double)c->kw) < big;
-    for (uint32_t i = 0; ok && i < st->nargs; i++)
-      ok = p->bufs[st->args[i]].type.dtype == KILN_F32;
-    if (ok && st->nargs == 4) ok = p->bufs[st->args[1]].kind == KCG_PBUF_CONST;
-    return ok ? KILN_OK : fail(ctx, KILN_ERR_INVALID, "program: step %u: malformed conv", s);
-  }
-  if (st->kind == KCG_STEP_KERNEL || st->kind == KCG_STEP_GEMM) {
-    if (st->kernel >= top->nkernels || !fns[st->kernel])
-      return fail(ctx, KILN_ERR_INVALID, "program: step %u: kernel %u has no function", s,
-                  st->kernel);
-    const kcg_kernel *k = top->kernels[st->kernel];
-    if (k->nbufs != st->nargs || (st->kind == KCG_STEP_GEMM && st->nargs != 3))
-      return fail(ctx, KILN_ERR_INVALID, "program: step %u: kernel %s takes %u buffers, got %u",
-                  s, k->name, k->nbufs, st->nargs);
-    if (st->kind == KCG_STEP_KERNEL) return KILN_OK;
-    const kcg_gemm *g = &st->gemm;
-    bool ok = g->nbatch <= KIR_MAX_RANK && g->a_rank <= g->nbatch && g->b_rank <= g->nbatch &&
-              valid_dim(p, g->m) && valid_dim(p, g->n) && valid_dim(p, g->k);
-    /* bf16 operand buffers (Kiln's GEMM reads them as such) only in an f32 product */
-    ok = ok && (!(g->bf16 || g->a_bf16 || g->b_bf16) || g->dtype == KILN_F32) &&
-         (!g->a_bf16 || p->bufs[st->args[0]].type.dtype == KILN_BF16) &&
-         (!g->b_bf16 || p->bufs[st->args[1]].type.dtype == KILN_BF16);
-    for (int i = 0; ok && i < g->nbatch; i++)
-      ok = valid_dim(p, g->batch[i]) && (i >= g->a_rank || valid_dim(p, g->a_batch[i])) &&
-           (i >= g->b_rank || valid_dim(p, g->b_batch[i]));
-    return ok ? KILN_OK : fail(ctx, KILN_ERR_INVALID, "program: step %u: malformed gemm", s);
-  }
-  if (st->kind == KCG_STEP_ATTENTION) {
-    const kcg_attn *a = &st->attn;
-    uint32_t nin = (a->backward ? 6u : 3u) + a->has_mask, nout = a->backward ? 3u : 2u;
-    bool ok = st->nargs == nin + nout && (a->dtype == KILN_F32 || a->dtype == KILN_F64);
-    for (uint32_t i = 0; ok && i < st->nargs; i++) {
-      const kir_type *t = &p->bufs[st->args[i]].type;
-      bool is_mask = a->has_mask && i == nin - 1, is_lse = i == (a->backward ? 4u : nin + 1);
-      ok = t->dtype == a->dtype && (is_mask ? t->rank <= 4 : t->rank == (is_lse ? 3 : 4));
-    }
-    return ok ? KILN_OK : fail(ctx, KILN_ERR_INVALID, "program: step %u: malformed attention", s);
-  }
-  if (st->kind != KCG_STEP_SCAN)
-    return fail(ctx, KILN_ERR_INVALID, "program: step %u has unknown kind %d", s, (int)st->kind);
-  const kcg_program *b = st->body;
-  if (!b || depth >= KCG_MAX_SCAN_DEPTH || b->nsyms != top->nsyms ||
-      st->nargs != b->nparams + b->nresults || st->n_const + st->n_carry > b->nparams ||
-      st->n_carry > b->nresults || !valid_dim(p, st->length))
-    return fail(ctx, KILN_ERR_INVALID, "program: step %u: malformed scan", s);
-  return check_program(ctx, top, b, fns, depth + 1);
-}
-
-static kiln_status check_program(kiln_ctx *ctx, const kcg_program *top, const kcg_program *p,
-                                 const kcg_cpu_fn *fns, int depth) {
-  for (uint32_t b = 0; b < p->nbufs; b++) {
-    const kcg_pbuf *pb = &p->bufs[b];
-    if (!valid_type(top, &pb->type) || (pb->kind == KCG_PBUF_INPUT && pb->index >= p->nparams) ||
-        (unsigned)pb->kind > KCG_PBUF_CONST)
-      return fail(ctx, KILN_ERR_INVALID, "program: buffer %u is malformed", b);
-  }
-  for (uint32_t i = 0; i < p->nparams; i++)
-    if (p->params[i] >= p->nbufs || p->bufs[p->params[i]].kind != KCG_PBUF_INPUT)
-      return fail(ctx, KILN_ERR_INVALID, "program: parameter %u is not an input buffer", i);
-  for (uint32_t r = 0; r < p->nresults; r++)
-    if (p->results[r] >= p->nbufs)
-      return fail(ctx, KILN_ERR_INVALID, "program: result %u is buffer %u of %u", r,
-                  p->results[r], p->nbufs);
-  for (uint32_t s = 0; s < p->nsteps; s++) {
-    kiln_status st = check_step(ctx, top, p, fns, s, depth);
-    if (st) return st;
-  }
-  return KILN_OK;
-}
 
 /* ----------------------------------------------------------------- model */
 
@@ -331,10 +181,10 @@ kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_c
   kiln_options o;
   if (opt) o = *opt;
   else kir_options_resolve(kir_ctx_opts(ctx), NULL, &o);
-  kiln_status s = check_program(ctx, prog, prog, fns, 0);
+  kiln_status s = krt_check_program(ctx, prog, fns);
   if (s) return s;
   krt_model *m = calloc(1, sizeof *m);
-  if (!m) return fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  if (!m) return krt_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   m->prog = prog;
   m->fns = fns;
   m->pool = pool;
@@ -360,7 +210,7 @@ kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_c
       !(m->conv_cache = krt_conv_cache_create())) {
     free(m->prof);
     free(m);
-    return fail(ctx, KILN_ERR_NOMEM, "out of memory");
+    return krt_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   }
   *out = m;
   return KILN_OK;
@@ -426,29 +276,29 @@ static kiln_status bind_inputs(krt_workspace *w, kiln_ctx *ctx, const int64_t *c
   const kcg_program *p = m->prog;
   for (uint32_t s = 0; s < p->nsyms; s++) w->bind[s] = -1;
   if (p->nparams && !in_dims)
-    return fail(ctx, KILN_ERR_INVALID, "the array of input dims is NULL (%u inputs)", p->nparams);
+    return krt_fail(ctx, KILN_ERR_INVALID, "the array of input dims is NULL (%u inputs)", p->nparams);
   for (uint32_t i = 0; i < p->nparams; i++) {
     const kir_type *t = &p->bufs[p->params[i]].type;
     char label[160];
     input_label(m, i, label, sizeof label);
     if (t->rank && !in_dims[i])
-      return fail(ctx, KILN_ERR_INVALID, "input %s: its dims are NULL (rank %d)", label, t->rank);
+      return krt_fail(ctx, KILN_ERR_INVALID, "input %s: its dims are NULL (rank %d)", label, t->rank);
     for (int a = 0; a < t->rank; a++) {
       int64_t got = in_dims[i][a];
       kir_dim d = t->dims[a];
       if (got < 0)
-        return fail(ctx, KILN_ERR_RUNTIME, "input %s: axis %d has negative size %lld", label, a,
+        return krt_fail(ctx, KILN_ERR_RUNTIME, "input %s: axis %d has negative size %lld", label, a,
                     (long long)got);
       if (!KIR_DIM_IS_SYM(d)) {
         if (got != d)
-          return fail(ctx, KILN_ERR_RUNTIME, "input %s: axis %d has size %lld, expected %lld",
+          return krt_fail(ctx, KILN_ERR_RUNTIME, "input %s: axis %d has size %lld, expected %lld",
                       label, a, (long long)got, (long long)d);
         continue;
       }
       int64_t *b = &w->bind[KIR_DIM_SYM(d)];
       if (*b < 0) *b = got;
       else if (*b != got)
-        return fail(ctx, KILN_ERR_RUNTIME,
+        return krt_fail(ctx, KILN_ERR_RUNTIME,
                     "input %s: axis %d (%s) has size %lld, but %s is %lld from an earlier input",
                     label, a, sym_name(p, d), (long long)got, sym_name(p, d), (long long)*b);
     }
@@ -463,11 +313,11 @@ static kiln_status type_bytes(kiln_ctx *ctx, const kcg_program *p, const int64_t
   for (int i = 0; i < t->rank; i++) {
     kir_dim d = t->dims[i];
     if (KIR_DIM_IS_SYM(d) && sizes[KIR_DIM_SYM(d)] < 0)
-      return fail(ctx, KILN_ERR_RUNTIME, "symbol %s is not bound by any input", sym_name(p, d));
+      return krt_fail(ctx, KILN_ERR_RUNTIME, "symbol %s is not bound by any input", sym_name(p, d));
     int64_t v = kcg_dim_value(d, sizes);
     if (v < 0 || (uint64_t)v > SIZE_MAX || __builtin_mul_overflow(n, (size_t)v, &n) ||
         n > MAX_BUFFER)
-      return fail(ctx, KILN_ERR_RUNTIME, "the input shapes make a buffer of more than %zu bytes",
+      return krt_fail(ctx, KILN_ERR_RUNTIME, "the input shapes make a buffer of more than %zu bytes",
                   MAX_BUFFER);
   }
   *out = n;
@@ -502,7 +352,7 @@ static int by_offset(const void *a, const void *b) {
 static kiln_status place_items(kiln_ctx *ctx, plan_item *items, uint32_t n, bool reuse,
                                size_t *peak) {
   plan_item **live = malloc((n ? n : 1) * sizeof *live);
-  if (!live) return fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  if (!live) return krt_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   qsort(items, n, sizeof *items, by_size_desc);
   *peak = 0;
   for (uint32_t i = 0; i < n; i++) {
@@ -518,7 +368,7 @@ static kiln_status place_items(kiln_ctx *ctx, plan_item *items, uint32_t n, bool
     if (at + items[i].size > *peak) *peak = at + items[i].size;
     if (*peak > MAX_ARENA) {
       free(live);
-      return fail(ctx, KILN_ERR_NOMEM, "the memory plan for these input shapes needs more than "
+      return krt_fail(ctx, KILN_ERR_NOMEM, "the memory plan for these input shapes needs more than "
                   "%llu bytes", (unsigned long long)MAX_ARENA);
     }
   }
@@ -619,7 +469,7 @@ static kiln_status collect_items(krt_workspace *w, kiln_ctx *ctx, rt_plan *pl, p
   bool *written = calloc(nb ? nb : 1, sizeof *written);
   if (!first || !written) {
     free(first), free(written);
-    return fail(ctx, KILN_ERR_NOMEM, "out of memory");
+    return krt_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   }
   last = first + nb;
   for (uint32_t b = 0; b < nb; b++) first[b] = last[b] = UINT32_MAX;
@@ -653,7 +503,7 @@ static kiln_status collect_items(krt_workspace *w, kiln_ctx *ctx, rt_plan *pl, p
     if (st) return st;
     size_t need = scan_carry_bytes(pl->body[s], &p->steps[s]) + pl->body[s]->peak;
     if (need > MAX_ARENA)
-      return fail(ctx, KILN_ERR_NOMEM, "the memory plan for these input shapes needs more than "
+      return krt_fail(ctx, KILN_ERR_NOMEM, "the memory plan for these input shapes needs more than "
                   "%llu bytes", (unsigned long long)MAX_ARENA);
     if (need) items[(*nitems)++] = (plan_item){align_up(need), s, s, &pl->scratch[s]};
     pl->unshared += align_up(need);
@@ -681,7 +531,7 @@ static kiln_status plan_program(krt_workspace *w, kiln_ctx *ctx, const kcg_progr
       !(pl->call_in = calloc(p->nparams + 1, sizeof *pl->call_in)) ||
       !(pl->call_out = calloc(p->nresults + 1, sizeof *pl->call_out)) ||
       !(items = malloc((nb + ns) * sizeof *items))) {
-    st = fail(ctx, KILN_ERR_NOMEM, "out of memory");
+    st = krt_fail(ctx, KILN_ERR_NOMEM, "out of memory");
     goto done;
   }
   for (uint32_t b = 0; b < p->nbufs && !st; b++) {
@@ -690,7 +540,7 @@ static kiln_status plan_program(krt_workspace *w, kiln_ctx *ctx, const kcg_progr
     pl->result_of[b] = NO_RESULT;
     st = type_bytes(ctx, p, w->sizes, &p->bufs[b].type, &pl->bytes[b]);
     if (!st && p->bufs[b].kind == KCG_PBUF_CONST && pl->bytes[b] && !p->bufs[b].data)
-      st = fail(ctx, KILN_ERR_INVALID, "program: constant buffer %u has no data", b);
+      st = krt_fail(ctx, KILN_ERR_INVALID, "program: constant buffer %u has no data", b);
   }
   uint32_t nitems = 0;
   if (!st) st = collect_items(w, ctx, pl, items, &nitems);
@@ -738,7 +588,7 @@ kiln_status krt_prepare(krt_model *m, kiln_ctx *ctx, const int64_t *const *in_di
                         krt_workspace **out) {
   *out = NULL;
   krt_workspace *w = take_workspace(m);
-  if (!w) return fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  if (!w) return krt_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   const kcg_program *p = m->prog;
   kiln_status st = bind_inputs(w, ctx, in_dims);
   if (st) {
@@ -762,7 +612,7 @@ kiln_status krt_prepare(krt_model *m, kiln_ctx *ctx, const int64_t *const *in_di
     free(w->arena);
     w->arena_cap = 0;
     if (!(w->arena = aligned_alloc(ALIGN, align_up(w->plan->peak))))
-      st = fail(ctx, KILN_ERR_NOMEM, "out of memory for an arena of %zu bytes", w->plan->peak);
+      st = krt_fail(ctx, KILN_ERR_NOMEM, "out of memory for an arena of %zu bytes", w->plan->peak);
     else w->arena_cap = w->plan->peak;
   }
   if (st) {
@@ -804,7 +654,7 @@ void krt_workspace_memory(const krt_workspace *w, krt_memory *m) {
 static kiln_status check_plan(const krt_workspace *w, kiln_ctx *ctx, const rt_plan *pl) {
   const kcg_program *p = pl->prog, *top = w->m->prog;
   uint32_t nb = p->nbufs, *first = malloc((nb ? nb : 1) * 2 * sizeof *first);
-  if (!first) return fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  if (!first) return krt_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   uint32_t *last = first + nb;
   for (uint32_t b = 0; b < nb; b++) first[b] = last[b] = UINT32_MAX;
   for (uint32_t s = 0; s < p->nsteps; s++)
@@ -817,7 +667,7 @@ static kiln_status check_plan(const krt_workspace *w, kiln_ctx *ctx, const rt_pl
   for (uint32_t a = 0; a < nb && !st; a++) {
     if (pl->offset[a] == NOWHERE || first[a] == UINT32_MAX) continue;
     if (pl->offset[a] + pl->bytes[a] > pl->peak) {
-      st = fail(ctx, KILN_ERR_INVALID, "plan: buffer %u ends past the arena", a);
+      st = krt_fail(ctx, KILN_ERR_INVALID, "plan: buffer %u ends past the arena", a);
       break;
     }
     for (uint32_t b = a + 1; b < nb && !st; b++) {
@@ -839,7 +689,7 @@ static kiln_status check_plan(const krt_workspace *w, kiln_ctx *ctx, const rt_pl
              pl->bytes[x] == pl->bytes[y] && krt_kernel_inplace_ok(top->kernels[sp->kernel], ix, iy);
       }
       if (!ok)
-        st = fail(ctx, KILN_ERR_INVALID, "plan: buffers %u (steps %u..%u) and %u (steps %u..%u) "
+        st = krt_fail(ctx, KILN_ERR_INVALID, "plan: buffers %u (steps %u..%u) and %u (steps %u..%u) "
                   "overlap", a, first[a], last[a], b, first[b], last[b]);
     }
   }
@@ -902,9 +752,9 @@ static kiln_status run_kernel(krt_workspace *w, rt_plan *pl, const kcg_step *st)
   pthread_mutex_destroy(&t.mu);
   if (!t.err) return KILN_OK;
   if (t.err < 0 || (uint32_t)t.err > k->nerrors)
-    return fail(w->ctx, KILN_ERR_RUNTIME, "kernel %s failed with unknown error code %d", k->name,
+    return krt_fail(w->ctx, KILN_ERR_RUNTIME, "kernel %s failed with unknown error code %d", k->name,
                 (int)t.err);
-  return fail(w->ctx, KILN_ERR_RUNTIME, "%s", k->errors[t.err - 1]);
+  return krt_fail(w->ctx, KILN_ERR_RUNTIME, "%s", k->errors[t.err - 1]);
 }
 
 /* Element offset of one batch's matrix in an operand whose batch dims broadcast against C's. */
@@ -949,7 +799,7 @@ static kiln_status kiln_gemm(krt_workspace *w, const kcg_gemm *g, const char *a,
                      .bf16_dot = w->m->bf16_dot,
                      .a_type = g->a_bf16 ? KRT_GEMM_BF16 : KRT_GEMM_F32,
                      .b_type = g->b_bf16 ? KRT_GEMM_BF16 : KRT_GEMM_F32};
-  return krt_gemm(w->m->pool, &d) ? KILN_OK : fail(w->ctx, KILN_ERR_NOMEM, "out of memory");
+  return krt_gemm(w->m->pool, &d) ? KILN_OK : krt_fail(w->ctx, KILN_ERR_NOMEM, "out of memory");
 }
 
 /*
@@ -1107,11 +957,11 @@ static kiln_status run_window(krt_workspace *w, rt_plan *pl, const kcg_step *st)
   if (pl->bytes[st->args[0]] != (size_t)B * image || pl->bytes[st->args[dw ? 2 : 1]] != ybytes ||
       (dw && pl->bytes[st->args[1]] !=
                  (size_t)cv->o * (size_t)cv->kh * (size_t)cv->kw * sizeof(float)))
-    return fail(w->ctx, KILN_ERR_RUNTIME, "conv step %s: its buffers do not match its sizes",
+    return krt_fail(w->ctx, KILN_ERR_RUNTIME, "conv step %s: its buffers do not match its sizes",
                 w->m->prog->kernels[st->kernel]->name);
   if (!krt_window_run(w->m->pool, cv, B, pl->addr[st->args[0]], dw ? pl->addr[st->args[1]] : NULL,
                       pl->addr[st->args[dw ? 2 : 1]]))
-    return fail(w->ctx, KILN_ERR_NOMEM, "out of memory for a window step's padded planes");
+    return krt_fail(w->ctx, KILN_ERR_NOMEM, "out of memory for a window step's padded planes");
   return KILN_OK;
 }
 
@@ -1126,7 +976,7 @@ static kiln_status run_conv(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
       pl->bytes[st->args[1]] != wbytes ||
       pl->bytes[st->args[3]] < krt_conv_xpack_floats(cv, B) * sizeof(float) ||
       (st->nargs == 5 && pl->bytes[st->args[4]] < krt_conv_wpack_floats(cv) * sizeof(float)))
-    return fail(w->ctx, KILN_ERR_RUNTIME, "conv step %s: its buffers do not match its sizes",
+    return krt_fail(w->ctx, KILN_ERR_RUNTIME, "conv step %s: its buffers do not match its sizes",
                 w->m->prog->kernels[st->kernel]->name);
   if (!B) return KILN_OK;
   const float *x = pl->addr[st->args[0]], *wsrc = pl->addr[st->args[1]], *wp;
@@ -1134,7 +984,7 @@ static kiln_status run_conv(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
     krt_conv_pack_w(w->m->pool, cv, wsrc, pl->addr[st->args[4]]);
     wp = pl->addr[st->args[4]];
   } else if (!(wp = krt_conv_cache_get(w->m->conv_cache, w->m->pool, st, wsrc))) {
-    return fail(w->ctx, KILN_ERR_NOMEM, "out of memory packing a convolution's weight");
+    return krt_fail(w->ctx, KILN_ERR_NOMEM, "out of memory packing a convolution's weight");
   }
   krt_conv_run(w->m->pool, cv, B, x, wp, pl->addr[st->args[3]], pl->addr[st->args[2]]);
   return KILN_OK;
@@ -1232,17 +1082,17 @@ static kiln_status check_pointers(krt_workspace *w, kiln_ctx *ctx, const void *c
   const kcg_program *p = w->m->prog;
   const rt_plan *pl = w->plan;
   if ((p->nparams && !in) || (p->nresults && !out))
-    return fail(ctx, KILN_ERR_INVALID, "the array of %s is NULL", !out ? "outputs" : "inputs");
+    return krt_fail(ctx, KILN_ERR_INVALID, "the array of %s is NULL", !out ? "outputs" : "inputs");
   for (uint32_t i = 0; i < p->nparams; i++)
     if (!in[i] && pl->bytes[p->params[i]]) {
       char label[160];
       input_label(w->m, i, label, sizeof label);
-      return fail(ctx, KILN_ERR_INVALID, "input %s is NULL (%zu bytes)", label,
+      return krt_fail(ctx, KILN_ERR_INVALID, "input %s is NULL (%zu bytes)", label,
                   pl->bytes[p->params[i]]);
     }
   for (uint32_t r = 0; r < p->nresults; r++)
     if (!out[r] && pl->bytes[p->results[r]])
-      return fail(ctx, KILN_ERR_INVALID, "output %u is NULL (%zu bytes)", r,
+      return krt_fail(ctx, KILN_ERR_INVALID, "output %u is NULL (%zu bytes)", r,
                   pl->bytes[p->results[r]]);
   return KILN_OK;
 }
