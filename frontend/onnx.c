@@ -982,7 +982,7 @@ static void free_values(ox *im) {
   free(im->slots);
 }
 
-static Onnx__ModelProto *decode_model(kiln_ctx *ctx, const void *buf, size_t len, const char *name) {
+Onnx__ModelProto *ox_decode_model(kiln_ctx *ctx, const void *buf, size_t len, const char *name) {
   Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
   if (!m) {
     char why[512];
@@ -1042,7 +1042,7 @@ static kiln_status import_mem(kiln_ctx *ctx, const void *buf, size_t len, const 
   if (!ctx || !out || (!buf && len)) return KILN_ERR_INVALID;
   *out = NULL;
   if (!name) name = "<memory>";
-  Onnx__ModelProto *m = decode_model(ctx, buf, len, name);
+  Onnx__ModelProto *m = ox_decode_model(ctx, buf, len, name);
   if (!m) return KILN_ERR_PARSE;
   kiln_status s = import_model(ctx, m, name, base_dir, nfrozen, frozen, out);
   onnx__model_proto__free_unpacked(m, NULL);
@@ -1055,8 +1055,7 @@ KILN_API kiln_status kiln_onnx_import_mem(kiln_ctx *ctx, const void *buf, size_t
   return import_mem(ctx, buf, len, name, base_dir, 0, NULL, out);
 }
 
-/* The whole file in a malloc'ed buffer. */
-static kiln_status read_file(kiln_ctx *ctx, const char *path, uint8_t **buf, size_t *len) {
+kiln_status ox_read_file(kiln_ctx *ctx, const char *path, uint8_t **buf, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) return kir_fail(ctx, KILN_ERR_IO, "%s: %s", path, strerror(errno));
   struct stat st;
@@ -1089,7 +1088,7 @@ KILN_API kiln_status kiln_onnx_import_frozen(kiln_ctx *ctx, const char *path, si
     if (!frozen[k].name || !frozen[k].value) return KILN_ERR_INVALID;
   uint8_t *buf;
   size_t len;
-  kiln_status s = read_file(ctx, path, &buf, &len);
+  kiln_status s = ox_read_file(ctx, path, &buf, &len);
   if (s != KILN_OK) return s;
   char *dir = strdup(path);
   if (!dir) {
@@ -1147,71 +1146,9 @@ KILN_API kiln_status kiln_onnx_read_tensor(kiln_ctx *ctx, const char *path, kiln
   *out = NULL;
   uint8_t *buf;
   size_t len;
-  kiln_status s = read_file(ctx, path, &buf, &len);
+  kiln_status s = ox_read_file(ctx, path, &buf, &len);
   if (s != KILN_OK) return s;
   s = kiln_onnx_read_tensor_mem(ctx, buf, len, path, out);
   free(buf);
   return s;
-}
-
-KILN_API kiln_status kiln_onnx_op_types(kiln_ctx *ctx, const char *path, char **out) {
-  if (!ctx || !path || !out) return KILN_ERR_INVALID;
-  *out = NULL;
-  uint8_t *buf;
-  size_t len;
-  kiln_status s = read_file(ctx, path, &buf, &len);
-  if (s != KILN_OK) return s;
-  Onnx__ModelProto *m = decode_model(ctx, buf, len, path);
-  free(buf);
-  if (!m) return KILN_ERR_PARSE;
-  size_t cap = 1;
-  const Onnx__GraphProto *gp = m->graph;
-  for (size_t k = 0; gp && k < gp->n_node; k++) cap += strlen(S(gp->node[k]->op_type)) + 1;
-  char *list = calloc(cap, 1);
-  if (!list) {
-    onnx__model_proto__free_unpacked(m, NULL);
-    return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
-  }
-  size_t used = 0;
-  for (size_t k = 0; gp && k < gp->n_node; k++) {
-    const char *op = S(gp->node[k]->op_type);
-    bool seen = false;
-    for (size_t j = 0; j < k && !seen; j++) seen = !strcmp(S(gp->node[j]->op_type), op);
-    if (seen) continue;
-    used += (size_t)sprintf(list + used, "%s%s", used ? "," : "", op);
-  }
-  onnx__model_proto__free_unpacked(m, NULL);
-  *out = list;
-  return KILN_OK;
-}
-
-KILN_API kiln_status kiln_onnx_input_names(kiln_ctx *ctx, const char *path, char **out) {
-  if (!ctx || !path || !out) return KILN_ERR_INVALID;
-  *out = NULL;
-  uint8_t *buf;
-  size_t len;
-  kiln_status s = read_file(ctx, path, &buf, &len);
-  if (s != KILN_OK) return s;
-  Onnx__ModelProto *m = decode_model(ctx, buf, len, path);
-  free(buf);
-  if (!m) return KILN_ERR_PARSE;
-  const Onnx__GraphProto *gp = m->graph;
-  size_t cap = 1;
-  for (size_t k = 0; gp && k < gp->n_input; k++) cap += strlen(S(gp->input[k]->name)) + 1;
-  char *list = calloc(cap, 1);
-  if (!list) {
-    onnx__model_proto__free_unpacked(m, NULL);
-    return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
-  }
-  size_t used = 0;
-  for (size_t k = 0; gp && k < gp->n_input; k++) {
-    const char *name = S(gp->input[k]->name);
-    bool init = false;
-    for (size_t j = 0; j < gp->n_initializer && !init; j++)
-      init = !strcmp(S(gp->initializer[j]->name), name);
-    if (!init) used += (size_t)sprintf(list + used, "%s%s", used ? "," : "", name);
-  }
-  onnx__model_proto__free_unpacked(m, NULL);
-  *out = list;
-  return KILN_OK;
 }

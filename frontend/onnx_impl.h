@@ -113,6 +113,11 @@ kiln_dtype ox_vdtype(const ox_node *n, kiln_value v);
 int ox_vrank(const ox_node *n, kiln_value v);
 kiln_dim ox_vdim(const ox_node *n, kiln_value v, int axis);
 
+/* The whole file at `path` in a malloc'ed buffer (a regular file of at most 2 GiB). */
+kiln_status ox_read_file(kiln_ctx *ctx, const char *path, uint8_t **buf, size_t *len);
+/* buf decoded as a ModelProto; NULL (KILN_ERR_PARSE on ctx, with the byte) if it is not one. */
+Onnx__ModelProto *ox_decode_model(kiln_ctx *ctx, const void *buf, size_t len, const char *name);
+
 /* ---- the wire-format walk (onnx_wire.c) ---- */
 
 /* Writes why `buf` is not a valid message of `desc` ("byte 17: ...") into msg. */
