@@ -12,6 +12,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,7 @@ typedef struct window_job {
   const kcg_conv *cv;
   const float *x, *w;
   float *y;
-  bool oom;
+  _Atomic bool oom; /* a task could not allocate its padded plane */
 } window_job;
 
 /* Output rows computed together: independent chains of the taps' ops, so they overlap. */
@@ -247,7 +248,7 @@ static void planes(void *arg, int64_t lo, int64_t hi) {
   size_t bytes = ((size_t)(padded_rows(cv) * ppitch(cv)) * sizeof(float) + 63) / 64 * 64;
   float *xs = aligned_alloc(64, bytes);
   if (!xs) {
-    j->oom = true; /* one bool, only ever set: a benign race */
+    atomic_store(&j->oom, true);
     return;
   }
   memset(xs, 0, bytes);
@@ -265,7 +266,8 @@ static void planes(void *arg, int64_t lo, int64_t hi) {
 bool krt_window_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float *x,
                     const float *w, float *y) {
   if (B <= 0) return true;
-  window_job j = {cv, x, w, y, false};
+  window_job j = {.cv = cv, .x = x, .w = w, .y = y};
+  atomic_init(&j.oom, false);
   krt_parallel_for(pool, B * cv->o, planes, &j);
-  return !j.oom;
+  return !atomic_load(&j.oom);
 }

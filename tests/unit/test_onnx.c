@@ -282,18 +282,20 @@ static void test_shape_folding(kiln_ctx *ctx) {
   kiln_graph_destroy(gr);
 }
 
-/* A one-node model y = OP(x) over x: f32[2]. */
-static pb one_node(const char *op) {
+/* A one-node model y = OP(x) over x: f32[2], with one attribute when attr is not NULL. */
+static pb one_node_attr(const char *op, pb *attr) {
   pb g = {0}, t;
   const int64_t d[1] = {2};
   t = value_info("x", 1, d, NULL);
   f_msg(&g, 11, &t);
   t = value_info("y", 1, d, NULL);
   f_msg(&g, 12, &t);
-  t = node(op, (const char *[]){"x", NULL}, (const char *[]){"y", NULL}, NULL, 0);
+  t = node(op, (const char *[]){"x", NULL}, (const char *[]){"y", NULL}, attr, attr ? 1 : 0);
   f_msg(&g, 1, &t);
   return model(&g, 13);
 }
+
+static pb one_node(const char *op) { return one_node_attr(op, NULL); }
 
 static void expect_error(kiln_ctx *ctx, const pb *m, const char *base, kiln_status want,
                          const char *needle) {
@@ -440,20 +442,8 @@ static pb external_w(const char *loc, const char *offset, const char *length) {
   return t;
 }
 
-/* A one-node model y = OP(x) over x: f32[2] with one attribute (issue 22 item 8: an attribute
-   of the wrong type was read as absent, its default used silently). */
-static pb one_node_attr(const char *op, pb *attr) {
-  pb g = {0}, t;
-  const int64_t d[1] = {2};
-  t = value_info("x", 1, d, NULL);
-  f_msg(&g, 11, &t);
-  t = value_info("y", 1, d, NULL);
-  f_msg(&g, 12, &t);
-  t = node(op, (const char *[]){"x", NULL}, (const char *[]){"y", NULL}, attr, 1);
-  f_msg(&g, 1, &t);
-  return model(&g, 13);
-}
-
+/* Attributes of the wrong type (issue 22 item 8: one was read as absent, its default used
+   silently). */
 static void test_attr_types(kiln_ctx *ctx) {
   pb a = attr_int("alpha", 2), m = one_node_attr("LeakyRelu", &a);
   expect_error(ctx, &m, NULL, KILN_ERR_PARSE, "attribute 'alpha' is of type INT, expected FLOAT");
