@@ -50,11 +50,12 @@ static void put_gemm(const kcg_program *p, const kcg_gemm *g, FILE *f) {
   put_dim(p, g->k, f);
 }
 
-void kcg_program_print(const kcg_program *p, FILE *f) {
+/* The steps of `p` at nesting `depth`: a scan's body follows it, indented two more spaces. */
+static void print_steps(const kcg_program *p, int depth, FILE *f) {
   static const char *const kinds[] = {"kernel", "gemm", "scan", "attention", "conv"};
   for (uint32_t s = 0; s < p->nsteps; s++) {
     const kcg_step *st = &p->steps[s];
-    fprintf(f, "step %u: %s", s, (unsigned)st->kind < 5 ? kinds[st->kind] : "?");
+    fprintf(f, "%*sstep %u: %s", 2 * depth, "", s, (unsigned)st->kind < 5 ? kinds[st->kind] : "?");
     if (st->kind != KCG_STEP_SCAN && st->kind != KCG_STEP_ATTENTION && st->kernel < p->nkernels &&
         p->kernels && p->kernels[st->kernel])
       fprintf(f, " %s", p->kernels[st->kernel]->name);
@@ -69,5 +70,9 @@ void kcg_program_print(const kcg_program *p, FILE *f) {
       put_buf(p, st->args[a], f);
     }
     fputs(")\n", f);
+    if (st->kind == KCG_STEP_SCAN && st->body && depth < KCG_MAX_SCAN_DEPTH)
+      print_steps(st->body, depth + 1, f);
   }
 }
+
+void kcg_program_print(const kcg_program *p, FILE *f) { print_steps(p, 0, f); }

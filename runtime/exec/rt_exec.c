@@ -75,6 +75,7 @@ typedef struct rt_plan {
   size_t peak;
   size_t unshared;       /* the arena if nothing shared bytes: the sum of the placed sizes */
   uint32_t inplace;      /* results written over a dying operand */
+  uint32_t prof_base;    /* where its steps' profiles start in the model's (rt_profile.h) */
 } rt_plan;
 
 struct krt_model {
@@ -88,12 +89,13 @@ struct krt_model {
   bool attention_avx512;       /* attention steps on the AVX-512 kernel */
   bool gemm_kiln; /* f32 GEMM steps run Kiln's own GEMM (rt_gemm_cpu.c) instead of BLAS */
   bool gemm_dots; /* and so do those of a few rows against B^T, even where BLAS is the library */
+  bool gemm_few_rows; /* and those of a few rows against B (few_rows), where Kiln has AVX-512 */
   bool blas_split; /* BLAS GEMMs split over the pool, BLAS itself single-threaded */
   _Atomic(krt_workspace *) spare;
   _Atomic size_t last_peak;
   _Atomic size_t last_total;
   bool reuse; /* the memory plan shares bytes (unless KILN_MEMORY_PLAN=0) */
-  struct rt_prof *prof; /* per top-level step, when kiln_options.profile is on; else NULL */
+  struct rt_prof *prof; /* per step of the tree (rt_profile.h), when kiln_options.profile is on */
   _Atomic uint64_t prof_runs;
   krt_conv_cache *conv_cache; /* constant weights of CONV steps, packed at their first run */
 };
@@ -190,6 +192,7 @@ kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_c
   m->pool = pool;
   m->gemm_kiln = default_gemm_kiln(o.gemm);
   m->gemm_dots = o.gemm != KILN_GEMM_BLAS;
+  m->gemm_few_rows = m->gemm_dots && krt_gemm_isa_best() >= KRT_GEMM_ISA_AVX512;
   m->gemm_threshold = default_gemm_threshold();
   m->gemm_threshold_kiln = KRT_GEMM_THRESHOLD_KILN;
   if (o.gemm_threshold) /* for measuring it (docs/cpu-runtime.md) */
@@ -206,7 +209,7 @@ kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_c
   atomic_init(&m->last_total, 0);
   m->reuse = kir_switch_on(o.memory_plan, true); /* off: every temporary its own bytes */
   atomic_init(&m->prof_runs, 0);
-  if ((kir_switch_on(o.profile, false) && !(m->prof = calloc(prog->nsteps + 1u, sizeof *m->prof))) ||
+  if ((kir_switch_on(o.profile, false) && !(m->prof = calloc(krt_profile_size(prog) + 1u, sizeof *m->prof))) ||
       !(m->conv_cache = krt_conv_cache_create())) {
     free(m->prof);
     free(m);
@@ -501,6 +504,7 @@ static kiln_status collect_items(krt_workspace *w, kiln_ctx *ctx, rt_plan *pl, p
     if (p->steps[s].kind != KCG_STEP_SCAN) continue;
     kiln_status st = plan_program(w, ctx, p->steps[s].body, &pl->body[s]);
     if (st) return st;
+    pl->body[s]->prof_base = pl->prof_base + krt_profile_body_base(p, s);
     size_t need = scan_carry_bytes(pl->body[s], &p->steps[s]) + pl->body[s]->peak;
     if (need > MAX_ARENA)
       return krt_fail(ctx, KILN_ERR_NOMEM, "the memory plan for these input shapes needs more than "
@@ -770,19 +774,32 @@ static size_t batch_offset(const int64_t *cidx, int nbatch, int rank, const kir_
 }
 
 /*
+ * A few rows of A against B as stored, with whole 32-column tiles: Kiln's AVX-512 GEMM reads
+ * B's rows where they lie (rt_gemm_cpu.h, KRT_GEMM_DIRECT_B_MAX_M) where BLAS 0.3.21 packs
+ * all of B on every call — an RNN step's h[32, 256] times W_h[256, 1024], 64 times a sequence
+ * (this Xeon's SkylakeX kernels: 112 against 134 GFLOP/s on one thread, 180 against 245 on
+ * two; bench_gemm 32x1024x256).
+ */
+static bool few_rows(const kcg_gemm *g, int64_t M, int64_t N) {
+  return !g->trans_b && !g->bf16 && M <= KRT_GEMM_DIRECT_B_MAX_M && N % 32 == 0;
+}
+
+/*
  * Whether the step's library is Kiln's GEMM (else BLAS): bf16 operand buffers
  * only it reads; a few rows against B^T it computes as dot products where B
  * lies, where BLAS 0.3.21 packs all of B for them (mobilenet_v2's classifier
- * at batch 1: 1.17 ms packed, 0.16 as dot products).
+ * at batch 1: 1.17 ms packed, 0.16 as dot products); a few rows against B
+ * it reads B in place (few_rows), where it has AVX-512.
  */
-static bool on_kiln_gemm(const krt_model *m, const kcg_gemm *g, int64_t M) {
+static bool on_kiln_gemm(const krt_model *m, const kcg_gemm *g, int64_t M, int64_t N) {
   bool dots = m->gemm_dots && g->trans_b && M <= KRT_GEMM_DOT_MAX_M && !g->bf16;
-  return g->dtype == KILN_F32 && (m->gemm_kiln || g->a_bf16 || g->b_bf16 || dots);
+  return g->dtype == KILN_F32 &&
+         (m->gemm_kiln || g->a_bf16 || g->b_bf16 || dots || (m->gemm_few_rows && few_rows(g, M, N)));
 }
 
 /* Whether the step goes to a library (BLAS or Kiln's GEMM) rather than its generated kernel. */
 static bool use_blas(const krt_model *m, const kcg_gemm *g, int64_t M, int64_t N, int64_t K) {
-  int64_t threshold = on_kiln_gemm(m, g, M) ? m->gemm_threshold_kiln : m->gemm_threshold;
+  int64_t threshold = on_kiln_gemm(m, g, M, N) ? m->gemm_threshold_kiln : m->gemm_threshold;
   if ((g->dtype != KILN_F32 && g->dtype != KILN_F64) || threshold < 0) return false;
   if (M > INT_MAX || N > INT_MAX || K > INT_MAX) return false;
   int64_t mn, mnk;
@@ -896,27 +913,45 @@ static void blas_batch_chunk(void *arg, int64_t lo, int64_t hi) {
   }
 }
 
+/* How many matrices batch dims `dims` (of rank `rank`) hold under `sizes`. */
+static int64_t batch_count(int rank, const kir_dim *dims, const int64_t *sizes) {
+  int64_t n = 1;
+  for (int d = 0; d < rank; d++)
+    n *= kcg_dim_value(dims[d], sizes);
+  return n;
+}
+
 static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   const kcg_gemm *g = &st->gemm;
   const int64_t *sz = w->sizes;
   int64_t M = kcg_dim_value(g->m, sz), N = kcg_dim_value(g->n, sz), K = kcg_dim_value(g->k, sz);
-  bool library = use_blas(w->m, g, M, N, K), kiln = library && on_kiln_gemm(w->m, g, M);
-  if (w->m->prof && pl == w->plan) {
-    rt_prof *pr = &w->m->prof[st - pl->prog->steps];
-    size_t mn = (size_t)M * (size_t)N * dtype_bytes(g->dtype);
-    pr->m = M, pr->n = N, pr->k = K, pr->count = mn ? (int64_t)(pl->bytes[st->args[2]] / mn) : 0;
+  size_t es = dtype_bytes(g->dtype), cbytes = pl->bytes[st->args[2]];
+  size_t mn = (size_t)M * (size_t)N * es, count = mn ? cbytes / mn : 0;
+  /*
+   * A batch of matrices against one B (an RNN's input projection, x[T, B, n] times W: C[t] =
+   * A[t] B) is one product of count * M rows: A's and C's matrices lie one after the other, so
+   * B is packed once instead of once per matrix (the bench LSTM's projection: 64 calls of 32
+   * rows). The elements are the same dot products.
+   */
+  int64_t folded;
+  if (count > 1 && !g->trans_a && batch_count(g->b_rank, g->b_batch, sz) == 1 &&
+      batch_count(g->a_rank, g->a_batch, sz) == (int64_t)count &&
+      !__builtin_mul_overflow(M, (int64_t)count, &folded) && folded <= INT_MAX)
+    M = folded, count = 1;
+  bool library = use_blas(w->m, g, M, N, K), kiln = library && on_kiln_gemm(w->m, g, M, N);
+  if (w->m->prof) {
+    rt_prof *pr = &w->m->prof[pl->prof_base + (uint32_t)(st - pl->prog->steps)];
+    pr->m = M, pr->n = N, pr->k = K, pr->count = (int64_t)count;
     pr->path = !library ? "kernel" : kiln ? "kiln" : "blas";
   }
   if (!library) return run_kernel(w, pl, st);
   char *a = pl->addr[st->args[0]], *b = pl->addr[st->args[1]], *c = pl->addr[st->args[2]];
-  size_t es = dtype_bytes(g->dtype), cbytes = pl->bytes[st->args[2]];
   size_t aes = g->a_bf16 ? 2 : es, bes = g->b_bf16 ? 2 : es;
   if (!M || !N || !cbytes) return KILN_OK;
   if (!K) {
     memset(c, 0, cbytes);
     return KILN_OK;
   }
-  size_t count = cbytes / ((size_t)M * (size_t)N * es);
   if (!kiln && w->m->blas_split && count >= (size_t)krt_pool_threads(w->m->pool)) {
     blas_batch j = {.g = g, .sizes = sz, .a = a, .b = b, .c = c, .M = M, .N = N, .K = K,
                     .aes = aes, .bes = bes, .es = es};
@@ -1051,7 +1086,7 @@ static kiln_status exec_program(krt_workspace *w, rt_plan *pl, char *base,
     else pl->addr[b] = pl->offset[b] != NOWHERE ? base + pl->offset[b] : empty;
   }
   kiln_status r = KILN_OK;
-  rt_prof *prof = pl == w->plan ? w->m->prof : NULL; /* top-level steps only */
+  rt_prof *prof = w->m->prof ? w->m->prof + pl->prof_base : NULL;
   for (uint32_t s = 0; s < p->nsteps && !r; s++) {
     const kcg_step *st = &p->steps[s];
     uint64_t t0 = prof ? now_ns() : 0;
@@ -1065,7 +1100,7 @@ static kiln_status exec_program(krt_workspace *w, rt_plan *pl, char *base,
       atomic_fetch_add(&prof[s].calls, 1);
     }
   }
-  if (prof && !r) atomic_fetch_add(&w->m->prof_runs, 1);
+  if (prof && pl == w->plan && !r) atomic_fetch_add(&w->m->prof_runs, 1);
   for (uint32_t i = 0; i < p->nresults && !r; i++) {
     uint32_t b = p->results[i];
     if (pl->result_of[b] == i) continue;

@@ -46,6 +46,12 @@ typedef enum krt_gemm_isa {
  */
 #define KRT_GEMM_DOT_MAX_M 4
 
+/*
+ * Up to this many rows of A (per thread's range), f32 B stored as [k, n] is
+ * read where it lies instead of packed, where every tile is whole along n.
+ */
+#define KRT_GEMM_DIRECT_B_MAX_M 64
+
 typedef struct krt_gemm_desc {
   bool trans_a, trans_b; /* A is stored [k, m], B is stored [n, k] */
   int64_t m, n, k;

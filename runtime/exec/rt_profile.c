@@ -43,29 +43,57 @@ static int by_time(const void *a, const void *b) {
   return x < y ? 1 : x > y ? -1 : 0;
 }
 
-void krt_profile_print(const kcg_program *prog, const rt_prof *prof, uint64_t runs,
-                       const krt_pool *pool, FILE *f) {
-  static const char *const kinds[] = {"kernel", "gemm", "scan", "attention", "conv"};
+static uint32_t tree_size(const kcg_program *p, int depth) {
+  uint32_t n = p->nsteps;
+  for (uint32_t s = 0; s < p->nsteps && depth < KCG_MAX_SCAN_DEPTH; s++)
+    if (p->steps[s].kind == KCG_STEP_SCAN && p->steps[s].body)
+      n += tree_size(p->steps[s].body, depth + 1);
+  return n;
+}
+
+uint32_t krt_profile_size(const kcg_program *p) { return tree_size(p, 0); }
+
+uint32_t krt_profile_body_base(const kcg_program *p, uint32_t s) {
+  uint32_t base = p->nsteps;
+  for (uint32_t t = 0; t < s; t++)
+    if (p->steps[t].kind == KCG_STEP_SCAN && p->steps[t].body)
+      base += krt_profile_size(p->steps[t].body);
+  return base;
+}
+
+static const char *const kinds[] = {"kernel", "gemm", "scan", "attention", "conv"};
+
+/* The table of one program (a body at `depth` > 0, under scan step `parent`), then its bodies'. */
+static void print_table(const kcg_program *prog, const rt_prof *prof, uint64_t runs, int depth,
+                        uint32_t parent, FILE *f) {
   uint32_t ns = prog->nsteps;
   uint64_t total = 0, by_kind[5] = {0};
   step_time *order = malloc((ns + 1u) * sizeof *order);
-  if (!order || !runs) {
-    free(order);
-    return;
-  }
+  if (!order) return;
   for (uint32_t s = 0; s < ns; s++) {
     uint64_t t = atomic_load(&prof[s].ns);
     total += t, by_kind[prog->steps[s].kind % 5] += t;
     order[s] = (step_time){t, s};
   }
+  if (depth && !total) {
+    free(order);
+    return;
+  }
   qsort(order, ns, sizeof *order, by_time);
   double per = 1e-6 / (double)runs, pct = total ? 100.0 / (double)total : 0;
-  fprintf(f, "kiln profile: %u steps, %llu runs, %.3f ms a run in steps (", ns,
-          (unsigned long long)runs, (double)total * per);
+  if (!depth) {
+    fprintf(f, "kiln profile: %u steps, %llu runs, %.3f ms a run in steps (", ns,
+            (unsigned long long)runs, (double)total * per);
+  } else {
+    uint64_t iters = atomic_load(&prof[order[0].step].calls);
+    fprintf(f, "  the body of scan step %u (depth %d): %u steps, %.1f iterations a run, %.3f ms a "
+            "run (", parent, depth, ns, (double)iters / (double)runs, (double)total * per);
+  }
   for (int k = 0; k < 5; k++)
     fprintf(f, "%s%s %.1f%%", k ? ", " : "", kinds[k], (double)by_kind[k] * pct);
   fprintf(f, ")\n  step  kind        ms/run      %%  what\n");
-  for (uint32_t i = 0; i < ns && i < 30; i++) {
+  uint32_t shown = depth ? 12 : 30;
+  for (uint32_t i = 0; i < ns && i < shown; i++) {
     uint32_t s = order[i].step;
     uint64_t t = order[i].ns;
     if (!t) break;
@@ -74,9 +102,18 @@ void krt_profile_print(const kcg_program *prog, const rt_prof *prof, uint64_t ru
     fprintf(f, "  %4u  %-9s %8.3f  %5.1f  %s\n", s, kinds[prog->steps[s].kind % 5],
             (double)t * per, (double)t * pct, what);
   }
-  if (ns > 30) fprintf(f, "  (%u more steps)\n", ns - 30);
-  fprintf(f, "  thread pool: %d threads, %llu parallel loops nested in another (run on one thread)\n",
-          krt_pool_threads(pool), (unsigned long long)krt_pool_nested(pool));
+  if (ns > shown) fprintf(f, "  (%u more steps)\n", ns - shown);
   free(order);
+  for (uint32_t s = 0; s < ns && depth < KCG_MAX_SCAN_DEPTH; s++)
+    if (prog->steps[s].kind == KCG_STEP_SCAN && prog->steps[s].body)
+      print_table(prog->steps[s].body, prof + krt_profile_body_base(prog, s), runs, depth + 1, s,
+                  f);
 }
 
+void krt_profile_print(const kcg_program *prog, const rt_prof *prof, uint64_t runs,
+                       const krt_pool *pool, FILE *f) {
+  if (!runs) return;
+  print_table(prog, prof, runs, 0, 0, f);
+  fprintf(f, "  thread pool: %d threads, %llu parallel loops nested in another (run on one thread)\n",
+          krt_pool_threads(pool), (unsigned long long)krt_pool_nested(pool));
+}

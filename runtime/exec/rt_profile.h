@@ -25,7 +25,20 @@ typedef struct rt_prof {
   const char *path;       /* GEMM: "blas", "kiln" or "kernel" */
 } rt_prof;
 
-/* The table on f for prog's steps over `runs` runs: per kind of step, then the slowest steps. */
+/*
+ * Profiles are kept for every step of the program tree, top-level steps
+ * first, then each scan's body (its steps, then its own bodies) in the order
+ * of the scans: how many entries p's tree needs, and where the body of scan
+ * step s starts, counted from p's first entry. Bodies nest at most
+ * KCG_MAX_SCAN_DEPTH deep (the program checker refuses deeper ones).
+ */
+uint32_t krt_profile_size(const kcg_program *p);
+uint32_t krt_profile_body_base(const kcg_program *p, uint32_t s);
+
+/*
+ * The table on f for prog's steps over `runs` runs: per kind of step, then
+ * the slowest steps; then the same for each scan body that took time.
+ */
 void krt_profile_print(const kcg_program *prog, const rt_prof *prof, uint64_t runs,
                        const krt_pool *pool, FILE *f);
 

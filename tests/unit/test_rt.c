@@ -474,9 +474,13 @@ static void test_kernel_errors(void) {
 
 /* ------------------------------------------------------------------ GEMM */
 
-/* The operands of the GEMM test: C[3, 2, M, N] = op(A)[3, 1, M, K] op(B)[2, K, N]. */
+/*
+ * The operands of the GEMM test: C[3, 2, M, N] = op(A)[3, 1, M, K] op(B)[2, K, N], or with
+ * one B for every matrix (shared), C[3, 2, M, N] = op(A)[3, 2, M, K] op(B)[K, N], which the
+ * executor multiplies as one product of 6M rows when A is not transposed.
+ */
 typedef struct {
-  bool ta, tb;
+  bool ta, tb, shared;
   int64_t m, n, k;
 } gemm_shape;
 
@@ -490,7 +494,8 @@ static gemm_shape cur_gemm;
     T *c = b[2];                                                                               \
     int64_t M = cur_gemm.m, N = cur_gemm.n, K = cur_gemm.k;                                    \
     for (int64_t bi = lo; bi < hi; bi++) {                                                     \
-      const T *A = a + (bi / 2) * M * K, *B = bb + (bi % 2) * K * N;                           \
+      const T *A = a + (cur_gemm.shared ? bi : bi / 2) * M * K;                                \
+      const T *B = bb + (cur_gemm.shared ? 0 : bi % 2) * K * N;                                \
       for (int64_t i = 0; i < M; i++)                                                          \
         for (int64_t j = 0; j < N; j++) {                                                      \
           T s = 0;                                                                             \
@@ -504,20 +509,23 @@ static gemm_shape cur_gemm;
 FALLBACK(k_gemm_f64, double)
 FALLBACK(k_gemm_f32, float)
 
-static void build_gemm(fixture *f, kir_dtype t, bool ta, bool tb) {
+static void build_gemm(fixture *f, kir_dtype t, bool ta, bool tb, bool shared) {
   f->p = prog_new(&f->arena);
   kcg_program *p = f->p;
   kir_dim b6 = 6; /* the fallback's parallel loop runs over the 3·2 batches */
   uint32_t k = add_kernel(p, "matmul", t, 3, b6, true, 0, NULL);
   f->fns[k] = t == KILN_F64 ? k_gemm_f64 : k_gemm_f32;
+  kir_dim a1 = shared ? 2 : 1;
   uint32_t a = add_buf(p, KCG_PBUF_INPUT, t, 4,
-                       ta ? (kir_dim[]){3, 1, T_, M_} : (kir_dim[]){3, 1, M_, T_});
-  uint32_t b = add_buf(p, KCG_PBUF_INPUT, t, 3, tb ? (kir_dim[]){2, N_, T_} : (kir_dim[]){2, T_, N_});
+                       ta ? (kir_dim[]){3, a1, T_, M_} : (kir_dim[]){3, a1, M_, T_});
+  uint32_t b = shared ? add_buf(p, KCG_PBUF_INPUT, t, 2, tb ? (kir_dim[]){N_, T_} : (kir_dim[]){T_, N_})
+                      : add_buf(p, KCG_PBUF_INPUT, t, 3,
+                                tb ? (kir_dim[]){2, N_, T_} : (kir_dim[]){2, T_, N_});
   uint32_t c = add_buf(p, KCG_PBUF_TEMP, t, 4, (kir_dim[]){3, 2, M_, N_});
   kcg_step *s = add_step(p, KCG_STEP_GEMM, k, 3, (uint32_t[]){a, b, c});
   s->gemm = (kcg_gemm){.dtype = t, .trans_a = ta, .trans_b = tb, .m = M_, .n = N_, .k = T_,
-                       .nbatch = 2, .batch = {3, 2}, .a_rank = 2, .a_batch = {3, 1},
-                       .b_rank = 1, .b_batch = {2}};
+                       .nbatch = 2, .batch = {3, 2}, .a_rank = 2, .a_batch = {3, a1},
+                       .b_rank = shared ? 0 : 1, .b_batch = {2}};
   set_results(p, 1, (uint32_t[]){c});
 }
 
@@ -527,18 +535,21 @@ static double rnd(unsigned *s) {
 }
 
 static void test_gemm(void) {
-  static const int64_t shapes[][3] = {{5, 7, 3}, {17, 9, 33}, {1, 1, 1}, {4, 3, 0}, {0, 3, 2}};
-  for (int t = 0; t < 2; t++)
+  /* {20, 64, 40}: a few rows against whole 32-column tiles (Kiln's GEMM reads B in place) */
+  static const int64_t shapes[][3] = {{5, 7, 3}, {17, 9, 33}, {1, 1, 1}, {4, 3, 0}, {0, 3, 2},
+                                      {20, 64, 40}};
+  for (int t = 0; t < 4; t++)
     for (int tr = 0; tr < 4; tr++)
       for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
-        kir_dtype dt = t ? KILN_F32 : KILN_F64;
-        bool ta = tr & 1, tb = tr & 2;
+        kir_dtype dt = t & 1 ? KILN_F32 : KILN_F64;
+        bool ta = tr & 1, tb = tr & 2, shared = t & 2;
         fixture f = {0};
-        build_gemm(&f, dt, ta, tb);
+        build_gemm(&f, dt, ta, tb, shared);
         if (!make_model(&f)) return fixture_free(&f);
         int64_t M = shapes[sh][0], N = shapes[sh][1], K = shapes[sh][2];
-        cur_gemm = (gemm_shape){ta, tb, M, N, K};
-        size_t es = dt == KILN_F64 ? 8 : 4, na = 3 * M * K, nb = 2 * K * N, nc = 6 * M * N;
+        cur_gemm = (gemm_shape){ta, tb, shared, M, N, K};
+        size_t es = dt == KILN_F64 ? 8 : 4, na = (shared ? 6 : 3) * M * K;
+        size_t nb = (shared ? 1 : 2) * K * N, nc = 6 * M * N;
         char *a = malloc(na * es + 8), *b = malloc(nb * es + 8);
         char *c0 = malloc(nc * es + 8), *c1 = malloc(nc * es + 8);
         unsigned seed = 42;
@@ -549,8 +560,10 @@ static void test_gemm(void) {
           if (dt == KILN_F64) ((double *)b)[i] = rnd(&seed);
           else ((float *)b)[i] = (float)rnd(&seed);
         memset(c1, 0x7f, nc * es); /* BLAS (beta = 0) must overwrite, even with K = 0 */
-        const int64_t *dims[] = {ta ? (int64_t[]){3, 1, K, M} : (int64_t[]){3, 1, M, K},
-                                 tb ? (int64_t[]){2, N, K} : (int64_t[]){2, K, N}};
+        int64_t a1 = shared ? 2 : 1;
+        const int64_t *dims[] = {ta ? (int64_t[]){3, a1, K, M} : (int64_t[]){3, a1, M, K},
+                                 shared ? (tb ? (int64_t[]){N, K} : (int64_t[]){K, N})
+                                        : (tb ? (int64_t[]){2, N, K} : (int64_t[]){2, K, N})};
         krt_model_set_gemm_threshold(f.m, -1);
         CHECK(krt_run(f.m, ctx, dims, (const void *[]){a, b}, (void *[]){c0}) == KILN_OK);
         krt_model_set_gemm_threshold(f.m, 0);
@@ -564,8 +577,9 @@ static void test_gemm(void) {
         }
         CHECK(worst <= (dt == KILN_F64 ? 1e-13 : 1e-5));
         if (!(worst <= (dt == KILN_F64 ? 1e-13 : 1e-5)))
-          fprintf(stderr, "gemm %s ta=%d tb=%d %lldx%lldx%lld: difference %g\n",
-                  kiln_dtype_name(dt), ta, tb, (long long)M, (long long)N, (long long)K, worst);
+          fprintf(stderr, "gemm %s ta=%d tb=%d shared=%d %lldx%lldx%lld: difference %g\n",
+                  kiln_dtype_name(dt), ta, tb, shared, (long long)M, (long long)N, (long long)K,
+                  worst);
         free(a), free(b), free(c0), free(c1);
         fixture_free(&f);
       }
@@ -725,7 +739,7 @@ static void gemm_bench(void) {
       set_results(f.p, 1, (uint32_t[]){c});
       make_model(&f);
       krt_model_set_gemm_threshold(f.m, mode ? 0 : -1);
-      cur_gemm = (gemm_shape){false, false, s, s, s};
+      cur_gemm = (gemm_shape){false, false, false, s, s, s};
       float *x = calloc((size_t)(s * s), 4), *y = calloc((size_t)(s * s), 4);
       for (int64_t e = 0; e < s * s; e++) x[e] = 1.0f / (float)(e + 1);
       int reps = (int)(2e7 / (double)(s * s * s)) + 3;
