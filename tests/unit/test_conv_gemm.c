@@ -258,6 +258,9 @@ static const conv_case blocked_cases[] = {
     {"f32", 2, false, 16, 5, 125, 16, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},
     {"f32", 1, false, 17, 6, 131, 33, 3, 3, {2, 2}, {0, 1, 2, 0}, {1, 1}, false},
     {"f32", 2, true, 64, 7, 7, 96, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},
+    /* 7-pixel rows two to a strip: an even number of rows, channel tails, and stride 2 */
+    {"f32", 2, false, 40, 8, 7, 72, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},
+    {"f32", 1, false, 24, 14, 13, 40, 3, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}, false},
     /* an image's first convolution: 3 channels, 7x7 stride 2 */
     {"f32", 2, false, 3, 40, 37, 64, 7, 7, {2, 2}, {3, 3, 3, 3}, {1, 1}, false},
 };
