@@ -667,7 +667,8 @@ static bool conv2d_blocked(kcg_lower_ctx *lc, const kir_inst *inst) {
                  .pt = at[1].ints[0], .pl = at[1].ints[1], .ho = y->dims[2], .wo = y->dims[3]};
   int64_t cb = (cv.c + 15) / 16, ob2 = (cv.o + 31) / 32;
   int64_t hp = (cv.ho - 1) * cv.sh + cv.kh, wp = (cv.wo - 1) * cv.sw + cv.kw;
-  kir_type xt = {.dtype = KILN_F32, .rank = 2, .dims = {x->dims[0], cb * hp * wp * 16}};
+  kir_type xt = {.dtype = KILN_F32, .rank = 2,
+                 .dims = {x->dims[0], cb * hp * wp * kcg_conv_xlanes(cv.c)}};
   kir_type wt = {.dtype = KILN_F32, .rank = 1, .dims = {ob2 * cb * cv.kh * cv.kw * 512}};
   uint32_t extra[2], n = 0;
   if ((extra[n++] = kcg_lower_temp(lc, &xt)) == UINT32_MAX) return false;

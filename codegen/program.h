@@ -97,6 +97,13 @@ typedef struct kcg_conv {
   kcg_conv_mode mode;
 } kcg_conv;
 
+/*
+ * The channels a BLOCKED step's packed input holds per pixel: 16 (one
+ * block), or 4 or 8 for an image's first convolution (3 channels), whose
+ * packed copy would otherwise be mostly zeros (runtime/exec/rt_conv_cpu.c).
+ */
+static inline int64_t kcg_conv_xlanes(int64_t c) { return c <= 4 ? 4 : c <= 8 ? 8 : 16; }
+
 static inline const char *kcg_conv_mode_name(kcg_conv_mode mode) {
   return mode == KCG_CONV_BLOCKED     ? "blocked"
          : mode == KCG_CONV_DEPTHWISE ? "depthwise"

@@ -37,7 +37,7 @@ size_t krt_conv_wpack_floats(const kcg_conv *cv) {
 }
 
 size_t krt_conv_xpack_floats(const kcg_conv *cv, int64_t B) {
-  return (size_t)(B * cblocks(cv) * padded_h(cv) * padded_w(cv) * 16);
+  return (size_t)(B * cblocks(cv) * padded_h(cv) * padded_w(cv) * kcg_conv_xlanes(cv->c));
 }
 
 /* ---------------------------------------------------------------- packing */
@@ -70,30 +70,32 @@ void krt_conv_pack_w(krt_pool *pool, const kcg_conv *cv, const float *w, float *
   krt_parallel_for(pool, opairs(cv), pack_w_chunk, &jb);
 }
 
-/* xp[b][cb][hp][wp][16] for rows (b, cb, hp) in [lo, hi): x where it lies inside, else 0. */
+/* xp[b][cb][hp][wp][L] (L = kcg_conv_xlanes) for rows (b, cb, hp) in [lo, hi): x where it lies
+ * inside, else 0. */
 static void pack_x_chunk(void *arg, int64_t lo, int64_t hi) {
   const pack_job *jb = arg;
   const kcg_conv *cv = jb->cv;
   int64_t CB = cblocks(cv), HP = padded_h(cv), WP = padded_w(cv), H = cv->h, W = cv->w;
+  int64_t L = kcg_conv_xlanes(cv->c);
   for (int64_t r = lo; r < hi; r++) {
     int64_t hp = r % HP, cb = r / HP % CB, b = r / HP / CB, ih = hp - cv->pt;
-    float *d = jb->dst + r * WP * 16;
+    float *d = jb->dst + r * WP * L;
     if (ih < 0 || ih >= H) {
-      memset(d, 0, (size_t)(WP * 16) * sizeof *d);
+      memset(d, 0, (size_t)(WP * L) * sizeof *d);
       continue;
     }
     int64_t w0 = cv->pl < WP ? cv->pl : WP, w1 = cv->pl + W < WP ? cv->pl + W : WP;
-    memset(d, 0, (size_t)(w0 * 16) * sizeof *d);
-    memset(d + w1 * 16, 0, (size_t)((WP - w1) * 16) * sizeof *d);
-    int64_t nc = cv->c - cb * 16 < 16 ? cv->c - cb * 16 : 16;
+    memset(d, 0, (size_t)(w0 * L) * sizeof *d);
+    memset(d + w1 * L, 0, (size_t)((WP - w1) * L) * sizeof *d);
+    int64_t nc = cv->c - cb * 16 < L ? cv->c - cb * 16 : L;
     for (int64_t ic = 0; ic < nc; ic++) {
       const float *s = jb->src + ((b * cv->c + cb * 16 + ic) * H + ih) * W - cv->pl;
       for (int64_t x = w0; x < w1; x++)
-        d[x * 16 + ic] = s[x];
+        d[x * L + ic] = s[x];
     }
-    for (int64_t ic = nc; ic < 16; ic++)
+    for (int64_t ic = nc; ic < L; ic++)
       for (int64_t x = w0; x < w1; x++)
-        d[x * 16 + ic] = 0.0f;
+        d[x * L + ic] = 0.0f;
   }
 }
 
@@ -161,22 +163,22 @@ const float *krt_conv_cache_get(krt_conv_cache *c, krt_pool *pool, const kcg_ste
 #define DEFINE_STRIP(NAME, TARGET, VEC, ZERO, LOAD, BCAST, FMA, STORE)                             \
   TARGET INLINE void NAME(int RW, int NR, int64_t RS, const float *x, const float *w, float *tile, \
                           int64_t C, int64_t HP, int64_t WP, int64_t KH, int64_t KW, int64_t S,    \
-                          const float *pf, const float *pfe, int64_t pfn) {                        \
+                          int64_t L, const float *pf, const float *pfe, int64_t pfn) {             \
     VEC acc[14][2];                                                                                \
     for (int r = 0; r < RW * NR; r++)                                                              \
       acc[r][0] = acc[r][1] = ZERO;                                                                \
     for (int64_t cb = 0; cb * 16 < C; cb++) {                                                      \
       int nc = C - cb * 16 < 16 ? (int)(C - cb * 16) : 16;                                         \
       for (int64_t i = 0; i < KH; i++) {                                                           \
-        const float *xr = x + (cb * HP + i) * WP * 16, *wr = w + (cb * KH + i) * KW * 512;         \
+        const float *xr = x + (cb * HP + i) * WP * L, *wr = w + (cb * KH + i) * KW * 512;          \
         for (int64_t j = 0; j < KW; j++) {                                                         \
-          const float *xk = xr + j * 16, *wk = wr + j * 512;                                       \
+          const float *xk = xr + j * L, *wk = wr + j * 512;                                        \
           for (int64_t q = 0; q < pfn && pf < pfe; q++, pf += 16)                                  \
             __builtin_prefetch(pf, 0, 2);                                                          \
           for (int ic = 0; ic < nc; ic++) {                                                        \
             VEC w0 = LOAD(wk + ic * 32), w1 = LOAD(wk + ic * 32 + 16);                             \
             for (int r = 0; r < RW * NR; r++) {                                                    \
-              VEC v = BCAST(xk[r / RW * RS + r % RW * S * 16 + ic]);                               \
+              VEC v = BCAST(xk[r / RW * RS + r % RW * S * L + ic]);                                \
               acc[r][0] = FMA(v, w0, acc[r][0]);                                                   \
               acc[r][1] = FMA(v, w1, acc[r][1]);                                                   \
             }                                                                                      \
@@ -236,7 +238,9 @@ typedef struct conv_job {
     const kcg_conv *cv = jb->cv;                                                                   \
     int64_t CB = cblocks(cv), OP = opairs(cv), HP = padded_h(cv), WP = padded_w(cv);               \
     int64_t KH = cv->kh, KW = cv->kw, S = cv->sw, HO = cv->ho, WO = cv->wo, O = cv->o;             \
-    int64_t PAIR = rows_per_item(cv, WIDE), HI = (HO + PAIR - 1) / PAIR, RS = cv->sh * WP * 16;    \
+    int64_t PAIR = rows_per_item(cv, WIDE), HI = (HO + PAIR - 1) / PAIR,                           \
+            L = kcg_conv_xlanes(cv->c);                                                            \
+    int64_t RS = cv->sh * WP * L;                                                                  \
     int64_t OPW = CB * KH * KW * 512, PFN = prefetch_lines(cv, HI);                                \
     float tile[TILE_W * 32] __attribute__((aligned(64)));                                          \
     for (int64_t it = lo; it < hi; it++) {                                                         \
@@ -246,11 +250,11 @@ typedef struct conv_job {
       const float *pf = jb->wp + (op + 1) % OP * OPW + it % HI * CB * KH * KW * PFN * 16;          \
       const float *pfe = jb->wp + ((op + 1) % OP + 1) * OPW;                                       \
       int64_t pfn = PFN;                                                                           \
-      const float *xrow = jb->xp + (b * CB * HP + oh * cv->sh) * WP * 16;                          \
+      const float *xrow = jb->xp + (b * CB * HP + oh * cv->sh) * WP * L;                           \
       int64_t nch = O - op * 32 < 32 ? O - op * 32 : 32;                                           \
       float *yo = jb->y + ((b * O + op * 32) * HO + oh) * WO;                                      \
       if (PAIR == 2 && oh + 1 < HO) {                                                              \
-        STRIP(7, 2, RS, xrow, w, tile, cv->c, HP, WP, KH, KW, S, pf, pfe, pfn);                    \
+        STRIP(7, 2, RS, xrow, w, tile, cv->c, HP, WP, KH, KW, S, L, pf, pfe, pfn);                 \
         for (int64_t c = 0; c < nch; c++)                                                          \
           for (int64_t p = 0; p < 14; p++)                                                         \
             yo[c * HO * WO + p] = tile[p * 32 + c];                                                \
@@ -258,20 +262,20 @@ typedef struct conv_job {
       }                                                                                            \
       for (int64_t t0 = 0; t0 < WO; t0 += TILE_W) {                                                \
         int64_t tw = WO - t0 < TILE_W ? WO - t0 : TILE_W, ow = 0;                                  \
-        const float *xt = xrow + t0 * S * 16;                                                      \
+        const float *xt = xrow + t0 * S * L;                                                       \
         for (; ow + WIDE <= tw; ow += WIDE, pfn = 0) /* the first strip prefetches */              \
-          STRIP(WIDE, 1, 0, xt + ow * S * 16, w, tile + ow * 32, cv->c, HP, WP, KH, KW, S, pf,     \
+          STRIP(WIDE, 1, 0, xt + ow * S * L, w, tile + ow * 32, cv->c, HP, WP, KH, KW, S, L, pf,   \
                 pfe, pfn);                                                                         \
         if (WIDE > 7)                                                                              \
           for (; ow + 7 <= tw; ow += 7, pfn = 0)                                                   \
-            STRIP(7, 1, 0, xt + ow * S * 16, w, tile + ow * 32, cv->c, HP, WP, KH, KW, S, pf, pfe, \
-                  pfn);                                                                            \
+            STRIP(7, 1, 0, xt + ow * S * L, w, tile + ow * 32, cv->c, HP, WP, KH, KW, S, L, pf,    \
+                  pfe, pfn);                                                                       \
         if (WIDE > 2)                                                                              \
           for (; ow + 2 <= tw; ow += 2, pfn = 0)                                                   \
-            STRIP(2, 1, 0, xt + ow * S * 16, w, tile + ow * 32, cv->c, HP, WP, KH, KW, S, pf, pfe, \
-                  pfn);                                                                            \
+            STRIP(2, 1, 0, xt + ow * S * L, w, tile + ow * 32, cv->c, HP, WP, KH, KW, S, L, pf,    \
+                  pfe, pfn);                                                                       \
         for (; ow < tw; ow++, pfn = 0)                                                             \
-          STRIP(1, 1, 0, xt + ow * S * 16, w, tile + ow * 32, cv->c, HP, WP, KH, KW, S, pf, pfe,   \
+          STRIP(1, 1, 0, xt + ow * S * L, w, tile + ow * 32, cv->c, HP, WP, KH, KW, S, L, pf, pfe, \
                 pfn);                                                                              \
         for (int64_t c = 0; c < nch; c++)                                                          \
           for (int64_t p = 0; p < tw; p++)                                                         \

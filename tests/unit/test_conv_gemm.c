@@ -261,8 +261,10 @@ static const conv_case blocked_cases[] = {
     /* 7-pixel rows two to a strip: an even number of rows, channel tails, and stride 2 */
     {"f32", 2, false, 40, 8, 7, 72, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},
     {"f32", 1, false, 24, 14, 13, 40, 3, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}, false},
-    /* an image's first convolution: 3 channels, 7x7 stride 2 */
+    /* an image's first convolution: 3 channels, 7x7 stride 2 (x packed 4 channels a pixel) */
     {"f32", 2, false, 3, 40, 37, 64, 7, 7, {2, 2}, {3, 3, 3, 3}, {1, 1}, false},
+    /* 6 channels: x packed 8 channels a pixel */
+    {"f32", 2, false, 6, 16, 15, 40, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},
 };
 
 /* y = conv2d(x, w) with w a constant op of the values sin(0.0013·(i + 1)); NULL if out of memory. */
