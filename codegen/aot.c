@@ -189,6 +189,11 @@ static uint32_t write_program(writer *w, const kcg_program *prog) {
               c->c, c->h, c->w, c->o, c->kh, c->kw, c->sh, c->sw, c->pt, c->pl, c->ho, c->wo,
               (int)c->mode);
     }
+    if (st->epi.on)
+      fprintf(f, ",\n   .epi = {.on = 1, .has_bias = %d, .has_lo = %d, .has_hi = %d, .bias = %u, "
+                 ".inner = %" PRId64 ", .count = %" PRId64 ", .lo = %a, .hi = %a}",
+              st->epi.has_bias, st->epi.has_lo, st->epi.has_hi, st->epi.bias, st->epi.inner,
+              st->epi.count, (double)st->epi.lo, (double)st->epi.hi);
     fprintf(f, ",\n   .gemm = {.dtype = %d, .trans_a = %d, .trans_b = %d, .m = %" PRId64
                ", .n = %" PRId64 ", .k = %" PRId64 ", .nbatch = %u, .a_rank = %u, .b_rank = %u",
             (int)g->dtype, g->trans_a, g->trans_b, g->m, g->n, g->k, g->nbatch, g->a_rank,

@@ -275,6 +275,7 @@ static bool lower_row_group(fuse_st *s, uint32_t y) {
 }
 
 bool kcg_lower_fused(kcg_lower_ctx *lc, const kp_fusion *f, const uint32_t *map) {
+  if (kcg_lower_epilogue(lc, f)) return true;
   const kir_graph *g = lc->g;
   fuse_st s = {.lc = lc, .g = g, .f = f, .root = (uint32_t)(lc->inst - g->insts),
                .kept = UINT32_MAX};

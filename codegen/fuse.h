@@ -13,5 +13,8 @@
 #include "passes/fusion.h"
 
 bool kcg_lower_fused(kcg_lower_ctx *lc, const kp_fusion *f, const uint32_t *map);
+/* Whether the group at lc's root (f NULL: lc's op alone) became the epilogue of the step before
+   it (fuse_epilogue.c). */
+bool kcg_lower_epilogue(kcg_lower_ctx *lc, const kp_fusion *f);
 
 #endif

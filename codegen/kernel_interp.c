@@ -614,6 +614,9 @@ static bool run_steps(prun *r, frame *f) {
               : s->kind == KCG_STEP_ATTENTION ? run_attention(r, f, s)
                                               : run_kernel(r, f, s);
     if (ok && s->kind == KCG_STEP_GEMM) ok = check_gemm(r, f, s);
+    if (ok && s->epi.on && (s->kind == KCG_STEP_GEMM || s->kind == KCG_STEP_CONV))
+      kcg_epilogue_apply(&s->epi, s->epi.has_bias ? f->ptr[s->epi.bias] : NULL, f->ptr[s->args[2]],
+                         0, (int64_t)(type_bytes(&f->p->bufs[s->args[2]].type, r->sizes) / 4));
     if (!ok) return false;
   }
   return true;

@@ -241,7 +241,9 @@ static bool lower_inst(kcg_lower_state *st, kcg_program *p, const kir_graph *g,
   kcg_lower_ctx lc = {
       .st = st, .prog = p, .g = g, .inst = inst, .op = kir_op(inst->op), .in = in, .out = out,
       .map = map};
-  bool ok = fusion ? kcg_lower_fused(&lc, fusion, map) : kcg_lower_of(inst->op)(&lc, inst);
+  bool ok = fusion                                     ? kcg_lower_fused(&lc, fusion, map)
+            : st->opt.fuse && kcg_lower_epilogue(&lc, NULL) ? true
+                                                            : kcg_lower_of(inst->op)(&lc, inst);
   if (ok && lc.k)
     ok = lc.k->oom
              ? nomem(st)
@@ -374,6 +376,7 @@ void kcg_lower_options_for(const kiln_options *o, kcg_lower_options *out) {
                              .runtime_attention = true,
                              .conv_bf16 = kir_switch_on(o->conv_bf16, true),
                              .runtime_conv = kir_switch_on(o->conv_direct, true),
+                             .runtime_epilogue = kir_switch_on(o->epilogue, true),
                              .conv_gemm_min = o->conv_gemm_min};
 }
 

@@ -111,6 +111,68 @@ static inline const char *kcg_conv_mode_name(kcg_conv_mode mode) {
                                       : "?";
 }
 
+/*
+ * What a CONV step (blocked or depthwise) or an f32 GEMM step of the CPU
+ * executor does to each element of its result before storing it, in place
+ * of the elementwise kernel that followed it (codegen/fuse.c, epilogue):
+ *
+ *   v = y[i] + bias[i / inner % count]   (only with a bias)
+ *   v = max(v, lo), then min(v, hi)      (only where has_lo, has_hi; NaN stays NaN)
+ *
+ * i being the element's row-major index in the result, so a convolution's
+ * per-channel bias has inner = HO·WO and count = O. f32 throughout, rounded
+ * as the fused kernel rounds (one f32 add; max and min exact). The bias is a
+ * CONST or INPUT buffer (not placed by the memory plan, so it needs no
+ * argument slot) of at least `count` floats.
+ */
+typedef struct kcg_epilogue {
+  bool on, has_bias, has_lo, has_hi;
+  uint32_t bias;        /* buffer, when has_bias */
+  int64_t inner, count; /* of the bias index, both >= 1 */
+  float lo, hi;
+} kcg_epilogue;
+
+/* One run of n elements sharing bias b: v + b (add), then the clamps, in one pass. max(v, lo)
+   is lo unless v > lo or v is NaN, i.e. unless !(v <= lo); min alike (kir_f_max, kir_f_min). */
+static inline void kcg_epilogue_run(const kcg_epilogue *e, float *y, int64_t n, float b) {
+  bool add = e->has_bias, lo = e->has_lo, hi = e->has_hi;
+  float l = e->lo, h = e->hi;
+  if (add && lo && hi)
+    for (int64_t i = 0; i < n; i++) {
+      float v = y[i] + b;
+      v = v <= l ? l : v;
+      y[i] = v >= h ? h : v;
+    }
+  else if (add && lo)
+    for (int64_t i = 0; i < n; i++) {
+      float v = y[i] + b;
+      y[i] = v <= l ? l : v;
+    }
+  else
+    for (int64_t i = 0; i < n; i++) {
+      float v = add ? y[i] + b : y[i];
+      v = lo && v <= l ? l : v;
+      y[i] = hi && v >= h ? h : v;
+    }
+}
+
+/* The epilogue on n elements at y whose first is element `first` of the result. */
+static inline void kcg_epilogue_apply(const kcg_epilogue *e, const float *bias, float *y,
+                                      int64_t first, int64_t n) {
+  if (!e->has_bias) {
+    kcg_epilogue_run(e, y, n, 0.0f);
+  } else if (e->inner == 1) { /* per column: the next bias each element */
+    for (int64_t i = 0, q = first % e->count; i < n; i++, q = q + 1 == e->count ? 0 : q + 1)
+      kcg_epilogue_run(e, y + i, 1, bias[q]);
+  } else { /* runs of `inner` elements share a bias */
+    for (int64_t i = 0, q = first / e->inner, r = first % e->inner; i < n; q++, r = 0) {
+      int64_t run = e->inner - r < n - i ? e->inner - r : n - i;
+      kcg_epilogue_run(e, y + i, run, bias[q % e->count]);
+      i += run;
+    }
+  }
+}
+
 typedef struct kcg_step {
   kcg_step_kind kind;
   uint32_t kernel;      /* KERNEL, GEMM: index into the program's kernels */
@@ -120,6 +182,7 @@ typedef struct kcg_step {
   kcg_gemm gemm;        /* GEMM */
   kcg_attn attn;        /* ATTENTION */
   kcg_conv conv;        /* CONV */
+  kcg_epilogue epi;     /* CONV (blocked, depthwise), GEMM (f32): applied to the result */
   kcg_program *body;    /* SCAN: its params are consts, carries, slices; results carries, ys */
   uint32_t n_const, n_carry;
   kir_dim length;       /* SCAN: axis 0 of the scanned operands */
@@ -162,6 +225,7 @@ kiln_status kcg_lower_ex(kiln_ctx *ctx, kir_graph *g, kir_arena *arena, bool fus
 typedef struct kcg_lower_options {
   bool fuse, runtime_attention;
   bool runtime_conv;      /* f32 convolutions as CONV steps (the CPU executor's) */
+  bool runtime_epilogue;  /* bias and clamps fused into CONV and GEMM steps (kcg_epilogue) */
   bool conv_bf16;         /* bf16 convolutions as bf16 GEMMs (kiln_options.conv_bf16) */
   int64_t conv_gemm_min;  /* kiln_options.conv_gemm_min: 0 measured, -1 never */
   const char *backend;    /* the name refusals give ("backend 'NAME': ..."); NULL: compiled */

@@ -64,6 +64,18 @@ static void print_steps(const kcg_program *p, int depth, FILE *f) {
       fprintf(f, " %s c=%" PRId64 " o=%" PRId64 " %" PRId64 "x%" PRId64 " s%" PRId64 "x%" PRId64,
               kcg_conv_mode_name(st->conv.mode), st->conv.c, st->conv.o, st->conv.kh,
               st->conv.kw, st->conv.sh, st->conv.sw);
+    if (st->epi.on) {
+      fputs(" epilogue(", f);
+      if (st->epi.has_bias) {
+        fputs("bias ", f);
+        put_buf(p, st->epi.bias, f);
+        fprintf(f, " /%" PRId64 " %%%" PRId64, st->epi.inner, st->epi.count);
+      }
+      if (st->epi.has_lo) fprintf(f, "%smax %g", st->epi.has_bias ? ", " : "", st->epi.lo);
+      if (st->epi.has_hi)
+        fprintf(f, "%smin %g", st->epi.has_bias || st->epi.has_lo ? ", " : "", st->epi.hi);
+      fputc(')', f);
+    }
     fputs(" (", f);
     for (uint32_t a = 0; a < st->nargs; a++) {
       if (a) fputs(", ", f);

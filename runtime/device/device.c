@@ -235,7 +235,7 @@ kiln_status krt_device_lower(kiln_ctx *ctx, krt_device_kind kind, kir_graph *g,
   kcg_lower_options lo;
   kcg_lower_options_for(&po->opts, &lo);
   lo.backend = target;
-  lo.runtime_conv = false; /* CONV steps are the CPU executor's */
+  lo.runtime_conv = lo.runtime_epilogue = false; /* CONV steps and epilogues are the CPU executor's */
   /* Vulkan's tiled shaders (a shared object's come as images, runtime/driver/aot_gpu.c), or rows */
   if (kind == KRT_DEVICE_VULKAN) lo.runtime_attention = kir_switch_on(po->opts.vk_attention_steps, true);
   s = kcg_lower_target(ctx, lg, arena, &lo, out);

@@ -627,7 +627,7 @@ kiln_status krt_gpu_graph_run(kir_graph *g, const krt_gpu_driver *drv, const cha
   kcg_lower_options lo;
   kcg_lower_options_for(&po.opts, &lo);
   lo.backend = backend;
-  lo.runtime_conv = false; /* CONV steps are the CPU executor's */
+  lo.runtime_conv = lo.runtime_epilogue = false; /* CONV steps and epilogues are the CPU executor's */
   s = kcg_lower_target(ctx, lg, &arena, &lo, &p);
   kiln_graph_destroy(lg);
   if (s == KILN_OK && (n_in != p->nparams || n_out != p->nresults))

@@ -56,6 +56,35 @@ static kiln_status check_window(kiln_ctx *ctx, const kcg_program *top, const kcg
   return ok ? KILN_OK : krt_fail(ctx, KILN_ERR_INVALID, "program: step %u: malformed window step", s);
 }
 
+/*
+ * An epilogue (program.h, kcg_epilogue) only on an f32 result of a GEMM step or a blocked or
+ * depthwise CONV step, its bias a CONST or INPUT f32 buffer of `count` elements at least (the
+ * memory plan does not place it), inner and count positive, the clamps not NaN.
+ */
+static bool epilogue_ok(const kcg_program *p, const kcg_step *st) {
+  const kcg_epilogue *e = &st->epi;
+  if (!e->on) return true;
+  bool conv = st->kind == KCG_STEP_CONV &&
+              (st->conv.mode == KCG_CONV_BLOCKED || st->conv.mode == KCG_CONV_DEPTHWISE);
+  if ((!conv && st->kind != KCG_STEP_GEMM) || st->nargs < 3 ||
+      p->bufs[st->args[2]].type.dtype != KILN_F32 || (e->has_lo && e->lo != e->lo) ||
+      (e->has_hi && e->hi != e->hi))
+    return false;
+  if (!e->has_bias) return true;
+  if (e->bias >= p->nbufs || e->inner < 1 || e->count < 1) return false;
+  const kcg_pbuf *b = &p->bufs[e->bias];
+  if ((b->kind != KCG_PBUF_CONST && b->kind != KCG_PBUF_INPUT) || b->type.dtype != KILN_F32 ||
+      (b->kind == KCG_PBUF_CONST && !b->data))
+    return false;
+  int64_t n = 1;
+  for (int d = 0; d < b->type.rank; d++) {
+    if (KIR_DIM_IS_SYM(b->type.dims[d]) || b->type.dims[d] < 0) return false;
+    n *= b->type.dims[d];
+    if (n > ((int64_t)1 << 48)) return false;
+  }
+  return n == e->count;
+}
+
 static kiln_status check_step(kiln_ctx *ctx, const kcg_program *top, const kcg_program *p,
                               const kcg_cpu_fn *fns, uint32_t s, int depth) {
   const kcg_step *st = &p->steps[s];
@@ -63,6 +92,8 @@ static kiln_status check_step(kiln_ctx *ctx, const kcg_program *top, const kcg_p
     if (st->args[i] >= p->nbufs)
       return krt_fail(ctx, KILN_ERR_INVALID, "program: step %u: argument %u is buffer %u of %u", s,
                   i, st->args[i], p->nbufs);
+  if (!epilogue_ok(p, st))
+    return krt_fail(ctx, KILN_ERR_INVALID, "program: step %u: malformed epilogue", s);
   if (st->kind == KCG_STEP_CONV && st->conv.mode != KCG_CONV_BLOCKED)
     return check_window(ctx, top, p, fns, s);
   if (st->kind == KCG_STEP_CONV) {

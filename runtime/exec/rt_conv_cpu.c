@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rt_gemm_cpu.h"
+
 #define TARGET_AVX2 __attribute__((target("avx2,fma")))
 #define TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,fma")))
 #define INLINE static inline __attribute__((always_inline))
@@ -223,7 +225,20 @@ typedef struct conv_job {
   const kcg_conv *cv;
   const float *xp, *wp;
   float *y;
+  const kcg_epilogue *epi; /* or NULL */
+  const float *bias;
 } conv_job;
+
+/* y[c · cs + p] = tile[p][c] for the tile's n pixels and nch channels, then the epilogue on
+   each channel's run (y's element `first` is tile[0][0]). */
+static void write_tile(const conv_job *jb, const float *tile, int64_t n, int64_t nch, float *y,
+                       int64_t cs, int64_t first) {
+  for (int64_t c = 0; c < nch; c++) {
+    for (int64_t p = 0; p < n; p++)
+      y[c * cs + p] = tile[p * 32 + c];
+    if (jb->epi) krt_epilogue(jb->epi, jb->bias, y + c * cs, first + c * cs, n);
+  }
+}
 
 /*
  * Items (b, op, oh) in [lo, hi): output rows oh .. oh + PAIR - 1 of image b
@@ -255,9 +270,7 @@ typedef struct conv_job {
       float *yo = jb->y + ((b * O + op * 32) * HO + oh) * WO;                                      \
       if (PAIR == 2 && oh + 1 < HO) {                                                              \
         STRIP(7, 2, RS, xrow, w, tile, cv->c, HP, WP, KH, KW, S, L, pf, pfe, pfn);                 \
-        for (int64_t c = 0; c < nch; c++)                                                          \
-          for (int64_t p = 0; p < 14; p++)                                                         \
-            yo[c * HO * WO + p] = tile[p * 32 + c];                                                \
+        write_tile(jb, tile, 14, nch, yo, (HO * WO), yo - jb->y);                                   \
         continue;                                                                                  \
       }                                                                                            \
       for (int64_t t0 = 0; t0 < WO; t0 += TILE_W) {                                                \
@@ -277,9 +290,7 @@ typedef struct conv_job {
         for (; ow < tw; ow++, pfn = 0)                                                             \
           STRIP(1, 1, 0, xt + ow * S * L, w, tile + ow * 32, cv->c, HP, WP, KH, KW, S, L, pf, pfe, \
                 pfn);                                                                              \
-        for (int64_t c = 0; c < nch; c++)                                                          \
-          for (int64_t p = 0; p < tw; p++)                                                         \
-            yo[c * HO * WO + t0 + p] = tile[p * 32 + c];                                           \
+        write_tile(jb, tile, tw, nch, yo + t0, HO * WO, yo + t0 - jb->y);                          \
       }                                                                                            \
     }                                                                                              \
   }
@@ -303,11 +314,11 @@ int krt_conv_force_isa(int isa) {
 }
 
 void krt_conv_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float *x, const float *wp,
-                  float *xp, float *y) {
+                  float *xp, float *y, const kcg_epilogue *epi, const float *bias) {
   if (B <= 0) return;
   pack_job pj = {cv, x, xp};
   krt_parallel_for(pool, B * cblocks(cv) * padded_h(cv), pack_x_chunk, &pj);
-  conv_job cj = {cv, xp, wp, y};
+  conv_job cj = {cv, xp, wp, y, epi && epi->on ? epi : NULL, bias};
   int isa = forced ? forced : best_isa();
   krt_task_fn fn = isa == 3 ? rows_avx512 : isa == 2 ? rows_avx2 : rows_c;
   int64_t pair = rows_per_item(cv, isa == 3 ? 14 : 3);

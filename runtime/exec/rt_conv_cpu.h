@@ -36,9 +36,10 @@ size_t krt_conv_xpack_floats(const kcg_conv *cv, int64_t B);
 /* Packs w[O, C, KH, KW] into wp (krt_conv_wpack_floats floats), over the pool's threads. */
 void krt_conv_pack_w(krt_pool *pool, const kcg_conv *cv, const float *w, float *wp);
 /* y = conv(x, w) for a batch of B, wp packed by krt_conv_pack_w, xp scratch of
-   krt_conv_xpack_floats(cv, B) floats. */
+   krt_conv_xpack_floats(cv, B) floats; then, unless epi is NULL or off, the epilogue on each
+   tile as it is written (bias: its buffer). */
 void krt_conv_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float *x, const float *wp,
-                  float *xp, float *y);
+                  float *xp, float *y, const kcg_epilogue *epi, const float *bias);
 /*
  * The packed forms of constant weights, for one model: the first krt_conv_cache_get for a
  * (step, weight) packs it, later ones return that copy. Safe from several threads.

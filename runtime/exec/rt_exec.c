@@ -45,6 +45,7 @@
 #include "ir/options.h"
 #include "rt.h"
 #include "rt_attention.h"
+#include "rt_blas.h"
 #include "rt_check.h"
 #include "rt_conv_cpu.h"
 #include "rt_window_cpu.h"
@@ -54,8 +55,6 @@
 #define ALIGN 64
 #define NOWHERE SIZE_MAX
 #define NO_RESULT UINT32_MAX
-/* Multiply-adds from which one BLAS product is split over the pool (below, one call). */
-#define KRT_BLAS_SPLIT_MIN ((int64_t)1 << 18)
 /* Bounds that keep every size and offset sum far from overflowing 64 bits. */
 #define MAX_BUFFER ((size_t)1 << 50)
 #define MAX_ARENA ((size_t)1 << 56)
@@ -761,18 +760,6 @@ static kiln_status run_kernel(krt_workspace *w, rt_plan *pl, const kcg_step *st)
   return krt_fail(w->ctx, KILN_ERR_RUNTIME, "%s", k->errors[t.err - 1]);
 }
 
-/* Element offset of one batch's matrix in an operand whose batch dims broadcast against C's. */
-static size_t batch_offset(const int64_t *cidx, int nbatch, int rank, const kir_dim *dims,
-                           const int64_t *sizes, size_t matrix) {
-  size_t off = 0, stride = matrix;
-  for (int j = rank - 1; j >= 0; j--) {
-    int64_t d = kcg_dim_value(dims[j], sizes);
-    if (d != 1) off += (size_t)cidx[nbatch - rank + j] * stride;
-    stride *= (size_t)d;
-  }
-  return off;
-}
-
 /*
  * A few rows of A against B as stored, with whole 32-column tiles: Kiln's AVX-512 GEMM reads
  * B's rows where they lie (rt_gemm_cpu.h, KRT_GEMM_DIRECT_B_MAX_M) where BLAS 0.3.21 packs
@@ -819,98 +806,34 @@ static kiln_status kiln_gemm(krt_workspace *w, const kcg_gemm *g, const char *a,
   return krt_gemm(w->m->pool, &d) ? KILN_OK : krt_fail(w->ctx, KILN_ERR_NOMEM, "out of memory");
 }
 
-/*
- * One BLAS product split over the pool: C's rows (the larger of M and N is
- * split: rows of A and C, or columns of B and C) in blocks of a multiple of
- * 16, one per thread, each a single-threaded BLAS call on its block. The
- * blocks are disjoint, and every element is the same dot product BLAS
- * computes unsplit (a kernel may order its sum differently by position, so
- * the last bits can differ from an unsplit call).
- */
-typedef struct blas_job {
-  const kcg_gemm *g;
-  const char *a, *b;
-  char *c;
-  int64_t M, N, K, block;
-  size_t es;
-  bool split_m;
-} blas_job;
+/* The step's epilogue over its whole result y (which fills it), in blocks over the pool. */
+typedef struct epi_job {
+  const kcg_epilogue *e;
+  const float *bias;
+  float *y;
+  int64_t n;
+} epi_job;
 
-static void blas_call(const kcg_gemm *g, int64_t M, int64_t N, int64_t K, const char *a, int lda,
-                      const char *b, int ldb, char *c, int ldc) {
-  enum CBLAS_TRANSPOSE ta = g->trans_a ? CblasTrans : CblasNoTrans;
-  enum CBLAS_TRANSPOSE tb = g->trans_b ? CblasTrans : CblasNoTrans;
-  if (g->dtype == KILN_F32)
-    cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1.0f, (const float *)a, lda,
-                (const float *)b, ldb, 0.0f, (float *)c, ldc);
-  else
-    cblas_dgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1.0, (const double *)a, lda,
-                (const double *)b, ldb, 0.0, (double *)c, ldc);
-}
+enum { EPI_BLOCK = 16384 };
 
-static void blas_chunk(void *arg, int64_t lo, int64_t hi) {
-  const blas_job *j = arg;
-  const kcg_gemm *g = j->g;
-  int lda = (int)(g->trans_a ? j->M : j->K), ldb = (int)(g->trans_b ? j->K : j->N);
-  int64_t dim = j->split_m ? j->M : j->N;
-  int64_t r0 = lo * j->block, r1 = hi * j->block < dim ? hi * j->block : dim;
-  if (r0 >= r1) return;
-  size_t es = j->es;
-  if (j->split_m) { /* rows r0..r1 of A (columns, when A is stored transposed) and of C */
-    const char *a = j->a + (size_t)r0 * (g->trans_a ? 1 : (size_t)lda) * es;
-    blas_call(g, r1 - r0, j->N, j->K, a, lda, j->b, ldb, j->c + (size_t)r0 * (size_t)j->N * es,
-              (int)j->N);
-  } else { /* columns r0..r1 of B (rows, when B is stored transposed) and of C */
-    const char *b = j->b + (size_t)r0 * (g->trans_b ? (size_t)ldb : 1) * es;
-    blas_call(g, j->M, r1 - r0, j->K, j->a, lda, b, ldb, j->c + (size_t)r0 * es, (int)j->N);
+static void epi_chunk(void *arg, int64_t lo, int64_t hi) {
+  const epi_job *j = arg;
+  for (int64_t b = lo; b < hi; b++) {
+    int64_t first = b * EPI_BLOCK, n = j->n - first < EPI_BLOCK ? j->n - first : EPI_BLOCK;
+    krt_epilogue(j->e, j->bias, j->y + first, first, n);
   }
 }
 
-static void blas_gemm(krt_workspace *w, const kcg_gemm *g, const char *a, const char *b, char *c,
-                      int64_t M, int64_t N, int64_t K) {
-  int threads = krt_pool_threads(w->m->pool);
-  blas_job j = {.g = g, .a = a, .b = b, .c = c, .M = M, .N = N, .K = K,
-                .es = dtype_bytes(g->dtype), .split_m = M >= N};
-  int64_t dim = j.split_m ? M : N, blocks = (dim + 15) / 16;
-  int64_t n = blocks < threads ? blocks : threads;
-  if (!w->m->blas_split || n < 2 || M * N * K < KRT_BLAS_SPLIT_MIN) {
-    blas_call(g, M, N, K, a, (int)(g->trans_a ? M : K), b, (int)(g->trans_b ? K : N), c, (int)N);
-    return;
-  }
-  j.block = (blocks + n - 1) / n * 16;
-  krt_parallel_for(w->m->pool, n, blas_chunk, &j);
+static const float *epi_bias(rt_plan *pl, const kcg_step *st) {
+  return st->epi.has_bias ? pl->addr[st->epi.bias] : NULL;
 }
 
-/*
- * A batch of BLAS products with at least one per thread: the matrices are
- * shared out over the pool, each computed by one single-threaded call,
- * rather than every small product split in turn (a convolution's batch of
- * images: one call and one wake-up per image, not one per image and thread).
- */
-typedef struct blas_batch {
-  const kcg_gemm *g;
-  const int64_t *sizes;
-  const char *a, *b;
-  char *c;
-  int64_t M, N, K;
-  size_t aes, bes, es;
-} blas_batch;
-
-static void blas_batch_chunk(void *arg, int64_t lo, int64_t hi) {
-  const blas_batch *j = arg;
-  const kcg_gemm *g = j->g;
-  int64_t M = j->M, N = j->N, K = j->K;
-  for (int64_t i = lo; i < hi; i++) {
-    int64_t cidx[KIR_MAX_RANK] = {0}, rest = i;
-    for (int d = g->nbatch - 1; d >= 0; d--) { /* i's batch index, row-major */
-      int64_t n = kcg_dim_value(g->batch[d], j->sizes);
-      cidx[d] = rest % n, rest /= n;
-    }
-    size_t ao = batch_offset(cidx, g->nbatch, g->a_rank, g->a_batch, j->sizes, (size_t)(M * K));
-    size_t bo = batch_offset(cidx, g->nbatch, g->b_rank, g->b_batch, j->sizes, (size_t)(K * N));
-    blas_call(g, M, N, K, j->a + ao * j->aes, (int)(g->trans_a ? M : K), j->b + bo * j->bes,
-              (int)(g->trans_b ? K : N), j->c + (size_t)i * (size_t)M * (size_t)N * j->es, (int)N);
-  }
+static void epilogue_after(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
+  if (!st->epi.on) return;
+  epi_job j = {&st->epi, epi_bias(pl, st), pl->addr[st->args[2]],
+               (int64_t)(pl->bytes[st->args[2]] / sizeof(float))};
+  int64_t blocks = (j.n + EPI_BLOCK - 1) / EPI_BLOCK;
+  krt_parallel_for(blocks > 1 ? w->m->pool : NULL, blocks, epi_chunk, &j);
 }
 
 /* How many matrices batch dims `dims` (of rank `rank`) hold under `sizes`. */
@@ -921,7 +844,8 @@ static int64_t batch_count(int rank, const kir_dim *dims, const int64_t *sizes) 
   return n;
 }
 
-static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
+/* The step's product; *epi_done when it applied the epilogue too (BLAS, block by block). */
+static kiln_status gemm_product(krt_workspace *w, rt_plan *pl, const kcg_step *st, bool *epi_done) {
   const kcg_gemm *g = &st->gemm;
   const int64_t *sz = w->sizes;
   int64_t M = kcg_dim_value(g->m, sz), N = kcg_dim_value(g->n, sz), K = kcg_dim_value(g->k, sz);
@@ -952,22 +876,24 @@ static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
     memset(c, 0, cbytes);
     return KILN_OK;
   }
+  krt_blas_epi ep = {st->epi.on ? &st->epi : NULL, epi_bias(pl, st)};
   if (!kiln && w->m->blas_split && count >= (size_t)krt_pool_threads(w->m->pool)) {
-    blas_batch j = {.g = g, .sizes = sz, .a = a, .b = b, .c = c, .M = M, .N = N, .K = K,
-                    .aes = aes, .bes = bes, .es = es};
-    krt_parallel_for(w->m->pool, (int64_t)count, blas_batch_chunk, &j);
+    krt_blas_batch(w->m->pool, g, sz, a, b, c, M, N, K, (int64_t)count, &ep);
+    *epi_done = true;
     return KILN_OK;
   }
   int64_t cidx[KIR_MAX_RANK] = {0};
+  *epi_done = !kiln;
   for (size_t i = 0; i < count; i++) {
-    size_t ao = batch_offset(cidx, g->nbatch, g->a_rank, g->a_batch, sz, (size_t)(M * K)) * aes;
-    size_t bo = batch_offset(cidx, g->nbatch, g->b_rank, g->b_batch, sz, (size_t)(K * N)) * bes;
+    size_t ao = krt_batch_offset(cidx, g->nbatch, g->a_rank, g->a_batch, sz, (size_t)(M * K)) * aes;
+    size_t bo = krt_batch_offset(cidx, g->nbatch, g->b_rank, g->b_batch, sz, (size_t)(K * N)) * bes;
     size_t co = i * (size_t)M * (size_t)N * es;
     if (kiln) {
       kiln_status s = kiln_gemm(w, g, a + ao, b + bo, c + co, M, N, K);
       if (s) return s;
     } else {
-      blas_gemm(w, g, a + ao, b + bo, c + co, M, N, K);
+      krt_blas_gemm(w->m->blas_split ? w->m->pool : NULL, g, a + ao, b + bo, c + co, M, N, K, &ep,
+                    (int64_t)(i * (size_t)M * (size_t)N));
     }
     for (int d = g->nbatch - 1; d >= 0; d--) { /* the next batch index, row-major */
       if (++cidx[d] < kcg_dim_value(g->batch[d], sz)) break;
@@ -977,6 +903,13 @@ static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   return KILN_OK;
 }
 
+static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
+  bool done = false;
+  kiln_status s = gemm_product(w, pl, st, &done);
+  if (!s && !done) epilogue_after(w, pl, st);
+  return s;
+}
+
 /*
  * A CONV step: x, w, y, the packed input, [the packed weight]. The batch
  * follows from x's bytes; every buffer is checked against the sizes the
@@ -984,7 +917,11 @@ static kiln_status run_gemm(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
  */
 static kiln_status run_window(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   const kcg_conv *cv = &st->conv;
-  if (!krt_window_supported(cv)) return run_kernel(w, pl, st);
+  if (!krt_window_supported(cv)) {
+    kiln_status s = run_kernel(w, pl, st);
+    if (!s) epilogue_after(w, pl, st);
+    return s;
+  }
   bool dw = cv->mode == KCG_CONV_DEPTHWISE;
   size_t image = (size_t)cv->c * (size_t)cv->h * (size_t)cv->w * sizeof(float);
   int64_t B = (int64_t)(pl->bytes[st->args[0]] / image);
@@ -995,7 +932,7 @@ static kiln_status run_window(krt_workspace *w, rt_plan *pl, const kcg_step *st)
     return krt_fail(w->ctx, KILN_ERR_RUNTIME, "conv step %s: its buffers do not match its sizes",
                 w->m->prog->kernels[st->kernel]->name);
   if (!krt_window_run(w->m->pool, cv, B, pl->addr[st->args[0]], dw ? pl->addr[st->args[1]] : NULL,
-                      pl->addr[st->args[dw ? 2 : 1]]))
+                      pl->addr[st->args[dw ? 2 : 1]], &st->epi, epi_bias(pl, st)))
     return krt_fail(w->ctx, KILN_ERR_NOMEM, "out of memory for a window step's padded planes");
   return KILN_OK;
 }
@@ -1021,7 +958,8 @@ static kiln_status run_conv(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   } else if (!(wp = krt_conv_cache_get(w->m->conv_cache, w->m->pool, st, wsrc))) {
     return krt_fail(w->ctx, KILN_ERR_NOMEM, "out of memory packing a convolution's weight");
   }
-  krt_conv_run(w->m->pool, cv, B, x, wp, pl->addr[st->args[3]], pl->addr[st->args[2]]);
+  krt_conv_run(w->m->pool, cv, B, x, wp, pl->addr[st->args[3]], pl->addr[st->args[2]], &st->epi,
+               epi_bias(pl, st));
   return KILN_OK;
 }
 

@@ -672,3 +672,16 @@ bool krt_gemm(krt_pool *pool, const krt_gemm_desc *d) {
   }
   return ok;
 }
+
+/*
+ * Here, where the runtime's kernels are compiled at -O3, so that its loops are vectorised, and
+ * for the widest vectors the CPU has (GCC's target clones, chosen when the program loads):
+ * built for SSE2 alone the bias and clamps of a 112 × 112 plane took 0.23 ns an element in L1,
+ * more than the separate AVX-512 kernel they replace took from memory.
+ */
+#ifdef KRT_X86
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+void krt_epilogue(const kcg_epilogue *e, const float *bias, float *y, int64_t first, int64_t n) {
+  kcg_epilogue_apply(e, bias, y, first, n);
+}

@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "codegen/program.h"
 #include "rt.h"
 
 typedef enum krt_gemm_type { KRT_GEMM_F32, KRT_GEMM_BF16 } krt_gemm_type;
@@ -80,6 +81,9 @@ krt_gemm_isa krt_gemm_isa_active(void);
  */
 krt_gemm_isa krt_gemm_force_isa(krt_gemm_isa isa);
 const char *krt_gemm_isa_name(krt_gemm_isa isa);
+
+/* kcg_epilogue_apply (codegen/program.h) compiled with the kernels: the executor's passes. */
+void krt_epilogue(const kcg_epilogue *e, const float *bias, float *y, int64_t first, int64_t n);
 
 /* f32 -> bf16 to nearest even (NaN stays NaN, quiet), and bf16 -> f32 (exact). */
 uint16_t krt_f32_to_bf16(float f);

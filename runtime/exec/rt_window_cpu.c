@@ -17,12 +17,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rt_gemm_cpu.h"
+
 #define TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,fma")))
 
 typedef struct window_job {
   const kcg_conv *cv;
   const float *x, *w;
   float *y;
+  const kcg_epilogue *epi; /* or NULL */
+  const float *bias;
   _Atomic bool oom; /* a task could not allocate its padded plane */
 } window_job;
 
@@ -259,14 +263,16 @@ static void planes(void *arg, int64_t lo, int64_t hi) {
     if (src != last) pad_plane(cv, j->x + src * in, xs, pool ? -INFINITY : 0.0f);
     last = src;
     fn(cv, pool, xs, pool ? NULL : j->w + o * taps, j->y + p * out);
+    if (j->epi) krt_epilogue(j->epi, j->bias, j->y + p * out, p * out, out);
   }
   free(xs);
 }
 
 bool krt_window_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float *x,
-                    const float *w, float *y) {
+                    const float *w, float *y, const kcg_epilogue *epi, const float *bias) {
   if (B <= 0) return true;
-  window_job j = {.cv = cv, .x = x, .w = w, .y = y};
+  window_job j = {.cv = cv, .x = x, .w = w, .y = y, .epi = epi && epi->on ? epi : NULL,
+                  .bias = bias};
   atomic_init(&j.oom, false);
   krt_parallel_for(pool, B * cv->o, planes, &j);
   return !atomic_load(&j.oom);

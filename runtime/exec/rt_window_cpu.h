@@ -31,10 +31,11 @@
 
 /* Whether krt_window_run can compute cv on this CPU (else the step runs its generated kernel). */
 bool krt_window_supported(const kcg_conv *cv);
-/* y = cv's window operation over a batch of B (w: the depthwise weight, unused for pooling);
-   false when out of memory for the padded planes (y is then unspecified). */
+/* y = cv's window operation over a batch of B (w: the depthwise weight, unused for pooling),
+   then, unless epi is NULL or off, the epilogue on each plane as it is computed (bias: its
+   buffer); false when out of memory for the padded planes (y is then unspecified). */
 bool krt_window_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float *x, const float *w,
-                    float *y);
+                    float *y, const kcg_epilogue *epi, const float *bias);
 /* For the tests: 1 makes krt_window_supported false (the generated kernels run), 0 restores it. */
 int krt_window_force_isa(int isa);
 

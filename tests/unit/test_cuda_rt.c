@@ -300,7 +300,7 @@ static kiln_status lower_for_gpu(kiln_ctx *ctx, kiln_graph *lg, kir_arena *arena
   kir_options_resolve(kir_ctx_opts(ctx), NULL, &o);
   kcg_lower_options lo;
   kcg_lower_options_for(&o, &lo);
-  lo.runtime_conv = false;
+  lo.runtime_conv = lo.runtime_epilogue = false;
   return kcg_lower_target(ctx, lg, arena, &lo, p);
 }
 

@@ -441,6 +441,46 @@ static void test_conv_steps(void) {
     }
 }
 
+/*
+ * Epilogues as a hostile shared object could describe them: a bias of 8
+ * floats per channel on a depthwise step and clamps alone load; a bias
+ * buffer out of range, a TEMP bias (not placed for the step), a bias of the
+ * wrong size or dtype, an inner or count of 0, a NaN clamp and an epilogue
+ * on a max-pool step are refused.
+ */
+static void test_epilogue_steps(void) {
+  for (int bad = 0; bad <= 9; bad++) {
+    fixture f = {0};
+    f.p = prog_new(&f.arena);
+    kcg_program *p = f.p;
+    kcg_conv cv = {.c = 4, .h = 8, .w = 8, .o = 8, .kh = 2, .kw = 2, .sh = 2, .sw = 2, .ho = 4,
+                   .wo = 4, .mode = bad == 9 ? KCG_CONV_MAX_POOL : KCG_CONV_DEPTHWISE};
+    if (bad == 9) cv.o = 4;
+    uint32_t x = add_buf(p, KCG_PBUF_INPUT, KILN_F32, 4, (kir_dim[]){N_, 4, 8, 8});
+    uint32_t w = add_buf(p, KCG_PBUF_INPUT, KILN_F32, 4, (kir_dim[]){8, 1, 2, 2});
+    uint32_t y = add_buf(p, KCG_PBUF_TEMP, KILN_F32, 4, (kir_dim[]){N_, cv.o, 4, 4});
+    uint32_t bias = add_buf(p, bad == 3 ? KCG_PBUF_TEMP : KCG_PBUF_INPUT,
+                            bad == 5 ? KILN_F64 : KILN_F32, 1, (kir_dim[]){bad == 4 ? 7 : 8});
+    uint32_t args[3] = {x, w, y}, n = bad == 9 ? 2 : 3;
+    if (bad == 9) args[1] = y;
+    uint32_t k = add_kernel(p, "conv", KILN_F32, n, N_, true, 0, NULL);
+    f.fns[k] = k_add1;
+    kcg_step *st = add_step(p, KCG_STEP_CONV, k, n, args);
+    st->conv = cv;
+    st->epi = (kcg_epilogue){.on = true, .has_bias = bad != 1, .has_lo = true, .has_hi = true,
+                             .bias = bad == 2 ? 99 : bias, .inner = bad == 6 ? 0 : 16,
+                             .count = bad == 7 ? 0 : 8, .lo = 0.0f, .hi = bad == 8 ? NAN : 6.0f};
+    set_results(p, 1, (uint32_t[]){y});
+    kiln_status s = krt_model_create(ctx, p, f.fns, NULL, NULL, &f.m);
+    bool want_ok = bad <= 1;
+    if (want_ok ? s != KILN_OK : s != KILN_ERR_INVALID || f.m) {
+      fprintf(stderr, "epilogue defect %d: status %d: %s\n", bad, (int)s, kiln_ctx_error(ctx));
+      failures++;
+    }
+    fixture_free(&f);
+  }
+}
+
 static void test_kernel_errors(void) {
   fixture f = {0};
   f.p = prog_new(&f.arena);
@@ -768,6 +808,7 @@ int main(int argc, char **argv) {
   test_bad_shapes();
   test_kernel_errors();
   test_conv_steps();
+  test_epilogue_steps();
   test_gemm();
   test_scan();
   test_threads();

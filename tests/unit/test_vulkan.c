@@ -250,6 +250,7 @@ static void run_variant(op_stats *st, int k, const char *dtname, const char *tex
   kcg_lower_options lo;
   kcg_lower_options_for(&o, &lo);
   lo.runtime_attention = kir_switch_on(o.vk_attention_steps, true);
+  lo.runtime_epilogue = false; /* the CPU executor's */
   kiln_status s = (lg = kp_legalize(g)) ? kcg_lower_target(ctx, lg, &arena, &lo, &prog)
                                         : KILN_ERR_NOMEM;
   if (s == KILN_OK) s = kvk_program_create(ctx, dev, prog, &vp);

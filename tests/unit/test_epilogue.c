@@ -1,0 +1,315 @@
+/*
+ * test_epilogue.c — a bias add and ReLU / ReLU6 clamps after a convolution or
+ * an f32 matrix product, fused into the CPU step that computes it
+ * (codegen/fuse_epilogue.c, kcg_epilogue in codegen/program.h), against the
+ * f64 reference interpreter and against the same graph compiled with
+ * KILN_EPILOGUE=0 (the separate elementwise kernel).
+ *
+ * Each case is a graph in IR text: blocked convolutions (3×3, 7-pixel rows
+ * two to a strip), a depthwise one, a pointwise one as a GEMM, linear layers
+ * with a bias per column (one matrix, a batch folded into one product, few
+ * rows on Kiln's GEMM), clamps alone, and graphs that must keep their kernel
+ * (the product read twice, a residual add of a computed tensor). Lowered, it
+ * must have the expected epilogues and elementwise kernels; compiled, its
+ * result must match the interpreter within 1e-5 relative (NaN where it has
+ * NaN: one input holds a NaN) and equal the unfused compiled result bit for
+ * bit, since both add in f32 and clamp exactly.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/program.h"
+#include "kiln/compile.h"
+#include "kiln/kiln.h"
+#include "passes/passes.h"
+
+static int failures;
+
+typedef struct epi_case {
+  const char *name;
+  const char *text;           /* the graph: inputs %x (and %w), result %r */
+  int64_t xdims[4], wdims[4]; /* input shapes (rank from the first 0) */
+  uint32_t epilogues;         /* steps with an epilogue */
+  uint32_t kernels;           /* KERNEL steps left */
+  bool nan;                   /* plant a NaN in x */
+} epi_case;
+
+#define BIAS40                                                                                     \
+  "  %b = constant() {dtype = f32, shape = [40, 1, 1], value = [BIAS40]} : f32[40, 1, 1]\n"
+
+static const epi_case cases[] = {
+    {"blocked 3x3 + bias + relu6",
+     "func @main(%x: f32[2, 16, 12, 11], %w: f32[40, 16, 3, 3]) -> (f32[2, 40, 12, 11]) {\n"
+     "  %y = conv2d(%x, %w) {padding = [1, 1, 1, 1]} : f32[2, 40, 12, 11]\n" BIAS40
+     "  %s = add(%y, %b) : f32[2, 40, 12, 11]\n"
+     "  %z = constant() {dtype = f32, shape = [], value = [0.0]} : f32[]\n"
+     "  %six = constant() {dtype = f32, shape = [], value = [0.5]} : f32[]\n"
+     "  %m = max(%s, %z) : f32[2, 40, 12, 11]\n"
+     "  %r = min(%m, %six) : f32[2, 40, 12, 11]\n"
+     "  return %r\n}\n",
+     {2, 16, 12, 11},
+     {40, 16, 3, 3},
+     1,
+     0,
+     true},
+    {"blocked, 7-pixel rows, bias first + relu",
+     "func @main(%x: f32[1, 24, 8, 7], %w: f32[40, 24, 3, 3]) -> (f32[1, 40, 8, 7]) {\n"
+     "  %y = conv2d(%x, %w) {padding = [1, 1, 1, 1]} : f32[1, 40, 8, 7]\n" BIAS40
+     "  %s = add(%b, %y) : f32[1, 40, 8, 7]\n"
+     "  %z = constant() {dtype = f32, shape = [], value = [0.0]} : f32[]\n"
+     "  %r = max(%s, %z) : f32[1, 40, 8, 7]\n"
+     "  return %r\n}\n",
+     {1, 24, 8, 7},
+     {40, 24, 3, 3},
+     1,
+     0,
+     false},
+    {"depthwise 3x3/2 + bias + relu6",
+     "func @main(%x: f32[2, 40, 29, 30], %w: f32[40, 1, 3, 3]) -> (f32[2, 40, 15, 15]) {\n"
+     "  %y = conv2d(%x, %w) {stride = [2, 2], padding = [1, 1, 1, 1], groups = 40} : "
+     "f32[2, 40, 15, 15]\n" BIAS40 "  %s = add(%y, %b) : f32[2, 40, 15, 15]\n"
+     "  %z = constant() {dtype = f32, shape = [], value = [0.0]} : f32[]\n"
+     "  %six = constant() {dtype = f32, shape = [], value = [0.25]} : f32[]\n"
+     "  %m = max(%s, %z) : f32[2, 40, 15, 15]\n"
+     "  %r = min(%m, %six) : f32[2, 40, 15, 15]\n"
+     "  return %r\n}\n",
+     {2, 40, 29, 30},
+     {40, 1, 3, 3},
+     1,
+     0,
+     true},
+    {"pointwise as a GEMM + bias alone",
+     "func @main(%x: f32[2, 64, 20, 21], %w: f32[40, 64, 1, 1]) -> (f32[2, 40, 20, 21]) {\n"
+     "  %y = conv2d(%x, %w) : f32[2, 40, 20, 21]\n" BIAS40
+     "  %r = add(%y, %b) : f32[2, 40, 20, 21]\n"
+     "  return %r\n}\n",
+     {2, 64, 20, 21},
+     {40, 64, 1, 1},
+     1,
+     0,
+     false},
+    {"linear + bias per column + relu",
+     "func @main(%x: f32[70, 64], %w: f32[64, 96]) -> (f32[70, 96]) {\n"
+     "  %y = matmul(%x, %w) : f32[70, 96]\n"
+     "  %b = constant() {dtype = f32, shape = [96], value = [BIAS96]} : f32[96]\n"
+     "  %s = add(%y, %b) : f32[70, 96]\n"
+     "  %z = constant() {dtype = f32, shape = [], value = [0.0]} : f32[]\n"
+     "  %r = max(%s, %z) : f32[70, 96]\n"
+     "  return %r\n}\n",
+     {70, 64},
+     {64, 96},
+     1,
+     0,
+     true},
+    {"a batch against one weight (one product) + bias per column",
+     "func @main(%x: f32[3, 50, 32], %w: f32[32, 96]) -> (f32[3, 50, 96]) {\n"
+     "  %y = matmul(%x, %w) : f32[3, 50, 96]\n"
+     "  %b = constant() {dtype = f32, shape = [96], value = [BIAS96]} : f32[96]\n"
+     "  %r = add(%y, %b) : f32[3, 50, 96]\n"
+     "  return %r\n}\n",
+     {3, 50, 32},
+     {32, 96},
+     1,
+     0,
+     false},
+    {"few rows (Kiln's GEMM) + bias per column + relu6",
+     "func @main(%x: f32[20, 256], %w: f32[256, 96]) -> (f32[20, 96]) {\n"
+     "  %y = matmul(%x, %w) : f32[20, 96]\n"
+     "  %b = constant() {dtype = f32, shape = [96], value = [BIAS96]} : f32[96]\n"
+     "  %s = add(%y, %b) : f32[20, 96]\n"
+     "  %z = constant() {dtype = f32, shape = [], value = [-0.25]} : f32[]\n"
+     "  %six = constant() {dtype = f32, shape = [], value = [0.75]} : f32[]\n"
+     "  %m = max(%s, %z) : f32[20, 96]\n"
+     "  %r = min(%m, %six) : f32[20, 96]\n"
+     "  return %r\n}\n",
+     {20, 256},
+     {256, 96},
+     1,
+     0,
+     false},
+    {"clamps alone",
+     "func @main(%x: f32[2, 16, 12, 11], %w: f32[40, 16, 3, 3]) -> (f32[2, 40, 12, 11]) {\n"
+     "  %y = conv2d(%x, %w) {padding = [1, 1, 1, 1]} : f32[2, 40, 12, 11]\n"
+     "  %z = constant() {dtype = f32, shape = [], value = [0.0]} : f32[]\n"
+     "  %six = constant() {dtype = f32, shape = [], value = [0.5]} : f32[]\n"
+     "  %m = max(%y, %z) : f32[2, 40, 12, 11]\n"
+     "  %r = min(%m, %six) : f32[2, 40, 12, 11]\n"
+     "  return %r\n}\n",
+     {2, 16, 12, 11},
+     {40, 16, 3, 3},
+     1,
+     0,
+     false},
+    {"the product read twice: no epilogue",
+     "func @main(%x: f32[2, 16, 12, 11], %w: f32[40, 16, 3, 3]) -> (f32[2, 40, 12, 11]) {\n"
+     "  %y = conv2d(%x, %w) {padding = [1, 1, 1, 1]} : f32[2, 40, 12, 11]\n" BIAS40
+     "  %s = add(%y, %b) : f32[2, 40, 12, 11]\n"
+     "  %r = mul(%s, %y) : f32[2, 40, 12, 11]\n"
+     "  return %r\n}\n",
+     {2, 16, 12, 11},
+     {40, 16, 3, 3},
+     0,
+     1,
+     false},
+    {"a residual of a computed tensor: no epilogue",
+     "func @main(%x: f32[2, 40, 12, 11], %w: f32[40, 40, 3, 3]) -> (f32[2, 40, 12, 11]) {\n"
+     "  %y = conv2d(%x, %w) {padding = [1, 1, 1, 1]} : f32[2, 40, 12, 11]\n"
+     "  %t = tanh(%x) : f32[2, 40, 12, 11]\n"
+     "  %r = add(%y, %t) : f32[2, 40, 12, 11]\n"
+     "  return %r\n}\n",
+     {2, 40, 12, 11},
+     {40, 40, 3, 3},
+     0,
+     1,
+     false},
+};
+
+/* The case's text with its BIAS40 / BIAS96 lists filled in (values spread over [-0.6, 0.6]). */
+static char *expand(const char *text) {
+  size_t cap = strlen(text) + 4096, n = 0;
+  char *out = malloc(cap);
+  if (!out) return NULL;
+  for (const char *p = text; *p;) {
+    int count = !strncmp(p, "BIAS40", 6) ? 40 : !strncmp(p, "BIAS96", 6) ? 96 : 0;
+    if (!count) {
+      out[n++] = *p++;
+      continue;
+    }
+    for (int i = 0; i < count; i++)
+      n += (size_t)snprintf(out + n, cap - n, "%s%.6f", i ? ", " : "",
+                            0.6 * sin(0.7 * (double)i + 0.3));
+    p += 6;
+  }
+  out[n] = 0;
+  return out;
+}
+
+static kiln_tensor *random_tensor(kiln_ctx *ctx, const int64_t *d, unsigned seed) {
+  int64_t dims[4];
+  int rank = 0;
+  while (rank < 4 && d[rank])
+    dims[rank] = d[rank], rank++;
+  kiln_tensor *t = NULL;
+  if (kiln_tensor_create(ctx, KILN_F32, rank, dims, &t)) return NULL;
+  for (size_t i = 0; i < kiln_tensor_numel(t); i++) {
+    seed = seed * 1103515245u + 12345u;
+    kiln_tensor_set(t, i, ((seed >> 8) & 0xffff) / 32768.0 - 1.0 + 1e-3);
+  }
+  return t;
+}
+
+/* Epilogues and KERNEL steps of g lowered as the CPU executor lowers it. */
+static void count_steps(kiln_ctx *ctx, kiln_graph *g, uint32_t *epi, uint32_t *kernels) {
+  kiln_graph *lg = kp_legalize(g);
+  kir_arena arena = {0};
+  kcg_program *prog = NULL;
+  *epi = *kernels = UINT32_MAX;
+  if (lg && kcg_lower(ctx, lg, &arena, &prog) == KILN_OK) {
+    *epi = *kernels = 0;
+    for (uint32_t s = 0; s < prog->nsteps; s++) {
+      *epi += prog->steps[s].epi.on;
+      *kernels += prog->steps[s].kind == KCG_STEP_KERNEL;
+    }
+  }
+  kir_arena_free(&arena);
+  kiln_graph_destroy(lg);
+}
+
+static kiln_tensor *compiled(kiln_graph *g, kiln_ctx *ctx, int nin, kiln_tensor **in) {
+  kiln_compiled *cc = NULL;
+  kiln_tensor *out[1] = {0};
+  if (kiln_compile(g, NULL, &cc) != KILN_OK ||
+      kiln_compiled_run(cc, ctx, nin, in, 1, out, NULL) != KILN_OK) {
+    printf("  compile/run: %s\n", kiln_ctx_error(ctx));
+    kiln_tensor_destroy(out[0]);
+    out[0] = NULL;
+  }
+  kiln_compiled_destroy(cc);
+  return out[0];
+}
+
+static void run_case(const epi_case *c) {
+  kiln_ctx *ctx = kiln_ctx_create();
+  kiln_graph *g = NULL;
+  kiln_tensor *in[2] = {0}, *want[1] = {0}, *fused = NULL, *plain = NULL;
+  char *text = expand(c->text);
+  if (!text || kiln_graph_parse(ctx, text, strlen(text), "epilogue", &g) != KILN_OK) {
+    printf("FAIL %s: parse: %s\n", c->name, kiln_ctx_error(ctx));
+    failures++;
+    goto done;
+  }
+  in[0] = random_tensor(ctx, c->xdims, 17u);
+  in[1] = random_tensor(ctx, c->wdims, 29u);
+  if (c->nan) kiln_tensor_set(in[0], kiln_tensor_numel(in[0]) / 3, NAN);
+  if (kiln_graph_run(g, KILN_BACKEND_EAGER, 2, in, 1, want, NULL) != KILN_OK) {
+    printf("FAIL %s: interpreter: %s\n", c->name, kiln_ctx_error(ctx));
+    failures++;
+    goto done;
+  }
+  uint32_t epi, kernels;
+  count_steps(ctx, g, &epi, &kernels);
+  if (epi != c->epilogues || kernels != c->kernels) {
+    printf("FAIL %s: %u epilogues and %u kernel steps, expected %u and %u\n", c->name, epi, kernels,
+           c->epilogues, c->kernels);
+    failures++;
+  }
+  fused = compiled(g, ctx, 2, in);
+  setenv("KILN_EPILOGUE", "0", 1);
+  count_steps(ctx, g, &epi, &kernels);
+  plain = compiled(g, ctx, 2, in);
+  unsetenv("KILN_EPILOGUE");
+  if (epi != 0) {
+    printf("FAIL %s: KILN_EPILOGUE=0 left %u epilogues\n", c->name, epi);
+    failures++;
+  }
+  if (!fused || !plain || kiln_tensor_numel(fused) != kiln_tensor_numel(want[0]) ||
+      kiln_tensor_numel(plain) != kiln_tensor_numel(want[0])) {
+    printf("FAIL %s: no result of the right size\n", c->name);
+    failures++;
+    goto done;
+  }
+  size_t nans = 0;
+  for (size_t i = 0; i < kiln_tensor_numel(want[0]); i++) {
+    double f = kiln_tensor_get(fused, i), p = kiln_tensor_get(plain, i);
+    double w = kiln_tensor_get(want[0], i);
+    nans += isnan(w);
+    bool near = isnan(w) ? isnan(f) : fabs(f - w) <= 1e-5 * (1 + fabs(w));
+    bool same = isnan(p) ? isnan(f) : memcmp(&(float){(float)f}, &(float){(float)p}, 4) == 0;
+    if (!near || !same) {
+      printf("FAIL %s: r[%zu] = %.9g fused, %.9g unfused, the interpreter gives %.9g\n", c->name, i,
+             f, p, w);
+      failures++;
+      break;
+    }
+  }
+  if (c->nan && !nans) {
+    printf("FAIL %s: the planted NaN reached no result\n", c->name);
+    failures++;
+  }
+done:
+  free(text);
+  for (int i = 0; i < 2; i++)
+    kiln_tensor_destroy(in[i]);
+  kiln_tensor_destroy(want[0]);
+  kiln_tensor_destroy(fused);
+  kiln_tensor_destroy(plain);
+  kiln_graph_destroy(g);
+  kiln_ctx_destroy(ctx);
+}
+
+int main(void) {
+  unsetenv("KILN_EPILOGUE");
+  unsetenv("KILN_CONV_DIRECT");
+  unsetenv("KILN_FUSION");
+  int n = (int)(sizeof cases / sizeof cases[0]);
+  for (int i = 0; i < n; i++)
+    run_case(&cases[i]);
+  if (failures) {
+    printf("%d failure(s)\n", failures);
+    return 1;
+  }
+  printf("test_epilogue: %d cases match the interpreter and the unfused kernels\n", n);
+  return 0;
+}
