@@ -42,12 +42,20 @@ static bool const_scalar(const kcg_lower_ctx *lc, uint32_t v, float *out) {
   return x == x;
 }
 
-/* Whether v (a bias of type t against the result's type F) reads at flat / inner % count. */
+/*
+ * Whether v (a bias against the result's type F) reads at flat / inner % count. A bias that is
+ * a reshape of a CONST or INPUT buffer (a layer's b[O] made [O, 1, 1]) is read in that buffer:
+ * a reshape keeps the order of the elements, and its copy is then read by nothing.
+ */
 static bool bias_layout(const kcg_lower_ctx *lc, uint32_t v, const kir_type *F, kcg_epilogue *e) {
   uint32_t b = lc->map[v];
   if (b == UINT32_MAX || b >= lc->prog->nbufs) return false;
+  const kir_type *t = &lc->prog->bufs[b].type; /* v's type, the one that broadcasts against F */
+  int32_t def = lc->g->values[v].def;
+  if (lc->prog->bufs[b].kind == KCG_PBUF_TEMP && def >= 0 &&
+      lc->g->insts[def].op == KIR_OP_reshape && lc->map[lc->g->insts[def].in[0]] < lc->prog->nbufs)
+    b = lc->map[lc->g->insts[def].in[0]];
   const kcg_pbuf *pb = &lc->prog->bufs[b];
-  const kir_type *t = &pb->type;
   if ((pb->kind != KCG_PBUF_CONST && pb->kind != KCG_PBUF_INPUT) || t->dtype != KILN_F32 ||
       t->rank > F->rank || (pb->kind == KCG_PBUF_CONST && !pb->data))
     return false;
