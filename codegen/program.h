@@ -161,9 +161,15 @@ static inline void kcg_epilogue_apply(const kcg_epilogue *e, const float *bias, 
                                       int64_t first, int64_t n) {
   if (!e->has_bias) {
     kcg_epilogue_run(e, y, n, 0.0f);
-  } else if (e->inner == 1) { /* per column: the next bias each element */
-    for (int64_t i = 0, q = first % e->count; i < n; i++, q = q + 1 == e->count ? 0 : q + 1)
-      kcg_epilogue_run(e, y + i, 1, bias[q]);
+  } else if (e->inner == 1) { /* per column: runs of elements against a run of the bias */
+    for (int64_t i = 0, q = first % e->count; i < n; q = 0) {
+      int64_t run = e->count - q < n - i ? e->count - q : n - i;
+      for (int64_t k = 0; k < run; k++) y[i + k] += bias[q + k];
+      kcg_epilogue_run(&(kcg_epilogue){.has_lo = e->has_lo, .has_hi = e->has_hi, .lo = e->lo,
+                                       .hi = e->hi},
+                       y + i, run, 0.0f);
+      i += run;
+    }
   } else { /* runs of `inner` elements share a bias */
     for (int64_t i = 0, q = first / e->inner, r = first % e->inner; i < n; q++, r = 0) {
       int64_t run = e->inner - r < n - i ? e->inner - r : n - i;

@@ -13,7 +13,8 @@
  * must have the expected epilogues and elementwise kernels; compiled, its
  * result must match the interpreter within 1e-5 relative (NaN where it has
  * NaN: one input holds a NaN) and equal the unfused compiled result bit for
- * bit, since both add in f32 and clamp exactly.
+ * bit, since both add in f32 and clamp exactly. Every case runs on one thread
+ * and on two.
  */
 #include <math.h>
 #include <stdio.h>
@@ -129,6 +130,33 @@ static const epi_case cases[] = {
      1,
      0,
      false},
+    {"pointwise as a BLAS GEMM in pieces of columns (3 of them) + bias + relu6",
+     "func @main(%x: f32[1, 32, 48, 40], %w: f32[96, 32, 1, 1]) -> (f32[1, 96, 48, 40]) {\n"
+     "  %y = conv2d(%x, %w) : f32[1, 96, 48, 40]\n"
+     "  %b = constant() {dtype = f32, shape = [96, 1, 1], value = [BIAS96]} : f32[96, 1, 1]\n"
+     "  %s = add(%y, %b) : f32[1, 96, 48, 40]\n"
+     "  %z = constant() {dtype = f32, shape = [], value = [0.0]} : f32[]\n"
+     "  %six = constant() {dtype = f32, shape = [], value = [0.5]} : f32[]\n"
+     "  %m = max(%s, %z) : f32[1, 96, 48, 40]\n"
+     "  %r = min(%m, %six) : f32[1, 96, 48, 40]\n"
+     "  return %r\n}\n",
+     {1, 32, 48, 40}, {96, 32, 1, 1}, 1, 0, true},
+    {"linear in pieces of columns (2 of them) + bias per column",
+     "func @main(%x: f32[70, 32], %w: f32[32, 1024]) -> (f32[70, 1024]) {\n"
+     "  %y = matmul(%x, %w) : f32[70, 1024]\n"
+     "  %b = constant() {dtype = f32, shape = [1024], value = [BIAS1024]} : f32[1024]\n"
+     "  %r = add(%y, %b) : f32[70, 1024]\n"
+     "  return %r\n}\n",
+     {70, 32}, {32, 1024}, 1, 0, false},
+    {"linear, K above the pieces' limit (one piece) + bias + relu",
+     "func @main(%x: f32[70, 128], %w: f32[128, 96]) -> (f32[70, 96]) {\n"
+     "  %y = matmul(%x, %w) : f32[70, 96]\n"
+     "  %b = constant() {dtype = f32, shape = [96], value = [BIAS96]} : f32[96]\n"
+     "  %s = add(%y, %b) : f32[70, 96]\n"
+     "  %z = constant() {dtype = f32, shape = [], value = [0.0]} : f32[]\n"
+     "  %r = max(%s, %z) : f32[70, 96]\n"
+     "  return %r\n}\n",
+     {70, 128}, {128, 96}, 1, 0, false},
     {"clamps alone",
      "func @main(%x: f32[2, 16, 12, 11], %w: f32[40, 16, 3, 3]) -> (f32[2, 40, 12, 11]) {\n"
      "  %y = conv2d(%x, %w) {padding = [1, 1, 1, 1]} : f32[2, 40, 12, 11]\n"
@@ -166,21 +194,22 @@ static const epi_case cases[] = {
      false},
 };
 
-/* The case's text with its BIAS40 / BIAS96 lists filled in (values spread over [-0.6, 0.6]). */
+/* The case's text with its BIAS<n> lists of n values filled in (spread over [-0.6, 0.6]). */
 static char *expand(const char *text) {
-  size_t cap = strlen(text) + 4096, n = 0;
+  size_t cap = strlen(text) + 16384, n = 0;
   char *out = malloc(cap);
   if (!out) return NULL;
   for (const char *p = text; *p;) {
-    int count = !strncmp(p, "BIAS40", 6) ? 40 : !strncmp(p, "BIAS96", 6) ? 96 : 0;
-    if (!count) {
+    char *end = (char *)p;
+    long count = strncmp(p, "BIAS", 4) ? 0 : strtol(p + 4, &end, 10);
+    if (count <= 0) {
       out[n++] = *p++;
       continue;
     }
-    for (int i = 0; i < count; i++)
+    for (long i = 0; i < count && n + 32 < cap; i++)
       n += (size_t)snprintf(out + n, cap - n, "%s%.6f", i ? ", " : "",
                             0.6 * sin(0.7 * (double)i + 0.3));
-    p += 6;
+    p = end;
   }
   out[n] = 0;
   return out;
@@ -304,12 +333,17 @@ int main(void) {
   unsetenv("KILN_CONV_DIRECT");
   unsetenv("KILN_FUSION");
   int n = (int)(sizeof cases / sizeof cases[0]);
-  for (int i = 0; i < n; i++)
-    run_case(&cases[i]);
+  /* one thread (a product in one call: pieces of columns) and two (split between them) */
+  for (int threads = 1; threads <= 2; threads++) {
+    setenv("KILN_NUM_THREADS", threads == 1 ? "1" : "2", 1);
+    for (int i = 0; i < n; i++) run_case(&cases[i]);
+  }
+  unsetenv("KILN_NUM_THREADS");
   if (failures) {
     printf("%d failure(s)\n", failures);
     return 1;
   }
-  printf("test_epilogue: %d cases match the interpreter and the unfused kernels\n", n);
+  printf("test_epilogue: %d cases on 1 and 2 threads match the interpreter and the unfused "
+         "kernels\n", n);
   return 0;
 }
