@@ -39,82 +39,58 @@ typedef struct epi_case {
 
 #define BIAS40                                                                                     \
   "  %b = constant() {dtype = f32, shape = [40, 1, 1], value = [BIAS40]} : f32[40, 1, 1]\n"
+#define ZERO "  %z = constant() {dtype = f32, shape = [], value = [0.0]} : f32[]\n"
+/* ReLU6-like clamps of %s to [0, HI] into %r, both of type T */
+#define CLAMPS(T, HI)                                                                              \
+  ZERO "  %six = constant() {dtype = f32, shape = [], value = [" HI "]} : f32[]\n"                 \
+       "  %m = max(%s, %z) : " T "\n  %r = min(%m, %six) : " T "\n"
 
+// clang-format off
 static const epi_case cases[] = {
     {"blocked 3x3 + bias + relu6",
      "func @main(%x: f32[2, 16, 12, 11], %w: f32[40, 16, 3, 3]) -> (f32[2, 40, 12, 11]) {\n"
      "  %y = conv2d(%x, %w) {padding = [1, 1, 1, 1]} : f32[2, 40, 12, 11]\n" BIAS40
      "  %s = add(%y, %b) : f32[2, 40, 12, 11]\n"
-     "  %z = constant() {dtype = f32, shape = [], value = [0.0]} : f32[]\n"
-     "  %six = constant() {dtype = f32, shape = [], value = [0.5]} : f32[]\n"
-     "  %m = max(%s, %z) : f32[2, 40, 12, 11]\n"
-     "  %r = min(%m, %six) : f32[2, 40, 12, 11]\n"
+     CLAMPS("f32[2, 40, 12, 11]", "0.5")
      "  return %r\n}\n",
-     {2, 16, 12, 11},
-     {40, 16, 3, 3},
-     1,
-     0,
-     true},
+     {2, 16, 12, 11}, {40, 16, 3, 3}, 1, 0, true},
     {"blocked, 7-pixel rows, bias first + relu",
      "func @main(%x: f32[1, 24, 8, 7], %w: f32[40, 24, 3, 3]) -> (f32[1, 40, 8, 7]) {\n"
      "  %y = conv2d(%x, %w) {padding = [1, 1, 1, 1]} : f32[1, 40, 8, 7]\n" BIAS40
      "  %s = add(%b, %y) : f32[1, 40, 8, 7]\n"
-     "  %z = constant() {dtype = f32, shape = [], value = [0.0]} : f32[]\n"
+     ZERO
      "  %r = max(%s, %z) : f32[1, 40, 8, 7]\n"
      "  return %r\n}\n",
-     {1, 24, 8, 7},
-     {40, 24, 3, 3},
-     1,
-     0,
-     false},
+     {1, 24, 8, 7}, {40, 24, 3, 3}, 1, 0, false},
     {"depthwise 3x3/2 + bias + relu6",
      "func @main(%x: f32[2, 40, 29, 30], %w: f32[40, 1, 3, 3]) -> (f32[2, 40, 15, 15]) {\n"
      "  %y = conv2d(%x, %w) {stride = [2, 2], padding = [1, 1, 1, 1], groups = 40} : "
      "f32[2, 40, 15, 15]\n" BIAS40 "  %s = add(%y, %b) : f32[2, 40, 15, 15]\n"
-     "  %z = constant() {dtype = f32, shape = [], value = [0.0]} : f32[]\n"
-     "  %six = constant() {dtype = f32, shape = [], value = [0.25]} : f32[]\n"
-     "  %m = max(%s, %z) : f32[2, 40, 15, 15]\n"
-     "  %r = min(%m, %six) : f32[2, 40, 15, 15]\n"
+     CLAMPS("f32[2, 40, 15, 15]", "0.25")
      "  return %r\n}\n",
-     {2, 40, 29, 30},
-     {40, 1, 3, 3},
-     1,
-     0,
-     true},
+     {2, 40, 29, 30}, {40, 1, 3, 3}, 1, 0, true},
     {"pointwise as a GEMM + bias alone",
      "func @main(%x: f32[2, 64, 20, 21], %w: f32[40, 64, 1, 1]) -> (f32[2, 40, 20, 21]) {\n"
      "  %y = conv2d(%x, %w) : f32[2, 40, 20, 21]\n" BIAS40
      "  %r = add(%y, %b) : f32[2, 40, 20, 21]\n"
      "  return %r\n}\n",
-     {2, 64, 20, 21},
-     {40, 64, 1, 1},
-     1,
-     0,
-     false},
+     {2, 64, 20, 21}, {40, 64, 1, 1}, 1, 0, false},
     {"linear + bias per column + relu",
      "func @main(%x: f32[70, 64], %w: f32[64, 96]) -> (f32[70, 96]) {\n"
      "  %y = matmul(%x, %w) : f32[70, 96]\n"
      "  %b = constant() {dtype = f32, shape = [96], value = [BIAS96]} : f32[96]\n"
      "  %s = add(%y, %b) : f32[70, 96]\n"
-     "  %z = constant() {dtype = f32, shape = [], value = [0.0]} : f32[]\n"
+     ZERO
      "  %r = max(%s, %z) : f32[70, 96]\n"
      "  return %r\n}\n",
-     {70, 64},
-     {64, 96},
-     1,
-     0,
-     true},
+     {70, 64}, {64, 96}, 1, 0, true},
     {"a batch against one weight (one product) + bias per column",
      "func @main(%x: f32[3, 50, 32], %w: f32[32, 96]) -> (f32[3, 50, 96]) {\n"
      "  %y = matmul(%x, %w) : f32[3, 50, 96]\n"
      "  %b = constant() {dtype = f32, shape = [96], value = [BIAS96]} : f32[96]\n"
      "  %r = add(%y, %b) : f32[3, 50, 96]\n"
      "  return %r\n}\n",
-     {3, 50, 32},
-     {32, 96},
-     1,
-     0,
-     false},
+     {3, 50, 32}, {32, 96}, 1, 0, false},
     {"few rows (Kiln's GEMM) + bias per column + relu6",
      "func @main(%x: f32[20, 256], %w: f32[256, 96]) -> (f32[20, 96]) {\n"
      "  %y = matmul(%x, %w) : f32[20, 96]\n"
@@ -125,20 +101,13 @@ static const epi_case cases[] = {
      "  %m = max(%s, %z) : f32[20, 96]\n"
      "  %r = min(%m, %six) : f32[20, 96]\n"
      "  return %r\n}\n",
-     {20, 256},
-     {256, 96},
-     1,
-     0,
-     false},
+     {20, 256}, {256, 96}, 1, 0, false},
     {"pointwise as a BLAS GEMM in pieces of columns (3 of them) + bias + relu6",
      "func @main(%x: f32[1, 32, 48, 40], %w: f32[96, 32, 1, 1]) -> (f32[1, 96, 48, 40]) {\n"
      "  %y = conv2d(%x, %w) : f32[1, 96, 48, 40]\n"
      "  %b = constant() {dtype = f32, shape = [96, 1, 1], value = [BIAS96]} : f32[96, 1, 1]\n"
      "  %s = add(%y, %b) : f32[1, 96, 48, 40]\n"
-     "  %z = constant() {dtype = f32, shape = [], value = [0.0]} : f32[]\n"
-     "  %six = constant() {dtype = f32, shape = [], value = [0.5]} : f32[]\n"
-     "  %m = max(%s, %z) : f32[1, 96, 48, 40]\n"
-     "  %r = min(%m, %six) : f32[1, 96, 48, 40]\n"
+     CLAMPS("f32[1, 96, 48, 40]", "0.5")
      "  return %r\n}\n",
      {1, 32, 48, 40}, {96, 32, 1, 1}, 1, 0, true},
     {"linear in pieces of columns (2 of them) + bias per column",
@@ -153,46 +122,35 @@ static const epi_case cases[] = {
      "  %y = matmul(%x, %w) : f32[70, 96]\n"
      "  %b = constant() {dtype = f32, shape = [96], value = [BIAS96]} : f32[96]\n"
      "  %s = add(%y, %b) : f32[70, 96]\n"
-     "  %z = constant() {dtype = f32, shape = [], value = [0.0]} : f32[]\n"
+     ZERO
      "  %r = max(%s, %z) : f32[70, 96]\n"
      "  return %r\n}\n",
      {70, 128}, {128, 96}, 1, 0, false},
     {"clamps alone",
      "func @main(%x: f32[2, 16, 12, 11], %w: f32[40, 16, 3, 3]) -> (f32[2, 40, 12, 11]) {\n"
      "  %y = conv2d(%x, %w) {padding = [1, 1, 1, 1]} : f32[2, 40, 12, 11]\n"
-     "  %z = constant() {dtype = f32, shape = [], value = [0.0]} : f32[]\n"
+     ZERO
      "  %six = constant() {dtype = f32, shape = [], value = [0.5]} : f32[]\n"
      "  %m = max(%y, %z) : f32[2, 40, 12, 11]\n"
      "  %r = min(%m, %six) : f32[2, 40, 12, 11]\n"
      "  return %r\n}\n",
-     {2, 16, 12, 11},
-     {40, 16, 3, 3},
-     1,
-     0,
-     false},
+     {2, 16, 12, 11}, {40, 16, 3, 3}, 1, 0, false},
     {"the product read twice: no epilogue",
      "func @main(%x: f32[2, 16, 12, 11], %w: f32[40, 16, 3, 3]) -> (f32[2, 40, 12, 11]) {\n"
      "  %y = conv2d(%x, %w) {padding = [1, 1, 1, 1]} : f32[2, 40, 12, 11]\n" BIAS40
      "  %s = add(%y, %b) : f32[2, 40, 12, 11]\n"
      "  %r = mul(%s, %y) : f32[2, 40, 12, 11]\n"
      "  return %r\n}\n",
-     {2, 16, 12, 11},
-     {40, 16, 3, 3},
-     0,
-     1,
-     false},
+     {2, 16, 12, 11}, {40, 16, 3, 3}, 0, 1, false},
     {"a residual of a computed tensor: no epilogue",
      "func @main(%x: f32[2, 40, 12, 11], %w: f32[40, 40, 3, 3]) -> (f32[2, 40, 12, 11]) {\n"
      "  %y = conv2d(%x, %w) {padding = [1, 1, 1, 1]} : f32[2, 40, 12, 11]\n"
      "  %t = tanh(%x) : f32[2, 40, 12, 11]\n"
      "  %r = add(%y, %t) : f32[2, 40, 12, 11]\n"
      "  return %r\n}\n",
-     {2, 40, 12, 11},
-     {40, 40, 3, 3},
-     0,
-     1,
-     false},
+     {2, 40, 12, 11}, {40, 40, 3, 3}, 0, 1, false},
 };
+// clang-format on
 
 /* The case's text with its BIAS<n> lists of n values filled in (spread over [-0.6, 0.6]). */
 static char *expand(const char *text) {
