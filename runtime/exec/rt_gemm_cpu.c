@@ -679,9 +679,44 @@ bool krt_gemm(krt_pool *pool, const krt_gemm_desc *d) {
  * built for SSE2 alone the bias and clamps of a 112 × 112 plane took 0.23 ns an element in L1,
  * more than the separate AVX-512 kernel they replace took from memory.
  */
-#ifdef KRT_X86
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-void krt_epilogue(const kcg_epilogue *e, const float *bias, float *y, int64_t first, int64_t n) {
+typedef void epilogue_fn(const kcg_epilogue *, const float *, float *, int64_t, int64_t);
+
+static void epilogue_default(const kcg_epilogue *e, const float *bias, float *y, int64_t first,
+                             int64_t n) {
   kcg_epilogue_apply(e, bias, y, first, n);
+}
+
+/*
+ * The same loops inlined into functions built for AVX-512 and AVX2, chosen once by what the CPU
+ * has. Not target_clones: clang 16 emits no resolver for an exported clone its own file never
+ * calls, and crashes on a static one.
+ */
+#ifdef KRT_X86
+TARGET_AVX512 static void epilogue_avx512(const kcg_epilogue *e, const float *bias, float *y,
+                                          int64_t first, int64_t n) {
+  kcg_epilogue_apply(e, bias, y, first, n);
+}
+
+TARGET_AVX2 static void epilogue_avx2(const kcg_epilogue *e, const float *bias, float *y,
+                                      int64_t first, int64_t n) {
+  kcg_epilogue_apply(e, bias, y, first, n);
+}
+#endif
+
+static epilogue_fn *epilogue_pick(void) {
+#ifdef KRT_X86
+  if (krt_gemm_isa_best() >= KRT_GEMM_ISA_AVX512) return epilogue_avx512;
+  if (krt_gemm_isa_best() >= KRT_GEMM_ISA_AVX2) return epilogue_avx2;
+#endif
+  return epilogue_default;
+}
+
+void krt_epilogue(const kcg_epilogue *e, const float *bias, float *y, int64_t first, int64_t n) {
+  static epilogue_fn *_Atomic chosen;
+  epilogue_fn *f = atomic_load_explicit(&chosen, memory_order_relaxed);
+  if (!f) {
+    f = epilogue_pick();
+    atomic_store_explicit(&chosen, f, memory_order_relaxed);
+  }
+  f(e, bias, y, first, n);
 }
