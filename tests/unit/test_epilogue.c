@@ -13,8 +13,11 @@
  * must have the expected epilogues and elementwise kernels; compiled, its
  * result must match the interpreter within 1e-5 relative (NaN where it has
  * NaN: one input holds a NaN) and equal the unfused compiled result bit for
- * bit, since both add in f32 and clamp exactly. Every case runs on one thread
- * and on two.
+ * bit, since both add in f32 and clamp exactly — but for a BLAS product in
+ * pieces of columns, which must be within 1e-6 of it: OpenBLAS may round a
+ * block of columns otherwise than the whole product (its Haswell kernels on a
+ * Zen 3 differ by an ulp; its SkylakeX ones did not). Every case runs on one
+ * thread and on two.
  */
 #include <math.h>
 #include <stdio.h>
@@ -35,6 +38,7 @@ typedef struct epi_case {
   uint32_t epilogues;         /* steps with an epilogue */
   uint32_t kernels;           /* KERNEL steps left */
   bool nan;                   /* plant a NaN in x */
+  bool pieces;                /* a BLAS product in pieces of columns: near the unfused, not equal */
 } epi_case;
 
 #define BIAS40                                                                                     \
@@ -53,7 +57,7 @@ static const epi_case cases[] = {
      "  %s = add(%y, %b) : f32[2, 40, 12, 11]\n"
      CLAMPS("f32[2, 40, 12, 11]", "0.5")
      "  return %r\n}\n",
-     {2, 16, 12, 11}, {40, 16, 3, 3}, 1, 0, true},
+     {2, 16, 12, 11}, {40, 16, 3, 3}, 1, 0, true, false},
     {"blocked, 7-pixel rows, bias first + relu",
      "func @main(%x: f32[1, 24, 8, 7], %w: f32[40, 24, 3, 3]) -> (f32[1, 40, 8, 7]) {\n"
      "  %y = conv2d(%x, %w) {padding = [1, 1, 1, 1]} : f32[1, 40, 8, 7]\n" BIAS40
@@ -61,20 +65,20 @@ static const epi_case cases[] = {
      ZERO
      "  %r = max(%s, %z) : f32[1, 40, 8, 7]\n"
      "  return %r\n}\n",
-     {1, 24, 8, 7}, {40, 24, 3, 3}, 1, 0, false},
+     {1, 24, 8, 7}, {40, 24, 3, 3}, 1, 0, false, false},
     {"depthwise 3x3/2 + bias + relu6",
      "func @main(%x: f32[2, 40, 29, 30], %w: f32[40, 1, 3, 3]) -> (f32[2, 40, 15, 15]) {\n"
      "  %y = conv2d(%x, %w) {stride = [2, 2], padding = [1, 1, 1, 1], groups = 40} : "
      "f32[2, 40, 15, 15]\n" BIAS40 "  %s = add(%y, %b) : f32[2, 40, 15, 15]\n"
      CLAMPS("f32[2, 40, 15, 15]", "0.25")
      "  return %r\n}\n",
-     {2, 40, 29, 30}, {40, 1, 3, 3}, 1, 0, true},
+     {2, 40, 29, 30}, {40, 1, 3, 3}, 1, 0, true, false},
     {"pointwise as a GEMM + bias alone",
      "func @main(%x: f32[2, 64, 20, 21], %w: f32[40, 64, 1, 1]) -> (f32[2, 40, 20, 21]) {\n"
      "  %y = conv2d(%x, %w) : f32[2, 40, 20, 21]\n" BIAS40
      "  %r = add(%y, %b) : f32[2, 40, 20, 21]\n"
      "  return %r\n}\n",
-     {2, 64, 20, 21}, {40, 64, 1, 1}, 1, 0, false},
+     {2, 64, 20, 21}, {40, 64, 1, 1}, 1, 0, false, false},
     {"linear + bias per column + relu",
      "func @main(%x: f32[70, 64], %w: f32[64, 96]) -> (f32[70, 96]) {\n"
      "  %y = matmul(%x, %w) : f32[70, 96]\n"
@@ -83,14 +87,14 @@ static const epi_case cases[] = {
      ZERO
      "  %r = max(%s, %z) : f32[70, 96]\n"
      "  return %r\n}\n",
-     {70, 64}, {64, 96}, 1, 0, true},
+     {70, 64}, {64, 96}, 1, 0, true, false},
     {"a batch against one weight (one product) + bias per column",
      "func @main(%x: f32[3, 50, 32], %w: f32[32, 96]) -> (f32[3, 50, 96]) {\n"
      "  %y = matmul(%x, %w) : f32[3, 50, 96]\n"
      "  %b = constant() {dtype = f32, shape = [96], value = [BIAS96]} : f32[96]\n"
      "  %r = add(%y, %b) : f32[3, 50, 96]\n"
      "  return %r\n}\n",
-     {3, 50, 32}, {32, 96}, 1, 0, false},
+     {3, 50, 32}, {32, 96}, 1, 0, false, false},
     {"few rows (Kiln's GEMM) + bias per column + relu6",
      "func @main(%x: f32[20, 256], %w: f32[256, 96]) -> (f32[20, 96]) {\n"
      "  %y = matmul(%x, %w) : f32[20, 96]\n"
@@ -101,7 +105,7 @@ static const epi_case cases[] = {
      "  %m = max(%s, %z) : f32[20, 96]\n"
      "  %r = min(%m, %six) : f32[20, 96]\n"
      "  return %r\n}\n",
-     {20, 256}, {256, 96}, 1, 0, false},
+     {20, 256}, {256, 96}, 1, 0, false, false},
     {"pointwise as a BLAS GEMM in pieces of columns (3 of them) + bias + relu6",
      "func @main(%x: f32[1, 32, 48, 40], %w: f32[96, 32, 1, 1]) -> (f32[1, 96, 48, 40]) {\n"
      "  %y = conv2d(%x, %w) : f32[1, 96, 48, 40]\n"
@@ -109,14 +113,14 @@ static const epi_case cases[] = {
      "  %s = add(%y, %b) : f32[1, 96, 48, 40]\n"
      CLAMPS("f32[1, 96, 48, 40]", "0.5")
      "  return %r\n}\n",
-     {1, 32, 48, 40}, {96, 32, 1, 1}, 1, 0, true},
+     {1, 32, 48, 40}, {96, 32, 1, 1}, 1, 0, true, true},
     {"linear in pieces of columns (2 of them) + bias per column",
      "func @main(%x: f32[70, 32], %w: f32[32, 1024]) -> (f32[70, 1024]) {\n"
      "  %y = matmul(%x, %w) : f32[70, 1024]\n"
      "  %b = constant() {dtype = f32, shape = [1024], value = [BIAS1024]} : f32[1024]\n"
      "  %r = add(%y, %b) : f32[70, 1024]\n"
      "  return %r\n}\n",
-     {70, 32}, {32, 1024}, 1, 0, false},
+     {70, 32}, {32, 1024}, 1, 0, false, true},
     {"linear, K above the pieces' limit (one piece) + bias + relu",
      "func @main(%x: f32[70, 128], %w: f32[128, 96]) -> (f32[70, 96]) {\n"
      "  %y = matmul(%x, %w) : f32[70, 96]\n"
@@ -125,7 +129,7 @@ static const epi_case cases[] = {
      ZERO
      "  %r = max(%s, %z) : f32[70, 96]\n"
      "  return %r\n}\n",
-     {70, 128}, {128, 96}, 1, 0, false},
+     {70, 128}, {128, 96}, 1, 0, false, false},
     {"clamps alone",
      "func @main(%x: f32[2, 16, 12, 11], %w: f32[40, 16, 3, 3]) -> (f32[2, 40, 12, 11]) {\n"
      "  %y = conv2d(%x, %w) {padding = [1, 1, 1, 1]} : f32[2, 40, 12, 11]\n"
@@ -134,21 +138,21 @@ static const epi_case cases[] = {
      "  %m = max(%y, %z) : f32[2, 40, 12, 11]\n"
      "  %r = min(%m, %six) : f32[2, 40, 12, 11]\n"
      "  return %r\n}\n",
-     {2, 16, 12, 11}, {40, 16, 3, 3}, 1, 0, false},
+     {2, 16, 12, 11}, {40, 16, 3, 3}, 1, 0, false, false},
     {"the product read twice: no epilogue",
      "func @main(%x: f32[2, 16, 12, 11], %w: f32[40, 16, 3, 3]) -> (f32[2, 40, 12, 11]) {\n"
      "  %y = conv2d(%x, %w) {padding = [1, 1, 1, 1]} : f32[2, 40, 12, 11]\n" BIAS40
      "  %s = add(%y, %b) : f32[2, 40, 12, 11]\n"
      "  %r = mul(%s, %y) : f32[2, 40, 12, 11]\n"
      "  return %r\n}\n",
-     {2, 16, 12, 11}, {40, 16, 3, 3}, 0, 1, false},
+     {2, 16, 12, 11}, {40, 16, 3, 3}, 0, 1, false, false},
     {"a residual of a computed tensor: no epilogue",
      "func @main(%x: f32[2, 40, 12, 11], %w: f32[40, 40, 3, 3]) -> (f32[2, 40, 12, 11]) {\n"
      "  %y = conv2d(%x, %w) {padding = [1, 1, 1, 1]} : f32[2, 40, 12, 11]\n"
      "  %t = tanh(%x) : f32[2, 40, 12, 11]\n"
      "  %r = add(%y, %t) : f32[2, 40, 12, 11]\n"
      "  return %r\n}\n",
-     {2, 40, 12, 11}, {40, 40, 3, 3}, 0, 1, false},
+     {2, 40, 12, 11}, {40, 40, 3, 3}, 0, 1, false, false},
 };
 // clang-format on
 
@@ -263,7 +267,9 @@ static void run_case(const epi_case *c) {
     double w = kiln_tensor_get(want[0], i);
     nans += isnan(w);
     bool near = isnan(w) ? isnan(f) : fabs(f - w) <= 1e-5 * (1 + fabs(w));
-    bool same = isnan(p) ? isnan(f) : memcmp(&(float){(float)f}, &(float){(float)p}, 4) == 0;
+    bool same = isnan(p) ? isnan(f)
+                : c->pieces ? fabs(f - p) <= 1e-6 * (1 + fabs(p))
+                            : memcmp(&(float){(float)f}, &(float){(float)p}, 4) == 0;
     if (!near || !same) {
       printf("FAIL %s: r[%zu] = %.9g fused, %.9g unfused, the interpreter gives %.9g\n", c->name, i,
              f, p, w);
