@@ -4,8 +4,9 @@
  * One micro-kernel (DEFINE_STRIP) is compiled three times: for AVX-512 on
  * intrinsics, 14 pixels × 2 vectors = 28 zmm accumulators (FMA intrinsics:
  * C's contraction is off under -std=c11, so `a += v * w` would be a
- * multiply and an add); for AVX2 and portable C on GCC vector types (a v16
- * is 16 floats: 2 ymm), 3 pixels at a time. The path is chosen at run time with
+ * multiply and an add); for AVX2 on intrinsics, 6 pixels × 16 channels = 12 ymm accumulators,
+ * the pair's two halves in turn (strip_avx2); for portable C on GCC vector types (a v16 is 16
+ * floats), 3 pixels at a time. The path is chosen at run time with
  * __builtin_cpu_supports, so a model compiled for x86-64-v3, or run on an older CPU, takes the AVX2
  * or C path by itself. Why direct and blocked rather than im2col and a GEMM: docs/cpu-runtime.md,
  * "The blocked convolution".
@@ -195,7 +196,7 @@ const float *krt_conv_cache_get(krt_conv_cache *c, krt_pool *pool, const kcg_ste
     }                                                                                              \
   }
 
-/* The GCC-vector operations of the AVX2 and C paths (C's contraction is off: a multiply and an
+/* The GCC-vector operations of the C path (C's contraction is off: a multiply and an
  * add). */
 #define V16_LOAD(p) (*(const v16 *)(p))
 #define V16_BCAST(f) ((v16){0} + (f))
@@ -383,11 +384,109 @@ write_tile_avx512(const conv_job *jb, const float *tile, int64_t n, int64_t nch,
 
 DEFINE_STRIP(strip_avx512, TARGET_AVX512, __m512, _mm512_setzero_ps(), _mm512_loadu_ps,
              _mm512_set1_ps, _mm512_fmadd_ps, _mm512_storeu_ps)
-DEFINE_STRIP(strip_avx2, TARGET_AVX2, v16, (v16){0}, V16_LOAD, V16_BCAST, V16_FMA, V16_STORE)
 DEFINE_STRIP(strip_c, , v16, (v16){0}, V16_LOAD, V16_BCAST, V16_FMA, V16_STORE)
 DEFINE_ROWS(rows_avx512, strip_avx512, write_tile_avx512, TARGET_AVX512, 14)
-DEFINE_ROWS(rows_avx2, strip_avx2, write_tile, TARGET_AVX2, 3)
 DEFINE_ROWS(rows_c, strip_c, write_tile, , 3)
+
+/*
+ * The AVX2 path. 16 ymm registers hold 12 accumulators (6 output pixels × 16 channels), two
+ * weight vectors and a broadcast, so a channel pair's 32 outputs go as two halves of 16, each
+ * loading 2 weight vectors for 6 pixels (0.67 loads an FMA, as OpenBLAS's Haswell sgemm kernel).
+ * The 6 pixels are consecutive in the output plane, wherever its rows break (each has its own
+ * offset into xp), so a 7-pixel row wastes nothing; a tile is up to TILE_W pixels of one plane.
+ * The input channel blocks go in chunks whose weights (contiguous in wp) fit in L2 —
+ * KCHUNK_BYTES — and each chunk runs over every strip of the tile, the accumulators stored to the
+ * tile between chunks: the sums are those of one pass in the same order, but a deep layer's
+ * weights (resnet18's 512 × 512 × 3 × 3 pair: 590 KB, more than a Zen 3 core's 512 KiB of L2)
+ * are read from L3 once per tile instead of once per strip.
+ */
+#define KCHUNK_BYTES (128 << 10)
+
+/* One input channel ic of a tap into the accumulators (in strip_avx2). */
+#define AVX2_TAP(ic)                                                                               \
+  do {                                                                                             \
+    __m256 w0 = _mm256_loadu_ps(wk + (ic) * 32), w1 = _mm256_loadu_ps(wk + (ic) * 32 + 8);         \
+    for (int r = 0; r < NP; r++) {                                                                 \
+      __m256 v = _mm256_broadcast_ss(xq[r] + xo + (ic));                                           \
+      acc[r][0] = _mm256_fmadd_ps(v, w0, acc[r][0]);                                               \
+      acc[r][1] = _mm256_fmadd_ps(v, w1, acc[r][1]);                                               \
+    }                                                                                              \
+  } while (0)
+
+TARGET_AVX2 INLINE void strip_avx2(int NP, const float *const *xq, const float *w, float *tile,
+                                   bool first, int64_t cb0, int64_t cb1, int64_t CBS, int64_t KH,
+                                   int64_t KW, int64_t RS, int64_t L, int64_t C) {
+  for (int half = 0; half < 2; half++) {
+    __m256 acc[6][2];
+    for (int r = 0; r < NP; r++) {
+      acc[r][0] = first ? _mm256_setzero_ps() : _mm256_load_ps(tile + r * 32 + half * 16);
+      acc[r][1] = first ? _mm256_setzero_ps() : _mm256_load_ps(tile + r * 32 + half * 16 + 8);
+    }
+    for (int64_t cb = cb0; cb < cb1; cb++) {
+      int nc = C - cb * 16 < 16 ? (int)(C - cb * 16) : 16;
+      for (int64_t i = 0; i < KH; i++)
+        for (int64_t j = 0; j < KW; j++) {
+          int64_t xo = cb * CBS + i * RS + j * L;
+          const float *wk = w + ((cb * KH + i) * KW + j) * 512 + half * 16;
+          if (nc == 16) {
+#pragma GCC unroll 16
+            for (int ic = 0; ic < 16; ic++)
+              AVX2_TAP(ic);
+          } else {
+            for (int ic = 0; ic < nc; ic++)
+              AVX2_TAP(ic);
+          }
+        }
+    }
+    for (int r = 0; r < NP; r++) {
+      _mm256_store_ps(tile + r * 32 + half * 16, acc[r][0]);
+      _mm256_store_ps(tile + r * 32 + half * 16 + 8, acc[r][1]);
+    }
+  }
+}
+
+/* Items (b, op, t) in [lo, hi): tile t (TILE_W pixels of the plane, the last one shorter) of
+ * image b, channels op·32 .. op·32 + 31. */
+TARGET_AVX2 static void rows_avx2(void *arg, int64_t lo, int64_t hi) {
+  const conv_job *jb = arg;
+  const kcg_conv *cv = jb->cv;
+  int64_t CB = cblocks(cv), OP = opairs(cv), HP = padded_h(cv), WP = padded_w(cv);
+  int64_t KH = cv->kh, KW = cv->kw, HO = cv->ho, WO = cv->wo, O = cv->o;
+  int64_t L = kcg_conv_xlanes(cv->c), P = HO * WO, NT = (P + TILE_W - 1) / TILE_W;
+  int64_t RS = WP * L, CBS = HP * RS, OPW = CB * KH * KW * 512;
+  int64_t chunk = KCHUNK_BYTES / (KH * KW * 512 * (int64_t)sizeof(float));
+  if (chunk < 1) chunk = 1;
+  float tile[TILE_W * 32] __attribute__((aligned(64)));
+  for (int64_t it = lo; it < hi; it++) {
+    int64_t t = it % NT, op = it / NT % OP, b = it / NT / OP;
+    int64_t p0 = t * TILE_W, n = P - p0 < TILE_W ? P - p0 : TILE_W;
+    const float *w = jb->wp + op * OPW, *xb = jb->xp + b * CB * CBS;
+    for (int64_t c0 = 0; c0 < CB; c0 += chunk) {
+      int64_t c1 = c0 + chunk < CB ? c0 + chunk : CB;
+      for (int64_t r0 = 0; r0 < n; r0 += 6) {
+        const float *xq[6];
+        int np = n - r0 < 6 ? (int)(n - r0) : 6;
+        for (int r = 0; r < np; r++) {
+          int64_t p = p0 + r0 + r;
+          xq[r] = xb + p / WO * cv->sh * RS + p % WO * cv->sw * L;
+        }
+        float *tl = tile + r0 * 32;
+        bool first = c0 == 0;
+        switch (np) { /* each width its own unrolled kernel */
+        case 6: strip_avx2(6, xq, w, tl, first, c0, c1, CBS, KH, KW, RS, L, cv->c); break;
+        case 5: strip_avx2(5, xq, w, tl, first, c0, c1, CBS, KH, KW, RS, L, cv->c); break;
+        case 4: strip_avx2(4, xq, w, tl, first, c0, c1, CBS, KH, KW, RS, L, cv->c); break;
+        case 3: strip_avx2(3, xq, w, tl, first, c0, c1, CBS, KH, KW, RS, L, cv->c); break;
+        case 2: strip_avx2(2, xq, w, tl, first, c0, c1, CBS, KH, KW, RS, L, cv->c); break;
+        default: strip_avx2(1, xq, w, tl, first, c0, c1, CBS, KH, KW, RS, L, cv->c); break;
+        }
+      }
+    }
+    int64_t nch = O - op * 32 < 32 ? O - op * 32 : 32;
+    float *yo = jb->y + (b * O + op * 32) * P + p0;
+    write_tile(jb, tile, n, nch, yo, P, yo - jb->y, op * 32);
+  }
+}
 
 static int forced; /* set by the tests only, between runs */
 
@@ -407,6 +506,10 @@ void krt_conv_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float *x,
   conv_job cj = {cv, xp, wp, y, epi && epi->on ? epi : NULL, bias};
   int isa = forced ? forced : best_isa();
   krt_task_fn fn = isa == 3 ? rows_avx512 : isa == 2 ? rows_avx2 : rows_c;
+  if (isa == 2) {
+    krt_parallel_for(pool, B * opairs(cv) * ((cv->ho * cv->wo + TILE_W - 1) / TILE_W), fn, &cj);
+    return;
+  }
   int64_t pair = rows_per_item(cv, isa == 3 ? 14 : 3);
   krt_parallel_for(pool, B * opairs(cv) * ((cv->ho + pair - 1) / pair), fn, &cj);
 }

@@ -12,11 +12,12 @@
  *                                  for a constant weight (krt_model's cache);
  *   a micro-kernel holds 14 output pixels of a row × 32 output channels in
  *   28 AVX-512 registers and adds, per input channel of a tap, one
- *   broadcast pixel times two weight vectors into each (AVX2 and portable C:
+ *   broadcast pixel times two weight vectors into each (AVX2: 6 pixels × 16
+ *   channels in 12 ymm registers, the block's two halves in turn; portable C:
  *   3 pixels), then the tile is written back to NCHW y.
  *
  * The work is shared over the pool by (image, 32-channel block, output
- * row); every output is summed by one thread in one order (input channel
+ * row; AVX2: tile of the plane); every output is summed by one thread in one order (input channel
  * blocks, then taps row by row, then the 16 channels of the block), so the
  * results do not depend on the number of threads.
  * Like the rest of rt_*.c it needs only libc and the pool.

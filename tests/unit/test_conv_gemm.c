@@ -265,6 +265,10 @@ static const conv_case blocked_cases[] = {
     {"f32", 2, false, 3, 40, 37, 64, 7, 7, {2, 2}, {3, 3, 3, 3}, {1, 1}, false},
     /* 6 channels: x packed 8 channels a pixel */
     {"f32", 2, false, 6, 16, 15, 40, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},
+    /* the AVX2 path's chunks of input blocks (KCHUNK_BYTES: 7 blocks a chunk at 3x3, 2 at 5x5):
+       130 channels are two chunks, the last block 2 channels; 40 at 5x5 two chunks */
+    {"f32", 1, false, 130, 9, 10, 40, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},
+    {"f32", 2, false, 40, 11, 9, 36, 5, 5, {1, 1}, {2, 2, 2, 2}, {1, 1}, false},
 };
 
 /* y = conv2d(x, w) with w a constant op of the values sin(0.0013·(i + 1)); NULL if out of memory. */
