@@ -15,8 +15,9 @@
  * into a padded scratch plane (0 or −inf around it, wide enough that every
  * load is a whole vector); then 16 outputs of a row at a time, four rows
  * together, take one AVX-512 load per tap at stride 1 (two and a permute at
- * stride 2) and one multiply-add or max. Sums run over the taps row by row,
- * as the generated kernel's. Other strides, and CPUs without AVX-512, run
+ * stride 2) and one multiply-add or max (AVX2: 8 outputs, one unaligned
+ * load per tap, or two and a permute). Sums run over the taps row by row,
+ * as the generated kernel's. Other strides, and CPUs without AVX2, run
  * the step's generated kernel. Like the rest of rt_*.c it needs only libc
  * and the pool.
  */
@@ -36,7 +37,9 @@ bool krt_window_supported(const kcg_conv *cv);
    buffer); false when out of memory for the padded planes (y is then unspecified). */
 bool krt_window_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float *x, const float *w,
                     float *y, const kcg_epilogue *epi, const float *bias);
-/* For the tests: 1 makes krt_window_supported false (the generated kernels run), 0 restores it. */
+/* For the tests: 1 makes krt_window_supported false (the generated kernels run), 2 forces the
+   AVX2 path, 3 the AVX-512 one (the CPU must have it), 0 restores the CPU's best; returns the
+   path in use. */
 int krt_window_force_isa(int isa);
 
 #endif

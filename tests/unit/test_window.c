@@ -9,9 +9,8 @@
  * strides 1 and 2 (square and not), uneven padding, windows of 2×2, 3×3
  * (the unrolled kernels) and others (the general one), a symbolic batch. It
  * must lower to one CONV step of the right mode (a row stride of 3: none,
- * the generated kernel), and is compiled and run twice: on the window
- * kernel and with it turned off (krt_window_force_isa(1): the step runs its
- * generated kernel). Inputs are random, with a NaN planted in the pooling
+ * the generated kernel), and is compiled and run on every path this CPU has:
+ * the generated kernel (krt_window_force_isa(1)), AVX2 and AVX-512. Inputs are random, with a NaN planted in the pooling
  * cases (a window holding it must give NaN). Results must match the
  * interpreter within 1e-5·sqrt(kh·kw) relative (pooling: exactly).
  */
@@ -27,6 +26,7 @@
 #include "runtime/exec/rt_window_cpu.h"
 
 static int failures;
+static int best_path; /* the window kernel's best path on this CPU (krt_window_force_isa) */
 
 typedef struct window_case {
   bool pool;      /* max_pool2d, else a depthwise conv2d */
@@ -170,9 +170,11 @@ static void run_case(int ci, const window_case *c) {
     failures++;
   }
   double tol = c->pool ? 0 : 1e-5 * sqrt((double)(c->kh * c->kw));
-  for (int off = 0; off <= 1; off++) {
-    krt_window_force_isa(off);
-    snprintf(what, sizeof what, "case %d (%s)", ci, off ? "generated kernel" : "window kernel");
+  static const char *const path_name[4] = {"", "generated kernel", "AVX2 window kernel",
+                                           "AVX-512 window kernel"};
+  for (int path = 1; path <= best_path; path++) {
+    krt_window_force_isa(path);
+    snprintf(what, sizeof what, "case %d (%s)", ci, path_name[path]);
     kiln_compiled *cc = NULL;
     kiln_tensor *out[1] = {0};
     if (kiln_compile(g, NULL, &cc) != KILN_OK ||
@@ -195,13 +197,14 @@ done:
 
 int main(void) {
   unsetenv("KILN_CONV_DIRECT");
+  best_path = krt_window_force_isa(0);
   int n = (int)(sizeof cases / sizeof cases[0]);
   for (int i = 0; i < n; i++) run_case(i, &cases[i]);
   if (failures) {
     printf("%d failure(s)\n", failures);
     return 1;
   }
-  printf("test_window: %d depthwise and max-pool cases passed on the window kernel and the "
-         "generated one\n", n);
+  printf("test_window: %d depthwise and max-pool cases passed on the generated kernel and %d "
+         "window kernel path(s)\n", n, best_path - 1);
   return 0;
 }
