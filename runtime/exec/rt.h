@@ -59,14 +59,16 @@ uint64_t krt_pool_nested(const krt_pool *p);
 /*
  * m·n·k from which a GEMM step in f32/f64 calls cblas_?gemm or Kiln's own
  * GEMM (rt_gemm_cpu.h) instead of its generated fallback kernel (measured:
- * docs/cpu-runtime.md): 16³ for an OpenBLAS with kernels for this CPU,
- * 2²² (about 161³) for one that fell back to SSE-only kernels, 2¹⁸ (64³)
+ * docs/cpu-runtime.md): 16³ for an OpenBLAS with AVX-512 kernels, 2¹⁶
+ * (about 40³) for one with AVX2 kernels (Haswell, Zen), 2²² (about 161³)
+ * for one that fell back to SSE-only kernels, 2¹⁸ (64³)
  * when the model's f32 products go to Kiln's GEMM (the model decides once,
  * rt_exec.c). The environment variable KILN_GEMM_THRESHOLD overrides them
  * for models made afterwards (-1: never), and KILN_GEMM=kiln or =blas picks
  * the f32 library.
  */
 #define KRT_GEMM_THRESHOLD 4096
+#define KRT_GEMM_THRESHOLD_AVX2_BLAS (1 << 16)
 #define KRT_GEMM_THRESHOLD_SSE_BLAS (1 << 22)
 #define KRT_GEMM_THRESHOLD_KILN (1 << 18)
 

@@ -160,20 +160,29 @@ static bool blas_core_sse_only(const char *core) {
  * "Kiln's GEMM"). kiln_options.gemm (KILN_GEMM=kiln or =blas) decides
  * instead, for measuring.
  */
+static bool blas_core_avx512(const char *core) {
+  static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+  for (size_t i = 0; core && i < sizeof avx512 / sizeof avx512[0]; i++)
+    if (!strcmp(core, avx512[i])) return true;
+  return false;
+}
+
 static bool default_gemm_kiln(kiln_gemm_library lib) {
   if (lib == KILN_GEMM_KILN) return true;
   if (lib == KILN_GEMM_BLAS) return false;
-  static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
   const char *core = openblas_get_corename();
-  for (size_t i = 0; core && i < sizeof avx512 / sizeof avx512[0]; i++)
-    if (!strcmp(core, avx512[i])) return false;
+  if (blas_core_avx512(core)) return false;
   krt_gemm_isa best = krt_gemm_isa_best();
   return best >= KRT_GEMM_ISA_AVX512 || (best == KRT_GEMM_ISA_AVX2 && blas_core_sse_only(core));
 }
 
+/* OpenBLAS's AVX2 kernels (Haswell, Zen) pay from about 40³: below, their packing costs more than
+   the generated kernel takes (docs/cpu-runtime.md, measured on a Zen 3). */
 static int64_t default_gemm_threshold(void) {
-  return blas_core_sse_only(openblas_get_corename()) ? KRT_GEMM_THRESHOLD_SSE_BLAS
-                                                     : KRT_GEMM_THRESHOLD;
+  const char *core = openblas_get_corename();
+  return blas_core_sse_only(core) ? KRT_GEMM_THRESHOLD_SSE_BLAS
+         : blas_core_avx512(core) ? KRT_GEMM_THRESHOLD
+                                  : KRT_GEMM_THRESHOLD_AVX2_BLAS;
 }
 
 kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_cpu_fn *fns,
