@@ -298,3 +298,55 @@ void kcg_kernel_print(const kcg_kernel *k, const kir_module *m, FILE *f) {
   fprintf(f, "}\n");
 }
 
+/* ---- structural identity (kcg_cpu_jit compiles each distinct kernel once) ---- */
+
+static uint64_t mix(uint64_t h, uint64_t v) { /* FNV-1a over the 8 bytes of v */
+  for (int i = 0; i < 8; i++, v >>= 8)
+    h = (h ^ (v & 0xff)) * 0x100000001b3ull;
+  return h;
+}
+
+uint64_t kcg_kernel_hash(const kcg_kernel *k) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  h = mix(h, (uint64_t)k->nbufs << 32 | k->nexprs);
+  h = mix(h, (uint64_t)k->nstmts << 32 | k->nroot);
+  for (uint32_t i = 0; i < k->nexprs; i++) {
+    const kcg_expr *e = &k->exprs[i];
+    h = mix(h, (uint64_t)e->kind << 48 | (uint64_t)e->dtype << 32 | (uint64_t)e->op << 16);
+    h = mix(h, (uint64_t)e->var << 32 | e->a);
+    h = mix(h, (uint64_t)e->b << 32 | e->c);
+    h = mix(h, (uint64_t)e->i);
+  }
+  for (uint32_t i = 0; i < k->nstmts; i++) {
+    const kcg_stmt *st = &k->stmts[i];
+    h = mix(h, (uint64_t)st->kind << 32 | st->var);
+    h = mix(h, (uint64_t)st->a << 32 | st->b);
+  }
+  return h;
+}
+
+static bool same_stmt(const kcg_stmt *a, const kcg_stmt *b) {
+  return a->kind == b->kind && a->var == b->var && a->a == b->a && a->b == b->b &&
+         a->parallel == b->parallel && a->nbody == b->nbody &&
+         (!a->nbody || !memcmp(a->body, b->body, a->nbody * sizeof *a->body));
+}
+
+bool kcg_kernel_same(const kcg_kernel *a, const kcg_kernel *b) {
+  if (a->nbufs != b->nbufs || a->nsizes != b->nsizes || a->nexprs != b->nexprs ||
+      a->nstmts != b->nstmts || a->nlocals != b->nlocals || a->nvars != b->nvars ||
+      a->nroot != b->nroot || a->nerrors != b->nerrors || a->oom || b->oom)
+    return false;
+  for (uint32_t i = 0; i < a->nbufs; i++)
+    if (a->bufs[i].dtype != b->bufs[i].dtype || a->bufs[i].written != b->bufs[i].written)
+      return false;
+  for (uint32_t i = 0; i < a->nexprs; i++)
+    if (!same_expr(&a->exprs[i], &b->exprs[i])) return false;
+  for (uint32_t i = 0; i < a->nstmts; i++)
+    if (!same_stmt(&a->stmts[i], &b->stmts[i])) return false;
+  for (uint32_t i = 0; i < a->nlocals; i++)
+    if (a->locals[i] != b->locals[i]) return false;
+  if (a->nroot && memcmp(a->root, b->root, a->nroot * sizeof *a->root)) return false;
+  for (uint32_t i = 0; i < a->nerrors; i++)
+    if (strcmp(a->errors[i], b->errors[i])) return false;
+  return true;
+}

@@ -131,6 +131,12 @@ void kcg_check(kcg_kernel *k, uint32_t parent, kcg_ref cond, const char *message
 /* Text dump for tests and `kiln ir --emit kernels`. */
 void kcg_kernel_print(const kcg_kernel *k, const kir_module *m, FILE *f);
 
+/* Whether two kernels compute the same thing on the same kinds of buffers (their names and
+   their buffers' names aside): one compiled function serves both. kcg_kernel_hash is equal for
+   such kernels. */
+bool kcg_kernel_same(const kcg_kernel *a, const kcg_kernel *b);
+uint64_t kcg_kernel_hash(const kcg_kernel *k);
+
 /*
  * The meaning of kernel IR, defined by the interpreter in kernel_interp.c,
  * which every renderer must agree with. In short: float ops are the op

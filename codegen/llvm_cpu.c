@@ -425,28 +425,78 @@ static kiln_status link_units(kiln_ctx *ctx, const target *t, unit *units, uint3
   return s;
 }
 
+/*
+ * The distinct kernels of `kernels` (kcg_kernel_same) into uniq, in order of first appearance;
+ * which[i] is kernel i's place there. An unrolled RNN repeats the same step's kernels for every
+ * time step, and a network its blocks' (bench/onnx_models.sh's models: the LSTM's 375 kernels are
+ * 53 distinct ones, mobilenet_v2's 65 are 38, resnet18's 31 are 21): each is compiled once. Returns how many, or 0 when out of memory.
+ */
+static uint32_t distinct(kcg_kernel *const *kernels, uint32_t n, kcg_kernel **uniq,
+                         uint32_t *which) {
+  size_t cap = 16;
+  while (cap < 2 * (size_t)n)
+    cap *= 2;
+  uint32_t *slot = malloc(cap * sizeof *slot), count = 0;
+  uint64_t *hash = malloc((n + 1) * sizeof *hash);
+  if (!slot || !hash) {
+    free(slot);
+    free(hash);
+    return 0;
+  }
+  memset(slot, 0xff, cap * sizeof *slot);
+  for (uint32_t i = 0; i < n; i++) {
+    kcg_kernel *k = kernels[i];
+    uint64_t h = k ? kcg_kernel_hash(k) : 0;
+    size_t j = h & (cap - 1);
+    while (k && slot[j] != UINT32_MAX &&
+           !(hash[slot[j]] == h && kcg_kernel_same(uniq[slot[j]], k)))
+      j = (j + 1) & (cap - 1);
+    if (k && slot[j] != UINT32_MAX) {
+      which[i] = slot[j];
+      continue;
+    }
+    if (k) slot[j] = count; /* a NULL kernel stays its own: render reports it */
+    hash[count] = h;
+    uniq[count] = k;
+    which[i] = count++;
+  }
+  free(slot);
+  free(hash);
+  return count;
+}
+
 kiln_status kcg_cpu_jit(kiln_ctx *ctx, kcg_kernel *const *kernels, uint32_t n,
                         const kcg_cpu_options *opt, kcg_cpu_module **out, kcg_cpu_fn *fns) {
   pthread_once(&host_once, init_host);
   *out = NULL;
   target t = pick_target(opt);
-  uint32_t nu = unit_count(n, opt);
+  kcg_kernel **uniq = calloc(n + 1, sizeof *uniq);
+  uint32_t *which = calloc(n + 1, sizeof *which);
+  kcg_cpu_fn *ufns = calloc(n + 1, sizeof *ufns);
+  uint32_t m = uniq && which && ufns ? distinct(kernels, n, uniq, which) : 0;
+  uint32_t nu = unit_count(m, opt);
   kcg_cpu_module *mod = calloc(1, sizeof *mod);
   char **names = calloc(n + 1, sizeof *names);
   unit *units = calloc(nu, sizeof *units);
-  kiln_status s =
-      mod && names && units ? KILN_OK : kir_fail(ctx, KILN_ERR_NOMEM, "llvm: out of memory");
+  kiln_status s = mod && names && units && (m || !n)
+                      ? KILN_OK
+                      : kir_fail(ctx, KILN_ERR_NOMEM, "llvm: out of memory");
   if (!s) {
     for (uint32_t u = 0; u < nu; u++)
       units[u].t = &t, units[u].opt = opt;
-    nu = split(kernels, n, names, units, nu);
+    nu = split(uniq, m, names, units, nu);
     s = compile_units(ctx, units, nu);
-    if (!s) s = link_units(ctx, &t, units, nu, names, n, mod, fns);
+    if (!s) s = link_units(ctx, &t, units, nu, names, m, mod, ufns);
     for (uint32_t u = 0; u < nu; u++)
       if (units[u].obj) LLVMDisposeMemoryBuffer(units[u].obj);
+    for (uint32_t i = 0; i < n && !s; i++)
+      fns[i] = ufns[which[i]];
   }
   free(units);
-  if (names) free_names(names, n);
+  if (names) free_names(names, m);
+  free(uniq);
+  free(which);
+  free(ufns);
   if (s) {
     kcg_cpu_module_destroy(mod);
     return s;
@@ -475,11 +525,36 @@ kiln_status kcg_cpu_emit_object(kiln_ctx *ctx, kcg_kernel *const *kernels, uint3
     free(file);
     return kir_fail(ctx, KILN_ERR_NOMEM, "llvm: out of memory");
   }
+  const char *prefix = symbol_prefix ? symbol_prefix : "";
+  kcg_kernel **uniq = calloc(n + 1, sizeof *uniq);
+  uint32_t *which = calloc(n + 1, sizeof *which);
+  uint32_t nd = uniq && which ? distinct(kernels, n, uniq, which) : 0;
   LLVMTargetMachineRef tm = NULL;
   LLVMContextRef c = LLVMContextCreate();
   LLVMModuleRef m = NULL;
-  kiln_status s = make_tm(ctx, &t, true, &tm);
-  if (!s) s = render(ctx, c, tm, &t, kernels, n, 0, symbol_prefix ? symbol_prefix : "", names, &m);
+  kiln_status s = nd || !n ? make_tm(ctx, &t, true, &tm) : kir_fail(ctx, KILN_ERR_NOMEM, "llvm: out of memory");
+  if (!s) s = render(ctx, c, tm, &t, uniq, nd, 0, prefix, names, &m);
+  /* a kernel the same as an earlier one: its symbol an alias of that one's function */
+  for (uint32_t i = 0, next = 0; i < n && !s; i++) {
+    if (which[i] == next) { /* the first of its kind */
+      next++;
+      continue;
+    }
+    char *name = symbol(kernels[i], i, prefix);
+    LLVMValueRef fn = LLVMGetNamedFunction(m, names[which[i]]);
+    if (!name || !fn) s = kir_fail(ctx, KILN_ERR_NOMEM, "llvm: out of memory");
+    else if (LLVMGetNamedFunction(m, name) || LLVMGetNamedGlobalAlias(m, name, strlen(name)))
+      s = kir_fail(ctx, KILN_ERR_INVALID, "two kernels are named %s", kernels[i]->name);
+    else
+      LLVMAddAlias2(m, LLVMGlobalGetValueType(fn), 0, fn, name);
+    free(name);
+  }
+  if (s && m) {
+    LLVMDisposeModule(m);
+    m = NULL;
+  }
+  free(uniq);
+  free(which);
   if (!s) {
     char *ir = NULL;
     s = optimise(ctx, m, tm, &t, opt, &ir);

@@ -1059,13 +1059,60 @@ static void emit_one(kcg_kernel **ks, int n, const char *cpu, const char *tag) {
 
 static void test_objects(void) {
   kir_arena a = {0};
-  kcg_kernel *ks[5] = {broadcast_kernel(&a, KILN_F64),
+  kcg_kernel *ks[6] = {broadcast_kernel(&a, KILN_F64),
                        elementwise(&a, KIR_OP_erf, KILN_F64, KILN_F64, 1),
                        reduce_kernel(&a, KIR_OP_add, KILN_F32, 0),
                        elementwise(&a, KIR_OP_tanh, KILN_F32, KILN_F32, 1),
-                       elementwise(&a, KIR_OP_sin, KILN_F32, KILN_F32, 1)};
-  emit_one(ks, 5, NULL, "host");
-  emit_one(ks, 5, "x86-64-v3", "v3");
+                       elementwise(&a, KIR_OP_sin, KILN_F32, KILN_F32, 1),
+                       elementwise(&a, KIR_OP_tanh, KILN_F32, KILN_F32, 1)};
+  ks[5]->name = "tanh_f32_again"; /* the same as ks[3]: its symbol an alias (test_distinct) */
+  emit_one(ks, 6, NULL, "host");
+  emit_one(ks, 6, "x86-64-v3", "v3");
+  kir_arena_free(&a);
+}
+
+/*
+ * Kernels that compute the same thing (kcg_kernel_same: their names and buffer names aside)
+ * are compiled once: kcg_cpu_jit gives them one function; kernels that differ in an op, a
+ * dtype, a constant or a loop's parallel flag are not the same.
+ */
+static void test_distinct(void) {
+  kir_arena a = {0};
+  kcg_kernel *ks[6] = {elementwise(&a, KIR_OP_add, KILN_F32, KILN_F32, 2),
+                       elementwise(&a, KIR_OP_sub, KILN_F32, KILN_F32, 2),
+                       elementwise(&a, KIR_OP_add, KILN_F32, KILN_F32, 2),
+                       elementwise(&a, KIR_OP_add, KILN_F64, KILN_F64, 2),
+                       elementwise(&a, KIR_OP_add, KILN_F32, KILN_F32, 2),
+                       elementwise(&a, KIR_OP_add, KILN_F32, KILN_F32, 2)};
+  ks[2]->name = "add_f32_again";
+  ks[2]->bufs[0].name = "other";
+  ks[4]->name = "add_f32_constant";
+  ks[4]->exprs[ks[4]->nexprs - 1].b = kcg_const_f(ks[4], KILN_F32, 1.5); /* the stored x + y: x + 1.5 */
+  ks[5]->name = "add_f32_serial";
+  ks[5]->stmts[0].parallel = false;
+  CHECK(kcg_kernel_same(ks[0], ks[2]) && kcg_kernel_hash(ks[0]) == kcg_kernel_hash(ks[2]),
+        "two add_f32 kernels are not the same");
+  for (int i = 1; i < 6; i++)
+    CHECK(i == 2 || !kcg_kernel_same(ks[0], ks[i]), "add_f32 is the same as %s", ks[i]->name);
+  kcg_cpu_fn fns[6] = {0};
+  kcg_cpu_module *m = jit(ks, 6, fns, NULL);
+  if (!m) goto done;
+  CHECK(fns[0] == fns[2], "two same kernels got two functions");
+  for (int i = 1; i < 6; i++)
+    CHECK(i == 2 || fns[i] != fns[0], "%s got add_f32's function", ks[i]->name);
+  int64_t n = 37;
+  float x[37], y[37], out[37];
+  for (int i = 0; i < 37; i++)
+    x[i] = (float)uniform(-2, 2), y[i] = (float)uniform(-2, 2);
+  void *bufs[3] = {x, y, out};
+  int32_t err = run(fns[2], bufs, &n, 0, n);
+  for (int i = 0; i < 37; i++)
+    CHECK(!err && out[i] == x[i] + y[i], "add_f32_again[%d]", i);
+  err = run(fns[4], bufs, &n, 0, n);
+  for (int i = 0; i < 37; i++)
+    CHECK(!err && out[i] == x[i] + 1.5f, "add_f32_constant[%d]", i);
+  kcg_cpu_module_destroy(m);
+done:
   kir_arena_free(&a);
 }
 
@@ -1144,6 +1191,7 @@ int main(int argc, char **argv) {
   test_compile_time();
   test_threads();
   test_objects();
+  test_distinct();
   kiln_ctx_destroy(ctx);
   if (failures)
     fprintf(stderr, "%d failures\n", failures);
