@@ -388,6 +388,63 @@ DEFINE_STRIP(strip_c, , v16, (v16){0}, V16_LOAD, V16_BCAST, V16_FMA, V16_STORE)
 DEFINE_ROWS(rows_avx512, strip_avx512, write_tile_avx512, TARGET_AVX512, 14)
 DEFINE_ROWS(rows_c, strip_c, write_tile, , 3)
 
+/* r[0..7] (8 floats each) transposed in place: r[i][j] <-> r[j][i]. */
+TARGET_AVX2 INLINE void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);     /* r_i0 r_j0 r_i1 r_j1 | r_i4 r_j4 r_i5 r_j5 */
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]); /* r_i2 r_j2 r_i3 r_j3 | ... */
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+  }
+  for (int i = 0; i < 4; i++) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+/*
+ * write_tile on AVX2: 8 pixels × 8 channels at a time through a register transpose, the bias and
+ * clamps on each channel's vector of pixels (as write_tile_avx512). One float at a time it took a
+ * third of the bench CNN's 3-channel convolution on a Zen 3. Rows of the tile past n are read
+ * (TILE_W is a multiple of 8), not stored; a row's last 1-7 pixels take a masked store.
+ */
+TARGET_AVX2 __attribute__((noinline)) static void
+write_tile_avx2(const conv_job *jb, const float *tile, int64_t n, int64_t nch, float *y, int64_t cs,
+                int64_t first, int64_t o0) {
+  const kcg_epilogue *e = jb->epi;
+  if (e && e->has_bias && !(e->inner == cs && e->count == jb->cv->o) && e->count != 1) {
+    write_tile(jb, tile, n, nch, y, cs, first, o0);
+    return;
+  }
+  bool add = e && e->has_bias, lo = e && e->has_lo, hi = e && e->has_hi;
+  __m256 l = _mm256_set1_ps(lo ? e->lo : 0.0f), h = _mm256_set1_ps(hi ? e->hi : 0.0f);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int64_t p = 0; p < n; p += 8) {
+    __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - p < 8 ? n - p : 8)), lane);
+    for (int64_t c0 = 0; c0 < nch; c0 += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; i++)
+        r[i] = _mm256_load_ps(tile + (p + i) * 32 + c0);
+      transpose8(r);
+      for (int64_t c = 0; c < 8 && c0 + c < nch; c++) {
+        __m256 v = r[c];
+        if (add) v = _mm256_add_ps(v, _mm256_set1_ps(jb->bias[e->count == 1 ? 0 : o0 + c0 + c]));
+        if (lo) v = _mm256_blendv_ps(v, l, _mm256_cmp_ps(v, l, _CMP_LE_OQ));
+        if (hi) v = _mm256_blendv_ps(v, h, _mm256_cmp_ps(v, h, _CMP_GE_OQ));
+        if (n - p >= 8)
+          _mm256_storeu_ps(y + (c0 + c) * cs + p, v);
+        else
+          _mm256_maskstore_ps(y + (c0 + c) * cs + p, keep, v);
+      }
+    }
+  }
+}
+
 /*
  * The AVX2 path. 16 ymm registers hold 12 accumulators (6 output pixels × 16 channels), two
  * weight vectors and a broadcast, so a channel pair's 32 outputs go as two halves of 16, each
@@ -484,7 +541,7 @@ TARGET_AVX2 static void rows_avx2(void *arg, int64_t lo, int64_t hi) {
     }
     int64_t nch = O - op * 32 < 32 ? O - op * 32 : 32;
     float *yo = jb->y + (b * O + op * 32) * P + p0;
-    write_tile(jb, tile, n, nch, yo, P, yo - jb->y, op * 32);
+    write_tile_avx2(jb, tile, n, nch, yo, P, yo - jb->y, op * 32);
   }
 }
 
