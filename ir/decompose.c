@@ -12,8 +12,10 @@
  *
  * The sequences match the reference kernels (ref_nn.c, ref_index.c) step
  * for step — max, subtract, exp, sum, divide — so both agree to within a few
- * ulps (tests/unit/test_decompose.c checks 1e-12). Two choices are worth
- * knowing:
+ * ulps (tests/unit/test_decompose.c checks 1e-12); the norms alone first
+ * scale a row of huge values by a power of two, so that f32 does not
+ * overflow where the float64 reference does not (test_norm_range.c).
+ * Two choices are worth knowing:
  *  - attention keeps `matmul` for q k^T and p v: matmul is compound too, but
  *    every target has it, and leaving the two products visible is what lets
  *    the attention-tiling pass find the pattern again. Grouped-query heads
@@ -150,30 +152,99 @@ bool kir_decompose_log_softmax(kir_graph *g, const kir_inst *inst, const uint32_
   return finish(&e, softmax_seq(&e, in[0], axis_of(&e, in[0], inst->attrs[0].i), true), out);
 }
 
-/* x * rsqrt(mean(x^2 over [axis, rank)) + eps): the shared core of both norms. */
-static uint32_t normalize(emitter *e, uint32_t x, int axis, double eps) {
+/* The smallest positive normal number of a float dtype (f64, f32, bf16 share f32's exponent). */
+static double min_normal(kir_dtype t) {
+  return t == KILN_F64 ? 0x1p-1022 : t == KILN_F16 ? 0x1p-14 : 0x1p-126;
+}
+
+/*
+ * The row's scale r: 2^-80 where the row's largest magnitude s = max |x|
+ * over [axis, rank) (the axes kept) is above 2^48, else 1. Powers of two,
+ * because multiplying by one is exact: the norms then round exactly as
+ * they would unscaled (bit for bit, on any row up to 2^48), and a row with
+ * a large offset (1e6, 1e6 + 1, ...) keeps every bit of x - mean.
+ *
+ * Why these two: unscaled, a square is at most 2^96 (2^98 for layer_norm's
+ * differences) and a sum of 2^29 of them stays below f32's largest, 2^128
+ * (rows of up to 500 million elements); scaled, the same holds of
+ * x 2^-80 for every s up to 2^128, and the smallest difference within a row
+ * above 2^48 (an ulp of 2^48, 2^24) becomes 2^-56, whose square is still a
+ * normal f32. Rows of tiny values need no scale: where their squares
+ * underflow, eps dominates them. In f64 the same bounds hold up to 2^512,
+ * beyond which the float64 reference overflows too; in f16 (the reference
+ * interpreter only: compiled code widens norms to f32) 2^48 is inf and r is 1.
+ */
+static uint32_t row_rscale(emitter *e, uint32_t x, int axis) {
   if (!e->ok) return KILN_NO_VALUE;
   int rank = type_of(e, x)->rank;
-  uint32_t ms = reduce_tail(e, KIR_OP_reduce_mean, binary(e, KIR_OP_mul, x, x), axis, rank);
-  uint32_t r = unary(e, KIR_OP_rsqrt, binary(e, KIR_OP_add, ms, scalar_like(e, x, eps)));
-  return binary(e, KIR_OP_mul, x, r);
+  uint32_t m = reduce_tail(e, KIR_OP_reduce_max, unary(e, KIR_OP_abs, x), axis, rank);
+  uint32_t big = binary(e, KIR_OP_gt, m, scalar_like(e, x, 0x1p48));
+  uint32_t in[3] = {big, scalar_like(e, x, 0x1p-80), scalar_like(e, x, 1)};
+  return emit(e, KIR_OP_select, 3, in, NULL);
+}
+
+/*
+ * u * rsqrt(mean(u^2 over [axis, rank)) + eps r^2) for u = x r:
+ * x * rsqrt(mean(x^2) + eps) computed on the scaled row, whatever r > 0 is.
+ * eps r^2 is (eps r) r, which underflows to 0 only where it is negligible.
+ * The sum is kept at least the dtype's smallest normal: it is below that
+ * only when every u is 0 and eps r^2 underflowed (a constant row of huge
+ * values in layer_norm), and the result is then 0 instead of 0 * inf.
+ */
+static uint32_t normalize(emitter *e, uint32_t u, uint32_t r, int axis, double eps) {
+  if (!e->ok) return KILN_NO_VALUE;
+  int rank = type_of(e, u)->rank;
+  kir_dtype dt = type_of(e, u)->dtype;
+  uint32_t ms = reduce_tail(e, KIR_OP_reduce_mean, binary(e, KIR_OP_mul, u, u), axis, rank);
+  uint32_t er = binary(e, KIR_OP_mul, binary(e, KIR_OP_mul, scalar_like(e, u, eps), r), r);
+  uint32_t v =
+      binary(e, KIR_OP_max, binary(e, KIR_OP_add, ms, er), scalar_like(e, u, min_normal(dt)));
+  return binary(e, KIR_OP_mul, u, unary(e, KIR_OP_rsqrt, v));
+}
+
+/*
+ * Both norms scale a row of huge values by 2^-80 before summing or
+ * squaring anything, so that f32 stays finite
+ * wherever the float64 reference is: a row of 1e20 squared would overflow, a
+ * constant row of -3e38 summed would, and either gave 0 or NaN (issue 22).
+ * The result does
+ * not depend on the scale r (x / sqrt(mean(x^2) + eps) is the same function
+ * of x r with eps r^2), so the norms' gradient (kir_vjp_norm) treats r as a
+ * constant: differentiated, r's own chain would only add terms that cancel,
+ * and overflow on the way (sum(dy * x) of a row of 3e38).
+ */
+uint32_t kir_norm_rscale(kir_graph *g, const kir_inst *inst, uint32_t x) {
+  emitter e = start(g, inst);
+  return row_rscale(&e, x, axis_of(&e, x, inst->attrs[0].i));
+}
+
+bool kir_norm_apply(kir_graph *g, const kir_inst *inst, const uint32_t *in, uint32_t r,
+                    uint32_t *out) {
+  emitter e = start(g, inst);
+  int axis = axis_of(&e, in[0], inst->attrs[0].i), rank = type_of(&e, in[0])->rank;
+  double eps = inst->attrs[1].f;
+  e.ok = e.ok && r != KILN_NO_VALUE;
+  uint32_t u = binary(&e, KIR_OP_mul, in[0], r);
+  if (inst->op == KIR_OP_rms_norm)
+    return finish(&e, binary(&e, KIR_OP_mul, normalize(&e, u, r, axis, eps), in[1]), out);
+  /* Shifted by its maximum before the mean, a constant row is exactly 0 (the float64 reference
+     gives beta). Its rounded f32 mean would leave differences of an ulp, which the division by
+     the standard deviation turns into errors up to +-gamma where eps is negligible beside them
+     (a constant row of -3e38), of ~5e-4 for a row of 0.1. The sums of any row are better
+     conditioned too. */
+  u = binary(&e, KIR_OP_sub, u, reduce_tail(&e, KIR_OP_reduce_max, u, axis, rank));
+  uint32_t d = binary(&e, KIR_OP_sub, u, reduce_tail(&e, KIR_OP_reduce_mean, u, axis, rank));
+  uint32_t y = binary(&e, KIR_OP_mul, normalize(&e, d, r, axis, eps), in[1]);
+  return finish(&e, binary(&e, KIR_OP_add, y, in[2]), out);
 }
 
 bool kir_decompose_layer_norm(kir_graph *g, const kir_inst *inst, const uint32_t *in,
                               uint32_t *out) {
-  emitter e = start(g, inst);
-  int axis = axis_of(&e, in[0], inst->attrs[0].i), rank = type_of(&e, in[0])->rank;
-  uint32_t mean = reduce_tail(&e, KIR_OP_reduce_mean, in[0], axis, rank);
-  uint32_t xc = binary(&e, KIR_OP_sub, in[0], mean);
-  uint32_t y = binary(&e, KIR_OP_mul, normalize(&e, xc, axis, inst->attrs[1].f), in[1]);
-  return finish(&e, binary(&e, KIR_OP_add, y, in[2]), out);
+  return kir_norm_apply(g, inst, in, kir_norm_rscale(g, inst, in[0]), out);
 }
 
 bool kir_decompose_rms_norm(kir_graph *g, const kir_inst *inst, const uint32_t *in, uint32_t *out) {
-  emitter e = start(g, inst);
-  int axis = axis_of(&e, in[0], inst->attrs[0].i);
-  return finish(&e, binary(&e, KIR_OP_mul, normalize(&e, in[0], axis, inst->attrs[1].f), in[1]),
-                out);
+  return kir_norm_apply(g, inst, in, kir_norm_rscale(g, inst, in[0]), out);
 }
 
 /* ---- attention ---- */

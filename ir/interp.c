@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "budget.h"
 #include "kir.h"
 
 struct kir_interp {
@@ -20,6 +21,7 @@ struct kir_interp {
   int64_t *syms; /* bound value of each symbol, -1 while unbound */
   int depth;
   kiln_status status; /* of the first failure */
+  kir_budget budget;  /* the most bytes one result may take */
 };
 
 kir_tensor *kir_tensor_new(kir_dtype t, uint8_t rank, const int64_t *dims) {
@@ -136,6 +138,27 @@ static int32_t *last_uses(kir_graph *g) {
   return last;
 }
 
+/*
+ * Whether result k of `inst`, of concrete `dims`, fits the memory budget at
+ * 8 bytes an element (the interpreter's form); else the error names it.
+ */
+static bool result_fits(kir_interp *ip, const kir_graph *g, const kir_inst *inst, uint32_t k,
+                        const int64_t *dims) {
+  const kir_value *v = &g->values[inst->out[k]];
+  char why[256], shape[200], name[80];
+  if (kir_budget_fits(&ip->budget, kir_shape_bytes(8, v->type.rank, dims), why, sizeof why))
+    return true;
+  kir_format_shape(v->type.dtype, v->type.rank, dims, shape, sizeof shape);
+  if (v->name) snprintf(name, sizeof name, "%%%s", v->name);
+  else snprintf(name, sizeof name, "%%%u", inst->out[k]);
+  char at[32] = "";
+  if (inst->line) snprintf(at, sizeof at, "%u:%u: ", inst->line, inst->col);
+  ip->status = kir_fail(ip->ctx, KILN_ERR_NOMEM,
+                        "%s%s: result %s (%s) needs %s; the reference interpreter holds 8 bytes an "
+                        "element", at, kir_op(inst->op)->name, name, shape, why);
+  return false;
+}
+
 static kir_tensor *copy_tensor(const kir_tensor *x) {
   kir_tensor *y = kir_tensor_new(x->dtype, x->rank, x->dims);
   if (y) memcpy(y->p, x->p, (size_t)x->numel * 8);
@@ -174,6 +197,10 @@ static bool run_graph(kir_interp *ip, kir_graph *g, kir_tensor **in, kir_tensor 
       const kir_value *v = &g->values[inst->out[k]];
       int64_t dims[KIR_MAX_RANK];
       if (!concrete(ip, &v->type, dims)) goto done;
+      if (!result_fits(ip, g, inst, k, dims)) {
+        for (uint32_t j = 0; j < k; j++) kir_tensor_free(outs[j]);
+        goto done;
+      }
       outs[k] = kir_tensor_new(v->type.dtype, v->type.rank, dims);
       if (!outs[k]) {
         for (uint32_t j = 0; j < k; j++) kir_tensor_free(outs[j]);
@@ -251,7 +278,7 @@ kiln_status kir_interp_run(kiln_ctx *ctx, kir_graph *g, kir_tensor **in, kir_ten
     if (ctx != m->ctx) kir_fail(ctx, m->status, "the graph has an error: %s", kiln_ctx_error(m->ctx));
     return m->status;
   }
-  kir_interp ip = {.ctx = ctx, .mod = m};
+  kir_interp ip = {.ctx = ctx, .mod = m, .budget = kir_memory_budget(kir_ctx_opts(ctx), NULL)};
   ip.syms = malloc((m->nsyms ? m->nsyms : 1) * sizeof *ip.syms);
   if (!ip.syms) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   for (uint32_t i = 0; i < m->nsyms; i++) ip.syms[i] = -1;

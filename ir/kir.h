@@ -479,6 +479,10 @@ typedef struct kir_tensor {
 } kir_tensor;
 
 kir_tensor *kir_tensor_new(kir_dtype t, uint8_t rank, const int64_t *dims); /* zeroed; NULL: no memory */
+/* kiln_tensor_create, with the tensor's name (NULL: none) in the message when it is refused:
+   over the memory budget (ir/budget.h), or a bad shape. */
+kiln_status kir_tensor_create_named(kiln_ctx *ctx, const char *name, kiln_dtype t, size_t rank,
+                                    const int64_t *dims, kiln_tensor **out);
 void kir_tensor_free(kir_tensor *t);
 /* Row-major strides in elements. */
 void kir_strides(const kir_tensor *t, int64_t *strides);

@@ -89,6 +89,11 @@ bool kir_decompose_attention(kir_graph *g, const kir_inst *inst, const uint32_t 
 bool kir_decompose_layer_norm(kir_graph *g, const kir_inst *inst, const uint32_t *in, uint32_t *out);
 bool kir_decompose_log_softmax(kir_graph *g, const kir_inst *inst, const uint32_t *in, uint32_t *out);
 bool kir_decompose_rms_norm(kir_graph *g, const kir_inst *inst, const uint32_t *in, uint32_t *out);
+/* The norms' decomposition in two parts (decompose.c): 4 / the row's scale of x, then the norm
+   of x computed with it. kir_vjp_norm differentiates the second part only. */
+uint32_t kir_norm_rscale(kir_graph *g, const kir_inst *inst, uint32_t x);
+bool kir_norm_apply(kir_graph *g, const kir_inst *inst, const uint32_t *in, uint32_t r,
+                    uint32_t *out);
 bool kir_decompose_segment_softmax(kir_graph *g, const kir_inst *inst, const uint32_t *in, uint32_t *out);
 bool kir_decompose_softmax(kir_graph *g, const kir_inst *inst, const uint32_t *in, uint32_t *out);
 
@@ -127,6 +132,7 @@ bool kir_vjp_min(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_mul(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_neg(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_none(kir_vjp_ctx *vc, const kir_inst *inst); /* derivative 0 almost everywhere */
+bool kir_vjp_norm(kir_vjp_ctx *vc, const kir_inst *inst); /* layer_norm, rms_norm */
 bool kir_vjp_pad(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_pow(kir_vjp_ctx *vc, const kir_inst *inst);
 bool kir_vjp_reciprocal(kir_vjp_ctx *vc, const kir_inst *inst);

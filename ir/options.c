@@ -7,6 +7,7 @@
  * what the context's options and the call's own leave at their defaults
  * (kir_options_resolve). A value that means nothing leaves the default.
  */
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +46,24 @@ static int64_t threshold(const char *name) {
   return v < 0 ? -1 : v == 0 ? 1 : v;
 }
 
+/* KILN_MEMORY_LIMIT: bytes, with K, M, G or T for powers of 1024; "none" or -1: no budget. */
+int64_t kir_env_memory_limit(void) {
+  const char *v = var("KILN_MEMORY_LIMIT");
+  if (!v) return 0;
+  if (is(v, "none") || is(v, "-1")) return -1;
+  if (*v < '0' || *v > '9') return 0;
+  char *end;
+  unsigned long long n = strtoull(v, &end, 10);
+  int shift = 0;
+  if (*end) {
+    const char *units = "KMGT", *u = strchr(units, toupper((unsigned char)*end));
+    if (!u || end[1]) return 0;
+    shift = 10 * (int)(u - units + 1);
+  }
+  if (!n || n > (unsigned long long)INT64_MAX >> shift) return 0;
+  return (int64_t)(n << shift);
+}
+
 void kir_options_env(kiln_options *o) {
   *o = (kiln_options){0};
   o->attention_tiling = on_off("KILN_ATTENTION_TILING");
@@ -81,6 +100,7 @@ void kir_options_env(kiln_options *o) {
   o->cc = var("CC");
   o->source_dir = var("KILN_SOURCE_DIR");
   o->lib_dir = var("KILN_LIB_DIR");
+  o->memory_limit = kir_env_memory_limit();
 }
 
 /* Every field of `over` that is not its default replaces o's. */
@@ -91,7 +111,7 @@ static void overlay(kiln_options *o, const kiln_options *over) {
   SET(aot_bf16_weights); SET(gemm); SET(blas_split); SET(gemm_threshold); SET(memory_plan); SET(gemm_bf16_dot);
   SET(attention_avx512); SET(num_threads); SET(profile); SET(vk_storage16); SET(vk_attention_steps);
   SET(vulkan_library); SET(cuda_library); SET(nvrtc_library); SET(hip_library); SET(hip_arch);
-  SET(cc); SET(source_dir); SET(lib_dir);
+  SET(cc); SET(source_dir); SET(lib_dir); SET(memory_limit);
 #undef SET
 }
 

@@ -28,4 +28,7 @@ void kir_options_env(kiln_options *out);
 void kir_options_resolve(const kiln_options *ctx_opts, const kiln_options *call_opts,
                          kiln_options *out);
 
+/* KILN_MEMORY_LIMIT, read now: bytes; 0 unset (or meaningless), -1 "none". */
+int64_t kir_env_memory_limit(void);
+
 #endif

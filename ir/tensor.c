@@ -14,10 +14,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/budget.h"
 #include "ir/kir.h"
 
 KILN_API kiln_status kiln_tensor_create(kiln_ctx *ctx, kiln_dtype t, size_t rank,
                                         const int64_t *dims, kiln_tensor **out) {
+  return kir_tensor_create_named(ctx, NULL, t, rank, dims, out);
+}
+
+kiln_status kir_tensor_create_named(kiln_ctx *ctx, const char *name, kiln_dtype t, size_t rank,
+                                    const int64_t *dims, kiln_tensor **out) {
   *out = NULL;
   if ((unsigned)t >= KILN_DTYPE_COUNT)
     return kir_fail(ctx, KILN_ERR_INVALID, "tensor: unknown dtype %d", (int)t);
@@ -35,6 +41,13 @@ KILN_API kiln_status kiln_tensor_create(kiln_ctx *ctx, kiln_dtype t, size_t rank
       return kir_fail(ctx, KILN_ERR_INVALID, "tensor: %zu dims of that size overflow the "
                       "element count", rank);
     numel *= (size_t)dims[i];
+  }
+  kir_budget budget = kir_memory_budget(kir_ctx_opts(ctx), NULL);
+  char why[256], shape[200];
+  if (!kir_budget_fits(&budget, (uint64_t)numel * esize, why, sizeof why)) {
+    kir_format_shape(t, (int)rank, dims, shape, sizeof shape);
+    return kir_fail(ctx, KILN_ERR_NOMEM, "tensor %s%s%s(%s) needs %s", name ? "'" : "",
+                    name ? name : "", name ? "' " : "", shape, why);
   }
   kiln_tensor *x = calloc(1, sizeof *x);
   if (!x) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");

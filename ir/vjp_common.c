@@ -160,6 +160,15 @@ bool kir_vjp_none(kir_vjp_ctx *vc, const kir_inst *inst) {
   return true;
 }
 
+/* Through the decomposition too, but from after the row's scale, which is computed first and
+   then held constant: no gradient flows into it (decompose.c says why). */
+bool kir_vjp_norm(kir_vjp_ctx *vc, const kir_inst *inst) {
+  uint32_t r = kir_norm_rscale(vc->g, inst, vc->in[0]);
+  uint32_t first = vc->g->ninsts, outs[1];
+  if (!kir_norm_apply(vc->g, inst, vc->in, r, outs)) return false;
+  return kir_vjp_backprop(vc, first, outs);
+}
+
 bool kir_vjp_decomposed(kir_vjp_ctx *vc, const kir_inst *inst) {
   const kir_op_desc *d = kir_op(inst->op);
   uint32_t outs[4];

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/budget.h"
 #include "layers/layers.h"
 
 /* ------------------------------------------------------------- arguments */
@@ -743,6 +744,31 @@ void kl_init_fill(const kl_init *init, uint64_t seed, const char *path, double *
   }
 }
 
+/*
+ * Initialising is one request to the memory budget (ir/budget.h): every
+ * parameter at once, and the float64 scratch the largest is drawn into.
+ * Refused before anything is allocated, naming the largest parameter.
+ */
+static kiln_status init_fits(kiln_ctx *ctx, const kl_plist *pl, kiln_dtype t) {
+  uint64_t total = 0, most = 0;
+  uint32_t big = 0;
+  for (uint32_t i = 0; i < pl->n; i++) {
+    uint64_t b = kir_shape_bytes(kiln_dtype_size(t), (int)pl->p[i].rank, pl->p[i].dims);
+    total = b > UINT64_MAX - total ? UINT64_MAX : total + b;
+    if (b >= most) most = b, big = i;
+  }
+  uint64_t scratch = most / kiln_dtype_size(t) * 8;
+  total = scratch > UINT64_MAX - total ? UINT64_MAX : total + scratch;
+  kir_budget budget = kir_memory_budget(kir_ctx_opts(ctx), NULL);
+  char why[256], shape[200];
+  if (!pl->n || kir_budget_fits(&budget, total, why, sizeof why)) return KILN_OK;
+  kir_format_shape(t, (int)pl->p[big].rank, pl->p[big].dims, shape, sizeof shape);
+  return kir_fail(ctx, KILN_ERR_NOMEM,
+                  "init: %u parameters (the largest '%s', %s) and a float64 copy of the largest "
+                  "need %s",
+                  pl->n, pl->p[big].path, shape, why);
+}
+
 kiln_status kiln_layer_init(kiln_ctx *ctx, const kiln_layer *model, uint64_t seed, kiln_dtype t,
                             kiln_params **out) {
   *out = NULL;
@@ -754,10 +780,11 @@ kiln_status kiln_layer_init(kiln_ctx *ctx, const kiln_layer *model, uint64_t see
   if (s) return s;
   kiln_params *p = NULL;
   double *buf = NULL;
-  if ((s = kiln_params_create(ctx, &p))) goto done;
+  if ((s = init_fits(ctx, &pl, t)) || (s = kiln_params_create(ctx, &p))) goto done;
   for (uint32_t i = 0; i < pl.n && !s; i++) {
     kiln_tensor *tt = NULL;
-    if ((s = kiln_tensor_create(ctx, t, pl.p[i].rank, pl.p[i].dims, &tt))) break;
+    if ((s = kir_tensor_create_named(ctx, pl.p[i].path, t, pl.p[i].rank, pl.p[i].dims, &tt)))
+      break;
     size_t n = kiln_tensor_numel(tt);
     double *nb = realloc(buf, (n ? n : 1) * sizeof *buf);
     if (!nb) {

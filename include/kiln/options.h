@@ -77,6 +77,11 @@ typedef struct kiln_options {
   const char *cc;               /* the C compiler that links; NULL: "cc"; CC */
   const char *source_dir;       /* Kiln's headers; NULL: the source tree built from; KILN_SOURCE_DIR */
   const char *lib_dir;          /* libkiln_rt.a, libkiln_gpurt.a; NULL: the build's; KILN_LIB_DIR */
+  /* The whole library (docs/options.md, "Memory budget"). */
+  int64_t memory_limit;         /* bytes one request may take (a tensor, a compiled run's arena and
+                                   results); 0: the machine's physical memory, -1: no budget;
+                                   KILN_MEMORY_LIMIT (a number of bytes, with K, M, G or T for
+                                   powers of 1024, or "none") */
 } kiln_options;
 
 /* What the KILN_* environment variables set now (a value a variable cannot mean is ignored). */

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/budget.h"
 #include "ir/kir.h"
 #include "runtime/device/cuda.h"
 #include "runtime/device/device.h"
@@ -121,9 +122,19 @@ static kiln_status run_eager(kir_graph *g, size_t n_in, kiln_tensor *const *inpu
     free(out);
     return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   }
-  for (size_t i = 0; i < n_in && !s; i++)
-    if (!(in[i] = kir_tensor_from_host(inputs[i])))
+  kir_budget budget = kir_memory_budget(kir_ctx_opts(ctx), NULL);
+  for (size_t i = 0; i < n_in && !s; i++) {
+    const kiln_tensor *t = inputs[i];
+    char why[256], shape[200];
+    if (!kir_budget_fits(&budget, kir_shape_bytes(8, t->rank, t->dims), why, sizeof why)) {
+      kir_format_shape(t->dtype, t->rank, t->dims, shape, sizeof shape);
+      s = kir_fail(ctx, KILN_ERR_NOMEM,
+                   "input %zu (%s), at the reference interpreter's 8 bytes an element, needs %s",
+                   i, shape, why);
+    } else if (!(in[i] = kir_tensor_from_host(t))) {
       s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory converting input %zu", i);
+    }
+  }
   if (!s) s = kir_interp_run(ctx, g, in, out);
   if (s) {
     free_kir(in, n_in);

@@ -42,6 +42,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ir/budget.h"
 #include "ir/options.h"
 #include "rt.h"
 #include "rt_attention.h"
@@ -97,6 +98,7 @@ struct krt_model {
   struct rt_prof *prof; /* per step of the tree (rt_profile.h), when kiln_options.profile is on */
   _Atomic uint64_t prof_runs;
   krt_conv_cache *conv_cache; /* constant weights of CONV steps, packed at their first run */
+  kir_budget budget; /* what one run's arena and results may take (ir/budget.h) */
 };
 
 
@@ -216,6 +218,7 @@ kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_c
   atomic_init(&m->last_peak, 0);
   atomic_init(&m->last_total, 0);
   m->reuse = kir_switch_on(o.memory_plan, true); /* off: every temporary its own bytes */
+  m->budget = kir_memory_budget(NULL, &o);
   atomic_init(&m->prof_runs, 0);
   if ((kir_switch_on(o.profile, false) && !(m->prof = calloc(krt_profile_size(prog) + 1u, sizeof *m->prof))) ||
       !(m->conv_cache = krt_conv_cache_create())) {
@@ -596,6 +599,49 @@ void krt_release(krt_workspace *w) {
   if (!atomic_compare_exchange_strong(&w->m->spare, &none, w)) free_workspace(w);
 }
 
+/* Buffer b's concrete shape under the workspace's sizes, as "f32[1000000000, 784]". */
+static void buf_shape(const krt_workspace *w, const kcg_program *p, uint32_t b, char *buf,
+                      size_t n) {
+  const kir_type *t = &p->bufs[b].type;
+  int64_t dims[KIR_MAX_RANK];
+  for (int i = 0; i < t->rank; i++) dims[i] = kcg_dim_value(t->dims[i], w->sizes);
+  kir_format_shape(t->dtype, t->rank, dims, buf, n);
+}
+
+/*
+ * One run is one request to the memory budget: its arena and its results
+ * (the inputs are the caller's already). Refused before anything is
+ * allocated, naming a result that alone is too large, else the largest
+ * temporary of an arena that is, else both sums.
+ */
+static kiln_status check_budget(const krt_workspace *w, kiln_ctx *ctx) {
+  const kcg_program *p = w->m->prog;
+  const rt_plan *pl = w->plan;
+  /* The run's context may set its own; else the model's, resolved when it was created. */
+  kir_budget budget = ctx && ctx->opts.memory_limit ? kir_memory_budget(&ctx->opts, NULL)
+                                                    : w->m->budget;
+  uint64_t results = 0;
+  for (uint32_t r = 0; r < p->nresults; r++) results += pl->bytes[p->results[r]];
+  char why[256], shape[200];
+  if (kir_budget_fits(&budget, pl->peak + results, why, sizeof why)) return KILN_OK;
+  for (uint32_t r = 0; r < p->nresults; r++)
+    if (!kir_budget_fits(&budget, pl->bytes[p->results[r]], why, sizeof why)) {
+      buf_shape(w, p, p->results[r], shape, sizeof shape);
+      return krt_fail(ctx, KILN_ERR_NOMEM, "result %u (%s) needs %s", r, shape, why);
+    }
+  if (!kir_budget_fits(&budget, pl->peak, why, sizeof why)) {
+    uint32_t big = 0;
+    for (uint32_t b = 0; b < p->nbufs; b++)
+      if (pl->offset[b] != NOWHERE && pl->bytes[b] > pl->bytes[big]) big = b;
+    buf_shape(w, p, big, shape, sizeof shape);
+    return krt_fail(ctx, KILN_ERR_NOMEM,
+                    "the arena of the run's temporaries (the largest %s) needs %s", shape, why);
+  }
+  return krt_fail(ctx, KILN_ERR_NOMEM,
+                  "the run (an arena of %zu bytes and results of %llu bytes) needs %s", pl->peak,
+                  (unsigned long long)results, why);
+}
+
 kiln_status krt_prepare(krt_model *m, kiln_ctx *ctx, const int64_t *const *in_dims,
                         krt_workspace **out) {
   *out = NULL;
@@ -620,6 +666,7 @@ kiln_status krt_prepare(krt_model *m, kiln_ctx *ctx, const int64_t *const *in_di
     for (uint32_t s = 0; s < p->nsyms; s++)
       if (w->sizes[s] < 0) w->sizes[s] = 0;
   }
+  if (!st) st = check_budget(w, ctx);
   if (!st && w->plan->peak > w->arena_cap) {
     free(w->arena);
     w->arena_cap = 0;

@@ -103,7 +103,7 @@ static kiln_status read_entry(kiln_ctx *ctx, const char *file, const cJSON *e, c
                     "%s: tensor '%s': %s%s holds %llu bytes, but data_offsets span %llu", file, name,
                     st_dtypes[dtype], "", (unsigned long long)bytes,
                     (unsigned long long)(where->end - where->begin));
-  kiln_status s = kiln_tensor_create(ctx, (kiln_dtype)dtype, (size_t)rank, dims, out);
+  kiln_status s = kir_tensor_create_named(ctx, name, (kiln_dtype)dtype, (size_t)rank, dims, out);
   if (s != KILN_OK) return s;
   if (bytes) memcpy(kiln_tensor_data(*out), data + where->begin, bytes);
   if (dtype == KILN_BOOL)

@@ -260,6 +260,52 @@ static void check_bad_args(const api *a, kir_graph *g) {
   a->destroy(m);
 }
 
+/*
+ * A batch of 10^9 (issue 22 item 7): the run's arena and results cannot fit
+ * the memory budget, so the run is refused, naming the result and its bytes,
+ * before anything is allocated (the inputs and outputs here are 64 floats:
+ * nothing reads them). Once with KILN_MEMORY_LIMIT=1G, read when the model
+ * is created, once at a batch of 10^12 with the default, the machine's
+ * physical memory. For the MLP, whose result 0 is f32[N, 3].
+ */
+static void check_huge_batch(const api *a, kir_graph *g) {
+  static float buf[64];
+  for (int k = 0; k < 2; k++) {
+    int64_t n = k ? 1000000000000 : 1000000000;
+    if (!k) setenv("KILN_MEMORY_LIMIT", "1G", 1);
+    model *m;
+    int made = a->create(&m);
+    unsetenv("KILN_MEMORY_LIMIT");
+    if (made) {
+      FAIL("create");
+      return;
+    }
+    int64_t dims[8][KIR_MAX_RANK];
+    const int64_t *dimp[8];
+    const void *in[8] = {0};
+    void *out[8] = {0};
+    for (uint32_t p = 0; p < g->nparams; p++) {
+      const kir_type *t = &g->values[g->params[p]].type;
+      for (int d = 0; d < t->rank; d++) dims[p][d] = KIR_DIM_IS_SYM(t->dims[d]) ? n : t->dims[d];
+      dimp[p] = dims[p];
+      in[p] = buf;
+    }
+    for (uint32_t r = 0; r < g->nresults; r++) out[r] = buf;
+    char want[160];
+    snprintf(want, sizeof want,
+             "result 0 (f32[%lld, 3]) needs %lld bytes, more than the memory budget of ",
+             (long long)n, (long long)n * 12);
+    const char *source =
+        k ? "(the machine's physical memory" : "1073741824 bytes (KILN_MEMORY_LIMIT)";
+    int st = a->run(m, in, dimp, out);
+    if (st == 0 || !strstr(a->error(m), want) || !strstr(a->error(m), source))
+      FAIL("batch %lld: status %d, message '%s'", (long long)n, st, a->error(m));
+    else
+      printf("ok   batch %lld refused: %s\n", (long long)n, a->error(m));
+    a->destroy(m);
+  }
+}
+
 static void check_model(const char *name, const char *text, double tol) {
   kiln_ctx *ctx = kiln_ctx_create();
   kiln_graph *g = NULL;
@@ -291,6 +337,7 @@ static void check_model(const char *name, const char *text, double tol) {
   }
   check_wrong_shape(&a, g);
   check_bad_args(&a, g);
+  if (!strcmp(name, "mlp")) check_huge_batch(&a, g);
   pthread_t t[8];
   run_case rcs[8];
   for (int i = 0; i < 8; i++) {
