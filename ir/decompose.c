@@ -160,9 +160,10 @@ static double min_normal(kir_dtype t) {
 /*
  * The row's scale r: 2^-80 where the row's largest magnitude s = max |x|
  * over [axis, rank) (the axes kept) is above 2^48, else 1. Powers of two,
- * because multiplying by one is exact: the norms then round exactly as
- * they would unscaled (bit for bit, on any row up to 2^48), and a row with
- * a large offset (1e6, 1e6 + 1, ...) keeps every bit of x - mean.
+ * because multiplying by one is exact: the scale changes no rounding (on
+ * a row up to 2^48, rms_norm is bit for bit what it was before it had one),
+ * and a row with a large offset (1e6, 1e6 + 1, ...) keeps every bit of
+ * x - mean.
  *
  * Why these two: unscaled, a square is at most 2^96 (2^98 for layer_norm's
  * differences) and a sum of 2^29 of them stays below f32's largest, 2^128
