@@ -8,7 +8,8 @@ torchvision, transformers, onnxruntime, onnx, numpy; bench/peers.sh names it).
   models.py torch DIR TAG            torch 2.x eager: checked against ONNX Runtime (which checks the
                                      export), timed
   models.py torchc DIR TAG           torch.compile (inductor, default mode): first call timed as its
-                                     compile, then checked and timed
+                                     compile (models.sh turns inductor's on-disk caches off), then
+                                     checked and timed
   models.py kiln-so DIR TAG SO       the `kiln compile` shared object through ctypes: checked and timed
   models.py kiln-jit DIR TAG KILN    `kiln run TAG.onnx --repeat N` (the JIT): its outputs checked, its
                                      compile time and median run read from its output (N: as many

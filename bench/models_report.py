@@ -172,6 +172,17 @@ def machine():
     return name, os.cpu_count(), open("/proc/loadavg").read().split()[:3]
 
 
+def settings():
+    """The variables that decide the numbers, as the command line would set them."""
+    env = ["KILN_NUM_THREADS=%s" % os.environ.get("KILN_NUM_THREADS", "1")]
+    defaults = {"BENCH_REPS": "20", "BENCH_SECONDS": "20", "BENCH_BATCHES": "1 8"}
+    for k in ["BENCH_REPS", "BENCH_SECONDS", "BENCH_BATCHES", "BENCH_PEERS"]:
+        v = os.environ.get(k)
+        if v is not None and v != defaults.get(k):
+            env.append("%s=%s" % (k, "'%s'" % v if " " in v or not v else v))
+    return " ".join(env) + " "
+
+
 def main():
     log, out, png, command, versions, peers = sys.argv[1:7]
     r = parse(log)
@@ -179,8 +190,8 @@ def main():
     threads = os.environ.get("KILN_NUM_THREADS", "1")
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip() or "?"
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                            ":!bench", ":!docs"], capture_output=True, text=True).stdout.strip()
     cpu, ncpu, load = machine()
     aff = sorted(os.sched_getaffinity(0))
     date = subprocess.run(["date", "-u", "+%F %H:%M UTC"], capture_output=True,
@@ -189,12 +200,12 @@ def main():
         "# Real models exported by torch 2.x: Kiln vs ONNX Runtime, torch eager, torch.compile"
         " (%d thread%s)" % (int(threads), "" if threads == "1" else "s"),
         "",
-        "Command: `KILN_NUM_THREADS=%s %s%s` (%s; Kiln %s%s). Medians of up to %s runs or %s s of runs"
+        "Command: `%s%s%s` (%s; Kiln %s%s). Medians of up to %s runs or %s s of runs"
         " (n in each cell, 3 at least) after warm-ups; the process ran on CPU%s %s."
-        % (threads, "taskset -c %s " % ",".join(map(str, aff)) if len(aff) < ncpu else "", command,
-           date, rev, " with uncommitted changes" if dirty else "", os.environ.get("BENCH_REPS"),
-           os.environ.get("BENCH_SECONDS"), "s" if len(aff) > 1 else "",
-           ",".join(map(str, aff))),
+        % (settings(), "taskset -c %s " % ",".join(map(str, aff)) if len(aff) < ncpu else "",
+           command, date, rev, " with uncommitted changes to its sources" if dirty else "",
+           os.environ.get("BENCH_REPS"), os.environ.get("BENCH_SECONDS"),
+           "s" if len(aff) > 1 else "", ",".join(map(str, aff))),
         "",
         "Peers: %s (the bench venv of `tools/setup.sh --bench`); peers selected: %s. Models exported"
         " by `bench/models.py` with `torch.onnx.export(dynamo=False)`, opset 17, random weights"
