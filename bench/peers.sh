@@ -17,8 +17,9 @@
 #
 # Peers: torch1 (torch 1.x in bench_debian_py), torch2 (torch >= 2 in bench_venv_py), ort
 # (onnxruntime, onnx, numpy in bench_venv_py); bench_need also checks ort-export (torch1, which
-# writes the ONNX files that ort runs), torchvision (torch1 with torchvision) and matplotlib (the
-# charts).
+# writes the ONNX files that ort runs), torchvision (torch1 with torchvision), hf-models (pip's
+# torchvision and transformers in bench_venv_py, which make bench/models.sh's models) and
+# matplotlib (the charts).
 # A peer that is not there never turns into a silently missing column.
 
 bench_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -53,6 +54,10 @@ assert int(v.split(".")[0]) >= 2, "torch " + v + " there, not >= 2"'
     bench_p_py=$bench_debian_py bench_p_code='import torch, torchvision' bench_p_out=
     bench_p_what="Debian's PyTorch 1.13 and torchvision, python3-torch python3-torchvision,"
     bench_p_what+=" which export the models" ;;
+  hf-models)
+    bench_p_py=$bench_venv_py bench_p_code='import torch, torchvision, transformers' bench_p_out=
+    bench_p_what="pip's torchvision and transformers in the bench venv, which make and export"
+    bench_p_what+=" the models" ;;
   matplotlib)
     bench_p_py=$bench_debian_py bench_p_code='import matplotlib' bench_p_out=BENCH_CHART=0
     bench_p_what="the chart's matplotlib, python3-matplotlib" ;;

@@ -6,7 +6,8 @@
 #                             peer, and the ONNX exports of bench/run.sh and bench/onnx_models.sh)
 #                             and matplotlib (charts), then the pip peers in a virtual environment
 #                             of /usr/bin/python3 at build-bench-venv/: torch 2.x (eager and
-#                             torch.compile), onnxruntime, onnx and numpy (bench/peers.sh names it)
+#                             torch.compile), torchvision and transformers (bench/models.sh's
+#                             models), onnxruntime, onnx and numpy (bench/peers.sh names it)
 #
 # Idempotent and quick when everything is there: it asks dpkg which packages
 # are missing and only then runs `apt-get update` and `apt-get install`
@@ -39,10 +40,15 @@ with_bench=false
 # The pip peers of bench/ live in a venv of Debian's python3 (not the python3 on PATH, which
 # differs between machines; not Debian's site-packages, whose torch is 1.13).
 bench_venv=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build-bench-venv
-pip_peers=("torch>=2" onnxruntime onnx numpy)
-pip_check='import sys, torch, torch._dynamo, onnxruntime, onnx, numpy
-print("torch %s, onnxruntime %s, onnx %s, numpy %s" % (torch.__version__, onnxruntime.__version__,
-      onnx.__version__, numpy.__version__))
+# torch and torchvision in one pip command, so that pip picks a torchvision built for that torch;
+# pip_check asks for one of torchvision's C++ ops, which register only against the torch they were
+# built for
+pip_peers=("torch>=2" torchvision transformers onnxruntime onnx numpy)
+pip_check='import sys, torch, torch._dynamo, torchvision, transformers, onnxruntime, onnx, numpy
+torch.ops.torchvision.nms
+print("torch %s, torchvision %s, transformers %s, onnxruntime %s, onnx %s, numpy %s"
+      % (torch.__version__, torchvision.__version__, transformers.__version__,
+         onnxruntime.__version__, onnx.__version__, numpy.__version__))
 sys.exit(int(torch.__version__.split(".")[0]) < 2)'
 
 # (Outputs are captured before grep -q looks at them: with pipefail, a writer
@@ -93,7 +99,8 @@ bench_pip() {
     { echo "setup.sh: pip could not install ${pip_peers[*]} into $bench_venv (pip's error above)" >&2
       exit 1; }
   if ! have=$("$py" -c "$pip_check"); then
-    echo "setup.sh: after pip, $py still cannot import torch >= 2, onnxruntime, onnx and numpy" >&2
+    echo "setup.sh: after pip, $py still cannot import torch >= 2 (with a torchvision built for it)," \
+      "transformers, onnxruntime, onnx and numpy" >&2
     exit 1
   fi
   echo "setup.sh: the bench venv has $have"
