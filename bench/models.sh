@@ -111,7 +111,8 @@ for t in "${tags[@]}"; do
     run "$t" torchc env TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 "$py" bench/models.py torchc "$tmp" "$t"
   fi
   run "$t" kiln-compile "$py" bench/models.py kiln-compile "$tmp" "$t" "$kiln" &&
-    run "$t" kiln-so "$py" bench/models.py kiln-so "$tmp" "$t" "$tmp/$t.so"
+    # numpy's own OpenBLAS on one thread beside Kiln's pool (bench/onnx_models.sh says why)
+    OPENBLAS_NUM_THREADS=1 run "$t" kiln-so "$py" bench/models.py kiln-so "$tmp" "$t" "$tmp/$t.so"
   run "$t" kiln-jit "$py" bench/models.py kiln-jit "$tmp" "$t" "$kiln"
   rm -f "$tmp/$t.so"
   report "$@" || exit 1
