@@ -119,35 +119,7 @@ static void test_npy_broadcast(void) {
 
 /* ---- ONNX Expand and ConstantOfShape to 10^12 elements ---- */
 
-typedef struct pb {
-  uint8_t p[512];
-  size_t n;
-} pb;
-
-static void put(pb *b, const void *d, size_t n) {
-  if (b->n + n > sizeof b->p) abort(); /* the test's own models are small */
-  memcpy(b->p + b->n, d, n);
-  b->n += n;
-}
-static void varint(pb *b, uint64_t v) {
-  do {
-    uint8_t c = (uint8_t)(v & 0x7f);
-    v >>= 7;
-    if (v) c |= 0x80;
-    put(b, &c, 1);
-  } while (v);
-}
-static void f_int(pb *b, int field, int64_t v) {
-  varint(b, (uint64_t)field << 3);
-  varint(b, (uint64_t)v);
-}
-static void f_bytes(pb *b, int field, const void *d, size_t n) {
-  varint(b, (uint64_t)field << 3 | 2);
-  varint(b, n);
-  put(b, d, n);
-}
-static void f_str(pb *b, int field, const char *s) { f_bytes(b, field, s, strlen(s)); }
-static void f_msg(pb *b, int field, const pb *sub) { f_bytes(b, field, sub->p, sub->n); }
+#include "pb_write.h"
 
 /* A ValueInfoProto: a float tensor of `rank` dims. */
 static pb value_info(const char *name, int rank, const int64_t *dims) {
@@ -222,6 +194,7 @@ static void test_onnx(const char *op) {
                 "budget",
                 "physical memory");
   }
+  free(m.p);
   kiln_tensor_destroy(x);
   kiln_graph_destroy(g);
   kiln_ctx_destroy(ctx);

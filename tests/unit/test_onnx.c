@@ -41,49 +41,7 @@ static int failures;
     }                                                                                          \
   } while (0)
 
-/* ------------------------------------------------ a protobuf writer */
-
-typedef struct pb {
-  uint8_t *p;
-  size_t n, cap;
-} pb;
-
-static void put(pb *b, const void *data, size_t len) {
-  if (b->n + len > b->cap) {
-    b->cap = (b->n + len) * 2 + 64;
-    b->p = realloc(b->p, b->cap);
-  }
-  memcpy(b->p + b->n, data, len);
-  b->n += len;
-}
-static void varint(pb *b, uint64_t v) {
-  do {
-    uint8_t c = (uint8_t)(v & 0x7f);
-    v >>= 7;
-    if (v) c |= 0x80;
-    put(b, &c, 1);
-  } while (v);
-}
-static void f_int(pb *b, int field, int64_t v) {
-  varint(b, (uint64_t)field << 3);
-  varint(b, (uint64_t)v);
-}
-static void f_bytes(pb *b, int field, const void *d, size_t len) {
-  varint(b, (uint64_t)field << 3 | 2);
-  varint(b, len);
-  put(b, d, len);
-}
-static void f_str(pb *b, int field, const char *s) { f_bytes(b, field, s, strlen(s)); }
-static void f_float(pb *b, int field, float f) {
-  varint(b, (uint64_t)field << 3 | 5);
-  put(b, &f, 4);
-}
-/* Appends sub as a nested message and frees it. */
-static void f_msg(pb *b, int field, pb *sub) {
-  f_bytes(b, field, sub->p, sub->n);
-  free(sub->p);
-  *sub = (pb){0};
-}
+#include "pb_write.h"
 
 enum { T_FLOAT = 1, T_INT64 = 7 };
 
