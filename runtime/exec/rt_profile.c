@@ -63,6 +63,14 @@ uint32_t krt_profile_body_base(const kcg_program *p, uint32_t s) {
 
 static const char *const kinds[] = {"kernel", "gemm", "scan", "attention", "conv"};
 
+/* How many steps the top table lists: KILN_PROFILE_ROWS (default 30; 0 or junk: the default). */
+static uint32_t rows_shown(void) {
+  const char *e = getenv("KILN_PROFILE_ROWS");
+  char *end;
+  unsigned long n = e ? strtoul(e, &end, 10) : 0;
+  return e && *e && !*end && n > 0 && n < 100000 ? (uint32_t)n : 30;
+}
+
 /* The table of one program (a body at `depth` > 0, under scan step `parent`), then its bodies'. */
 static void print_table(const kcg_program *prog, const rt_prof *prof, uint64_t runs, int depth,
                         uint32_t parent, FILE *f) {
@@ -92,7 +100,7 @@ static void print_table(const kcg_program *prog, const rt_prof *prof, uint64_t r
   for (int k = 0; k < 5; k++)
     fprintf(f, "%s%s %.1f%%", k ? ", " : "", kinds[k], (double)by_kind[k] * pct);
   fprintf(f, ")\n  step  kind        ms/run      %%  what\n");
-  uint32_t shown = depth ? 12 : 30;
+  uint32_t shown = depth ? 12 : rows_shown();
   for (uint32_t i = 0; i < ns && i < shown; i++) {
     uint32_t s = order[i].step;
     uint64_t t = order[i].ns;
