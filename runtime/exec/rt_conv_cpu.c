@@ -335,13 +335,12 @@ write_tile_avx512(const conv_job *jb, const float *tile, int64_t n, int64_t nch,
  * to y's rows of those channels. WIDE is the pixels a strip holds at most.
  */
 #define DEFINE_ROWS(NAME, STRIP, WRITE, TARGET, WIDE)                                              \
-  TARGET static void NAME(void *arg, int64_t lo, int64_t hi) {                                     \
+  TARGET INLINE void NAME##_body(void *arg, int64_t lo, int64_t hi, int64_t S, int64_t L) {        \
     const conv_job *jb = arg;                                                                      \
     const kcg_conv *cv = jb->cv;                                                                   \
     int64_t CB = cblocks(cv), OP = opairs(cv), HP = padded_h(cv), WP = padded_w(cv);               \
-    int64_t KH = cv->kh, KW = cv->kw, S = cv->sw, HO = cv->ho, WO = cv->wo, O = cv->o;             \
-    int64_t PAIR = rows_per_item(cv, WIDE), HI = (HO + PAIR - 1) / PAIR,                           \
-            L = kcg_conv_xlanes(cv->c);                                                            \
+    int64_t KH = cv->kh, KW = cv->kw, HO = cv->ho, WO = cv->wo, O = cv->o;                         \
+    int64_t PAIR = rows_per_item(cv, WIDE), HI = (HO + PAIR - 1) / PAIR;                           \
     int64_t RS = cv->sh * WP * L;                                                                  \
     int64_t OPW = CB * KH * KW * 512, PFN = prefetch_lines(cv, HI);                                \
     float tile[TILE_W * 32] __attribute__((aligned(64)));                                          \
@@ -380,6 +379,16 @@ write_tile_avx512(const conv_job *jb, const float *tile, int64_t n, int64_t nch,
         WRITE(jb, tile, tw, nch, yo + t0, HO * WO, yo + t0 - jb->y, op * 32);                      \
       }                                                                                            \
     }                                                                                              \
+  }                                                                                                \
+  /* S = 1 or 2 and 16 lanes as constants: the strip's 14 pixel offsets become displacements */   \
+  TARGET static void NAME(void *arg, int64_t lo, int64_t hi) {                                     \
+    const kcg_conv *cv0 = ((const conv_job *)arg)->cv;                                             \
+    if (WIDE > 7 && cv0->sw == 1 && kcg_conv_xlanes(cv0->c) == 16)                                 \
+      NAME##_body(arg, lo, hi, 1, 16);                                                             \
+    else if (WIDE > 7 && cv0->sw == 2 && kcg_conv_xlanes(cv0->c) == 16)                            \
+      NAME##_body(arg, lo, hi, 2, 16);                                                             \
+    else                                                                                           \
+      NAME##_body(arg, lo, hi, cv0->sw, kcg_conv_xlanes(cv0->c));                                  \
   }
 
 DEFINE_STRIP(strip_avx512, TARGET_AVX512, __m512, _mm512_setzero_ps(), _mm512_loadu_ps,
