@@ -714,10 +714,28 @@ static bool conv2d_window(kcg_lower_ctx *lc, const kir_inst *inst) {
 
 /* ---- entry points (ops.def) ---- */
 
+/*
+ * A pointwise convolution (1x1, stride 1, no padding, one group) too small for
+ * CONV_GEMM_MIN is still a GEMM step: it has no im2col to pay for, and the
+ * step runs its generated kernel below the runtime's threshold anyway. The
+ * ones this is for are squeeze-and-excitation's on a 1x1 image (mobilenet_v3:
+ * 960 -> 240 -> 960 channels), a matrix against one column, which the direct
+ * kernel ran at 1.3 GFLOP/s (0.18 ms) and the GEMM step runs as dot products
+ * along the weight's rows (docs/cpu-runtime.md).
+ */
+static bool pointwise_gemm(const kcg_lower_ctx *lc, const kir_inst *inst) {
+  const kir_type *x = kcg_in_type(lc, 0), *w = kcg_in_type(lc, 1), *y = kcg_out_type(lc, 0);
+  return inst->attrs[3].i == 1 && (y->dtype == KILN_F32 || y->dtype == KILN_F64) &&
+         gemm_min(lc) >= 0 && !KIR_DIM_IS_SYM(x->dims[1]) && !KIR_DIM_IS_SYM(w->dims[0]) &&
+         w->dims[2] == 1 && w->dims[3] == 1 && inst->attrs[0].ints[0] == 1 &&
+         inst->attrs[0].ints[1] == 1 && y->dims[2] == x->dims[2] && y->dims[3] == x->dims[3];
+}
+
 bool kcg_lower_conv2d(kcg_lower_ctx *lc, const kir_inst *inst) {
   if (use_blocked(lc, inst)) return conv2d_blocked(lc, inst);
   if (use_window(lc, inst)) return conv2d_window(lc, inst);
-  return use_gemm(lc, inst, kcg_in_type(lc, 0), kcg_in_type(lc, 1), kcg_out_type(lc, 0))
+  return pointwise_gemm(lc, inst) ||
+                 use_gemm(lc, inst, kcg_in_type(lc, 0), kcg_in_type(lc, 1), kcg_out_type(lc, 0))
              ? conv2d_gemm(lc, inst)
          : kcg_in_type(lc, 1)->dims[1] == 1 && kcg_in_type(lc, 1)->dims[2] *
                                                       kcg_in_type(lc, 1)->dims[3] <= 49

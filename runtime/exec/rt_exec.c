@@ -85,6 +85,7 @@ struct krt_model {
   char **param_names;
   int64_t gemm_threshold;      /* for BLAS */
   int64_t gemm_threshold_kiln; /* for Kiln's GEMM */
+  int64_t gemm_threshold_dots; /* for its dot products (a few rows against B^T, one column) */
   kiln_switch bf16_dot;        /* bf16 GEMMs on dot products (kiln_options.gemm_bf16_dot) */
   bool attention_avx512;       /* attention steps on the AVX-512 kernel */
   bool gemm_kiln; /* f32 GEMM steps run Kiln's own GEMM (rt_gemm_cpu.c) instead of BLAS */
@@ -205,8 +206,9 @@ kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_c
   m->gemm_few_rows = m->gemm_dots && krt_gemm_isa_best() >= KRT_GEMM_ISA_AVX512;
   m->gemm_threshold = default_gemm_threshold();
   m->gemm_threshold_kiln = KRT_GEMM_THRESHOLD_KILN;
+  m->gemm_threshold_dots = KRT_GEMM_THRESHOLD;
   if (o.gemm_threshold) /* for measuring it (docs/cpu-runtime.md) */
-    m->gemm_threshold = m->gemm_threshold_kiln = o.gemm_threshold;
+    m->gemm_threshold = m->gemm_threshold_kiln = m->gemm_threshold_dots = o.gemm_threshold;
   m->bf16_dot = o.gemm_bf16_dot;
   /* One set of threads: the pool's. BLAS's own threads would spin beside the pool's between the
    * steps (OpenBLAS keeps them busy-waiting long after a call) and two sets oversubscribe the
@@ -828,21 +830,44 @@ static bool few_rows(const kcg_gemm *g, int64_t M, int64_t N) {
 }
 
 /*
+ * A matrix against one column, C[M, 1] = A[M, K] · b[K] (a pointwise convolution on a 1x1
+ * image: squeeze-and-excitation), is Cᵀ = bᵀ · Aᵀ: one row against A's rows where they lie,
+ * the dot products below, which read A once where BLAS 0.3.21 packs it first (mobilenet_v3's
+ * 960x240 ones: 0.075 ms through sgemm, docs/cpu-runtime.md).
+ */
+static bool one_column(const krt_model *m, const kcg_gemm *g, int64_t N) {
+  return m->gemm_dots && N == 1 && !g->trans_a && !g->bf16 && !g->a_bf16 && !g->b_bf16;
+}
+
+/*
  * Whether the step's library is Kiln's GEMM (else BLAS): bf16 operand buffers
  * only it reads; a few rows against B^T it computes as dot products where B
  * lies, where BLAS 0.3.21 packs all of B for them (mobilenet_v2's classifier
  * at batch 1: 1.17 ms packed, 0.16 as dot products); a few rows against B
  * it reads B in place (few_rows), where it has AVX-512.
  */
-static bool on_kiln_gemm(const krt_model *m, const kcg_gemm *g, int64_t M, int64_t N) {
-  bool dots = m->gemm_dots && g->trans_b && M <= KRT_GEMM_DOT_MAX_M && !g->bf16;
+static bool dot_products(const krt_model *m, const kcg_gemm *g, int64_t M, int64_t N) {
   return g->dtype == KILN_F32 &&
-         (m->gemm_kiln || g->a_bf16 || g->b_bf16 || dots || (m->gemm_few_rows && few_rows(g, M, N)));
+         ((m->gemm_dots && g->trans_b && M <= KRT_GEMM_DOT_MAX_M && !g->bf16 && !g->a_bf16 &&
+           !g->b_bf16) ||
+          one_column(m, g, N));
 }
 
-/* Whether the step goes to a library (BLAS or Kiln's GEMM) rather than its generated kernel. */
+static bool on_kiln_gemm(const krt_model *m, const kcg_gemm *g, int64_t M, int64_t N) {
+  return g->dtype == KILN_F32 && (m->gemm_kiln || g->a_bf16 || g->b_bf16 || dot_products(m, g, M, N) ||
+                                  (m->gemm_few_rows && few_rows(g, M, N)));
+}
+
+/*
+ * Whether the step goes to a library (BLAS or Kiln's GEMM) rather than its generated kernel. The
+ * dot products read their operands where they lie and pay nothing up front, so they take over
+ * from the generated kernel at BLAS's smallest threshold (KRT_GEMM_THRESHOLD): mobilenet_v3's
+ * 240x960 squeeze-and-excitation convolutions ran 0.18 ms in the generated kernel.
+ */
 static bool use_blas(const krt_model *m, const kcg_gemm *g, int64_t M, int64_t N, int64_t K) {
-  int64_t threshold = on_kiln_gemm(m, g, M, N) ? m->gemm_threshold_kiln : m->gemm_threshold;
+  int64_t threshold = dot_products(m, g, M, N)   ? m->gemm_threshold_dots
+                      : on_kiln_gemm(m, g, M, N) ? m->gemm_threshold_kiln
+                                                 : m->gemm_threshold;
   if ((g->dtype != KILN_F32 && g->dtype != KILN_F64) || threshold < 0) return false;
   if (M > INT_MAX || N > INT_MAX || K > INT_MAX) return false;
   int64_t mn, mnk;
@@ -944,7 +969,11 @@ static kiln_status gemm_product(krt_workspace *w, rt_plan *pl, const kcg_step *s
     size_t ao = krt_batch_offset(cidx, g->nbatch, g->a_rank, g->a_batch, sz, (size_t)(M * K)) * aes;
     size_t bo = krt_batch_offset(cidx, g->nbatch, g->b_rank, g->b_batch, sz, (size_t)(K * N)) * bes;
     size_t co = i * (size_t)M * (size_t)N * es;
-    if (kiln) {
+    if (kiln && one_column(w->m, g, N)) {
+      kcg_gemm row = {.dtype = KILN_F32, .trans_b = true};
+      kiln_status s = kiln_gemm(w, &row, b + bo, a + ao, c + co, 1, M, K);
+      if (s) return s;
+    } else if (kiln) {
       kiln_status s = kiln_gemm(w, g, a + ao, b + bo, c + co, M, N, K);
       if (s) return s;
     } else {

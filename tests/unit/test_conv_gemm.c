@@ -63,6 +63,10 @@ static const conv_case cases[] = {
     /* pointwise (1x1, stride 1, no padding): the forward GEMM reads x itself, no im2col */
     {"f32", 2, true, 64, 16, 17, 64, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, true},
     {"f64", 3, false, 64, 18, 18, 64, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, false},
+    /* pointwise on a 1x1 image (squeeze-and-excitation): the forward is a matrix against one
+       column, which the runtime computes as dot products along the weight's rows; 1000 and
+       1050 leave tails of 8 floats and of 2 rows */
+    {"f32", 2, false, 1000, 1, 1, 1050, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, false},
     /* 1x1 but strided, or padded: im2col as for any other */
     {"f32", 2, false, 64, 34, 34, 64, 1, 1, {2, 2}, {0, 0, 0, 0}, {1, 1}, false},
     {"f64", 1, false, 64, 16, 16, 64, 1, 1, {1, 1}, {1, 0, 0, 1}, {1, 1}, false},
