@@ -621,6 +621,47 @@ static void test_vectorised(void) {
   kir_arena_free(&a);
 }
 
+/*
+ * out[i, j] = x[i, 2j] over [N, 28]: a strided load (a downsampling convolution's slice). Its inner
+ * loop is neither forced to vectorise nor unrolled (llvm_kernel.c, strided_access), and nothing is
+ * made a gather or a scatter — before, it was unrolled and the loop around it vectorised with them.
+ */
+static void test_strided(void) {
+  kir_arena a = {0};
+  kcg_kernel *k = kcg_kernel_new(&a, "stride2_f32", 1);
+  uint32_t x = kcg_buf_add(k, KILN_F32, false, "x"), out = kcg_buf_add(k, KILN_F32, true, "out");
+  uint32_t i, j;
+  kcg_ref c28 = kcg_const_i(k, KILN_I64, 28), c56 = kcg_const_i(k, KILN_I64, 56);
+  uint32_t outer = kcg_for(k, KCG_NONE, kcg_size(k, 0), true, &i);
+  uint32_t inner = kcg_for(k, outer, c28, false, &j);
+  kcg_ref two_j = kcg_binary(k, KIR_OP_mul, kcg_index(k, j), kcg_const_i(k, KILN_I64, 2));
+  kcg_ref xo = kcg_binary(k, KIR_OP_add, kcg_binary(k, KIR_OP_mul, kcg_index(k, i), c56), two_j);
+  kcg_ref yo = kcg_binary(k, KIR_OP_add, kcg_binary(k, KIR_OP_mul, kcg_index(k, i), c28),
+                          kcg_index(k, j));
+  kcg_store(k, inner, out, yo, kcg_load(k, x, xo, KCG_NONE));
+  char *ir = jit_ir(k, true);
+  CHECK(ir && strstr(ir, "llvm.loop.vectorize.width") && strstr(ir, "llvm.loop.unroll.disable") &&
+            !strstr(ir, "llvm.loop.vectorize.enable"),
+        "the strided loop is not marked scalar:\n%s", ir ? ir : "");
+  free(ir);
+  ir = jit_ir(k, false);
+  CHECK(ir && !strstr(ir, "gather") && !strstr(ir, "scatter"), "gathers or scatters:\n%s",
+        ir ? ir : "");
+  free(ir);
+  int64_t n = 5;
+  float *xs = rand_buf(KILN_F32, n * 56), *ys = calloc((size_t)(n * 28), sizeof(float));
+  kcg_cpu_fn fn;
+  kcg_cpu_module *m = jit(&k, 1, &fn, NULL);
+  void *bufs[2] = {xs, ys};
+  if (m) CHECK(run(fn, bufs, &n, 0, n) == 0, "stride2_f32 flagged an error");
+  for (int64_t e = 0; m && e < n * 28; e++)
+    CHECK(!memcmp(&ys[e], &xs[e / 28 * 56 + e % 28 * 2], sizeof *ys), "element %lld",
+          (long long)e); /* bits: the random floats include NaNs */
+  kcg_cpu_module_destroy(m);
+  free(xs), free(ys);
+  kir_arena_free(&a);
+}
+
 /* ---- reductions ---- */
 
 /* out[i] = op over j < M of x[i, j], with an accumulator local. */
@@ -1183,6 +1224,7 @@ int main(int argc, char **argv) {
   test_math_f32();
   test_broadcast_split();
   test_vectorised();
+  test_strided();
   test_levels();
   test_reductions();
   test_predicated();
