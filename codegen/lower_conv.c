@@ -658,6 +658,24 @@ static bool use_blocked(const kcg_lower_ctx *lc, const kir_inst *inst) {
   return macs >= (double)CONV_BLOCKED_MIN;
 }
 
+/*
+ * Output tiles of 2x2 per image from which a 3x3 stride-1 convolution that would be a blocked
+ * CONV step is a WINOGRAD one instead (runtime/exec/rt_winograd_cpu.c), and input and output
+ * channels at least: its 16 GEMMs are [O, C] · [C, tiles], which OpenBLAS runs well only with
+ * enough of each. Measured on resnet50's layers (docs/cpu-runtime.md, "Winograd").
+ */
+#define WINOGRAD_MIN_TILES 64
+#define WINOGRAD_MIN_CHANNELS 32
+
+static bool use_winograd(const kcg_lower_ctx *lc, const kir_inst *inst) {
+  const kir_type *x = kcg_in_type(lc, 0), *w = kcg_in_type(lc, 1), *y = kcg_out_type(lc, 0);
+  const kir_attr *at = inst->attrs;
+  return kcg_lower_opts(lc)->winograd && w->dims[2] == 3 && w->dims[3] == 3 &&
+         at[0].ints[0] == 1 && at[0].ints[1] == 1 && x->dims[1] >= WINOGRAD_MIN_CHANNELS &&
+         w->dims[0] >= WINOGRAD_MIN_CHANNELS &&
+         ((y->dims[2] + 1) / 2) * ((y->dims[3] + 1) / 2) >= WINOGRAD_MIN_TILES;
+}
+
 /* conv2d as a CONV step: the direct kernel as its fallback, the packed input (and weight) as TEMPs. */
 static bool conv2d_blocked(kcg_lower_ctx *lc, const kir_inst *inst) {
   const kir_type *x = kcg_in_type(lc, 0), *w = kcg_in_type(lc, 1), *y = kcg_out_type(lc, 0);
@@ -670,6 +688,12 @@ static bool conv2d_blocked(kcg_lower_ctx *lc, const kir_inst *inst) {
   kir_type xt = {.dtype = KILN_F32, .rank = 2,
                  .dims = {x->dims[0], cb * hp * wp * kcg_conv_xlanes(cv.c)}};
   kir_type wt = {.dtype = KILN_F32, .rank = 1, .dims = {ob2 * cb * cv.kh * cv.kw * 512}};
+  if (use_winograd(lc, inst)) { /* rt_winograd_cpu.c: V and M of one image; U */
+    int64_t tiles = ((cv.ho + 1) / 2) * ((cv.wo + 1) / 2);
+    cv.mode = KCG_CONV_WINOGRAD;
+    xt = (kir_type){.dtype = KILN_F32, .rank = 1, .dims = {16 * tiles * (cv.c + cv.o)}};
+    wt.dims[0] = 16 * cv.o * cv.c;
+  }
   uint32_t extra[2], n = 0;
   if ((extra[n++] = kcg_lower_temp(lc, &xt)) == UINT32_MAX) return false;
   if (lc->prog->bufs[lc->in[1]].kind != KCG_PBUF_CONST &&

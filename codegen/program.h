@@ -89,8 +89,16 @@ typedef struct kcg_attn {
  *  - DEPTHWISE (runtime/exec/rt_window_cpu.h), one input channel per group,
  *    O = C·m: x, w[O, 1, KH, KW], y.
  *  - MAX_POOL (the same file), O = C: x, y.
+ *  - WINOGRAD (runtime/exec/rt_winograd_cpu.h): a 3x3 stride-1 one as BLOCKED, by Winograd's
+ *    F(2x2, 3x3); its arguments are BLOCKED's, the TEMP after y the transforms' scratch and the
+ *    last (when w is not a constant buffer) the transformed weight.
  */
-typedef enum kcg_conv_mode { KCG_CONV_BLOCKED, KCG_CONV_DEPTHWISE, KCG_CONV_MAX_POOL } kcg_conv_mode;
+typedef enum kcg_conv_mode {
+  KCG_CONV_BLOCKED,
+  KCG_CONV_DEPTHWISE,
+  KCG_CONV_MAX_POOL,
+  KCG_CONV_WINOGRAD
+} kcg_conv_mode;
 
 typedef struct kcg_conv {
   int64_t c, h, w, o, kh, kw, sh, sw, pt, pl, ho, wo;
@@ -108,6 +116,7 @@ static inline const char *kcg_conv_mode_name(kcg_conv_mode mode) {
   return mode == KCG_CONV_BLOCKED     ? "blocked"
          : mode == KCG_CONV_DEPTHWISE ? "depthwise"
          : mode == KCG_CONV_MAX_POOL  ? "max pool"
+         : mode == KCG_CONV_WINOGRAD  ? "winograd"
                                       : "?";
 }
 
@@ -231,6 +240,7 @@ kiln_status kcg_lower_ex(kiln_ctx *ctx, kir_graph *g, kir_arena *arena, bool fus
 typedef struct kcg_lower_options {
   bool fuse, runtime_attention;
   bool runtime_conv;      /* f32 convolutions as CONV steps (the CPU executor's) */
+  bool winograd;          /* 3x3 stride-1 ones of those by Winograd (kiln_options.conv_winograd) */
   bool runtime_epilogue;  /* bias and clamps fused into CONV and GEMM steps (kcg_epilogue) */
   bool conv_bf16;         /* bf16 convolutions as bf16 GEMMs (kiln_options.conv_bf16) */
   int64_t conv_gemm_min;  /* kiln_options.conv_gemm_min: 0 measured, -1 never */

@@ -42,6 +42,8 @@ typedef struct kiln_options {
   kiln_switch conv_direct;      /* f32 convolutions on the CPU runtime's blocked kernel, depthwise
                                    ones and max pooling on its window kernel (default on);
                                    KILN_CONV_DIRECT */
+  kiln_switch conv_winograd;    /* 3x3 stride-1 f32 convolutions on the CPU by Winograd F(2x2, 3x3)
+                                   where the image is large enough (default on); KILN_CONV_WINOGRAD */
   kiln_switch epilogue;         /* bias and clamps after a convolution or matrix product fused
                                    into its CPU step (default on); KILN_EPILOGUE */
   kiln_switch aot_bf16_weights; /* shared objects keep bf16-rounded weights as bf16 (default on);

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "rt_gemm_cpu.h"
+#include "rt_winograd_cpu.h"
 
 #define TARGET_AVX2 __attribute__((target("avx2,fma")))
 #define TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,fma")))
@@ -37,10 +38,12 @@ static int64_t padded_h(const kcg_conv *cv) { return (cv->ho - 1) * cv->sh + cv-
 static int64_t padded_w(const kcg_conv *cv) { return (cv->wo - 1) * cv->sw + cv->kw; }
 
 size_t krt_conv_wpack_floats(const kcg_conv *cv) {
+  if (cv->mode == KCG_CONV_WINOGRAD) return krt_winograd_wpack_floats(cv);
   return (size_t)(opairs(cv) * cblocks(cv) * cv->kh * cv->kw * 512);
 }
 
 size_t krt_conv_xpack_floats(const kcg_conv *cv, int64_t B) {
+  if (cv->mode == KCG_CONV_WINOGRAD) return krt_winograd_scratch_floats(cv);
   return (size_t)(B * cblocks(cv) * padded_h(cv) * padded_w(cv) * kcg_conv_xlanes(cv->c));
 }
 
@@ -70,6 +73,10 @@ static void pack_w_chunk(void *arg, int64_t lo, int64_t hi) {
 }
 
 void krt_conv_pack_w(krt_pool *pool, const kcg_conv *cv, const float *w, float *wp) {
+  if (cv->mode == KCG_CONV_WINOGRAD) {
+    krt_winograd_pack_w(pool, cv, w, wp);
+    return;
+  }
   pack_job jb = {cv, w, wp};
   krt_parallel_for(pool, opairs(cv), pack_w_chunk, &jb);
 }
@@ -567,6 +574,10 @@ int krt_conv_force_isa(int isa) {
 void krt_conv_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float *x, const float *wp,
                   float *xp, float *y, const kcg_epilogue *epi, const float *bias) {
   if (B <= 0) return;
+  if (cv->mode == KCG_CONV_WINOGRAD) {
+    krt_winograd_run(pool, cv, B, x, wp, xp, y, epi, bias, (forced ? forced : best_isa()) == 3);
+    return;
+  }
   pack_job pj = {cv, x, xp};
   krt_parallel_for(pool, B * cblocks(cv) * padded_h(cv), pack_x_chunk, &pj);
   conv_job cj = {cv, xp, wp, y, epi && epi->on ? epi : NULL, bias};

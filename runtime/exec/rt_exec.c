@@ -1024,7 +1024,7 @@ static kiln_status run_window(krt_workspace *w, rt_plan *pl, const kcg_step *st)
 
 static kiln_status run_conv(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   const kcg_conv *cv = &st->conv;
-  if (cv->mode != KCG_CONV_BLOCKED) return run_window(w, pl, st);
+  if (cv->mode != KCG_CONV_BLOCKED && cv->mode != KCG_CONV_WINOGRAD) return run_window(w, pl, st);
   size_t image = (size_t)cv->c * (size_t)cv->h * (size_t)cv->w * sizeof(float);
   int64_t B = (int64_t)(pl->bytes[st->args[0]] / image);
   size_t ybytes = (size_t)B * (size_t)cv->o * (size_t)cv->ho * (size_t)cv->wo * sizeof(float);

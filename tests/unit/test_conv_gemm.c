@@ -51,25 +51,26 @@ typedef struct conv_case {
   int64_t c, h, w, o, kh, kw;
   int64_t stride[2], pad[4], dil[2];
   bool interp; /* also run through kcg_program_interp (slow: kept to a few cases) */
+  bool winograd; /* (blocked cases) lowered to a WINOGRAD step, not a BLOCKED one */
 } conv_case;
 
 static const conv_case cases[] = {
-    {"f32", 3, false, 16, 20, 20, 24, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},
-    {"f64", 3, false, 16, 20, 20, 24, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},
-    {"f32", 2, true, 8, 23, 19, 64, 3, 5, {2, 1}, {1, 2, 0, 1}, {2, 1}, true},
-    {"f64", 2, true, 8, 23, 19, 64, 3, 5, {2, 1}, {1, 2, 0, 1}, {2, 1}, true},
-    {"f32", 4, true, 12, 29, 34, 64, 4, 3, {2, 3}, {2, 0, 3, 1}, {1, 2}, false},
-    {"f64", 1, false, 32, 16, 16, 48, 3, 3, {1, 1}, {0, 0, 0, 0}, {1, 1}, false},
+    {"f32", 3, false, 16, 20, 20, 24, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, false},
+    {"f64", 3, false, 16, 20, 20, 24, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, false},
+    {"f32", 2, true, 8, 23, 19, 64, 3, 5, {2, 1}, {1, 2, 0, 1}, {2, 1}, true, false},
+    {"f64", 2, true, 8, 23, 19, 64, 3, 5, {2, 1}, {1, 2, 0, 1}, {2, 1}, true, false},
+    {"f32", 4, true, 12, 29, 34, 64, 4, 3, {2, 3}, {2, 0, 3, 1}, {1, 2}, false, false},
+    {"f64", 1, false, 32, 16, 16, 48, 3, 3, {1, 1}, {0, 0, 0, 0}, {1, 1}, false, false},
     /* pointwise (1x1, stride 1, no padding): the forward GEMM reads x itself, no im2col */
-    {"f32", 2, true, 64, 16, 17, 64, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, true},
-    {"f64", 3, false, 64, 18, 18, 64, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, false},
+    {"f32", 2, true, 64, 16, 17, 64, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, true, false},
+    {"f64", 3, false, 64, 18, 18, 64, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, false, false},
     /* pointwise on a 1x1 image (squeeze-and-excitation): the forward is a matrix against one
        column, which the runtime computes as dot products along the weight's rows; 1000 and
        1050 leave tails of 8 floats and of 2 rows */
-    {"f32", 2, false, 1000, 1, 1, 1050, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, false},
+    {"f32", 2, false, 1000, 1, 1, 1050, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, false, false},
     /* 1x1 but strided, or padded: im2col as for any other */
-    {"f32", 2, false, 64, 34, 34, 64, 1, 1, {2, 2}, {0, 0, 0, 0}, {1, 1}, false},
-    {"f64", 1, false, 64, 16, 16, 64, 1, 1, {1, 1}, {1, 0, 0, 1}, {1, 1}, false},
+    {"f32", 2, false, 64, 34, 34, 64, 1, 1, {2, 2}, {0, 0, 0, 0}, {1, 1}, false, false},
+    {"f64", 1, false, 64, 16, 16, 64, 1, 1, {1, 1}, {1, 0, 0, 1}, {1, 1}, false, false},
 };
 
 static int64_t out_size(int64_t in, int64_t pa, int64_t pb, int64_t k, int64_t s, int64_t d) {
@@ -256,23 +257,30 @@ done:
 /* ---- the blocked convolution ---- */
 
 static const conv_case blocked_cases[] = {
-    {"f32", 3, false, 16, 20, 20, 24, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},
-    {"f32", 2, true, 40, 15, 13, 48, 3, 5, {2, 1}, {1, 2, 0, 1}, {1, 1}, false},
-    {"f32", 1, false, 256, 3, 30, 256, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, false},
-    {"f32", 2, false, 16, 5, 125, 16, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},
-    {"f32", 1, false, 17, 6, 131, 33, 3, 3, {2, 2}, {0, 1, 2, 0}, {1, 1}, false},
-    {"f32", 2, true, 64, 7, 7, 96, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},
+    {"f32", 3, false, 16, 20, 20, 24, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, false},
+    {"f32", 2, true, 40, 15, 13, 48, 3, 5, {2, 1}, {1, 2, 0, 1}, {1, 1}, false, false},
+    {"f32", 1, false, 256, 3, 30, 256, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, false, false},
+    {"f32", 2, false, 16, 5, 125, 16, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, false},
+    {"f32", 1, false, 17, 6, 131, 33, 3, 3, {2, 2}, {0, 1, 2, 0}, {1, 1}, false, false},
+    {"f32", 2, true, 64, 7, 7, 96, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, false},
     /* 7-pixel rows two to a strip: an even number of rows, channel tails, and stride 2 */
-    {"f32", 2, false, 40, 8, 7, 72, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},
-    {"f32", 1, false, 24, 14, 13, 40, 3, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}, false},
+    {"f32", 2, false, 40, 8, 7, 72, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, false},
+    {"f32", 1, false, 24, 14, 13, 40, 3, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}, false, false},
     /* an image's first convolution: 3 channels, 7x7 stride 2 (x packed 4 channels a pixel) */
-    {"f32", 2, false, 3, 40, 37, 64, 7, 7, {2, 2}, {3, 3, 3, 3}, {1, 1}, false},
+    {"f32", 2, false, 3, 40, 37, 64, 7, 7, {2, 2}, {3, 3, 3, 3}, {1, 1}, false, false},
     /* 6 channels: x packed 8 channels a pixel */
-    {"f32", 2, false, 6, 16, 15, 40, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},
+    {"f32", 2, false, 6, 16, 15, 40, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, false},
     /* the AVX2 path's chunks of input blocks (KCHUNK_BYTES: 7 blocks a chunk at 3x3, 2 at 5x5):
        130 channels are two chunks, the last block 2 channels; 40 at 5x5 two chunks */
-    {"f32", 1, false, 130, 9, 10, 40, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},
-    {"f32", 2, false, 40, 11, 9, 36, 5, 5, {1, 1}, {2, 2, 2, 2}, {1, 1}, false},
+    {"f32", 1, false, 130, 9, 10, 40, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, false},
+    {"f32", 2, false, 40, 11, 9, 36, 5, 5, {1, 1}, {2, 2, 2, 2}, {1, 1}, false, false},
+    /* Winograd F(2x2, 3x3) (rt_winograd_cpu.c): 3x3 stride 1, 32 channels in and out at least and
+       64 tiles of 2x2: an odd width; uneven padding; an odd height and 265 tiles a row (two
+       row chunks of TCHUNK = 256); a symbolic batch with 33 and 35 channels */
+    {"f32", 2, false, 32, 16, 17, 40, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, true},
+    {"f32", 1, false, 48, 15, 22, 32, 3, 3, {1, 1}, {0, 2, 1, 0}, {1, 1}, false, true},
+    {"f32", 1, false, 32, 3, 530, 32, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, true},
+    {"f32", 2, true, 33, 18, 18, 35, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, true},
 };
 
 /* y = conv2d(x, w) with w a constant op of the values sin(0.0013·(i + 1)); NULL if out of memory. */
@@ -301,16 +309,19 @@ static char *make_const_text(const conv_case *c, int64_t ho, int64_t wo) {
   return buf;
 }
 
-/* The CONV steps of g lowered, and how many of them pack their weight per run (5 args). */
-static uint32_t conv_steps(kiln_ctx *ctx, kiln_graph *g, uint32_t *per_run) {
+/* The CONV steps of g lowered, how many of them pack their weight per run (5 args) and how many
+   are WINOGRAD ones. */
+static uint32_t conv_steps(kiln_ctx *ctx, kiln_graph *g, uint32_t *per_run, uint32_t *wino) {
   kiln_graph *lg = kp_legalize(g);
   kir_arena arena = {0};
   kcg_program *prog = NULL;
   uint32_t n = 0;
-  *per_run = 0;
+  *per_run = *wino = 0;
   if (lg && kcg_lower(ctx, lg, &arena, &prog) == KILN_OK)
     for (uint32_t s = 0; s < prog->nsteps; s++)
-      if (prog->steps[s].kind == KCG_STEP_CONV) n++, *per_run += prog->steps[s].nargs == 5;
+      if (prog->steps[s].kind == KCG_STEP_CONV)
+        n++, *per_run += prog->steps[s].nargs == 5,
+             *wino += prog->steps[s].conv.mode == KCG_CONV_WINOGRAD;
   kir_arena_free(&arena);
   kiln_graph_destroy(lg);
   return n;
@@ -374,14 +385,14 @@ static void run_blocked_case(int ci, const conv_case *c) {
     failures++;
     goto done;
   }
-  uint32_t per_run, n = conv_steps(ctx, g, &per_run);
-  if (n != 1 || per_run != 1) {
-    printf("FAIL blocked case %d: %u CONV steps (%u packing per run), expected 1 (1)\n", ci, n,
-           per_run);
+  uint32_t per_run, wino, n = conv_steps(ctx, g, &per_run, &wino);
+  if (n != 1 || per_run != 1 || wino != c->winograd) {
+    printf("FAIL blocked case %d: %u CONV steps (%u packing per run, %u Winograd), expected 1 (1, "
+           "%d)\n", ci, n, per_run, wino, c->winograd);
     failures++;
   }
-  n = conv_steps(ctx, gc, &per_run);
-  if (n != 1 || per_run != 0) {
+  n = conv_steps(ctx, gc, &per_run, &wino);
+  if (n != 1 || per_run != 0 || wino != c->winograd) {
     printf("FAIL blocked case %d, constant weight: %u CONV steps (%u packing per run), expected 1 "
            "(0)\n", ci, n, per_run);
     failures++;

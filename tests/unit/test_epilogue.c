@@ -6,7 +6,7 @@
  * KILN_EPILOGUE=0 (the separate elementwise kernel).
  *
  * Each case is a graph in IR text: blocked convolutions (3×3, 7-pixel rows
- * two to a strip), a depthwise one, a pointwise one as a GEMM, linear layers
+ * two to a strip), a Winograd one, a depthwise one, a pointwise one as a GEMM, linear layers
  * with a bias per column (one matrix, a batch folded into one product, few
  * rows on Kiln's GEMM), clamps alone, and graphs that must keep their kernel
  * (the product read twice, a residual add of a computed tensor). Lowered, it
@@ -58,6 +58,13 @@ static const epi_case cases[] = {
      CLAMPS("f32[2, 40, 12, 11]", "0.5")
      "  return %r\n}\n",
      {2, 16, 12, 11}, {40, 16, 3, 3}, 1, 0, true, false},
+    {"winograd 3x3 (9x9 tiles, odd width) + bias + relu6",
+     "func @main(%x: f32[2, 32, 18, 17], %w: f32[40, 32, 3, 3]) -> (f32[2, 40, 18, 17]) {\n"
+     "  %y = conv2d(%x, %w) {padding = [1, 1, 1, 1]} : f32[2, 40, 18, 17]\n" BIAS40
+     "  %s = add(%y, %b) : f32[2, 40, 18, 17]\n"
+     CLAMPS("f32[2, 40, 18, 17]", "0.5")
+     "  return %r\n}\n",
+     {2, 32, 18, 17}, {40, 32, 3, 3}, 1, 0, true, false},
     {"blocked, 7-pixel rows, bias first + relu",
      "func @main(%x: f32[1, 24, 8, 7], %w: f32[40, 24, 3, 3]) -> (f32[1, 40, 8, 7]) {\n"
      "  %y = conv2d(%x, %w) {padding = [1, 1, 1, 1]} : f32[1, 40, 8, 7]\n" BIAS40
