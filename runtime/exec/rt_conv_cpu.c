@@ -274,6 +274,11 @@ static void write_tile(const conv_job *jb, const float *tile, int64_t n, int64_t
 }
 
 /* r[0..15] (16 floats each) transposed in place: r[i][j] <-> r[j][i]. */
+TARGET_AVX512 INLINE void transpose16(__m512 r[16]);
+
+/* transpose16 for rt_window_cpu.c's channel-blocked depthwise path. */
+TARGET_AVX512 void krt_transpose16(__m512 r[16]) { transpose16(r); }
+
 TARGET_AVX512 INLINE void transpose16(__m512 r[16]) {
   __m512 t[16];
   for (int i = 0; i < 16; i += 2) {

@@ -311,9 +311,10 @@ typedef void (*plane_fn)(const kcg_conv *cv, bool pool, const float *xs, const f
 
 static int forced; /* set by the tests only, between runs */
 
-/* The path: 3 AVX-512, 2 AVX2, 1 none (the generated kernel). */
+/* The path: 4 AVX-512 with small depthwise planes 16 channels at a time, 3 AVX-512 plane by
+   plane only, 2 AVX2, 1 none (the generated kernel). */
 static int isa(void) {
-  return forced ? forced : krt_cpu_avx512() ? 3 : krt_cpu_avx2() ? 2 : 1;
+  return forced ? forced : krt_cpu_avx512() ? 4 : krt_cpu_avx2() ? 2 : 1;
 }
 
 static plane_fn plane_for(const kcg_conv *cv) {
@@ -367,12 +368,142 @@ static void planes(void *arg, int64_t lo, int64_t hi) {
   free(xs);
 }
 
+/* ---- small depthwise planes, 16 channels at a time (AVX-512) ---- */
+
+/*
+ * A plane of 7×7 or 14×14 outputs (mobilenet_v3's last stages) leaves `plane` little to work
+ * with: a 16-wide row chunk holds 7 or 14 outputs, and each tap is a masked vector of them. Here
+ * 16 channels share every vector instead: their padded input planes are interleaved,
+ * xs[r][q][16] (16×16 register transposes), each tap's 16 weights are one vector, and a row of up
+ * to CB_NW outputs of all 16 channels is CB_NW accumulators; one multiply-add per tap and pixel,
+ * whatever the plane's width. The outputs go back to the 16 planes through the same transposes,
+ * then the epilogue runs on each plane. Sums run over the taps row by row, as `plane`'s.
+ */
+#define CB_NW 8
+#define CB_MAX_PIXELS 1024 /* the planes it is for: measured, docs/cpu-runtime.md */
+#define CB_MIN_TAPS 25
+
+TARGET_AVX512 void krt_transpose16(__m512 r[16]); /* rt_conv_cpu.c */
+
+static bool cb16_fits(const kcg_conv *cv) {
+  return cv->mode == KCG_CONV_DEPTHWISE && cv->o == cv->c && cv->ho * cv->wo <= CB_MAX_PIXELS &&
+         cv->kh * cv->kw >= CB_MIN_TAPS && cv->sh == cv->sw && cv->kh <= 7 && cv->kw <= 7;
+}
+
+static int64_t cb_hp(const kcg_conv *cv) { return (cv->ho - 1) * cv->sh + cv->kh; }
+static int64_t cb_wp(const kcg_conv *cv) { return (cv->wo - 1) * cv->sw + cv->kw; }
+/* xs, the output tile and the tap weights of one task, in floats (xs with a row of slack: the
+   last chunk of a row reads up to CB_NW outputs' windows) */
+static int64_t cb_xs(const kcg_conv *cv) { return (cb_hp(cv) * cb_wp(cv) + CB_NW * cv->sw + 8) * 16; }
+static int64_t cb_floats(const kcg_conv *cv) {
+  return cb_xs(cv) + (cv->ho * cv->wo + 16) * 16 + cv->kh * cv->kw * 16;
+}
+
+/* d[p][l] = src[l][p] for p < n (≤ 16), l < nl (≤ 16; the other lanes 0). */
+TARGET_AVX512 static void interleave16(const float *const *src, int nl, int64_t n, float *d) {
+  __m512 r[16];
+  for (int l = 0; l < 16; l++)
+    r[l] = l < nl ? _mm512_maskz_loadu_ps(first(n), src[l]) : _mm512_setzero_ps();
+  krt_transpose16(r);
+  for (int64_t p = 0; p < n; p++) _mm512_storeu_ps(d + p * 16, r[p]);
+}
+
+/* The outputs of one output row for 16 channels: acc over the taps for CB_NW pixels at a time. */
+TARGET_AVX512 static inline __attribute__((always_inline)) void cb_row(
+    const kcg_conv *cv, const float *xs, const float *wt, float *tile, int64_t oh, int64_t S,
+    int64_t KH, int64_t KW) {
+  int64_t wp = cb_wp(cv), wo = cv->wo;
+  for (int64_t ow0 = 0; ow0 < wo; ow0 += CB_NW) {
+    __m512 acc[CB_NW];
+    for (int p = 0; p < CB_NW; p++) acc[p] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < KH; i++) {
+      const float *row = xs + ((oh * S + i) * wp + ow0 * S) * 16;
+      for (int64_t j = 0; j < KW; j++) {
+        __m512 wv = _mm512_loadu_ps(wt + (i * KW + j) * 16);
+        for (int p = 0; p < CB_NW; p++)
+          acc[p] = _mm512_fmadd_ps(_mm512_loadu_ps(row + (p * S + j) * 16), wv, acc[p]);
+      }
+    }
+    int64_t n = wo - ow0 < CB_NW ? wo - ow0 : CB_NW;
+    for (int p = 0; p < n; p++) _mm512_storeu_ps(tile + (oh * wo + ow0 + p) * 16, acc[p]);
+  }
+}
+
+#define DEFINE_CB_ROWS(NAME, S, K)                                                                 \
+  TARGET_AVX512 static void NAME(const kcg_conv *cv, const float *xs, const float *wt,           \
+                                 float *tile) {                                                  \
+    for (int64_t oh = 0; oh < cv->ho; oh++)                                                      \
+      cb_row(cv, xs, wt, tile, oh, S ? S : cv->sw, K ? K : cv->kh, K ? K : cv->kw);              \
+  }
+DEFINE_CB_ROWS(cb_rows_s1_3x3, 1, 3)
+DEFINE_CB_ROWS(cb_rows_s2_3x3, 2, 3)
+DEFINE_CB_ROWS(cb_rows_s1_5x5, 1, 5)
+DEFINE_CB_ROWS(cb_rows_s2_5x5, 2, 5)
+DEFINE_CB_ROWS(cb_rows_any, 0, 0)
+
+/* Task q = b·CB + block: channels block·16 .. +15 of image b. */
+TARGET_AVX512 static void cb16_blocks(void *arg, int64_t lo, int64_t hi) {
+  window_job *j = arg;
+  const kcg_conv *cv = j->cv;
+  int64_t CB = (cv->c + 15) / 16, hp = cb_hp(cv), wp = cb_wp(cv), in = cv->h * cv->w,
+          out = cv->ho * cv->wo, taps = cv->kh * cv->kw;
+  float *xs = aligned_alloc(64, ((size_t)cb_floats(cv) * sizeof(float) + 63) / 64 * 64);
+  if (!xs) {
+    atomic_store(&j->oom, true);
+    return;
+  }
+  float *tile = xs + cb_xs(cv), *wt = tile + (out + 16) * 16;
+  memset(xs, 0, (size_t)cb_xs(cv) * sizeof(float)); /* the padding and the slack */
+  bool sq3 = cv->kh == 3 && cv->kw == 3, sq5 = cv->kh == 5 && cv->kw == 5;
+  for (int64_t q = lo; q < hi; q++) {
+    int64_t b = q / CB, c0 = q % CB * 16;
+    int nl = cv->c - c0 < 16 ? (int)(cv->c - c0) : 16;
+    for (int64_t t = 0; t < taps; t++)
+      for (int l = 0; l < 16; l++) wt[t * 16 + l] = l < nl ? j->w[(c0 + l) * taps + t] : 0.0f;
+    /* x's rows, interleaved, inside the padding (which stays 0 from the memset) */
+    const float *src[16];
+    int64_t q0 = cv->pl > 0 ? cv->pl : 0, q1 = cv->pl + cv->w < wp ? cv->pl + cv->w : wp;
+    for (int64_t r = 0; r < hp; r++) {
+      int64_t ih = r - cv->pt;
+      if (ih < 0 || ih >= cv->h) continue;
+      for (int64_t c = q0; c < q1; c += 16) {
+        for (int l = 0; l < nl; l++) src[l] = j->x + (b * cv->c + c0 + l) * in + ih * cv->w + c - cv->pl;
+        interleave16(src, nl, q1 - c < 16 ? q1 - c : 16, xs + (r * wp + c) * 16);
+      }
+    }
+    if (sq3 && cv->sw == 1) cb_rows_s1_3x3(cv, xs, wt, tile);
+    else if (sq3 && cv->sw == 2) cb_rows_s2_3x3(cv, xs, wt, tile);
+    else if (sq5 && cv->sw == 1) cb_rows_s1_5x5(cv, xs, wt, tile);
+    else if (sq5 && cv->sw == 2) cb_rows_s2_5x5(cv, xs, wt, tile);
+    else cb_rows_any(cv, xs, wt, tile);
+    /* back to the planes: 16 pixels × 16 channels a transpose */
+    for (int64_t p0 = 0; p0 < out; p0 += 16) {
+      int64_t n = out - p0 < 16 ? out - p0 : 16;
+      __m512 r[16];
+      for (int p = 0; p < 16; p++)
+        r[p] = p < n ? _mm512_loadu_ps(tile + (p0 + p) * 16) : _mm512_setzero_ps();
+      krt_transpose16(r);
+      for (int l = 0; l < nl; l++)
+        _mm512_mask_storeu_ps(j->y + (b * cv->o + c0 + l) * out + p0, first(n), r[l]);
+    }
+    if (j->epi)
+      for (int l = 0; l < nl; l++) {
+        int64_t p = (b * cv->o + c0 + l) * out;
+        krt_epilogue(j->epi, j->bias, j->y + p, p, out);
+      }
+  }
+  free(xs);
+}
+
 bool krt_window_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float *x,
                     const float *w, float *y, const kcg_epilogue *epi, const float *bias) {
   if (B <= 0) return true;
   window_job j = {.cv = cv, .x = x, .w = w, .y = y, .epi = epi && epi->on ? epi : NULL,
                   .bias = bias};
   atomic_init(&j.oom, false);
-  krt_parallel_for(pool, B * cv->o, planes, &j);
+  if (isa() == 4 && cb16_fits(cv))
+    krt_parallel_for(pool, B * ((cv->c + 15) / 16), cb16_blocks, &j);
+  else
+    krt_parallel_for(pool, B * cv->o, planes, &j);
   return !atomic_load(&j.oom);
 }

@@ -16,7 +16,9 @@
  * load is a whole vector); then 16 outputs of a row at a time, four rows
  * together, take one AVX-512 load per tap at stride 1 (two and a permute at
  * stride 2) and one multiply-add or max (AVX2: 8 outputs, one unaligned
- * load per tap, or two and a permute). Sums run over the taps row by row,
+ * load per tap, or two and a permute). On AVX-512, a depthwise convolution of
+ * 5×5 taps or more on planes of at most 1024 outputs goes 16 channels at a
+ * time instead (their planes interleaved, a tap's 16 weights one vector). Sums run over the taps row by row,
  * as the generated kernel's. Other strides, and CPUs without AVX2, run
  * the step's generated kernel. Like the rest of rt_*.c it needs only libc
  * and the pool.
@@ -38,8 +40,9 @@ bool krt_window_supported(const kcg_conv *cv);
 bool krt_window_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float *x, const float *w,
                     float *y, const kcg_epilogue *epi, const float *bias);
 /* For the tests: 1 makes krt_window_supported false (the generated kernels run), 2 forces the
-   AVX2 path, 3 the AVX-512 one (the CPU must have it), 0 restores the CPU's best; returns the
-   path in use. */
+   AVX2 path, 3 the AVX-512 one plane by plane, 4 the AVX-512 one with small depthwise planes 16
+   channels at a time (3 and 4: the CPU must have AVX-512), 0 restores the CPU's best; returns
+   the path in use. */
 int krt_window_force_isa(int isa);
 
 #endif

@@ -80,6 +80,13 @@ static const epi_case cases[] = {
      CLAMPS("f32[2, 40, 15, 15]", "0.25")
      "  return %r\n}\n",
      {2, 40, 29, 30}, {40, 1, 3, 3}, 1, 0, true, false},
+    {"depthwise 5x5/1, 16 channels at a time + bias + relu6",
+     "func @main(%x: f32[2, 40, 9, 10], %w: f32[40, 1, 5, 5]) -> (f32[2, 40, 9, 10]) {\n"
+     "  %y = conv2d(%x, %w) {padding = [2, 2, 2, 2], groups = 40} : f32[2, 40, 9, 10]\n" BIAS40
+     "  %s = add(%y, %b) : f32[2, 40, 9, 10]\n"
+     CLAMPS("f32[2, 40, 9, 10]", "0.25")
+     "  return %r\n}\n",
+     {2, 40, 9, 10}, {40, 1, 5, 5}, 1, 0, true, false},
     {"pointwise as a GEMM + bias alone",
      "func @main(%x: f32[2, 64, 20, 21], %w: f32[40, 64, 1, 1]) -> (f32[2, 40, 20, 21]) {\n"
      "  %y = conv2d(%x, %w) : f32[2, 40, 20, 21]\n" BIAS40

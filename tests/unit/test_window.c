@@ -49,6 +49,13 @@ static const window_case cases[] = {
     {false, 2, false, 8, 1, 29, 37, 5, 5, {2, 2}, {2, 2, 2, 2}},
     {false, 1, false, 4, 1, 15, 50, 7, 1, {1, 1}, {3, 0, 3, 0}},
     {false, 1, false, 9, 1, 16, 16, 2, 2, {2, 2}, {0, 0, 0, 0}},
+    /* planes of at most CB_MAX_PIXELS outputs (AVX-512: 16 channels at a time): mobilenet_v3's
+       5×5 at 7×7, stride 1 and 2, channel tails (40 = 2·16 + 8, 33), uneven padding, a 7×1
+       window and a symbolic batch */
+    {false, 2, false, 48, 1, 7, 7, 5, 5, {1, 1}, {2, 2, 2, 2}},
+    {false, 1, false, 40, 1, 14, 14, 5, 5, {2, 2}, {2, 2, 2, 2}},
+    {false, 2, true, 33, 1, 11, 13, 3, 3, {1, 1}, {0, 1, 2, 1}},
+    {false, 1, false, 20, 1, 12, 9, 7, 1, {1, 1}, {3, 0, 3, 0}},
     /* a row stride of 3: no CONV step, the generated kernel */
     {false, 1, false, 8, 1, 20, 20, 3, 3, {3, 3}, {1, 1, 1, 1}},
     /* max pooling: the bench CNN's 2×2/2, resnet's 3×3/2 padded, stride 1, odd sizes */
@@ -170,8 +177,9 @@ static void run_case(int ci, const window_case *c) {
     failures++;
   }
   double tol = c->pool ? 0 : 1e-5 * sqrt((double)(c->kh * c->kw));
-  static const char *const path_name[4] = {"", "generated kernel", "AVX2 window kernel",
-                                           "AVX-512 window kernel"};
+  static const char *const path_name[5] = {"", "generated kernel", "AVX2 window kernel",
+                                           "AVX-512 window kernel",
+                                           "AVX-512, small planes 16 channels at a time"};
   for (int path = 1; path <= best_path; path++) {
     krt_window_force_isa(path);
     snprintf(what, sizeof what, "case %d (%s)", ci, path_name[path]);
