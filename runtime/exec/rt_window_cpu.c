@@ -53,10 +53,14 @@ static __mmask16 first(int64_t n) {
 }
 
 /*
- * x's plane into xs, padded: the pad in whole aligned vectors, then x's row
- * over it in vectors of 16 (the last one masked). Only the rows a window
- * reaches: the rows after them (a last row group's overrun) are read but
- * never stored from, and were zeroed once when the scratch was allocated.
+ * x's plane into xs, padded, each padded row written once in aligned vectors: the vector at
+ * column q holds x's columns q − c0 .. q − c0 + 15 where they lie inside the row, the pad
+ * elsewhere — a masked load at q − c0, or for the vector the row starts in (c0 > q), an
+ * expanding load into its lanes c0 − q on. (The row's pad written first and the row over it
+ * with unaligned masked stores had taken as long as the taps of a 3×3/2 layer: mobilenet_v2's
+ * 96-channel one, 0.15 of 0.31 ms on one Zen 4 core.) Only the rows a window reaches: the rows
+ * after them (a last row group's overrun) are read but never stored from, and were zeroed once
+ * when the scratch was allocated.
  */
 TARGET_AVX512 static void pad_plane(const kcg_conv *cv, const float *x, float *xs, float pad) {
   int64_t pw = ppitch(cv), c0 = cv->pl < pw ? cv->pl : pw;
@@ -65,11 +69,21 @@ TARGET_AVX512 static void pad_plane(const kcg_conv *cv, const float *x, float *x
   for (int64_t r = 0; r < (cv->ho - 1) * cv->sh + cv->kh; r++) {
     float *d = xs + r * pw;
     int64_t ih = r - cv->pt;
-    for (int64_t q = 0; q < pw; q += 16) _mm512_store_ps(d + q, pv);
-    if (ih < 0 || ih >= cv->h) continue;
+    if (ih < 0 || ih >= cv->h) {
+      for (int64_t q = 0; q < pw; q += 16) _mm512_store_ps(d + q, pv);
+      continue;
+    }
     const float *row = x + ih * cv->w;
-    for (int64_t q = 0; q < n; q += 16)
-      _mm512_mask_storeu_ps(d + c0 + q, first(n - q), _mm512_maskz_loadu_ps(first(n - q), row + q));
+    for (int64_t q = 0; q < pw; q += 16) {
+      int64_t lo = c0 - q, hi = c0 + n - q; /* lanes [lo, hi) hold x */
+      __m512 v = pv;
+      if (hi > 0 && lo < 16) {
+        __mmask16 k = (__mmask16)(first(hi) & ~first(lo));
+        v = lo > 0 ? _mm512_mask_expandloadu_ps(pv, k, row)
+                   : _mm512_mask_loadu_ps(pv, k, row + (q - c0));
+      }
+      _mm512_store_ps(d + q, v);
+    }
   }
 }
 
