@@ -11,7 +11,8 @@
 
 #include "ir/kir.h"
 
-/* Constant folding: results of at most this many elements, operands of at most ... */
+/* Constant folding: results of at most this many elements (transpose, reshape, slice: as many as
+   an operand), operands of at most ... */
 #define KP_FOLD_MAX_ELEMS 4096
 #define KP_FOLD_MAX_IN_ELEMS 65536
 /* Sweeps before giving up on a fixpoint (each sweep is one rebuild of the module). */
