@@ -26,7 +26,7 @@
 
 /* Optimisation level; a zeroed struct means O3. */
 typedef enum kcg_opt_level {
-  KCG_OPT_DEFAULT = 0, /* O3 */
+  KCG_OPT_DEFAULT = 0, /* O1's pass pipeline with the vectorisers, O3's code generation */
   KCG_OPT_O0,
   KCG_OPT_O1,
   KCG_OPT_O2,

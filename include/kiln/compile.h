@@ -37,7 +37,8 @@ extern "C" {
 typedef struct kiln_compiled kiln_compiled;
 
 typedef enum kiln_opt_level {
-  KILN_O_DEFAULT = 0, /* O3 */
+  KILN_O_DEFAULT = 0, /* O1's pass pipeline with the vectorisers, O3's code generation
+                         (docs/compile.md); KILN_O3 runs O3's whole pipeline */
   KILN_O0,
   KILN_O1,
   KILN_O2,
