@@ -50,6 +50,8 @@ typedef struct kiln_options {
                                    KILN_AOT_BF16_WEIGHTS */
   /* The CPU executor (runtime/exec/rt_exec.c). */
   kiln_gemm_library gemm;       /* KILN_GEMM=kiln|blas */
+  kiln_switch gemm_pack;        /* a constant f32 B of a GEMM step packed once, the product then on
+                                   Kiln's GEMM (default on; off with KILN_GEMM=blas); KILN_GEMM_PACK */
   kiln_switch blas_split;       /* BLAS products split over Kiln's thread pool, BLAS itself set to
                                    one thread (default on with more than one thread);
                                    KILN_BLAS_SPLIT=0 leaves BLAS its own threads */

@@ -422,6 +422,7 @@ static bool gemm_dots(krt_pool *pool, const krt_gemm_desc *d, float *c, int64_t 
 typedef struct gemm_job {
   const krt_gemm_desc *d;
   const gemm_kernel *kern;
+  const float *b_packed; /* d->b_packed where it fits this kernel, else NULL */
   bool round;       /* f32 units rounded to bf16 (bf16 mode without vdpbf16ps) */
   int64_t ku;       /* k in packed units */
   float *c;         /* f32 result (the caller's C, or a temporary when C is bf16) */
@@ -560,10 +561,12 @@ static bool gemm_range(gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t 
   bool hb = d->b_type == KRT_GEMM_BF16 && kn->ukr_hb;
   bool direct_b = m1 - m0 <= DIRECT_B_MAX_M && !kn->pairs && !d->trans_b &&
                   (n1 - n0) % kn->nr == 0 && (hb || (d->b_type == KRT_GEMM_F32 && !j->round));
+  const float *packed = direct_b ? NULL : j->b_packed; /* B's panels, packed ahead */
+  int64_t npad = round_up(d->n, kn->nr);
   int64_t bes = d->b_type == KRT_GEMM_BF16 ? 2 : 4; /* bytes of an element of B as stored */
   char *ap = aligned_alloc(64, (size_t)round_up(mc * kc * 4, 64));
-  char *bp = direct_b ? NULL : aligned_alloc(64, (size_t)round_up(nc * kc * 4, 64));
-  if (!ap || (!bp && !direct_b)) {
+  char *bp = direct_b || packed ? NULL : aligned_alloc(64, (size_t)round_up(nc * kc * 4, 64));
+  if (!ap || (!bp && !direct_b && !packed)) {
     free(ap);
     free(bp);
     return false;
@@ -576,7 +579,10 @@ static bool gemm_range(gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t 
       for (int64_t jc = n0; jc < n1; jc += nc) {
         int64_t nlen = min64(nc, n1 - jc);
         const char *bsrc = (const char *)d->b + (pc * d->ldb + jc) * bes;
-        if (!direct_b) pack(j, d->b, d->b_type, !d->trans_b, d->ldb, jc, nlen, pc, ulen, kn->nr, bp);
+        if (packed) /* the K block at pc holds every column's panels, n rounded up to NR */
+          bp = (char *)(packed + pc * npad + jc * ulen);
+        else if (!direct_b)
+          pack(j, d->b, d->b_type, !d->trans_b, d->ldb, jc, nlen, pc, ulen, kn->nr, bp);
         for (int64_t ir = 0; ir < mlen; ir += kn->mr)
           for (int64_t jr = 0; jr < nlen; jr += kn->nr)
             tile(j, ulen, ap + ir * ulen * 4, direct_b ? bsrc + jr * bes : bp + jr * ulen * 4,
@@ -586,7 +592,7 @@ static bool gemm_range(gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t 
     }
   }
   free(ap);
-  free(bp);
+  if (!packed) free(bp);
   return true;
 }
 
@@ -646,6 +652,7 @@ bool krt_gemm(krt_pool *pool, const krt_gemm_desc *d) {
   } else {
     gemm_job j = {.d = d, .c = c, .ldc = ldc};
     j.kern = pick_kernel(d, &j.round);
+    j.b_packed = d->b_packed && !j.kern->pairs && !j.round ? d->b_packed : NULL;
     j.ku = j.kern->pairs ? (d->k + 1) / 2 : d->k;
     int64_t tm = (d->m + j.kern->mr - 1) / j.kern->mr, tn = (d->n + j.kern->nr - 1) / j.kern->nr;
     int T = krt_pool_threads(pool);
@@ -671,6 +678,32 @@ bool krt_gemm(krt_pool *pool, const krt_gemm_desc *d) {
     free(c);
   }
   return ok;
+}
+
+/* Whether krt_gemm packs d's B with the kernel `kn` (its f32 path: no pairs, no rounding). */
+static bool packs_b(const krt_gemm_desc *d, const gemm_kernel *kn, bool round) {
+  return d->m > 0 && d->n > 0 && d->k > 0 && !kn->pairs && !round && !dot_path(d) &&
+         !(d->m <= DIRECT_B_MAX_M && !d->trans_b);
+}
+
+size_t krt_gemm_packed_b_floats(const krt_gemm_desc *d) {
+  bool round;
+  const gemm_kernel *kn = pick_kernel(d, &round);
+  return packs_b(d, kn, round) ? (size_t)(d->k * round_up(d->n, kn->nr)) : 0;
+}
+
+/* The K blocks of gemm_range, one after the other: block pc holds the panels of all n columns
+   (rounded up to NR), each ulen × NR, as gemm_range's pack writes them for a column block. */
+bool krt_gemm_pack_b(const krt_gemm_desc *d, float *dst) {
+  gemm_job j = {.d = d};
+  j.kern = pick_kernel(d, &j.round);
+  if (!packs_b(d, j.kern, j.round)) return false;
+  j.ku = d->k;
+  int64_t kc = min64(j.kern->kc, j.ku), npad = round_up(d->n, j.kern->nr);
+  for (int64_t pc = 0; pc < j.ku; pc += kc)
+    pack(&j, d->b, d->b_type, !d->trans_b, d->ldb, 0, d->n, pc, min64(kc, j.ku - pc), j.kern->nr,
+         dst + pc * npad);
+  return true;
 }
 
 /*

@@ -62,6 +62,7 @@ typedef struct krt_gemm_desc {
   krt_gemm_type a_type, b_type, c_type;
   bool bf16;             /* bf16 mode even for f32 operands (implied by a bf16 operand) */
   kiln_switch bf16_dot;  /* bf16 on AVX512-BF16 dot products: ON, OFF, or DEFAULT (AMD: on) */
+  const float *b_packed; /* B already packed by krt_gemm_pack_b for this descriptor, or NULL */
 } krt_gemm_desc;
 
 /*
@@ -70,6 +71,18 @@ typedef struct krt_gemm_desc {
  * unspecified). m, n or k of 0 is allowed (k = 0 gives zeros).
  */
 bool krt_gemm(krt_pool *pool, const krt_gemm_desc *d);
+
+/*
+ * B packed ahead, for a B that many products share (a constant weight): krt_gemm then reads its
+ * panels instead of packing B again. krt_gemm_packed_b_floats is how many floats the packed form
+ * of d's B takes for the path in use now, or 0 when krt_gemm would not pack it (bf16 modes, a
+ * few rows of A, dot products); krt_gemm_pack_b writes it (false: nothing to pack). A packed B
+ * serves descriptors of the same shape, B, transposition and types, while the path in use
+ * (krt_gemm_isa_active) stays the one it was packed for; the results are bit for bit those of
+ * packing on the fly.
+ */
+size_t krt_gemm_packed_b_floats(const krt_gemm_desc *d);
+bool krt_gemm_pack_b(const krt_gemm_desc *d, float *dst);
 
 /* The best path this CPU supports, and the one krt_gemm uses now. */
 krt_gemm_isa krt_gemm_isa_best(void);

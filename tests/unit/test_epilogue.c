@@ -93,6 +93,16 @@ static const epi_case cases[] = {
      "  %r = add(%y, %b) : f32[2, 40, 20, 21]\n"
      "  return %r\n}\n",
      {2, 64, 20, 21}, {40, 64, 1, 1}, 1, 0, false, false},
+    {"linear with a constant weight (packed once, Kiln's GEMM) + bias + relu",
+     "func @main(%x: f32[70, 64], %u: f32[1]) -> (f32[70, 96]) {\n"
+     "  %w = constant() {dtype = f32, shape = [64, 96], value = [BIAS6144]} : f32[64, 96]\n"
+     "  %y = matmul(%x, %w) : f32[70, 96]\n"
+     "  %b = constant() {dtype = f32, shape = [96], value = [BIAS96]} : f32[96]\n"
+     "  %s = add(%y, %b) : f32[70, 96]\n"
+     ZERO
+     "  %r = max(%s, %z) : f32[70, 96]\n"
+     "  return %r\n}\n",
+     {70, 64}, {1}, 1, 0, true, false},
     {"linear + bias per column + relu",
      "func @main(%x: f32[70, 64], %w: f32[64, 96]) -> (f32[70, 96]) {\n"
      "  %y = matmul(%x, %w) : f32[70, 96]\n"
@@ -173,6 +183,8 @@ static const epi_case cases[] = {
 /* The case's text with its BIAS<n> lists of n values filled in (spread over [-0.6, 0.6]). */
 static char *expand(const char *text) {
   size_t cap = strlen(text) + 16384, n = 0;
+  for (const char *p = strstr(text, "BIAS"); p; p = strstr(p + 4, "BIAS"))
+    cap += 16 * (size_t)strtol(p + 4, NULL, 10); /* "%.6f, " of |v| < 1 */
   char *out = malloc(cap);
   if (!out) return NULL;
   for (const char *p = text; *p;) {

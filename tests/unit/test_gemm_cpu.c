@@ -142,6 +142,8 @@ static void check_case(krt_pool *pool, const gcase *g, const char *isa) {
   }
 }
 
+static void test_packed_b(krt_pool *pool, const char *isa);
+
 static void test_isa(krt_pool *pool, krt_gemm_isa isa) {
   krt_gemm_isa got = krt_gemm_force_isa(isa);
   if (got != isa) {
@@ -200,7 +202,43 @@ static void test_isa(krt_pool *pool, krt_gemm_isa isa) {
       {KRT_GEMM_DOT_MAX_M + 1, 70, 40, false, true, false, false, false, false, 0},
   };
   for (size_t i = 0; i < sizeof more / sizeof more[0]; i++, n++) check_case(pool, &more[i], name);
-  printf("  %s: %d cases\n", name, n);
+  test_packed_b(pool, name);
+  printf("  %s: %d cases and B packed ahead\n", name, n);
+}
+
+/*
+ * B packed ahead (krt_gemm_pack_b, a constant weight's path in the executor): bit for bit the
+ * product that packs B on the fly, on this path, for B as stored and transposed, n off the tile
+ * width, k across blocks and with a tail; none for a bf16 product or few rows against B as stored.
+ */
+static void test_packed_b(krt_pool *pool, const char *isa) {
+  static const int64_t shapes[][3] = {{100, 1000, 800}, {65, 33, 9}, {128, 96, 1}, {300, 7, 129}};
+  for (int s = 0; s < 4; s++)
+    for (int tb = 0; tb < 2; tb++) {
+      int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+      float *a = malloc((size_t)(m * k) * sizeof *a), *b = malloc((size_t)(k * n) * sizeof *b);
+      float *c1 = malloc((size_t)(m * n) * sizeof *c1), *c2 = malloc((size_t)(m * n) * sizeof *c2);
+      CHECK(a && b && c1 && c2);
+      if (!a || !b || !c1 || !c2) return;
+      for (int64_t i = 0; i < m * k; i++) a[i] = (float)uniform();
+      for (int64_t i = 0; i < k * n; i++) b[i] = (float)uniform();
+      krt_gemm_desc d = {.trans_b = tb, .m = m, .n = n, .k = k, .a = a, .b = b, .c = c1, .lda = k,
+                         .ldb = tb ? k : n, .ldc = n};
+      size_t np = krt_gemm_packed_b_floats(&d);
+      float *p = np ? malloc(np * sizeof *p) : NULL;
+      CHECK(np && p && krt_gemm_pack_b(&d, p));
+      CHECK(krt_gemm(pool, &d));
+      d.c = c2, d.b_packed = p;
+      CHECK(krt_gemm(pool, &d));
+      if (memcmp(c1, c2, (size_t)(m * n) * sizeof *c1)) {
+        printf("FAIL %s: B packed ahead, %lldx%lldx%lld%s: not the product packed on the fly\n",
+               isa, (long long)m, (long long)n, (long long)k, tb ? " B^T" : "");
+        failures++;
+      }
+      free(a), free(b), free(c1), free(c2), free(p);
+    }
+  krt_gemm_desc few = {.m = 64, .n = 64, .k = 8, .ldb = 64}, half = {.m = 100, .n = 64, .k = 8, .bf16 = true};
+  CHECK(!krt_gemm_packed_b_floats(&few) && !krt_gemm_packed_b_floats(&half));
 }
 
 /* m, n or k of zero: nothing written, or zeros. */
