@@ -8,6 +8,7 @@
  * none of the model file's bindings.
  */
 #include "frontend/kiln_eval.h"
+#include "kiln/train.h"
 
 /* ----------------------------------------------------- tensor functions */
 
@@ -328,21 +329,75 @@ static kiln_status call_shape(ke_eval *e, const kf_node *call, const char *name,
   if (s == KILN_OK) s = want_tensor(e, a->pos_node[0], &a->pos[0], name);
   if (s != KILN_OK) return s;
   const kv *l = &a->pos[1];
-  bool ok = l->k == KV_LIST && l->list.n <= KIR_MAX_RANK;
-  int64_t v[KIR_MAX_RANK];
+  bool ok = l->k == KV_LIST && l->list.n <= KIR_MAX_RANK, reshape = !strcmp(name, "reshape");
+  int64_t v[KIR_MAX_RANK], known = 1, free_at = -1;
   for (uint32_t i = 0; ok && i < l->list.n; i++) {
     const kv *d = &l->list.items[i];
-    ok = (d->k == KV_INT && d->i >= 0) || (d->k == KV_DIM && !strcmp(name, "reshape"));
+    bool infer = reshape && d->k == KV_INT && d->i == -1 && free_at < 0;
+    ok = (d->k == KV_INT && d->i >= 0) || (d->k == KV_DIM && reshape) || infer;
     v[i] = d->k == KV_INT ? d->i : d->dim;
+    if (infer) free_at = i;
+    else if (d->k == KV_INT) known *= d->i ? d->i : 1;
+    else known = -1; /* a symbolic size: no -1 then */
   }
   if (!ok)
     return ke_fail_at(e, a->pos_node[1], "%s() needs a list of at most %d %s", name, KIR_MAX_RANK,
-                   strcmp(name, "reshape") ? "axes" : "sizes");
+                   reshape ? "sizes (one of them may be -1)" : "axes");
+  if (free_at >= 0) { /* -1: what the other sizes leave of the element count */
+    int64_t total = 1;
+    for (uint32_t i = 0; i < kl_rank(e->b, a->pos[0].t); i++) {
+      kiln_dim d = kl_dim(e->b, a->pos[0].t, (int)i);
+      total = d >= 0 && total >= 0 ? total * d : -1;
+    }
+    if (total < 0 || known <= 0 || total % known)
+      return ke_fail_at(e, a->pos_node[1], "reshape(): -1 needs constant sizes that divide the "
+                        "element count");
+    v[free_at] = total / known;
+  }
   kiln_graph *g = e->b->g;
   kiln_value r = strcmp(name, "reshape") ? kiln_transpose(g, a->pos[0].t, l->list.n, v)
                                          : kiln_reshape(g, a->pos[0].t, l->list.n, v);
   *out = mk_tensor(r);
   return ke_graph_check(e, call, r);
+}
+
+/* mse(pred, target), cross_entropy(logits, labels), ...: kiln_loss, a mean. */
+static kiln_status call_loss(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
+                             kv *out) {
+  kiln_status s = no_keywords(e, call, name, a);
+  if (s == KILN_OK) s = arg_count(e, call, name, a, 2, 2);
+  for (uint32_t i = 0; s == KILN_OK && i < 2; i++)
+    s = want_tensor(e, a->pos_node[i], &a->pos[i], name);
+  if (s != KILN_OK) return s;
+  kiln_value r = kiln_loss(e->b->g, name, a->pos[0].t, a->pos[1].t, NULL);
+  *out = mk_tensor(r);
+  return ke_graph_check(e, call, r);
+}
+
+/* layer_norm(x, eps=1e-5), rms_norm(x, eps=1e-6): over the last axis, without a scale. */
+static kiln_status call_norm(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
+                             kv *out) {
+  static const char *const names[] = {"eps", NULL};
+  const kv *kw[1];
+  kiln_status s = keywords(e, name, a, names, kw);
+  if (s == KILN_OK) s = arg_count(e, call, name, a, 1, 1);
+  if (s == KILN_OK) s = want_tensor(e, a->pos_node[0], &a->pos[0], name);
+  if (s != KILN_OK) return s;
+  if (kw[0] && !is_num(kw[0])) return ke_fail_at(e, call, "%s(): eps must be a number", name);
+  bool ln = !strcmp(name, "layer_norm");
+  kiln_graph *g = e->b->g;
+  kiln_value x = a->pos[0].t;
+  uint32_t r = kl_rank(e->b, x);
+  kiln_dim d = r ? kl_dim(e->b, x, -1) : 1;
+  kiln_attr shape = kiln_attr_dims("shape", 1, &d);
+  kiln_value one = kl_scalar(e->b, 1), zero = kl_scalar(e->b, 0);
+  kiln_value in[3] = {x, kiln_op(g, "broadcast", 1, &one, 1, &shape),
+                      kiln_op(g, "broadcast", 1, &zero, 1, &shape)};
+  kiln_attr at[2] = {kiln_attr_int("axis", r ? (int64_t)r - 1 : 0),
+                     kiln_attr_float("eps", kw[0] ? num(kw[0]) : ln ? 1e-5 : 1e-6)};
+  kiln_value y = kiln_op(g, name, ln ? 3 : 2, in, 2, at);
+  *out = mk_tensor(y);
+  return ke_graph_check(e, call, y);
 }
 
 /* The tensor functions of more than one argument; the elementwise ones are unary_fns. */
@@ -357,7 +412,9 @@ static const struct builtin {
     {"log_softmax", call_softmax}, {"gather", call_index},      {"segment_sum", call_index},
     {"segment_mean", call_index},  {"segment_max", call_index}, {"segment_softmax", call_index},
     {"segment_count", call_index}, {"concat", call_concat},     {"where", call_where},
-    {"reshape", call_shape},       {"transpose", call_shape},
+    {"reshape", call_shape},       {"transpose", call_shape},   {"mse", call_loss},
+    {"mae", call_loss},            {"cross_entropy", call_loss}, {"bce", call_loss},
+    {"huber", call_loss},          {"layer_norm", call_norm},    {"rms_norm", call_norm},
 };
 
 const struct builtin *ke_find_builtin(const char *name) {

@@ -38,10 +38,12 @@ static const struct {
 } reserved[] = {
     {"let", KF_TOK_LET},   {"fn", KF_TOK_FN},   {"true", KF_TOK_TRUE}, {"false", KF_TOK_FALSE},
     {"none", KF_TOK_NONE}, {"and", KF_TOK_AND}, {"or", KF_TOK_OR},     {"not", KF_TOK_NOT},
+    {"var", KF_TOK_VAR},   {"for", KF_TOK_FOR}, {"in", KF_TOK_IN},     {"if", KF_TOK_IF},
+    {"else", KF_TOK_ELSE}, {"elif", KF_TOK_ELIF}, {"return", KF_TOK_RETURN},
 };
 
 bool kf_tok_is_word(const kf_token *t) {
-  return t->kind == KF_TOK_NAME || (t->kind >= KF_TOK_LET && t->kind <= KF_TOK_NOT);
+  return t->kind == KF_TOK_NAME || (t->kind >= KF_TOK_LET && t->kind <= KF_TOK_RETURN);
 }
 
 /* ------------------------------------------------------------ characters */
@@ -161,7 +163,7 @@ static kiln_status convert_number(lexer *lx, kf_token *t, bool is_float) {
 static kiln_status lex_number(lexer *lx) {
   size_t k = run(lx, 0, is_digit);
   bool is_float = false;
-  if (peek(lx, k) == '.') {
+  if (peek(lx, k) == '.' && peek(lx, k + 1) != '.') { /* `0..4` is a range: 0, '..', 4 */
     if (is_digit(peek(lx, k + 1))) {
       is_float = true;
       k += 1 + run(lx, k + 1, is_digit);
@@ -283,6 +285,7 @@ static const struct {
   kf_tok_kind kind;
 } puncts[] = {
     /* longest first */
+    {"...", KF_TOK_ELLIPSIS}, {"..", KF_TOK_DOTDOT},
     {"==", KF_TOK_EQ},    {"!=", KF_TOK_NE},       {"<=", KF_TOK_LE},         {">=", KF_TOK_GE},
     {"=>", KF_TOK_ARROW}, {"**", KF_TOK_STARSTAR}, {"//", KF_TOK_SLASHSLASH}, {"(", KF_TOK_LPAREN},
     {")", KF_TOK_RPAREN}, {"[", KF_TOK_LBRACKET},  {"]", KF_TOK_RBRACKET},    {",", KF_TOK_COMMA},

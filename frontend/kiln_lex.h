@@ -29,6 +29,13 @@ typedef enum kf_tok_kind {
   KF_TOK_AND,
   KF_TOK_OR,
   KF_TOK_NOT,
+  KF_TOK_VAR,
+  KF_TOK_FOR,
+  KF_TOK_IN,
+  KF_TOK_IF,
+  KF_TOK_ELSE,
+  KF_TOK_ELIF,
+  KF_TOK_RETURN, /* the last reserved word (kf_tok_is_word) */
   /* punctuation */
   KF_TOK_LPAREN,
   KF_TOK_RPAREN,
@@ -37,6 +44,8 @@ typedef enum kf_tok_kind {
   KF_TOK_COMMA,
   KF_TOK_COLON,
   KF_TOK_DOT,
+  KF_TOK_DOTDOT,   /* .. (a range: 0..n) */
+  KF_TOK_ELLIPSIS, /* ... (every leading axis, in an index) */
   KF_TOK_ASSIGN, /* = */
   KF_TOK_ARROW,  /* => */
   KF_TOK_EQ,

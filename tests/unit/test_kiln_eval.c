@@ -629,7 +629,7 @@ static void test_reference_files(kiln_ctx *ctx) {
       {"contract.kiln",
        "contract.kiln:5:20: error: calling '.init' is not available in model files yet"},
       {"graphs.kiln", "graphs.kiln:4:10: error: graph is not available in model files yet"},
-      {"own_layer.kiln", "own_layer.kiln:6:9: error: record is not available in model files yet"},
+      {"own_layer.kiln", "own_layer.kiln:6:9: error: record() runs only in a program (kiln run FILE.kiln), not in a model file"},
       {"parameters.kiln",
        "parameters.kiln:2:34: error: calling '.init' is not available in model files yet"},
       {"recipe_gpt.kiln", "recipe_gpt.kiln:3:25: error: 'vocab_size' is not defined"},

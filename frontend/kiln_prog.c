@@ -1,0 +1,1093 @@
+/*
+ * kiln_prog.c — programs: a .kiln file run from top to bottom by `kiln run`
+ * (docs/kiln-syntax.md, "Programs").
+ *
+ * A program's values include tensors with numbers in them (KV_HOST: from
+ * tensor([...]), randn, an --input file, model.init, or a computation). Nothing
+ * computes on them directly: every operation is traced into IR and run by a
+ * backend. An operation on host tensors at the top of the program (a + b,
+ * sum(x), x[:, 0:-1]) or a call of a function the program defines opens a
+ * *lift*: a fresh graph (a kl_build in float64) whose parameters are the host
+ * tensors it reads, one per tensor however often it is read. The operation or
+ * the whole function body emits its ops into that graph, which then runs on the
+ * program's backend (eager, the float64 reference interpreter, unless --backend
+ * says otherwise), and the tensors of the result come back as host tensors. So
+ * a user's function is an IR function: it compiles and runs like a layer.
+ *
+ * grad(f)(params) and value_and_grad(f)(params) trace f the same way, with the
+ * leaves of the parameter tree (records and lists of tensors) as the first
+ * parameters of the graph, differentiate it with the autodiff pass
+ * (kiln_graph_grad) and return the gradients as a tree of the same shape.
+ * Layers meet programs in model.init(seed=S), which makes the parameter tree
+ * from the paths of kiln_layer_init ("blocks.3.W" -> p.blocks[3].W), in
+ * model(params, x), which applies the layer inside the lift, and in record(...),
+ * where a layer given as a field stands for its freshly initialised parameters.
+ *
+ * Host tensors belong to the program (a pool freed when it ends); the values
+ * that point at them live in the shared arena, like every evaluator value.
+ */
+#include "frontend/kiln_eval.h"
+#include "kiln/fit.h"
+
+#define PROG_FUEL (1u << 22)
+
+typedef struct lift {
+  kl_build b;
+  kiln_tensor **hosts; /* hosts[i] is graph parameter vals[i] */
+  kiln_value *vals;
+  uint32_t n, cap;
+} lift;
+
+struct ke_prog {
+  kiln_backend backend;
+  const char *device;
+  FILE *out;
+  kiln_tensor **pool;
+  size_t npool, cappool;
+  uint64_t next_seed; /* randn without seed=, layers given to record(...) */
+  lift *lift;
+  unsigned runs;     /* graphs run */
+  kiln_run_info info; /* of the last run */
+};
+
+/* ------------------------------------------------------------- host tensors */
+
+static kiln_tensor *keep(ke_eval *e, kiln_tensor *t) {
+  ke_prog *p = e->prog;
+  if (!t) return NULL;
+  if (p->npool == p->cappool) {
+    size_t cap = p->cappool ? 2 * p->cappool : 64;
+    kiln_tensor **n = realloc(p->pool, cap * sizeof *n);
+    if (!n) {
+      kiln_tensor_destroy(t);
+      return NULL;
+    }
+    p->pool = n, p->cappool = cap;
+  }
+  return p->pool[p->npool++] = t;
+}
+
+static kiln_tensor *new_host(ke_eval *e, kiln_dtype t, size_t rank, const int64_t *dims) {
+  kiln_tensor *x = NULL;
+  if (kiln_tensor_create(e->ctx, t, rank, dims, &x) != KILN_OK) return NULL;
+  return keep(e, x);
+}
+
+static kv mk_host(kiln_tensor *t) { return (kv){.k = KV_HOST, .host = t}; }
+
+bool ke_has_host(const kv *v) {
+  if (v->k == KV_HOST) return true;
+  if (v->k == KV_LIST || v->k == KV_RECORD)
+    for (uint32_t i = 0; i < (v->k == KV_LIST ? v->list.n : v->rec.n); i++)
+      if (ke_has_host(v->k == KV_LIST ? &v->list.items[i] : &v->rec.items[i])) return true;
+  return false;
+}
+
+/* ------------------------------------------------------------------- lifts */
+
+kiln_status ke_host_in(ke_eval *e, const kf_node *at, kv *v) {
+  if (v->k != KV_HOST) return KILN_OK;
+  lift *L = e->prog ? e->prog->lift : NULL;
+  if (!L) return ke_fail_at(e, at, "internal error: a host tensor outside a traced graph");
+  for (uint32_t i = 0; i < L->n; i++)
+    if (L->hosts[i] == v->host) {
+      *v = mk_tensor(L->vals[i]);
+      return KILN_OK;
+    }
+  kiln_tensor *t = v->host;
+  size_t r = kiln_tensor_rank(t);
+  kiln_dim dims[KIR_MAX_RANK];
+  for (size_t i = 0; i < r; i++)
+    dims[i] = kiln_tensor_dim(t, i);
+  if (L->n == L->cap) {
+    uint32_t cap = L->cap ? 2 * L->cap : 16;
+    kiln_tensor **h = realloc(L->hosts, cap * sizeof *h);
+    if (h) L->hosts = h;
+    kiln_value *vs = h ? realloc(L->vals, cap * sizeof *vs) : NULL;
+    if (!vs) return ke_nomem(e, at);
+    L->vals = vs, L->cap = cap;
+  }
+  kiln_value p = kiln_graph_param(L->b.g, NULL, kiln_tensor_dtype(t), r, dims);
+  L->hosts[L->n] = t;
+  L->vals[L->n++] = p;
+  *v = mk_tensor(p);
+  return ke_graph_check(e, at, p);
+}
+
+static kiln_status deep_in(ke_eval *e, const kf_node *at, kv *v) {
+  if (v->k == KV_HOST) return ke_host_in(e, at, v);
+  if (v->k != KV_LIST && v->k != KV_RECORD) return KILN_OK;
+  uint32_t n = v->k == KV_LIST ? v->list.n : v->rec.n;
+  kv *items = ke_alloc(e, n * sizeof *items);
+  if (!items) return ke_nomem(e, at);
+  memcpy(items, v->k == KV_LIST ? v->list.items : v->rec.items, n * sizeof *items);
+  for (uint32_t i = 0; i < n; i++) {
+    kiln_status s = deep_in(e, at, &items[i]);
+    if (s != KILN_OK) return s;
+  }
+  if (v->k == KV_LIST)
+    v->list.items = items;
+  else
+    v->rec.items = items;
+  return KILN_OK;
+}
+
+static void lift_open(ke_eval *e, lift *L) {
+  memset(L, 0, sizeof *L);
+  L->b = (kl_build){.ctx = e->ctx, .dt = KILN_F64, .seed = KILN_NO_VALUE, .mask = KILN_NO_VALUE};
+  L->b.graph.src = L->b.graph.dst = L->b.graph.batch = KILN_NO_VALUE;
+}
+
+static void lift_close(lift *L) {
+  kiln_graph_destroy(L->b.g);
+  kir_arena_free(&L->b.arena);
+  free(L->hosts);
+  free(L->vals);
+}
+
+/* The graph values in v (tensors, also inside lists and records), once each. */
+static kiln_status collect(ke_eval *e, const kf_node *at, const kv *v, kiln_value *res,
+                           uint32_t *n, uint32_t cap) {
+  if (v->k == KV_TENSOR) {
+    for (uint32_t i = 0; i < *n; i++)
+      if (res[i] == v->t) return KILN_OK;
+    if (*n == cap) return ke_fail_at(e, at, "a result holds more than %u tensors", cap);
+    res[(*n)++] = v->t;
+    return KILN_OK;
+  }
+  if (v->k == KV_DIM) return ke_fail_at(e, at, "internal error: a symbolic size in a program");
+  if (v->k != KV_LIST && v->k != KV_RECORD) return KILN_OK;
+  uint32_t k = v->k == KV_LIST ? v->list.n : v->rec.n;
+  for (uint32_t i = 0; i < k; i++) {
+    kiln_status s = collect(e, at, v->k == KV_LIST ? &v->list.items[i] : &v->rec.items[i], res,
+                            n, cap);
+    if (s != KILN_OK) return s;
+  }
+  return KILN_OK;
+}
+
+/* v with every graph value res[i] replaced by the host tensor outs[i]. */
+static kiln_status bring_back(ke_eval *e, const kf_node *at, kv *v, const kiln_value *res,
+                              kiln_tensor **outs, uint32_t n) {
+  if (v->k == KV_TENSOR) {
+    for (uint32_t i = 0; i < n; i++)
+      if (res[i] == v->t) {
+        *v = mk_host(outs[i]);
+        return KILN_OK;
+      }
+    return ke_fail_at(e, at, "internal error: a tensor left the traced graph");
+  }
+  if (v->k != KV_LIST && v->k != KV_RECORD) return KILN_OK;
+  uint32_t k = v->k == KV_LIST ? v->list.n : v->rec.n;
+  kv *items = ke_alloc(e, k * sizeof *items);
+  if (!items) return ke_nomem(e, at);
+  memcpy(items, v->k == KV_LIST ? v->list.items : v->rec.items, k * sizeof *items);
+  for (uint32_t i = 0; i < k; i++) {
+    kiln_status s = bring_back(e, at, &items[i], res, outs, n);
+    if (s != KILN_OK) return s;
+  }
+  if (v->k == KV_LIST)
+    v->list.items = items;
+  else
+    v->rec.items = items;
+  return KILN_OK;
+}
+
+/* Runs graph g (parameters: L's host tensors) and keeps its n results. */
+static kiln_status run_graph(ke_eval *e, const kf_node *at, lift *L, kiln_graph *g, uint32_t n,
+                             kiln_tensor **outs) {
+  kiln_run_options o = {.backend = e->prog->backend, .device = e->prog->device};
+  for (uint32_t i = 0; i < n; i++)
+    outs[i] = NULL;
+  kiln_status s = kiln_graph_run_on(g, &o, L->n, L->hosts, n, outs, &e->prog->info);
+  if (s != KILN_OK) return ke_locate(e, at, s);
+  e->prog->runs++;
+  for (uint32_t i = 0; i < n; i++)
+    if (!keep(e, outs[i])) {
+      for (uint32_t j = i + 1; j < n; j++)
+        kiln_tensor_destroy(outs[j]);
+      return ke_nomem(e, at);
+    }
+  return KILN_OK;
+}
+
+#define MAX_RESULTS 4096
+
+static kiln_status lift_finish(ke_eval *e, const kf_node *at, lift *L, kv *r) {
+  kiln_value *res = ke_alloc(e, MAX_RESULTS * sizeof *res);
+  kiln_tensor **outs = ke_alloc(e, MAX_RESULTS * sizeof *outs);
+  uint32_t n = 0;
+  if (!res || !outs) return ke_nomem(e, at);
+  kiln_status s = collect(e, at, r, res, &n, MAX_RESULTS);
+  if (s != KILN_OK || n == 0) return s;
+  if ((s = kiln_graph_set_results(L->b.g, n, res)) != KILN_OK) return ke_locate(e, at, s);
+  if ((s = run_graph(e, at, L, L->b.g, n, outs)) != KILN_OK) return s;
+  return bring_back(e, at, r, res, outs, n);
+}
+
+static kiln_status lift_begin(ke_eval *e, const kf_node *at, lift *L) {
+  lift_open(e, L);
+  kiln_status s = kiln_graph_create(e->ctx, "program", &L->b.g);
+  if (s != KILN_OK) return ke_locate(e, at, s);
+  e->prog->lift = L;
+  e->b = &L->b;
+  return KILN_OK;
+}
+
+kiln_status ke_lift(ke_eval *e, const kf_node *at, ke_lift_fn fn, void *data, kv *out) {
+  if (e->b || !e->prog) return fn(e, at, data, out);
+  lift L;
+  kiln_status s = lift_begin(e, at, &L);
+  kv r = {0};
+  if (s == KILN_OK) s = fn(e, at, data, &r);
+  e->b = NULL;
+  e->prog->lift = NULL;
+  if (s == KILN_OK && r.k == KV_HOST) *out = r;
+  else if (s == KILN_OK && (s = lift_finish(e, at, &L, &r)) == KILN_OK) *out = r;
+  lift_close(&L);
+  return s;
+}
+
+typedef struct named_call {
+  const char *name;
+  const ke_args *a;
+} named_call;
+
+static kiln_status lifted_named(ke_eval *e, const kf_node *call, void *data, kv *out) {
+  named_call *c = data;
+  ke_args a = *c->a;
+  kv *pos = ke_alloc(e, a.npos * sizeof *pos), *kw = ke_alloc(e, a.nkw * sizeof *kw);
+  if (!pos || !kw) return ke_nomem(e, call);
+  memcpy(pos, a.pos, a.npos * sizeof *pos);
+  memcpy(kw, a.kw, a.nkw * sizeof *kw);
+  kiln_status s = KILN_OK;
+  for (uint32_t i = 0; s == KILN_OK && i < a.npos; i++)
+    s = deep_in(e, a.pos_node[i], &pos[i]);
+  for (uint32_t i = 0; s == KILN_OK && i < a.nkw; i++)
+    s = deep_in(e, a.kw_node[i], &kw[i]);
+  a.pos = pos, a.kw = kw;
+  if (s == KILN_OK && !ke_call_builtin(e, call, c->name, &a, out, &s))
+    s = ke_fail_at(e, call, "internal error: '%s' is no tensor function", c->name);
+  return s;
+}
+
+bool ke_call_named(ke_eval *e, const kf_node *call, const char *name, const ke_args *a, kv *out,
+                   kiln_status *s) {
+  if (!ke_find_unary(name) && !ke_find_builtin(name)) return false;
+  bool host = false;
+  for (uint32_t i = 0; i < a->npos; i++)
+    host |= ke_has_host(&a->pos[i]);
+  if (!host || !e->prog) return ke_call_builtin(e, call, name, a, out, s);
+  named_call c = {name, a};
+  *s = ke_lift(e, call, lifted_named, &c, out);
+  return true;
+}
+
+/* ------------------------------------------------------------- parameter trees */
+
+/* The parameter tree of kiln_params named by path: "0.W" -> [record(W=...)]. */
+static kiln_status tree_of(ke_eval *e, const kf_node *at, const kiln_params *p, size_t lo,
+                           size_t hi, size_t depth, kv *out) {
+  const char *first = kiln_params_name(p, lo);
+  size_t skip = 0;
+  for (size_t d = 0; d < depth; d++)
+    skip += strcspn(first + skip, ".") + 1;
+  uint32_t n = 0;
+  bool list = true;
+  for (size_t i = lo; i < hi;) { /* count the groups at this depth */
+    const char *seg = kiln_params_name(p, i) + skip;
+    size_t len = strcspn(seg, ".");
+    list &= len > 0 && strspn(seg, "0123456789") == len;
+    size_t j = i + 1;
+    while (j < hi && !strncmp(kiln_params_name(p, j) + skip, seg, len) &&
+           (kiln_params_name(p, j)[skip + len] == '.' || !kiln_params_name(p, j)[skip + len]))
+      j++;
+    n++;
+    i = j;
+  }
+  kv *items = ke_alloc(e, n * sizeof *items);
+  const char **names = ke_alloc(e, n * sizeof *names);
+  if (!items || !names) return ke_nomem(e, at);
+  uint32_t k = 0;
+  for (size_t i = lo; i < hi; k++) {
+    const char *seg = kiln_params_name(p, i) + skip;
+    size_t len = strcspn(seg, ".");
+    size_t j = i + 1;
+    while (j < hi && !strncmp(kiln_params_name(p, j) + skip, seg, len) &&
+           (kiln_params_name(p, j)[skip + len] == '.' || !kiln_params_name(p, j)[skip + len]))
+      j++;
+    names[k] = kir_arena_strndup(e->arena, seg, len);
+    if (!names[k]) return ke_nomem(e, at);
+    kiln_status s;
+    if (!seg[len]) { /* a leaf: copy the tensor into the program's pool */
+      const kiln_tensor *src = kiln_params_tensor(p, i);
+      size_t r = kiln_tensor_rank(src);
+      int64_t dims[KIR_MAX_RANK];
+      for (size_t d = 0; d < r; d++)
+        dims[d] = kiln_tensor_dim(src, d);
+      kiln_tensor *t = new_host(e, kiln_tensor_dtype(src), r, dims);
+      if (!t) return ke_nomem(e, at);
+      memcpy(kiln_tensor_data(t), kiln_tensor_cdata(src), kiln_tensor_nbytes(src));
+      items[k] = mk_host(t);
+    } else if ((s = tree_of(e, at, p, i, j, depth + 1, &items[k])) != KILN_OK) {
+      return s;
+    }
+    i = j;
+  }
+  if (list) { /* indices with no parameters (an activation in a sequential) are record() */
+    uint32_t len = n ? (uint32_t)strtoul(names[n - 1], NULL, 10) + 1 : 0;
+    kv *all = ke_alloc(e, (len ? len : 1) * sizeof *all);
+    if (!all || len > (1u << 20)) return ke_nomem(e, at);
+    for (uint32_t i = 0; i < len; i++)
+      all[i] = (kv){.k = KV_RECORD};
+    for (uint32_t i = 0; i < n; i++)
+      all[strtoul(names[i], NULL, 10)] = items[i];
+    *out = (kv){.k = KV_LIST, .list = {all, len}};
+  } else
+    *out = (kv){.k = KV_RECORD, .rec = {items, names, n}};
+  return KILN_OK;
+}
+
+static kiln_status layer_init(ke_eval *e, const kf_node *at, const kl_layer *l, uint64_t seed,
+                              kv *out) {
+  kiln_params *p = NULL;
+  kiln_status s = kiln_layer_init(e->ctx, l, seed, KILN_F64, &p);
+  if (s != KILN_OK) return ke_locate(e, at, s);
+  if (kiln_params_count(p) == 0)
+    *out = (kv){.k = KV_RECORD};
+  else
+    s = tree_of(e, at, p, 0, kiln_params_count(p), 0, out);
+  kiln_params_destroy(p);
+  return s;
+}
+
+/* The leaf of tree v at path "blocks.3.W", or NULL. */
+static const kv *tree_leaf(const kv *v, const char *path) {
+  while (*path) {
+    size_t len = strcspn(path, ".");
+    const kv *next = NULL;
+    if (v->k == KV_RECORD) {
+      for (uint32_t i = 0; i < v->rec.n && !next; i++)
+        if (strlen(v->rec.names[i]) == len && !strncmp(v->rec.names[i], path, len))
+          next = &v->rec.items[i];
+    } else if (v->k == KV_LIST && strspn(path, "0123456789") == len && len < 10) {
+      long i = strtol(path, NULL, 10);
+      if (i < (long)v->list.n) next = &v->list.items[i];
+    }
+    if (!next) return NULL;
+    v = next;
+    path += len + (path[len] == '.');
+  }
+  return v;
+}
+
+static int64_t count_leaves(const kv *v) {
+  if (v->k == KV_HOST) return (int64_t)kiln_tensor_numel(v->host);
+  int64_t n = 0;
+  if (v->k == KV_LIST || v->k == KV_RECORD)
+    for (uint32_t i = 0; i < (v->k == KV_LIST ? v->list.n : v->rec.n); i++)
+      n += count_leaves(v->k == KV_LIST ? &v->list.items[i] : &v->rec.items[i]);
+  return n;
+}
+
+/* ------------------------------------------------------------- differentiation */
+
+/* Every host tensor of the tree becomes a graph parameter, in tree order. */
+static kiln_status params_in(ke_eval *e, const kf_node *at, const kv *v) {
+  if (v->k == KV_HOST) {
+    kv t = *v;
+    return ke_host_in(e, at, &t);
+  }
+  if (v->k != KV_LIST && v->k != KV_RECORD)
+    return v->k == KV_NONE || is_num(v) || v->k == KV_STR || v->k == KV_BOOL
+               ? KILN_OK
+               : ke_fail_at(e, at, "a parameter tree holds tensors in records and lists, not %s",
+                            ke_kind_name(v));
+  for (uint32_t i = 0; i < (v->k == KV_LIST ? v->list.n : v->rec.n); i++) {
+    kiln_status s = params_in(e, at, v->k == KV_LIST ? &v->list.items[i] : &v->rec.items[i]);
+    if (s != KILN_OK) return s;
+  }
+  return KILN_OK;
+}
+
+/* The tree v with each of its tensors hosts[i] (i < n) replaced by grads[i]. */
+static kiln_status grad_tree(ke_eval *e, const kf_node *at, kv *v, kiln_tensor **hosts,
+                             kiln_tensor **grads, uint32_t n) {
+  if (v->k == KV_HOST) {
+    for (uint32_t i = 0; i < n; i++)
+      if (hosts[i] == v->host) {
+        *v = mk_host(grads[i]);
+        return KILN_OK;
+      }
+    return ke_fail_at(e, at, "internal error: a parameter without a gradient");
+  }
+  if (v->k != KV_LIST && v->k != KV_RECORD) return KILN_OK;
+  uint32_t k = v->k == KV_LIST ? v->list.n : v->rec.n;
+  kv *items = ke_alloc(e, k * sizeof *items);
+  if (!items) return ke_nomem(e, at);
+  memcpy(items, v->k == KV_LIST ? v->list.items : v->rec.items, k * sizeof *items);
+  for (uint32_t i = 0; i < k; i++) {
+    kiln_status s = grad_tree(e, at, &items[i], hosts, grads, n);
+    if (s != KILN_OK) return s;
+  }
+  if (v->k == KV_LIST)
+    v->list.items = items;
+  else
+    v->rec.items = items;
+  return KILN_OK;
+}
+
+static kiln_status differentiate(ke_eval *e, const kf_node *call, lift *L, const kv *f,
+                                 const ke_args *a, kv *out) {
+  kiln_status s = params_in(e, call, &a->pos[0]);
+  uint32_t nw = L->n;
+  if (s != KILN_OK) return s;
+  if (nw == 0)
+    return ke_fail_at(e, a->pos_node[0], "%s: the first argument holds no tensors to "
+                      "differentiate by", f->grad.with_value ? "value_and_grad" : "grad");
+  kv fn = {.k = KV_FN, .fn = f->grad.lam}, r;
+  if ((s = ke_call_value(e, call, &fn, a, &r)) != KILN_OK) return s;
+  if ((s = ke_host_in(e, call, &r)) != KILN_OK) return s;
+  if (r.k != KV_TENSOR || kiln_value_rank(L->b.g, r.t) != 0)
+    return ke_fail_at(e, call, "the function given to %s must return a scalar tensor (a loss), "
+                      "got %s", f->grad.with_value ? "value_and_grad" : "grad",
+                      r.k == KV_TENSOR ? "a tensor of rank >= 1" : ke_kind_name(&r));
+  if ((s = kiln_graph_set_results(L->b.g, 1, &r.t)) != KILN_OK) return ke_locate(e, call, s);
+  int *wrt = ke_alloc(e, (L->n ? L->n : 1) * sizeof *wrt);
+  kiln_tensor **outs = ke_alloc(e, (nw + 1) * sizeof *outs);
+  if (!wrt || !outs) return ke_nomem(e, call);
+  for (uint32_t i = 0; i < L->n; i++)
+    wrt[i] = i < nw;
+  kiln_graph *gg = NULL;
+  if ((s = kiln_graph_grad(L->b.g, wrt, 0, &gg)) != KILN_OK) return ke_locate(e, call, s);
+  s = run_graph(e, call, L, gg, nw + 1, outs);
+  kiln_graph_destroy(gg);
+  if (s != KILN_OK) return s;
+  kv g = a->pos[0];
+  if ((s = grad_tree(e, call, &g, L->hosts, outs + 1, nw)) != KILN_OK) return s;
+  if (!f->grad.with_value) {
+    *out = g;
+    return KILN_OK;
+  }
+  kv *items = ke_alloc(e, 2 * sizeof *items);
+  if (!items) return ke_nomem(e, call);
+  items[0] = mk_host(outs[0]);
+  items[1] = g;
+  *out = (kv){.k = KV_LIST, .list = {items, 2}};
+  return KILN_OK;
+}
+
+/* model(params, x): the layer applied inside the traced graph, its parameters read from the
+ * tree by path. */
+static kiln_status apply_layer(ke_eval *e, const kf_node *call, const kl_layer *l,
+                               const ke_args *a, kv *out) {
+  for (uint32_t i = 0; i < a->nkw; i++)
+    if (strcmp(a->kwnames[i], "train") || a->kw[i].k != KV_BOOL || a->kw[i].b)
+      return ke_fail_at(e, a->kw_node[i], "model(params, x, %s=...) is not available in programs "
+                        "yet (only train=false)", a->kwnames[i]);
+  if (a->npos != 2)
+    return ke_fail_at(e, call, "a model is applied as model(params, x), got %u arguments",
+                      a->npos);
+  kl_build *b = e->b;
+  kl_plist saved = b->params;
+  kiln_value *saved_vals = b->pvals;
+  kl_plist pl = {0};
+  kiln_status s = kl_params_of(e->ctx, l, &pl);
+  if (s != KILN_OK) return ke_locate(e, call, s);
+  kiln_value *vals = ke_alloc(e, (pl.n + 1) * sizeof *vals);
+  if (!vals) s = ke_nomem(e, call);
+  for (uint32_t i = 0; s == KILN_OK && i < pl.n; i++) {
+    const kv *leaf = tree_leaf(&a->pos[0], pl.p[i].path);
+    if (!leaf || leaf->k != KV_HOST) {
+      s = ke_fail_at(e, a->pos_node[0], "the parameters have no tensor '%s' (make them with "
+                     "model.init(seed=0))", pl.p[i].path);
+      break;
+    }
+    kv t = *leaf;
+    if ((s = ke_host_in(e, call, &t)) == KILN_OK) vals[i] = t.t;
+  }
+  kv x = a->pos[1];
+  if (s == KILN_OK) s = deep_in(e, call, &x);
+  if (s == KILN_OK && x.k != KV_TENSOR)
+    s = ke_fail_at(e, a->pos_node[1], "the model's input must be a tensor, got %s",
+                   ke_kind_name(&x));
+  kl_val y;
+  if (s == KILN_OK) {
+    b->params = pl, b->pvals = vals;
+    s = kl_apply(b, l, "", kl_tensor(x.t), &y);
+    b->params = saved, b->pvals = saved_vals;
+    if (s != KILN_OK) s = ke_locate(e, call, s);
+  }
+  kl_plist_free(&pl);
+  if (s != KILN_OK) return s;
+  if (y.is_list) return ke_fail_at(e, call, "models with several outputs are not available in "
+                                   "programs yet");
+  *out = mk_tensor(y.v);
+  return ke_graph_check(e, call, y.v);
+}
+
+typedef struct apply_call {
+  const kv *f;
+  const ke_args *a;
+} apply_call;
+
+static kiln_status lifted_apply(ke_eval *e, const kf_node *call, void *data, kv *out) {
+  apply_call *c = data;
+  return apply_layer(e, call, c->f->layer, c->a, out);
+}
+
+kiln_status ke_prog_apply(ke_eval *e, const kf_node *call, const kv *f, const ke_args *a,
+                          kv *out) {
+  if (f->k == KV_LAYER) {
+    apply_call c = {f, a};
+    return ke_lift(e, call, lifted_apply, &c, out);
+  }
+  if (e->b)
+    return ke_fail_at(e, call, "%s(f)(...) is called at the top of the program, not inside a "
+                      "function", f->grad.with_value ? "value_and_grad" : "grad");
+  if (a->npos < 1)
+    return ke_fail_at(e, call, "%s(f) is called with the parameters: %s(f)(params)",
+                      f->grad.with_value ? "value_and_grad" : "grad",
+                      f->grad.with_value ? "value_and_grad" : "grad");
+  lift L;
+  kiln_status s = lift_begin(e, call, &L);
+  if (s == KILN_OK) s = differentiate(e, call, &L, f, a, out);
+  e->b = NULL;
+  e->prog->lift = NULL;
+  lift_close(&L);
+  return s;
+}
+
+/* ------------------------------------------------------------- indexing */
+
+typedef struct index_spec {
+  uint32_t n; /* items */
+  struct {
+    bool is_int, ellipsis;
+    int64_t i, lo, hi, step;
+    bool glo, ghi;
+    const kf_node *node;
+  } it[KIR_MAX_RANK + 1];
+} index_spec;
+
+static kiln_status bound(ke_eval *e, const ke_bind *env, const kf_node *b, int64_t *v, bool *given) {
+  *given = false;
+  if (!b) return KILN_OK;
+  kv x;
+  kiln_status s = ke_eval_node(e, env, b, &x);
+  if (s != KILN_OK || x.k == KV_NONE) return s;
+  if (x.k != KV_INT) return ke_fail_at(e, b, "a tensor index must be an int, got %s", ke_kind_name(&x));
+  *v = x.i;
+  *given = true;
+  return KILN_OK;
+}
+
+static kiln_status apply_index(ke_eval *e, const kf_node *n, const index_spec *sp, kv x, kv *out) {
+  kiln_status s = ke_host_in(e, n, &x);
+  if (s != KILN_OK) return s;
+  uint32_t r = kl_rank(e->b, x.t), named = 0;
+  bool ell = false;
+  for (uint32_t k = 0; k < sp->n; k++)
+    sp->it[k].ellipsis ? (void)(ell = true) : (void)named++;
+  if (named > r)
+    return ke_fail_at(e, n, "%u indices for a tensor of rank %u", named, r);
+  int64_t start[KIR_MAX_RANK], stop[KIR_MAX_RANK], step[KIR_MAX_RANK], keep_dims[KIR_MAX_RANK];
+  uint32_t nkeep = 0, axis = 0;
+  for (uint32_t k = 0; k <= sp->n && axis <= r; k++) {
+    if (k < sp->n && sp->it[k].ellipsis) {
+      for (uint32_t j = 0; j < r - named; j++, axis++)
+        start[axis] = 0, stop[axis] = kl_dim(e->b, x.t, (int)axis), step[axis] = 1,
+        keep_dims[nkeep++] = stop[axis];
+      continue;
+    }
+    if (k == sp->n) { /* the axes after the last item */
+      for (; axis < r; axis++)
+        start[axis] = 0, stop[axis] = kl_dim(e->b, x.t, (int)axis), step[axis] = 1,
+        keep_dims[nkeep++] = stop[axis];
+      break;
+    }
+    int64_t len = kl_dim(e->b, x.t, (int)axis);
+    if (len < 0) return ke_fail_at(e, sp->it[k].node, "indexing needs the size of axis %u", axis);
+    if (sp->it[k].is_int) {
+      int64_t i = sp->it[k].i < 0 ? sp->it[k].i + len : sp->it[k].i;
+      if (i < 0 || i >= len)
+        return ke_fail_at(e, sp->it[k].node, "index %lld is out of range for axis %u of size %lld",
+                          (long long)sp->it[k].i, axis, (long long)len);
+      start[axis] = i, stop[axis] = i + 1, step[axis] = 1;
+    } else {
+      int64_t st = sp->it[k].step, lo = sp->it[k].lo, hi = sp->it[k].hi;
+      if (st <= 0)
+        return ke_fail_at(e, sp->it[k].node, "a tensor slice needs a positive step, got %lld",
+                          (long long)st);
+      lo = !sp->it[k].glo ? 0 : lo < 0 ? (lo + len < 0 ? 0 : lo + len) : (lo > len ? len : lo);
+      hi = !sp->it[k].ghi ? len : hi < 0 ? (hi + len < 0 ? 0 : hi + len) : (hi > len ? len : hi);
+      if (hi < lo) hi = lo;
+      start[axis] = lo, stop[axis] = hi, step[axis] = st;
+      keep_dims[nkeep++] = (hi - lo + st - 1) / st;
+    }
+    axis++;
+  }
+  (void)ell;
+  kiln_attr at[3] = {kiln_attr_ints("start", r, start), kiln_attr_ints("stop", r, stop),
+                     kiln_attr_ints("step", r, step)};
+  kiln_value y = kiln_op(e->b->g, "slice", 1, &x.t, 3, at);
+  if (nkeep != r) y = kiln_reshape(e->b->g, y, nkeep, keep_dims);
+  *out = mk_tensor(y);
+  return ke_graph_check(e, n, y);
+}
+
+typedef struct index_call {
+  const index_spec *sp;
+  kv x;
+} index_call;
+
+static kiln_status lifted_index(ke_eval *e, const kf_node *n, void *data, kv *out) {
+  index_call *c = data;
+  return apply_index(e, n, c->sp, c->x, out);
+}
+
+kiln_status ke_tensor_index(ke_eval *e, const ke_bind *env, const kf_node *n, const kv *x,
+                            kv *out) {
+  index_spec *sp = ke_alloc(e, sizeof *sp);
+  if (!sp) return ke_nomem(e, n);
+  if (n->index.n > KIR_MAX_RANK + 1)
+    return ke_fail_at(e, n, "too many indices (%u)", n->index.n);
+  sp->n = n->index.n;
+  uint32_t nell = 0;
+  for (uint32_t k = 0; k < sp->n; k++) {
+    const kf_node *it = n->index.items[k];
+    sp->it[k].node = it;
+    kiln_status s = KILN_OK;
+    bool g;
+    if (it->kind == KF_ELLIPSIS) {
+      sp->it[k].ellipsis = true;
+      if (++nell > 1) return ke_fail_at(e, it, "an index has at most one '...'");
+    } else if (it->kind != KF_SLICE) {
+      sp->it[k].is_int = true;
+      s = bound(e, env, it, &sp->it[k].i, &g);
+      if (s == KILN_OK && !g) return ke_fail_at(e, it, "a tensor index must be an int, got none");
+    } else {
+      sp->it[k].step = 1;
+      bool gs;
+      if ((s = bound(e, env, it->slice.lo, &sp->it[k].lo, &sp->it[k].glo)) == KILN_OK &&
+          (s = bound(e, env, it->slice.hi, &sp->it[k].hi, &sp->it[k].ghi)) == KILN_OK)
+        s = bound(e, env, it->slice.step, &sp->it[k].step, &gs);
+    }
+    if (s != KILN_OK) return s;
+  }
+  index_call c = {sp, *x};
+  return ke_lift(e, n, lifted_index, &c, out);
+}
+
+/* ------------------------------------------------------------- functions */
+
+static kiln_status want_args(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
+                             uint32_t lo, uint32_t hi, bool keywords) {
+  if (!keywords && a->nkw)
+    return ke_fail_at(e, a->kw_node[0], "%s() has no argument '%s'", name, a->kwnames[0]);
+  if (a->npos < lo || a->npos > hi)
+    return ke_fail_at(e, call, "%s() takes %u%s%.0u argument%s, got %u", name, lo,
+                      hi > lo ? " or more" : "", 0u, lo == 1 && hi == lo ? "" : "s", a->npos);
+  return KILN_OK;
+}
+
+/* The shape of nested lists of numbers; *is_int when every number is an int. */
+static kiln_status list_shape(ke_eval *e, const kf_node *at, const kv *v, uint32_t depth,
+                              int64_t *dims, uint32_t *rank, bool *is_int) {
+  if (is_num(v) || v->k == KV_BOOL) {
+    if (depth != *rank && *rank != UINT32_MAX)
+      return ke_fail_at(e, at, "tensor(): the nested lists are ragged");
+    *rank = depth;
+    *is_int &= v->k == KV_INT;
+    return KILN_OK;
+  }
+  if (v->k != KV_LIST) return ke_fail_at(e, at, "tensor() takes numbers in nested lists, not %s",
+                                         ke_kind_name(v));
+  if (depth >= KIR_MAX_RANK) return ke_fail_at(e, at, "tensor(): more than %d nested lists",
+                                               KIR_MAX_RANK);
+  if (*rank != UINT32_MAX && (depth >= *rank || dims[depth] != v->list.n))
+    return ke_fail_at(e, at, "tensor(): the nested lists are ragged");
+  dims[depth] = v->list.n;
+  if (v->list.n == 0) {
+    if (*rank != UINT32_MAX && *rank != depth + 1)
+      return ke_fail_at(e, at, "tensor(): the nested lists are ragged");
+    *rank = depth + 1;
+  }
+  for (uint32_t i = 0; i < v->list.n; i++) {
+    kiln_status s = list_shape(e, at, &v->list.items[i], depth + 1, dims, rank, is_int);
+    if (s != KILN_OK) return s;
+  }
+  return KILN_OK;
+}
+
+static void list_fill(const kv *v, kiln_tensor *t, size_t *k) {
+  if (v->k == KV_LIST) {
+    for (uint32_t i = 0; i < v->list.n; i++)
+      list_fill(&v->list.items[i], t, k);
+    return;
+  }
+  kiln_tensor_set(t, (*k)++, v->k == KV_BOOL ? (double)v->b : num(v));
+}
+
+static kiln_status fn_tensor(ke_eval *e, const kf_node *call, const ke_args *a, kv *out) {
+  kiln_status s = want_args(e, call, "tensor", a, 1, 1, false);
+  if (s != KILN_OK) return s;
+  int64_t dims[KIR_MAX_RANK] = {0};
+  uint32_t rank = UINT32_MAX;
+  bool is_int = true;
+  if ((s = list_shape(e, a->pos_node[0], &a->pos[0], 0, dims, &rank, &is_int)) != KILN_OK)
+    return s;
+  kiln_tensor *t = new_host(e, is_int ? KILN_I64 : KILN_F64, rank, dims);
+  if (!t) return ke_locate(e, call, KILN_ERR_NOMEM);
+  size_t k = 0;
+  list_fill(&a->pos[0], t, &k);
+  *out = mk_host(t);
+  return KILN_OK;
+}
+
+/* randn(d0, d1, ..., seed=S), zeros(...), ones(...): float64 tensors. */
+static kiln_status fn_fill(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
+                           kv *out) {
+  int64_t dims[KIR_MAX_RANK];
+  uint64_t seed = e->prog->next_seed;
+  bool rnd = !strcmp(name, "randn");
+  for (uint32_t i = 0; i < a->nkw; i++) {
+    if (!rnd || strcmp(a->kwnames[i], "seed") || a->kw[i].k != KV_INT || a->kw[i].i < 0)
+      return ke_fail_at(e, a->kw_node[i], "%s() takes sizes%s, not '%s'", name,
+                        rnd ? " and seed=INT (>= 0)" : "", a->kwnames[i]);
+    seed = (uint64_t)a->kw[i].i;
+  }
+  if (rnd && !a->nkw) e->prog->next_seed++;
+  if (a->npos > KIR_MAX_RANK) return ke_fail_at(e, call, "%s(): at most %d sizes", name, KIR_MAX_RANK);
+  for (uint32_t i = 0; i < a->npos; i++) {
+    if (a->pos[i].k != KV_INT || a->pos[i].i < 0 || a->pos[i].i > ((int64_t)1 << 32))
+      return ke_fail_at(e, a->pos_node[i], "%s(): a size is an int from 0 to 2^32, got %s", name,
+                        ke_kind_name(&a->pos[i]));
+    dims[i] = a->pos[i].i;
+  }
+  kiln_tensor *t = new_host(e, KILN_F64, a->npos, dims);
+  if (!t) return ke_locate(e, call, KILN_ERR_NOMEM);
+  double *d = kiln_tensor_data(t);
+  size_t n = kiln_tensor_numel(t);
+  if (rnd)
+    kl_init_fill(&(kl_init){KL_INIT_NORMAL, 1.0}, seed, "randn", d, n);
+  else
+    for (size_t i = 0; i < n; i++)
+      d[i] = !strcmp(name, "ones");
+  *out = mk_host(t);
+  return KILN_OK;
+}
+
+static void print_value(FILE *f, const kv *v);
+
+static void print_tensor(FILE *f, const kiln_tensor *t, size_t axis, size_t *k) {
+  size_t r = kiln_tensor_rank(t);
+  if (axis == r) {
+    double x = kiln_tensor_get(t, (*k)++);
+    fprintf(f, "%.10g", x);
+    return;
+  }
+  fputc('[', f);
+  for (int64_t i = 0; i < kiln_tensor_dim(t, axis); i++) {
+    if (i) fputs(", ", f);
+    print_tensor(f, t, axis + 1, k);
+  }
+  fputc(']', f);
+}
+
+static void print_value(FILE *f, const kv *v) {
+  switch (v->k) {
+  case KV_INT:
+    fprintf(f, "%lld", (long long)v->i);
+    return;
+  case KV_FLOAT:
+    fprintf(f, "%.10g", v->f);
+    return;
+  case KV_BOOL:
+    fputs(v->b ? "true" : "false", f);
+    return;
+  case KV_NONE:
+    fputs("none", f);
+    return;
+  case KV_STR:
+    fputs(v->s, f);
+    return;
+  case KV_LIST:
+    fputc('[', f);
+    for (uint32_t i = 0; i < v->list.n; i++) {
+      if (i) fputs(", ", f);
+      print_value(f, &v->list.items[i]);
+    }
+    fputc(']', f);
+    return;
+  case KV_RECORD:
+    fputs("record(", f);
+    for (uint32_t i = 0; i < v->rec.n; i++) {
+      fprintf(f, "%s%s=", i ? ", " : "", v->rec.names[i]);
+      print_value(f, &v->rec.items[i]);
+    }
+    fputc(')', f);
+    return;
+  case KV_HOST: {
+    size_t k = 0, r = kiln_tensor_rank(v->host);
+    if (kiln_tensor_numel(v->host) > 1000 || r == 0) {
+      if (r == 0) {
+        print_tensor(f, v->host, 0, &k);
+        return;
+      }
+      fprintf(f, "tensor %s[", kiln_dtype_name(kiln_tensor_dtype(v->host)));
+      for (size_t i = 0; i < r; i++)
+        fprintf(f, "%s%lld", i ? ", " : "", (long long)kiln_tensor_dim(v->host, i));
+      fputc(']', f);
+      return;
+    }
+    print_tensor(f, v->host, 0, &k);
+    return;
+  }
+  default:
+    fprintf(f, "<%s>", ke_kind_name(v));
+  }
+}
+
+static kiln_status fn_print(ke_eval *e, const kf_node *call, const ke_args *a, kv *out) {
+  if (a->nkw) return ke_fail_at(e, a->kw_node[0], "print() has no argument '%s'", a->kwnames[0]);
+  for (uint32_t i = 0; i < a->npos; i++) {
+    if (i) fputc(' ', e->prog->out);
+    print_value(e->prog->out, &a->pos[i]);
+  }
+  fputc('\n', e->prog->out);
+  (void)call;
+  *out = (kv){.k = KV_NONE};
+  return KILN_OK;
+}
+
+/* record(...): a layer given as a field stands for its parameters, initialised from the
+ * program's seed counter (docs/decisions.md). */
+static kiln_status fn_record(ke_eval *e, const kf_node *call, const ke_args *a, kv *out) {
+  kiln_status s = ke_make_record(e, call, a, out);
+  for (uint32_t i = 0; s == KILN_OK && i < out->rec.n; i++)
+    if (out->rec.items[i].k == KV_LAYER)
+      s = layer_init(e, a->kw_node[i], out->rec.items[i].layer, e->prog->next_seed++,
+                     &out->rec.items[i]);
+  return s;
+}
+
+static kiln_status fn_grad(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
+                           kv *out) {
+  kiln_status s = want_args(e, call, name, a, 1, 1, false);
+  if (s != KILN_OK) return s;
+  if (a->pos[0].k != KV_FN)
+    return ke_fail_at(e, a->pos_node[0], "%s() takes a function, e.g. %s(fn(p) => loss(p)), "
+                      "got %s", name, name, ke_kind_name(&a->pos[0]));
+  *out = (kv){.k = KV_GRADFN, .grad = {a->pos[0].fn, !strcmp(name, "value_and_grad")}};
+  return KILN_OK;
+}
+
+static kiln_status fn_load_npy(ke_eval *e, const kf_node *call, const ke_args *a, kv *out) {
+  kiln_status s = want_args(e, call, "load_npy", a, 1, 1, false);
+  if (s != KILN_OK) return s;
+  if (a->pos[0].k != KV_STR)
+    return ke_fail_at(e, a->pos_node[0], "load_npy() takes a file name");
+  kiln_tensor *t = NULL;
+  if ((s = kiln_npy_read(e->ctx, a->pos[0].s, &t)) != KILN_OK) return ke_locate(e, call, s);
+  if (!keep(e, t)) return ke_nomem(e, call);
+  *out = mk_host(t);
+  return KILN_OK;
+}
+
+static const char *const prog_fns[] = {"record", "tensor", "randn", "zeros", "ones", "print",
+                                       "grad", "value_and_grad", "count_params", "len",
+                                       "load_npy", NULL};
+
+bool ke_is_prog_builtin(const char *name) {
+  for (size_t i = 0; prog_fns[i]; i++)
+    if (!strcmp(prog_fns[i], name)) return true;
+  return false;
+}
+
+bool ke_prog_call(ke_eval *e, const kf_node *call, const char *name, const ke_args *a, kv *out,
+                  kiln_status *s) {
+  if (!strcmp(name, "record")) { /* also in model files: a record of load-time values */
+    *s = e->prog ? fn_record(e, call, a, out) : ke_make_record(e, call, a, out);
+    return true;
+  }
+  if (!e->prog || !ke_is_prog_builtin(name)) return false;
+  if (e->b && strcmp(name, "len") && strcmp(name, "count_params")) {
+    *s = ke_fail_at(e, call, "%s() is called at the top of the program, not inside a function "
+                    "that is being traced", name);
+    return true;
+  }
+  if (!strcmp(name, "tensor"))
+    *s = fn_tensor(e, call, a, out);
+  else if (!strcmp(name, "randn") || !strcmp(name, "zeros") || !strcmp(name, "ones"))
+    *s = fn_fill(e, call, name, a, out);
+  else if (!strcmp(name, "print"))
+    *s = fn_print(e, call, a, out);
+  else if (!strcmp(name, "grad") || !strcmp(name, "value_and_grad"))
+    *s = fn_grad(e, call, name, a, out);
+  else if (!strcmp(name, "load_npy"))
+    *s = fn_load_npy(e, call, a, out);
+  else if ((*s = want_args(e, call, name, a, 1, 1, false)) != KILN_OK)
+    return true;
+  else if (!strcmp(name, "len") && a->pos[0].k == KV_LIST)
+    *out = mk_int(a->pos[0].list.n);
+  else if (!strcmp(name, "len"))
+    *s = ke_fail_at(e, call, "len() takes a list, got %s", ke_kind_name(&a->pos[0]));
+  else
+    *out = mk_int(count_leaves(&a->pos[0]));
+  return true;
+}
+
+kiln_status ke_prog_method(ke_eval *e, const kf_node *call, const kv *obj, const char *name,
+                           const ke_args *a, kv *out) {
+  if (obj->k == KV_LAYER && !strcmp(name, "init")) {
+    uint64_t seed = 0;
+    for (uint32_t i = 0; i < a->nkw; i++) {
+      if (strcmp(a->kwnames[i], "seed") || a->kw[i].k != KV_INT || a->kw[i].i < 0)
+        return ke_fail_at(e, a->kw_node[i], "init() takes seed=INT (>= 0), not '%s'",
+                          a->kwnames[i]);
+      seed = (uint64_t)a->kw[i].i;
+    }
+    if (a->npos) return ke_fail_at(e, call, "init() takes only seed=INT");
+    return layer_init(e, call, obj->layer, seed, out);
+  }
+  return ke_fail_at(e, call, "calling '.%s' of %s is not available in programs yet", name,
+                    ke_kind_name(obj));
+}
+
+/* ------------------------------------------------------------- running a program */
+
+static kiln_status read_text(kiln_ctx *ctx, const char *path, char **out, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return kir_fail(ctx, KILN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  char *buf = NULL;
+  size_t n = 0, cap = 0, got;
+  do {
+    if (n == cap) {
+      char *p = realloc(buf, cap = cap ? 2 * cap : 4096);
+      if (!p) {
+        free(buf);
+        fclose(f);
+        return kir_fail(ctx, KILN_ERR_NOMEM, "%s: out of memory", path);
+      }
+      buf = p;
+    }
+    n += got = fread(buf + n, 1, cap - n, f);
+  } while (got);
+  bool bad = ferror(f);
+  fclose(f);
+  if (bad) {
+    free(buf);
+    return kir_fail(ctx, KILN_ERR_IO, "%s: read error", path);
+  }
+  *out = buf, *len = n;
+  return KILN_OK;
+}
+
+/* An input's tensor as the program holds it: float types become f64. */
+static kiln_status take_input(ke_eval *e, const char *name, const kiln_tensor *in, kv *out) {
+  kiln_dtype t = kiln_tensor_dtype(in);
+  bool fl = t == KILN_F32 || t == KILN_F16 || t == KILN_BF16 || t == KILN_F64;
+  size_t r = kiln_tensor_rank(in);
+  int64_t dims[KIR_MAX_RANK];
+  for (size_t i = 0; i < r; i++)
+    dims[i] = kiln_tensor_dim(in, i);
+  kiln_tensor *c = new_host(e, fl ? KILN_F64 : t, r, dims);
+  if (!c) return kir_fail(e->ctx, KILN_ERR_NOMEM, "input %s: out of memory", name);
+  if (fl)
+    for (size_t i = 0; i < kiln_tensor_numel(in); i++)
+      kiln_tensor_set(c, i, kiln_tensor_get(in, i));
+  else
+    memcpy(kiln_tensor_data(c), kiln_tensor_cdata(in), kiln_tensor_nbytes(in));
+  *out = mk_host(c);
+  return KILN_OK;
+}
+
+static kiln_status bind_input(ke_eval *e, const char *file, const kf_stmt *st,
+                              const kiln_program_options *o, const ke_bind **env) {
+  size_t i = 0;
+  while (i < o->n_inputs && strcmp(o->input_names[i], st->name))
+    i++;
+  if (i == o->n_inputs)
+    return kir_fail(e->ctx, KILN_ERR_INVALID,
+                    "%s:%u:%u: error: input '%s' has no value: give it with --input %s=FILE.npy",
+                    file, st->line, st->col, st->name, st->name);
+  const kiln_tensor *t = o->inputs[i];
+  bool ok = !st->type.is_graph && kiln_tensor_rank(t) == st->type.rank;
+  for (uint32_t d = 0; ok && d < st->type.rank; d++)
+    ok = st->type.dims[d].sym || st->type.dims[d].n == kiln_tensor_dim(t, d);
+  if (!ok)
+    return kir_fail(e->ctx, KILN_ERR_INVALID,
+                    "%s:%u:%u: error: input '%s' does not have the shape this 'input' statement "
+                    "declares", file, st->line, st->col, st->name);
+  kv v;
+  kiln_status s = take_input(e, st->name, t, &v);
+  if (s == KILN_OK && !(*env = ke_bind_new(e, *env, st->name, v, false)))
+    s = kir_fail(e->ctx, KILN_ERR_NOMEM, "out of memory");
+  return s;
+}
+
+static kiln_status run_program(ke_eval *e, const kf_module *m, const kiln_program_options *o) {
+  const ke_bind *env = NULL;
+  for (size_t i = 0; i < o->n_inputs; i++) { /* names the file uses without declaring them */
+    bool declared = false;
+    for (uint32_t k = 0; k < m->nstmts && !declared; k++)
+      declared = m->stmts[k].kind == KF_STMT_INPUT && !strcmp(m->stmts[k].name, o->input_names[i]);
+    if (declared) continue;
+    kv v;
+    kiln_status s = take_input(e, o->input_names[i], o->inputs[i], &v);
+    if (s != KILN_OK) return s;
+    if (!(env = ke_bind_new(e, env, o->input_names[i], v, false)))
+      return kir_fail(e->ctx, KILN_ERR_NOMEM, "out of memory");
+  }
+  for (uint32_t i = 0; i < m->nstmts; i++) {
+    const kf_stmt *st = &m->stmts[i];
+    kv ret;
+    bool returned = false;
+    kiln_status s = st->kind == KF_STMT_INPUT ? bind_input(e, m->file, st, o, &env)
+                                              : ke_exec_stmt(e, &env, st, &ret, &returned);
+    if (s != KILN_OK) return s;
+  }
+  if (m->model) {
+    kv v;
+    return ke_eval_node(e, env, m->model, &v);
+  }
+  return KILN_OK;
+}
+
+KILN_API kiln_status kiln_program_run(kiln_ctx *ctx, const char *path, kiln_program_options *opt,
+                                      int *is_program) {
+  if (!path || !opt)
+    return kir_fail(ctx, KILN_ERR_INVALID, "kiln_program_run: no path or options");
+  if (is_program) *is_program = 0;
+  char *text = NULL;
+  size_t len = 0;
+  kiln_status s = read_text(ctx, path, &text, &len);
+  if (s != KILN_OK) return s;
+  kiln_model_file *mf = calloc(1, sizeof *mf);
+  ke_shared *sh = calloc(1, sizeof *sh);
+  if (!mf || !sh) {
+    free(text), free(mf), free(sh);
+    return kir_fail(ctx, KILN_ERR_NOMEM, "%s: out of memory", path);
+  }
+  sh->refs = 1;
+  mf->sh = sh;
+  kf_module *m = NULL;
+  s = kf_parse_program(ctx, text, len, path, &sh->ast, &m);
+  free(text);
+  ke_prog P = {.backend = opt->backend, .device = opt->device, .out = opt->out ? opt->out : stdout};
+  if (s == KILN_OK && (m->program || opt->force)) {
+    if (is_program) *is_program = 1;
+    ke_eval e = {.ctx = ctx, .sh = sh, .arena = &sh->vals, .mf = mf, .prog = &P,
+                 .fuel = PROG_FUEL};
+    s = run_program(&e, m, opt);
+    fflush(P.out);
+  }
+  opt->graphs_run = P.runs;
+  opt->info = P.info;
+  for (size_t i = 0; i < P.npool; i++)
+    kiln_tensor_destroy(P.pool[i]);
+  free(P.pool);
+  kiln_model_file_destroy(mf);
+  return s;
+}
