@@ -466,7 +466,8 @@ static kiln_status eval_call(ke_eval *e, const ke_bind *env, const kf_node *n, k
       return ke_fail_at(e, n, "%s() runs only in a program (kiln run FILE.kiln), not in a model file",
                         name);
     if (listed(unavailable, name))
-      return ke_fail_at(e, n, "%s is not available in model files yet", name);
+      return ke_fail_at(e, n, "%s is not available in %s yet", name,
+                        e->prog ? "programs" : "model files");
     if (!kl_ctor_find(name) && !ke_find_unary(name) && !ke_find_builtin(name))
       return ke_fail_at(e, n, "unknown function '%s'", name);
   }
