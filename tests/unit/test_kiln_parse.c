@@ -33,11 +33,14 @@ typedef struct parsed {
   char *copy;
 } parsed;
 
+static bool program_mode; /* parse with kf_parse_program */
+
 static parsed parse_n(const char *text, size_t len, const char *file) {
   parsed p = {0};
   p.copy = malloc(len ? len : 1);
   if (len) memcpy(p.copy, text, len);
-  p.status = kf_parse(ctx, p.copy, len, file, &p.arena, &p.m);
+  p.status = program_mode ? kf_parse_program(ctx, p.copy, len, file, &p.arena, &p.m)
+                          : kf_parse(ctx, p.copy, len, file, &p.arena, &p.m);
   return p;
 }
 
@@ -543,8 +546,38 @@ static void test_bounds(void) {
   kir_arena_free(&a);
 }
 
+/* Programs (tests/seed) print and parse back to the same tree; one canonical form exactly. */
+static void test_programs(void) {
+  program_mode = true;
+  const char *files[] = {"001_s2_gated_blocks.kiln", "002_s1_contract.kiln", "grad_fd.kiln",
+                         "language.kiln"};
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/seed/%s", KILN_SOURCE_DIR, files[i]);
+    size_t n;
+    char *text = read_file(path, &n);
+    CHECK(text != NULL);
+    char *printed = text ? round_trip(text, n, files[i]) : NULL;
+    CHECK(printed != NULL);
+    free(printed);
+    free(text);
+  }
+  const char *src = "fn f(p, x):\n    var h = x\n    for i in 0..n:\n        if i > 1:\n"
+                    "            h = h + 1\n        elif i == 0:\n            h = h - 1\n"
+                    "    return [h for _ in xs]\nlet a, b = f(1, 2)\nprint(x[..., -1])\n";
+  const char *want = "fn f(p, x):\n  var h = x\n  for i in (0 .. n):\n    if (i > 1):\n"
+                     "      h = (h + 1)\n    else:\n      if (i == 0):\n        h = (h - 1)\n"
+                     "  return [h for _ in xs]\nlet a, b = f(1, 2)\nprint(x[..., -1])\n";
+  char *got = round_trip(src, strlen(src), "t.kiln");
+  CHECK(got && !strcmp(got, want));
+  if (got && strcmp(got, want)) fprintf(stderr, "  got:\n%s\n  want:\n%s\n", got, want);
+  free(got);
+  program_mode = false;
+}
+
 int main(void) {
   ctx = kiln_ctx_create();
+  test_programs();
   test_model_files();
   test_prints();
   test_tree();
