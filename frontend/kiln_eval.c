@@ -168,6 +168,11 @@ static const char *const unavailable[] = {"fit",
                                           "vae_loss",
                                           "tree_map",
                                           "qlinear",
+                                          "hessian",
+                                          "minimize",
+                                          "lbfgs",
+                                          "load_safetensors",
+                                          "save_safetensors",
                                           NULL};
 
 static bool listed(const char *const *list, const char *name) {
@@ -324,6 +329,8 @@ static kl_fn *fn_of(ke_eval *e, const kf_node *at, ke_lambda *f) {
   mf->fns[mf->nfns++] = f->fn;
   return f->fn;
 }
+
+kl_fn *ke_fn_of(ke_eval *e, ke_lambda *f) { return fn_of(e, f->node, f); }
 
 /* ---------------------------------------------------------- constructors */
 
@@ -788,7 +795,7 @@ static kiln_status eval_name(ke_eval *e, const ke_bind *env, const kf_node *n, k
   const ke_bind *b = lookup(env, n->name);
   if (b) {
     *out = b->v;
-    if (e->b && out->k == KV_LAYER)
+    if (e->b && !e->prog && out->k == KV_LAYER)
       return ke_fail_at(e, n, "'%s' is a layer: a function works on tensors and cannot use layers",
                      n->name);
     if (e->b && out->k == KV_INPUT)

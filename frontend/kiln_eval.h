@@ -158,6 +158,8 @@ void *ke_alloc(ke_eval *e, size_t n);
 
 kiln_status ke_eval_node(ke_eval *e, const ke_bind *env, const kf_node *n, kv *out);
 const ke_bind *ke_lookup(const ke_bind *env, const char *name);
+/* The kl_fn of a lambda (made once, owned by the model file): for layers and fit's loss. */
+kl_fn *ke_fn_of(ke_eval *e, ke_lambda *f);
 const ke_bind *ke_bind_new(ke_eval *e, const ke_bind *env, const char *name, kv v, bool is_var);
 kiln_status ke_call_value(ke_eval *e, const kf_node *call, const kv *f, const ke_args *a, kv *out);
 /* A builtin tensor function or elementwise function by name (in a build). */

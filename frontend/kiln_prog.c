@@ -26,33 +26,13 @@
  * Host tensors belong to the program (a pool freed when it ends); the values
  * that point at them live in the shared arena, like every evaluator value.
  */
-#include "frontend/kiln_eval.h"
-#include "kiln/fit.h"
+#include "frontend/kiln_prog.h"
 
 #define PROG_FUEL (1u << 22)
 
-typedef struct lift {
-  kl_build b;
-  kiln_tensor **hosts; /* hosts[i] is graph parameter vals[i] */
-  kiln_value *vals;
-  uint32_t n, cap;
-} lift;
-
-struct ke_prog {
-  kiln_backend backend;
-  const char *device;
-  FILE *out;
-  kiln_tensor **pool;
-  size_t npool, cappool;
-  uint64_t next_seed; /* randn without seed=, layers given to record(...) */
-  lift *lift;
-  unsigned runs;     /* graphs run */
-  kiln_run_info info; /* of the last run */
-};
-
 /* ------------------------------------------------------------- host tensors */
 
-static kiln_tensor *keep(ke_eval *e, kiln_tensor *t) {
+kiln_tensor *kprog_keep(ke_eval *e, kiln_tensor *t) {
   ke_prog *p = e->prog;
   if (!t) return NULL;
   if (p->npool == p->cappool) {
@@ -67,13 +47,12 @@ static kiln_tensor *keep(ke_eval *e, kiln_tensor *t) {
   return p->pool[p->npool++] = t;
 }
 
-static kiln_tensor *new_host(ke_eval *e, kiln_dtype t, size_t rank, const int64_t *dims) {
+kiln_tensor *kprog_new_host(ke_eval *e, kiln_dtype t, size_t rank, const int64_t *dims) {
   kiln_tensor *x = NULL;
   if (kiln_tensor_create(e->ctx, t, rank, dims, &x) != KILN_OK) return NULL;
-  return keep(e, x);
+  return kprog_keep(e, x);
 }
 
-static kv mk_host(kiln_tensor *t) { return (kv){.k = KV_HOST, .host = t}; }
 
 bool ke_has_host(const kv *v) {
   if (v->k == KV_HOST) return true;
@@ -114,7 +93,7 @@ kiln_status ke_host_in(ke_eval *e, const kf_node *at, kv *v) {
   return ke_graph_check(e, at, p);
 }
 
-static kiln_status deep_in(ke_eval *e, const kf_node *at, kv *v) {
+kiln_status kprog_deep_in(ke_eval *e, const kf_node *at, kv *v) {
   if (v->k == KV_HOST) return ke_host_in(e, at, v);
   if (v->k != KV_LIST && v->k != KV_RECORD) return KILN_OK;
   uint32_t n = v->k == KV_LIST ? v->list.n : v->rec.n;
@@ -122,7 +101,7 @@ static kiln_status deep_in(ke_eval *e, const kf_node *at, kv *v) {
   if (!items) return ke_nomem(e, at);
   memcpy(items, v->k == KV_LIST ? v->list.items : v->rec.items, n * sizeof *items);
   for (uint32_t i = 0; i < n; i++) {
-    kiln_status s = deep_in(e, at, &items[i]);
+    kiln_status s = kprog_deep_in(e, at, &items[i]);
     if (s != KILN_OK) return s;
   }
   if (v->k == KV_LIST)
@@ -138,7 +117,7 @@ static void lift_open(ke_eval *e, lift *L) {
   L->b.graph.src = L->b.graph.dst = L->b.graph.batch = KILN_NO_VALUE;
 }
 
-static void lift_close(lift *L) {
+void kprog_lift_close(lift *L) {
   kiln_graph_destroy(L->b.g);
   kir_arena_free(&L->b.arena);
   free(L->hosts);
@@ -194,7 +173,7 @@ static kiln_status bring_back(ke_eval *e, const kf_node *at, kv *v, const kiln_v
 }
 
 /* Runs graph g (parameters: L's host tensors) and keeps its n results. */
-static kiln_status run_graph(ke_eval *e, const kf_node *at, lift *L, kiln_graph *g, uint32_t n,
+kiln_status kprog_run_graph(ke_eval *e, const kf_node *at, lift *L, kiln_graph *g, uint32_t n,
                              kiln_tensor **outs) {
   kiln_run_options o = {.backend = e->prog->backend, .device = e->prog->device};
   for (uint32_t i = 0; i < n; i++)
@@ -203,7 +182,7 @@ static kiln_status run_graph(ke_eval *e, const kf_node *at, lift *L, kiln_graph 
   if (s != KILN_OK) return ke_locate(e, at, s);
   e->prog->runs++;
   for (uint32_t i = 0; i < n; i++)
-    if (!keep(e, outs[i])) {
+    if (!kprog_keep(e, outs[i])) {
       for (uint32_t j = i + 1; j < n; j++)
         kiln_tensor_destroy(outs[j]);
       return ke_nomem(e, at);
@@ -221,11 +200,11 @@ static kiln_status lift_finish(ke_eval *e, const kf_node *at, lift *L, kv *r) {
   kiln_status s = collect(e, at, r, res, &n, MAX_RESULTS);
   if (s != KILN_OK || n == 0) return s;
   if ((s = kiln_graph_set_results(L->b.g, n, res)) != KILN_OK) return ke_locate(e, at, s);
-  if ((s = run_graph(e, at, L, L->b.g, n, outs)) != KILN_OK) return s;
+  if ((s = kprog_run_graph(e, at, L, L->b.g, n, outs)) != KILN_OK) return s;
   return bring_back(e, at, r, res, outs, n);
 }
 
-static kiln_status lift_begin(ke_eval *e, const kf_node *at, lift *L) {
+kiln_status kprog_lift_begin(ke_eval *e, const kf_node *at, lift *L) {
   lift_open(e, L);
   kiln_status s = kiln_graph_create(e->ctx, "program", &L->b.g);
   if (s != KILN_OK) return ke_locate(e, at, s);
@@ -237,14 +216,14 @@ static kiln_status lift_begin(ke_eval *e, const kf_node *at, lift *L) {
 kiln_status ke_lift(ke_eval *e, const kf_node *at, ke_lift_fn fn, void *data, kv *out) {
   if (e->b || !e->prog) return fn(e, at, data, out);
   lift L;
-  kiln_status s = lift_begin(e, at, &L);
+  kiln_status s = kprog_lift_begin(e, at, &L);
   kv r = {0};
   if (s == KILN_OK) s = fn(e, at, data, &r);
   e->b = NULL;
   e->prog->lift = NULL;
   if (s == KILN_OK && r.k == KV_HOST) *out = r;
   else if (s == KILN_OK && (s = lift_finish(e, at, &L, &r)) == KILN_OK) *out = r;
-  lift_close(&L);
+  kprog_lift_close(&L);
   return s;
 }
 
@@ -262,9 +241,9 @@ static kiln_status lifted_named(ke_eval *e, const kf_node *call, void *data, kv 
   memcpy(kw, a.kw, a.nkw * sizeof *kw);
   kiln_status s = KILN_OK;
   for (uint32_t i = 0; s == KILN_OK && i < a.npos; i++)
-    s = deep_in(e, a.pos_node[i], &pos[i]);
+    s = kprog_deep_in(e, a.pos_node[i], &pos[i]);
   for (uint32_t i = 0; s == KILN_OK && i < a.nkw; i++)
-    s = deep_in(e, a.kw_node[i], &kw[i]);
+    s = kprog_deep_in(e, a.kw_node[i], &kw[i]);
   a.pos = pos, a.kw = kw;
   if (s == KILN_OK && !ke_call_builtin(e, call, c->name, &a, out, &s))
     s = ke_fail_at(e, call, "internal error: '%s' is no tensor function", c->name);
@@ -286,7 +265,7 @@ bool ke_call_named(ke_eval *e, const kf_node *call, const char *name, const ke_a
 /* ------------------------------------------------------------- parameter trees */
 
 /* The parameter tree of kiln_params named by path: "0.W" -> [record(W=...)]. */
-static kiln_status tree_of(ke_eval *e, const kf_node *at, const kiln_params *p, size_t lo,
+kiln_status kprog_tree_of(ke_eval *e, const kf_node *at, const kiln_params *p, size_t lo,
                            size_t hi, size_t depth, kv *out) {
   const char *first = kiln_params_name(p, lo);
   size_t skip = 0;
@@ -325,11 +304,11 @@ static kiln_status tree_of(ke_eval *e, const kf_node *at, const kiln_params *p, 
       int64_t dims[KIR_MAX_RANK];
       for (size_t d = 0; d < r; d++)
         dims[d] = kiln_tensor_dim(src, d);
-      kiln_tensor *t = new_host(e, kiln_tensor_dtype(src), r, dims);
+      kiln_tensor *t = kprog_new_host(e, kiln_tensor_dtype(src), r, dims);
       if (!t) return ke_nomem(e, at);
       memcpy(kiln_tensor_data(t), kiln_tensor_cdata(src), kiln_tensor_nbytes(src));
       items[k] = mk_host(t);
-    } else if ((s = tree_of(e, at, p, i, j, depth + 1, &items[k])) != KILN_OK) {
+    } else if ((s = kprog_tree_of(e, at, p, i, j, depth + 1, &items[k])) != KILN_OK) {
       return s;
     }
     i = j;
@@ -348,7 +327,7 @@ static kiln_status tree_of(ke_eval *e, const kf_node *at, const kiln_params *p, 
   return KILN_OK;
 }
 
-static kiln_status layer_init(ke_eval *e, const kf_node *at, const kl_layer *l, uint64_t seed,
+kiln_status kprog_layer_init(ke_eval *e, const kf_node *at, const kl_layer *l, uint64_t seed,
                               kv *out) {
   kiln_params *p = NULL;
   kiln_status s = kiln_layer_init(e->ctx, l, seed, KILN_F64, &p);
@@ -356,13 +335,13 @@ static kiln_status layer_init(ke_eval *e, const kf_node *at, const kl_layer *l, 
   if (kiln_params_count(p) == 0)
     *out = (kv){.k = KV_RECORD};
   else
-    s = tree_of(e, at, p, 0, kiln_params_count(p), 0, out);
+    s = kprog_tree_of(e, at, p, 0, kiln_params_count(p), 0, out);
   kiln_params_destroy(p);
   return s;
 }
 
 /* The leaf of tree v at path "blocks.3.W", or NULL. */
-static const kv *tree_leaf(const kv *v, const char *path) {
+const kv *kprog_tree_leaf(const kv *v, const char *path) {
   while (*path) {
     size_t len = strcspn(path, ".");
     const kv *next = NULL;
@@ -460,7 +439,7 @@ static kiln_status differentiate(ke_eval *e, const kf_node *call, lift *L, const
     wrt[i] = i < nw;
   kiln_graph *gg = NULL;
   if ((s = kiln_graph_grad(L->b.g, wrt, 0, &gg)) != KILN_OK) return ke_locate(e, call, s);
-  s = run_graph(e, call, L, gg, nw + 1, outs);
+  s = kprog_run_graph(e, call, L, gg, nw + 1, outs);
   kiln_graph_destroy(gg);
   if (s != KILN_OK) return s;
   kv g = a->pos[0];
@@ -497,7 +476,7 @@ static kiln_status apply_layer(ke_eval *e, const kf_node *call, const kl_layer *
   kiln_value *vals = ke_alloc(e, (pl.n + 1) * sizeof *vals);
   if (!vals) s = ke_nomem(e, call);
   for (uint32_t i = 0; s == KILN_OK && i < pl.n; i++) {
-    const kv *leaf = tree_leaf(&a->pos[0], pl.p[i].path);
+    const kv *leaf = kprog_tree_leaf(&a->pos[0], pl.p[i].path);
     if (!leaf || leaf->k != KV_HOST) {
       s = ke_fail_at(e, a->pos_node[0], "the parameters have no tensor '%s' (make them with "
                      "model.init(seed=0))", pl.p[i].path);
@@ -507,7 +486,7 @@ static kiln_status apply_layer(ke_eval *e, const kf_node *call, const kl_layer *
     if ((s = ke_host_in(e, call, &t)) == KILN_OK) vals[i] = t.t;
   }
   kv x = a->pos[1];
-  if (s == KILN_OK) s = deep_in(e, call, &x);
+  if (s == KILN_OK) s = kprog_deep_in(e, call, &x);
   if (s == KILN_OK && x.k != KV_TENSOR)
     s = ke_fail_at(e, a->pos_node[1], "the model's input must be a tensor, got %s",
                    ke_kind_name(&x));
@@ -550,11 +529,11 @@ kiln_status ke_prog_apply(ke_eval *e, const kf_node *call, const kv *f, const ke
                       f->grad.with_value ? "value_and_grad" : "grad",
                       f->grad.with_value ? "value_and_grad" : "grad");
   lift L;
-  kiln_status s = lift_begin(e, call, &L);
+  kiln_status s = kprog_lift_begin(e, call, &L);
   if (s == KILN_OK) s = differentiate(e, call, &L, f, a, out);
   e->b = NULL;
   e->prog->lift = NULL;
-  lift_close(&L);
+  kprog_lift_close(&L);
   return s;
 }
 
@@ -737,7 +716,7 @@ static kiln_status fn_tensor(ke_eval *e, const kf_node *call, const ke_args *a, 
   bool is_int = true;
   if ((s = list_shape(e, a->pos_node[0], &a->pos[0], 0, dims, &rank, &is_int)) != KILN_OK)
     return s;
-  kiln_tensor *t = new_host(e, is_int ? KILN_I64 : KILN_F64, rank, dims);
+  kiln_tensor *t = kprog_new_host(e, is_int ? KILN_I64 : KILN_F64, rank, dims);
   if (!t) return ke_locate(e, call, KILN_ERR_NOMEM);
   size_t k = 0;
   list_fill(&a->pos[0], t, &k);
@@ -765,7 +744,7 @@ static kiln_status fn_fill(ke_eval *e, const kf_node *call, const char *name, co
                         ke_kind_name(&a->pos[i]));
     dims[i] = a->pos[i].i;
   }
-  kiln_tensor *t = new_host(e, KILN_F64, a->npos, dims);
+  kiln_tensor *t = kprog_new_host(e, KILN_F64, a->npos, dims);
   if (!t) return ke_locate(e, call, KILN_ERR_NOMEM);
   double *d = kiln_tensor_data(t);
   size_t n = kiln_tensor_numel(t);
@@ -867,7 +846,7 @@ static kiln_status fn_record(ke_eval *e, const kf_node *call, const ke_args *a, 
   kiln_status s = ke_make_record(e, call, a, out);
   for (uint32_t i = 0; s == KILN_OK && i < out->rec.n; i++)
     if (out->rec.items[i].k == KV_LAYER)
-      s = layer_init(e, a->kw_node[i], out->rec.items[i].layer, e->prog->next_seed++,
+      s = kprog_layer_init(e, a->kw_node[i], out->rec.items[i].layer, e->prog->next_seed++,
                      &out->rec.items[i]);
   return s;
 }
@@ -890,7 +869,7 @@ static kiln_status fn_load_npy(ke_eval *e, const kf_node *call, const ke_args *a
     return ke_fail_at(e, a->pos_node[0], "load_npy() takes a file name");
   kiln_tensor *t = NULL;
   if ((s = kiln_npy_read(e->ctx, a->pos[0].s, &t)) != KILN_OK) return ke_locate(e, call, s);
-  if (!keep(e, t)) return ke_nomem(e, call);
+  if (!kprog_keep(e, t)) return ke_nomem(e, call);
   *out = mk_host(t);
   return KILN_OK;
 }
@@ -902,7 +881,7 @@ static const char *const prog_fns[] = {"record", "tensor", "randn", "zeros", "on
 bool ke_is_prog_builtin(const char *name) {
   for (size_t i = 0; prog_fns[i]; i++)
     if (!strcmp(prog_fns[i], name)) return true;
-  return false;
+  return kprog_is_train_fn(name);
 }
 
 bool ke_prog_call(ke_eval *e, const kf_node *call, const char *name, const ke_args *a, kv *out,
@@ -912,6 +891,7 @@ bool ke_prog_call(ke_eval *e, const kf_node *call, const char *name, const ke_ar
     return true;
   }
   if (!e->prog || !ke_is_prog_builtin(name)) return false;
+  if (kprog_train_call(e, call, name, a, out, s)) return true;
   if (e->b && strcmp(name, "len") && strcmp(name, "count_params")) {
     *s = ke_fail_at(e, call, "%s() is called at the top of the program, not inside a function "
                     "that is being traced", name);
@@ -949,8 +929,12 @@ kiln_status ke_prog_method(ke_eval *e, const kf_node *call, const kv *obj, const
       seed = (uint64_t)a->kw[i].i;
     }
     if (a->npos) return ke_fail_at(e, call, "init() takes only seed=INT");
-    return layer_init(e, call, obj->layer, seed, out);
+    return kprog_layer_init(e, call, obj->layer, seed, out);
   }
+  if (obj->k == KV_RECORD && ke_record_field(obj, "optimizer") && !strcmp(name, "step"))
+    return kprog_opt_step(e, call, obj, a, out);
+  if (obj->k == KV_RECORD && !strcmp(name, "adjacency"))
+    return kprog_graph_method(e, call, obj, name, a, out);
   return ke_fail_at(e, call, "calling '.%s' of %s is not available in programs yet", name,
                     ke_kind_name(obj));
 }
@@ -992,7 +976,7 @@ static kiln_status take_input(ke_eval *e, const char *name, const kiln_tensor *i
   int64_t dims[KIR_MAX_RANK];
   for (size_t i = 0; i < r; i++)
     dims[i] = kiln_tensor_dim(in, i);
-  kiln_tensor *c = new_host(e, fl ? KILN_F64 : t, r, dims);
+  kiln_tensor *c = kprog_new_host(e, fl ? KILN_F64 : t, r, dims);
   if (!c) return kir_fail(e->ctx, KILN_ERR_NOMEM, "input %s: out of memory", name);
   if (fl)
     for (size_t i = 0; i < kiln_tensor_numel(in); i++)
@@ -1088,6 +1072,7 @@ KILN_API kiln_status kiln_program_run(kiln_ctx *ctx, const char *path, kiln_prog
   for (size_t i = 0; i < P.npool; i++)
     kiln_tensor_destroy(P.pool[i]);
   free(P.pool);
+  kprog_free_opts(&P);
   kiln_model_file_destroy(mf);
   return s;
 }
