@@ -166,6 +166,12 @@ kiln_status ke_call_value(ke_eval *e, const kf_node *call, const kv *f, const ke
 bool ke_call_named(ke_eval *e, const kf_node *call, const char *name, const ke_args *a, kv *out,
                    kiln_status *s);
 
+/* ---- numbers (kiln_numbers.c) ---- */
+
+/* x op y on two numbers (n is the KF_BINARY), and the comparisons of any two values. */
+kiln_status ke_num_arith(ke_eval *e, const kf_node *n, const kv *x, const kv *y, kv *out);
+kiln_status ke_compare(ke_eval *e, const kf_node *n, const kv *x, const kv *y, kv *out);
+
 /* ---- statements, blocks, ranges and comprehensions (kiln_stmt.c) ---- */
 
 /* Runs one statement: *env grows by what it binds; `ret` is set by `return`. */
