@@ -587,10 +587,11 @@ kiln_status kiln_fit(kiln_ctx *ctx, const kiln_train_spec *spec, const kiln_para
   kiln_trainer *t = NULL;
   kiln_status s = kiln_trainer_create(ctx, spec, init, &t);
   if (s) return s;
-  if (n_data != t->nin || n_data > 64) {
+  if (n_data != t->nin || n_data > 64) { /* the message reads t: destroy it after */
+    s = kir_fail(ctx, KILN_ERR_INVALID, "fit(): %zu data tensors given, the model needs %u (%s...)",
+                 n_data, t->nin, t->nin ? t->in_names[0] : "");
     kiln_trainer_destroy(t);
-    return kir_fail(ctx, KILN_ERR_INVALID, "fit(): %zu data tensors given, the model needs %u (%s...)",
-                    n_data, t->nin, t->nin ? t->in_names[0] : "");
+    return s;
   }
   /* The sample count: axis 0 of the first batched input. */
   int64_t nsamples = 0;
