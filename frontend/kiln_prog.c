@@ -458,51 +458,134 @@ static kiln_status differentiate(ke_eval *e, const kf_node *call, lift *L, const
 
 /* model(params, x): the layer applied inside the traced graph, its parameters read from the
  * tree by path. */
+/* A host value as a traced tensor of the lift (NULL node: at the call). */
+static kiln_status traced(ke_eval *e, const kf_node *at, const kv *v, kiln_value *out) {
+  kv t = *v;
+  kiln_status s = ke_host_in(e, at, &t);
+  if (s == KILN_OK && t.k != KV_TENSOR)
+    s = ke_fail_at(e, at, "expected a tensor, got %s", ke_kind_name(v));
+  if (s == KILN_OK) *out = t.t;
+  return s;
+}
+
+static kiln_status to_kl_val(ke_eval *e, const kf_node *at, kv *x, kl_val *out) {
+  if (x->k == KV_TENSOR) {
+    *out = kl_tensor(x->t);
+    return KILN_OK;
+  }
+  if (x->k != KV_LIST || x->list.n == 0)
+    return ke_fail_at(e, at, "the model's input is a tensor or a list of them, not %s",
+                      ke_kind_name(x));
+  *out = kl_list(e->b, x->list.n);
+  if (!out->items) return ke_nomem(e, at);
+  for (uint32_t i = 0; i < x->list.n; i++) {
+    kiln_status s = to_kl_val(e, at, &x->list.items[i], &out->items[i]);
+    if (s != KILN_OK) return s;
+  }
+  return KILN_OK;
+}
+
+static kiln_status from_kl_val(ke_eval *e, const kf_node *at, const kl_val *y, kv *out) {
+  if (!y->is_list) {
+    *out = mk_tensor(y->v);
+    return KILN_OK;
+  }
+  kv *items = ke_alloc(e, (y->n ? y->n : 1) * sizeof *items);
+  if (!items) return ke_nomem(e, at);
+  for (uint32_t i = 0; i < y->n; i++) {
+    kiln_status s = from_kl_val(e, at, &y->items[i], &items[i]);
+    if (s != KILN_OK) return s;
+  }
+  *out = (kv){.k = KV_LIST, .list = {items, y->n}};
+  return KILN_OK;
+}
+
+/* graph=g (a record from graph(...)): the build's graph input. */
+static kiln_status graph_in(ke_eval *e, const kf_node *at, const kv *g, kl_graph_in *gi) {
+  const kv *src = g->k == KV_RECORD ? ke_record_field(g, "src") : NULL;
+  const kv *dst = g->k == KV_RECORD ? ke_record_field(g, "dst") : NULL;
+  const kv *n = g->k == KV_RECORD ? ke_record_field(g, "n") : NULL;
+  const kv *batch = g->k == KV_RECORD ? ke_record_field(g, "batch") : NULL;
+  if (!src || !dst || !n || n->k != KV_INT)
+    return ke_fail_at(e, at, "graph= takes a graph made by graph(...), not %s", ke_kind_name(g));
+  *gi = (kl_graph_in){.present = true, .name = "g", .nodes = n->i, .graphs = 1};
+  kiln_status s = traced(e, at, src, &gi->src);
+  if (s == KILN_OK) s = traced(e, at, dst, &gi->dst);
+  kv b = batch ? *batch : (kv){.k = KV_NONE};
+  if (s == KILN_OK && !batch) { /* one graph: every node in graph 0 */
+    int64_t len = n->i;
+    kiln_tensor *t = kprog_new_host(e, KILN_I64, 1, &len);
+    if (!t) return ke_nomem(e, at);
+    memset(kiln_tensor_data(t), 0, kiln_tensor_nbytes(t));
+    b = mk_host(t);
+  }
+  if (s == KILN_OK && b.k == KV_HOST) {
+    const int64_t *ids = kiln_tensor_cdata(b.host);
+    for (int64_t i = 0; i < kiln_tensor_dim(b.host, 0); i++)
+      if (ids[i] + 1 > gi->graphs) gi->graphs = ids[i] + 1;
+  }
+  if (s == KILN_OK) s = traced(e, at, &b, &gi->batch);
+  return s;
+}
+
+/* The program's seed counter as an i64 scalar input: dropout and sampling under train=true. */
+static kiln_status seed_in(ke_eval *e, const kf_node *at, kiln_value *out) {
+  kiln_tensor *t = kprog_new_host(e, KILN_I64, 0, NULL);
+  if (!t) return ke_nomem(e, at);
+  *(int64_t *)kiln_tensor_data(t) = (int64_t)e->prog->next_seed++;
+  kv v = mk_host(t);
+  return traced(e, at, &v, out);
+}
+
 static kiln_status apply_layer(ke_eval *e, const kf_node *call, const kl_layer *l,
                                const ke_args *a, kv *out) {
-  for (uint32_t i = 0; i < a->nkw; i++)
-    if (strcmp(a->kwnames[i], "train") || a->kw[i].k != KV_BOOL || a->kw[i].b)
-      return ke_fail_at(e, a->kw_node[i], "model(params, x, %s=...) is not available in programs "
-                        "yet (only train=false)", a->kwnames[i]);
   if (a->npos != 2)
     return ke_fail_at(e, call, "a model is applied as model(params, x), got %u arguments",
                       a->npos);
-  kl_build *b = e->b;
-  kl_plist saved = b->params;
-  kiln_value *saved_vals = b->pvals;
+  kl_build *b = e->b, saved = *b;
+  kiln_status s = KILN_OK;
+  for (uint32_t i = 0; s == KILN_OK && i < a->nkw; i++) {
+    const char *k = a->kwnames[i];
+    const kv *v = &a->kw[i];
+    if (!strcmp(k, "train") && v->k == KV_BOOL)
+      b->train = v->b;
+    else if (!strcmp(k, "mask"))
+      s = traced(e, a->kw_node[i], v, &b->mask);
+    else if (!strcmp(k, "graph"))
+      s = graph_in(e, a->kw_node[i], v, &b->graph);
+    else
+      s = ke_fail_at(e, a->kw_node[i], "a model takes train=true|false, mask= and graph=, not "
+                     "'%s'", k);
+  }
+  if (s == KILN_OK && b->train && b->seed == KILN_NO_VALUE) s = seed_in(e, call, &b->seed);
   kl_plist pl = {0};
-  kiln_status s = kl_params_of(e->ctx, l, &pl);
-  if (s != KILN_OK) return ke_locate(e, call, s);
-  kiln_value *vals = ke_alloc(e, (pl.n + 1) * sizeof *vals);
-  if (!vals) s = ke_nomem(e, call);
+  if (s == KILN_OK && (s = kl_params_of(e->ctx, l, &pl)) != KILN_OK) s = ke_locate(e, call, s);
+  kiln_value *vals = s == KILN_OK ? ke_alloc(e, (pl.n + 1) * sizeof *vals) : NULL;
+  if (s == KILN_OK && !vals) s = ke_nomem(e, call);
   for (uint32_t i = 0; s == KILN_OK && i < pl.n; i++) {
     const kv *leaf = kprog_tree_leaf(&a->pos[0], pl.p[i].path);
-    if (!leaf || leaf->k != KV_HOST) {
+    if (!leaf || leaf->k != KV_HOST)
       s = ke_fail_at(e, a->pos_node[0], "the parameters have no tensor '%s' (make them with "
                      "model.init(seed=0))", pl.p[i].path);
-      break;
-    }
-    kv t = *leaf;
-    if ((s = ke_host_in(e, call, &t)) == KILN_OK) vals[i] = t.t;
+    else
+      s = traced(e, call, leaf, &vals[i]);
   }
   kv x = a->pos[1];
+  kl_val xin, y;
   if (s == KILN_OK) s = kprog_deep_in(e, call, &x);
-  if (s == KILN_OK && x.k != KV_TENSOR)
-    s = ke_fail_at(e, a->pos_node[1], "the model's input must be a tensor, got %s",
-                   ke_kind_name(&x));
-  kl_val y;
+  if (s == KILN_OK) s = to_kl_val(e, a->pos_node[1], &x, &xin);
   if (s == KILN_OK) {
     b->params = pl, b->pvals = vals;
-    s = kl_apply(b, l, "", kl_tensor(x.t), &y);
-    b->params = saved, b->pvals = saved_vals;
-    if (s != KILN_OK) s = ke_locate(e, call, s);
+    if ((s = kl_apply(b, l, "", xin, &y)) != KILN_OK) s = ke_locate(e, call, s);
   }
+  kiln_value seed = b->seed;
+  int64_t stream = b->next_stream;
+  kir_arena arena = b->arena;
+  *b = saved; /* one seed input per graph, fresh random streams, and the arena grew */
+  b->seed = seed, b->next_stream = stream, b->arena = arena;
   kl_plist_free(&pl);
-  if (s != KILN_OK) return s;
-  if (y.is_list) return ke_fail_at(e, call, "models with several outputs are not available in "
-                                   "programs yet");
-  *out = mk_tensor(y.v);
-  return ke_graph_check(e, call, y.v);
+  if (s == KILN_OK) s = from_kl_val(e, call, &y, out);
+  return s == KILN_OK ? kl_check(b) == KILN_OK ? KILN_OK : ke_locate(e, call, kl_check(b)) : s;
 }
 
 typedef struct apply_call {

@@ -472,13 +472,59 @@ static kiln_status want_host(ke_eval *e, const kf_node *at, const kv *v, const c
                     ke_kind_name(v));
 }
 
+/*
+ * fit(..., graph=g): the trainer's inputs are X, the graph's pieces (g.src, g.dst and, for
+ * layers that pool per graph, g.batch and g.graphs) and the target, in the order the trainer
+ * names them; a trainer is made once to learn that order (as `kiln fit` does).
+ */
+static kiln_status graph_data(ke_eval *e, const kf_node *at, const kv *g,
+                              const kiln_train_spec *spec, const kiln_params *p,
+                              kiln_tensor **data, size_t *n) {
+  const kv *src = g->k == KV_RECORD ? ke_record_field(g, "src") : NULL;
+  const kv *dst = g->k == KV_RECORD ? ke_record_field(g, "dst") : NULL;
+  const kv *nn = g->k == KV_RECORD ? ke_record_field(g, "n") : NULL;
+  const kv *batch = g->k == KV_RECORD ? ke_record_field(g, "batch") : NULL;
+  if (!src || !dst || !nn || src->k != KV_HOST || dst->k != KV_HOST || nn->k != KV_INT)
+    return ke_fail_at(e, at, "fit(): graph= takes a graph made by graph(...)");
+  int64_t G = 1, N = nn->i;
+  kiln_tensor *bt = batch && batch->k == KV_HOST ? batch->host : NULL;
+  if (!bt) {
+    if (!(bt = kprog_new_host(e, KILN_I64, 1, &N))) return ke_nomem(e, at);
+    memset(kiln_tensor_data(bt), 0, kiln_tensor_nbytes(bt));
+  }
+  for (int64_t i = 0; i < kiln_tensor_dim(bt, 0); i++)
+    if (((const int64_t *)kiln_tensor_cdata(bt))[i] + 1 > G)
+      G = ((const int64_t *)kiln_tensor_cdata(bt))[i] + 1;
+  kiln_tensor *graphs = kprog_new_host(e, KILN_I64, 1, &G);
+  if (!graphs) return ke_nomem(e, at);
+  memset(kiln_tensor_data(graphs), 0, kiln_tensor_nbytes(graphs));
+  kiln_trainer *t = NULL;
+  kiln_status s = kiln_trainer_create(e->ctx, spec, p, &t);
+  if (s != KILN_OK) return ke_locate(e, at, s);
+  kiln_tensor *x = data[0], *y = data[1];
+  size_t k = kiln_trainer_num_inputs(t);
+  for (size_t i = 0; i < k && i < 8; i++) {
+    const char *name = kiln_trainer_input_name(t, i);
+    data[i] = !strcmp(name, "g.src")      ? src->host
+              : !strcmp(name, "g.dst")    ? dst->host
+              : !strcmp(name, "g.batch")  ? bt
+              : !strcmp(name, "g.graphs") ? graphs
+              : !strcmp(name, "x")        ? x
+                                          : y;
+  }
+  kiln_trainer_destroy(t);
+  if (k > 8) return ke_fail_at(e, at, "fit(): the model takes more than 8 inputs");
+  *n = k;
+  return KILN_OK;
+}
+
 /* fit(model, params, X, y, loss=, opt=, epochs=, batch_size=, seed=, clip=, schedule=, val=,
  * verbose=): kiln_fit, returning record(params, history, val_history, device). */
 static kiln_status fn_fit(ke_eval *e, const kf_node *call, const ke_args *a, kv *out) {
   static const char *const names[] = {"loss",     "opt", "epochs",  "batch_size", "seed",
-                                      "clip",     "schedule", "val", "verbose", NULL};
-  const kv *kw[9];
-  const kf_node *kn[9];
+                                      "clip",     "schedule", "val", "verbose", "graph", NULL};
+  const kv *kw[10];
+  const kf_node *kn[10];
   kiln_status s = kwargs(e, "fit", a, names, kw, kn);
   if (s != KILN_OK) return s;
   if (a->npos < 3 || a->npos > 4)
@@ -532,12 +578,18 @@ static kiln_status fn_fit(ke_eval *e, const kf_node *call, const ke_args *a, kv 
     dims[i] = kiln_tensor_dim(x, i), syms[i] = i ? NULL : "N";
   kiln_model_input in = {.name = "x", .kind = KILN_INPUT_TENSOR, .dtype = kiln_tensor_dtype(x),
                          .rank = r, .dims = dims, .syms = syms};
-  spec.n_inputs = 1, spec.inputs = &in;
+  kiln_model_input ins[2] = {in, {.name = "g", .kind = KILN_INPUT_GRAPH}};
+  spec.n_inputs = kw[9] ? 2 : 1, spec.inputs = ins;
   kiln_params *p = NULL;
   if ((s = to_params(e, a->pos_node[1], &a->pos[1], &p)) != KILN_OK) return s;
-  kiln_tensor *data[2] = {a->pos[2].host, y->host};
+  kiln_tensor *data[8] = {a->pos[2].host, y->host};
+  size_t ndata = spec.loss && !strcmp(spec.loss, "vae") ? 1 : 2; /* vae's target is X */
+  if (kw[9] && (s = graph_data(e, kn[9], kw[9], &spec, p, data, &ndata)) != KILN_OK) {
+    kiln_params_destroy(p);
+    return s;
+  }
   kiln_fit_result res = {0};
-  s = kiln_fit(e->ctx, &spec, p, 2, data, &fo, &res);
+  s = kiln_fit(e->ctx, &spec, p, ndata, data, &fo, &res);
   kiln_params_destroy(p);
   if (s != KILN_OK) return ke_locate(e, call, s);
   kv *items = ke_alloc(e, 4 * sizeof *items);
