@@ -28,6 +28,7 @@ typedef struct lexer {
   size_t len, pos;
   uint32_t line, col;
   uint32_t depth; /* open ( and [ */
+  uint32_t err_line, err_col; /* where error_at's error is */
   kf_token *tok;
   size_t n, cap;
 } lexer;
@@ -86,6 +87,7 @@ static kiln_status error_at(lexer *lx, size_t k, const char *fmt, ...) {
   uint32_t line = lx->line, col = lx->col;
   for (size_t i = 0; i < k && lx->pos + i < lx->len; i++)
     step_pos(&line, &col, (unsigned char)lx->s[lx->pos + i]);
+  lx->err_line = line, lx->err_col = col;
   char msg[600];
   va_list ap;
   va_start(ap, fmt);
@@ -430,7 +432,18 @@ kiln_status kf_lex(kiln_ctx *ctx, const char *text, size_t len, const char *file
   kiln_status s = KILN_OK;
   while (s == KILN_OK && lx.pos < lx.len)
     s = lex_one(&lx);
-  if (s == KILN_OK && !push(&lx, KF_TOK_EOF, 0)) s = nomem(&lx);
+  if (s != KILN_OK && s != KILN_ERR_NOMEM) { /* the error becomes the last token */
+    kf_token *t = push(&lx, KF_TOK_ERROR, 0);
+    char *msg = t ? kir_arena_strdup(arena, kiln_ctx_error(ctx)) : NULL;
+    if (msg) {
+      t->str = msg, t->line = lx.err_line, t->col = lx.err_col;
+      s = KILN_OK;
+    } else {
+      s = nomem(&lx);
+    }
+  } else if (s == KILN_OK && !push(&lx, KF_TOK_EOF, 0)) {
+    s = nomem(&lx);
+  }
   if (s != KILN_OK) {
     free(lx.tok);
     return s;

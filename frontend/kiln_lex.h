@@ -15,6 +15,7 @@
 
 typedef enum kf_tok_kind {
   KF_TOK_EOF,
+  KF_TOK_ERROR, /* the lexer's error here (str: the whole message); ends the tokens as EOF does */
   KF_TOK_NEWLINE,
   KF_TOK_NAME,   /* [A-Za-z_][A-Za-z0-9_]* that is not a reserved word */
   KF_TOK_INT,    /* [0-9]+ within int64 */
@@ -77,9 +78,11 @@ typedef struct kf_token {
 } kf_token;
 
 /*
- * Splits text[0..len) into tokens ending with one EOF token. On success *out
- * is a malloc'ed array (free it) of *n tokens; on failure the context holds
- * "FILE:LINE:COL: error: ..." and *out is NULL.
+ * Splits text[0..len) into tokens ending with one EOF token, or, at a lexical
+ * error, with one ERROR token that holds the message "FILE:LINE:COL: error: ...":
+ * the parser reports it only if it finds no error earlier in the file, so the
+ * first error reported is the first in the file. *out is a malloc'ed array (free
+ * it) of *n tokens; only running out of memory fails (then *out is NULL).
  */
 kiln_status kf_lex(kiln_ctx *ctx, const char *text, size_t len, const char *file, kir_arena *arena,
                    kf_token **out, size_t *n);

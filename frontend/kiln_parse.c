@@ -55,6 +55,7 @@ typedef struct parser {
   const char *file;
   kir_arena *arena;
   const kf_token *tok;
+  size_t ntok;
   size_t pos;
   unsigned depth;
   kiln_status status; /* of the first error */
@@ -81,6 +82,13 @@ static void describe(const kf_token *t, char *buf, size_t n) {
 static void *fail_at(parser *p, uint32_t line, uint32_t col, const char *fmt, ...) KIR_PRINTF(4, 5);
 static void *fail_at(parser *p, uint32_t line, uint32_t col, const char *fmt, ...) {
   if (p->status != KILN_OK) return NULL;
+  const kf_token *last = &p->tok[p->ntok - 1];
+  if (last->kind == KF_TOK_ERROR &&
+      (line > last->line || (line == last->line && col >= last->col))) {
+    /* the lexer's error comes first in the file */
+    p->status = kir_fail(p->ctx, KILN_ERR_PARSE, "%s", last->str);
+    return NULL;
+  }
   char msg[800];
   va_list ap;
   va_start(ap, fmt);
@@ -111,14 +119,14 @@ static const kf_token *cur(const parser *p) { return &p->tok[p->pos]; }
 
 static const kf_token *ahead(const parser *p, size_t k) {
   const kf_token *t = &p->tok[p->pos];
-  for (; k && t->kind != KF_TOK_EOF; k--)
+  for (; k && t->kind != KF_TOK_EOF && t->kind != KF_TOK_ERROR; k--)
     t++;
   return t;
 }
 
 static const kf_token *take(parser *p) {
   const kf_token *t = &p->tok[p->pos];
-  if (t->kind != KF_TOK_EOF) p->pos++;
+  if (t->kind != KF_TOK_EOF && t->kind != KF_TOK_ERROR) p->pos++;
   return t;
 }
 
@@ -1031,7 +1039,7 @@ static kiln_status parse_text(kiln_ctx *ctx, const char *text, size_t len, const
   size_t ntok;
   kiln_status s = kf_lex(ctx, text, len, file, arena, &tok, &ntok);
   if (s != KILN_OK) return s;
-  parser p = {.ctx = ctx, .file = file, .arena = arena, .tok = tok};
+  parser p = {.ctx = ctx, .file = file, .arena = arena, .tok = tok, .ntok = ntok};
   m->file = file;
   bool ok = parse_module(&p, m, program);
   free(tok);

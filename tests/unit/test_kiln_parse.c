@@ -302,6 +302,12 @@ static const struct {
                      "for x in xs])"},
     {"0..1..2", "t.kiln:1:5: error: ranges do not chain"},
     {"0.", "t.kiln:1:1: error: malformed number '0.': write 0.0"},
+    /* the first error in the file is reported, whether the lexer or the parser finds it */
+    {"let a = 1 1\nlet b = 0.\nb", "t.kiln:1:11: error: expected the end of the line after the "
+                                   "expression, got '1'"},
+    {"let a = 1\nlet b = 0. + c d\nb", "t.kiln:2:9: error: malformed number '0.': write 0.0"},
+    {"fn f(p):\n    return p\nfor i in 0..4:\n    let x = 1 1\nlet y = 2 @@\n",
+     "t.kiln:4:15: error: expected the end of the line after the expression, got '1'"},
     {"input x: f31[N]\nx", "t.kiln:1:10: error: unknown type 'f31' (the types are f64, f32, f16, "
                            "bf16, i64, i32, i8, u8, bool and graph)"},
     {"input x: 3\nx", "t.kiln:1:10: error: expected a type after ':', got '3' (e.g. f32[N, 4] or "
