@@ -306,7 +306,7 @@ static const struct {
     {"let a = 1 1\nlet b = 0.\nb", "t.kiln:1:11: error: expected the end of the line after the "
                                    "expression, got '1'"},
     {"let a = 1\nlet b = 0. + c d\nb", "t.kiln:2:9: error: malformed number '0.': write 0.0"},
-    {"fn f(p):\n    return p\nfor i in 0..4:\n    let x = 1 1\nlet y = 2 @@\n",
+    {"fn f(p):\n    return p\nfor i in 0..4:\n    let x = 1 1\nlet y = 2 $\n",
      "t.kiln:4:15: error: expected the end of the line after the expression, got '1'"},
     {"input x: f31[N]\nx", "t.kiln:1:10: error: unknown type 'f31' (the types are f64, f32, f16, "
                            "bf16, i64, i32, i8, u8, bool and graph)"},
