@@ -499,7 +499,9 @@ static kiln_status graph_data(ke_eval *e, const kf_node *at, const kv *g,
   if (!graphs) return ke_nomem(e, at);
   memset(kiln_tensor_data(graphs), 0, kiln_tensor_nbytes(graphs));
   kiln_trainer *t = NULL;
-  kiln_status s = kiln_trainer_create(e->ctx, spec, p, &t);
+  kiln_train_spec names_spec = *spec; /* only for the names: not compiled (as kiln fit does) */
+  names_spec.backend = KILN_BACKEND_EAGER, names_spec.device = NULL;
+  kiln_status s = kiln_trainer_create(e->ctx, &names_spec, p, &t);
   if (s != KILN_OK) return ke_locate(e, at, s);
   kiln_tensor *x = data[0], *y = data[1];
   size_t k = kiln_trainer_num_inputs(t);
@@ -599,10 +601,12 @@ static kiln_status fn_fit(ke_eval *e, const kf_node *call, const ke_args *a, kv 
   if (s == KILN_OK) s = tree_like(e, call, &a->pos[1], res.params, &k, &items[0]);
   if (s == KILN_OK) s = floats_list(e, call, res.history, res.epochs, &items[1]);
   if (s == KILN_OK) s = floats_list(e, call, res.val_history, res.epochs, &items[2]);
+  char *dev = kir_arena_strdup(e->arena, res.info.device[0] ? res.info.device : "cpu");
   kiln_fit_result_free(&res);
+  if (s == KILN_OK && !dev) s = ke_nomem(e, call);
   if (s != KILN_OK) return s;
   fields[0] = "params", fields[1] = "history", fields[2] = "val_history", fields[3] = "device";
-  items[3] = (kv){.k = KV_STR, .s = e->prog->device ? e->prog->device : "cpu"};
+  items[3] = (kv){.k = KV_STR, .s = dev};
   *out = (kv){.k = KV_RECORD, .rec = {items, fields, 4}};
   return KILN_OK;
 }
