@@ -8,7 +8,6 @@
  * none of the model file's bindings.
  */
 #include "frontend/kiln_eval.h"
-#include "kiln/train.h"
 
 /* ----------------------------------------------------- tensor functions */
 
@@ -361,19 +360,6 @@ static kiln_status call_shape(ke_eval *e, const kf_node *call, const char *name,
   return ke_graph_check(e, call, r);
 }
 
-/* mse(pred, target), cross_entropy(logits, labels), ...: kiln_loss, a mean. */
-static kiln_status call_loss(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
-                             kv *out) {
-  kiln_status s = no_keywords(e, call, name, a);
-  if (s == KILN_OK) s = arg_count(e, call, name, a, 2, 2);
-  for (uint32_t i = 0; s == KILN_OK && i < 2; i++)
-    s = want_tensor(e, a->pos_node[i], &a->pos[i], name);
-  if (s != KILN_OK) return s;
-  kiln_value r = kiln_loss(e->b->g, name, a->pos[0].t, a->pos[1].t, NULL);
-  *out = mk_tensor(r);
-  return ke_graph_check(e, call, r);
-}
-
 /* layer_norm(x, eps=1e-5), rms_norm(x, eps=1e-6): over the last axis, without a scale. */
 static kiln_status call_norm(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
                              kv *out) {
@@ -412,9 +398,8 @@ static const struct builtin {
     {"log_softmax", call_softmax}, {"gather", call_index},      {"segment_sum", call_index},
     {"segment_mean", call_index},  {"segment_max", call_index}, {"segment_softmax", call_index},
     {"segment_count", call_index}, {"concat", call_concat},     {"where", call_where},
-    {"reshape", call_shape},       {"transpose", call_shape},   {"mse", call_loss},
-    {"mae", call_loss},            {"cross_entropy", call_loss}, {"bce", call_loss},
-    {"huber", call_loss},          {"layer_norm", call_norm},    {"rms_norm", call_norm},
+    {"reshape", call_shape},       {"transpose", call_shape},   {"layer_norm", call_norm},
+    {"rms_norm", call_norm},
 };
 
 const struct builtin *ke_find_builtin(const char *name) {

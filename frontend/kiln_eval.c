@@ -168,6 +168,21 @@ static const char *const unavailable[] = {"fit",
                                           "vae_loss",
                                           "tree_map",
                                           "qlinear",
+                                          "tensor",
+                                          "zeros",
+                                          "ones",
+                                          "len",
+                                          "load_npy",
+                                          "rmsprop",
+                                          "adagrad",
+                                          "nadam",
+                                          "radam",
+                                          "step_lr",
+                                          "mse",
+                                          "mae",
+                                          "cross_entropy",
+                                          "bce",
+                                          "huber",
                                           "hessian",
                                           "minimize",
                                           "lbfgs",
@@ -453,12 +468,12 @@ static kiln_status lifted_lambda(ke_eval *e, const kf_node *at, void *data, kv *
 
 kiln_status ke_call_value(ke_eval *e, const kf_node *call, const kv *f, const ke_args *a,
                           kv *out) {
-  if (f->k == KV_FN && e->prog && !e->b) { /* a program's function: traced into one graph */
+  if (f->k == KV_FN && e->hooks && !e->b) { /* a program's function: traced into one graph */
     lambda_call c = {f->fn, a};
     return ke_lift(e, call, lifted_lambda, &c, out);
   }
   if (f->k == KV_FN) return call_lambda(e, call, f->fn, a, out);
-  if (e->prog && (f->k == KV_GRADFN || f->k == KV_LAYER)) return ke_prog_apply(e, call, f, a, out);
+  if (e->hooks && (f->k == KV_GRADFN || f->k == KV_LAYER)) return e->hooks->apply(e, call, f, a, out);
   if (f->k == KV_LAYER)
     return ke_fail_at(e, call, "applying a layer to data is not available in model files yet");
   return ke_fail_at(e, call, "%s is not a function", ke_kind_name(f));
@@ -467,23 +482,20 @@ kiln_status ke_call_value(ke_eval *e, const kf_node *call, const kv *f, const ke
 static kiln_status eval_call(ke_eval *e, const ke_bind *env, const kf_node *n, kv *out) {
   const kf_node *callee = n->call.callee;
   const char *name = callee->kind == KF_NAME ? callee->name : NULL;
-  if (name && !lookup(env, name) && !(e->prog && ke_is_prog_builtin(name))) {
+  if (name && !lookup(env, name) && !(e->hooks && e->hooks->is_builtin(name))) {
     /* the reference's functions that need a running program, before their arguments */
-    if (ke_is_prog_builtin(name))
-      return ke_fail_at(e, n, "%s() runs only in a program (kiln run FILE.kiln), not in a model file",
-                        name);
     if (listed(unavailable, name))
       return ke_fail_at(e, n, "%s is not available in %s yet", name,
                         e->prog ? "programs" : "model files");
     if (!kl_ctor_find(name) && !ke_find_unary(name) && !ke_find_builtin(name))
       return ke_fail_at(e, n, "unknown function '%s'", name);
   }
-  if (callee->kind == KF_MEMBER && e->prog) {
+  if (callee->kind == KF_MEMBER && e->hooks) {
     kv obj;
     ke_args a;
     kiln_status s = eval(e, env, callee->member.obj, &obj);
     if (s == KILN_OK) s = eval_args(e, env, n, &a);
-    return s != KILN_OK ? s : ke_prog_method(e, n, &obj, callee->member.name, &a, out);
+    return s != KILN_OK ? s : e->hooks->method(e, n, &obj, callee->member.name, &a, out);
   }
   if (callee->kind == KF_MEMBER)
     return ke_fail_at(e, callee, "calling '.%s' is not available in model files yet",
@@ -497,8 +509,8 @@ static kiln_status eval_call(ke_eval *e, const ke_bind *env, const kf_node *n, k
   kiln_status s = eval_args(e, env, n, &a);
   if (s != KILN_OK) return s;
   if (!name || lookup(env, name)) return ke_call_value(e, n, &f, &a, out);
-  if (ke_prog_call(e, n, name, &a, out, &s)) return s;
-  if (ke_call_named(e, n, name, &a, out, &s)) return s;
+  if (e->hooks && e->hooks->call(e, n, name, &a, out, &s)) return s;
+  if (ke_call_builtin(e, n, name, &a, out, &s)) return s;
   return call_ctor(e, n, name, &a, out);
 }
 

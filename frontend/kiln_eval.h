@@ -82,7 +82,8 @@ struct ke_bind {
   const ke_bind *next;
 };
 
-typedef struct ke_prog ke_prog;
+typedef struct ke_prog ke_prog; /* a running program (program/kiln_prog.h) */
+typedef struct ke_hooks ke_hooks;
 
 /* The syntax tree and the load-time values, shared by the model file and its lambdas. */
 typedef struct ke_shared {
@@ -114,7 +115,8 @@ typedef struct ke_eval {
   kir_arena *arena;    /* where new values go: the shared block, or the build's arena */
   kiln_model_file *mf; /* load time: owns what is made; NULL at build time */
   kl_build *b;         /* build time: the graph bodies emit into; NULL at load time */
-  ke_prog *prog;       /* a program run by `kiln run` (kiln_prog.c); NULL for a model file */
+  ke_prog *prog;       /* a program run by `kiln run` (program/); NULL for a model file */
+  const ke_hooks *hooks; /* what the program adds (NULL with prog) */
   uint32_t fuel;
   unsigned calls;
 } ke_eval;
@@ -186,29 +188,35 @@ kiln_status ke_make_record(ke_eval *e, const kf_node *call, const ke_args *a, kv
 /* A record's field, or NULL. */
 const kv *ke_record_field(const kv *r, const char *name);
 
-/* ---- programs (kiln_prog.c) ---- */
+/* ---- programs' tensors (kiln_trace.c) ---- */
 
-/* True if `v` holds a KV_HOST anywhere (in lists and records too). */
-bool ke_has_host(const kv *v);
-/* Inside a lift: a host tensor becomes a parameter of the graph being traced. */
-kiln_status ke_host_in(ke_eval *e, const kf_node *at, kv *v);
 /* Calls `fn` (the rest of an operation) inside a fresh traced graph when values are host
- * tensors at the top of a program, and brings the tensors of the result back as host ones. */
+ * tensors at the top of a program, and brings the tensors of the result back as host ones;
+ * elsewhere it calls fn directly. */
 typedef kiln_status (*ke_lift_fn)(ke_eval *e, const kf_node *at, void *data, kv *out);
 kiln_status ke_lift(ke_eval *e, const kf_node *at, ke_lift_fn fn, void *data, kv *out);
-/* The functions only programs have (print, tensor, randn, value_and_grad, ...); false if
- * `name` is none of them. */
-bool ke_prog_call(ke_eval *e, const kf_node *call, const char *name, const ke_args *a, kv *out,
-                  kiln_status *s);
-bool ke_is_prog_builtin(const char *name);
-/* obj.name(args): model.init(seed=0) */
-kiln_status ke_prog_method(ke_eval *e, const kf_node *call, const kv *obj, const char *name,
-                           const ke_args *a, kv *out);
-/* grad(f)(args), value_and_grad(f)(args); a layer applied: model(params, x) */
-kiln_status ke_prog_apply(ke_eval *e, const kf_node *call, const kv *f, const ke_args *a, kv *out);
+/* Inside a traced graph: a host tensor becomes a parameter of the graph. */
+kiln_status ke_host_in(ke_eval *e, const kf_node *at, kv *v);
+/* True if `v` holds a KV_HOST anywhere (in lists and records too). */
+bool ke_has_host(const kv *v);
 /* x[items] on a tensor (traced or host). */
 kiln_status ke_tensor_index(ke_eval *e, const ke_bind *env, const kf_node *n, const kv *x,
                             kv *out);
+
+/* What a program adds to the evaluator (program/kiln_prog.c), called through e->hooks. */
+struct ke_hooks {
+  kiln_status (*host_in)(ke_eval *e, const kf_node *at, kv *v);
+  kiln_status (*lift)(ke_eval *e, const kf_node *at, ke_lift_fn fn, void *data, kv *out);
+  bool (*is_builtin)(const char *name); /* print, tensor, randn, value_and_grad, fit, ... */
+  /* A program's function, or a tensor function on host tensors; false if `name` is neither. */
+  bool (*call)(ke_eval *e, const kf_node *call, const char *name, const ke_args *a, kv *out,
+               kiln_status *s);
+  /* obj.name(args): model.init(seed=0), opt.step(p, g), g.adjacency() */
+  kiln_status (*method)(ke_eval *e, const kf_node *call, const kv *obj, const char *name,
+                        const ke_args *a, kv *out);
+  /* grad(f)(args), value_and_grad(f)(args), model(params, x, ...) */
+  kiln_status (*apply)(ke_eval *e, const kf_node *call, const kv *f, const ke_args *a, kv *out);
+};
 
 /* ---- the tensor functions (kiln_builtins.c) ---- */
 

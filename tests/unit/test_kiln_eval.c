@@ -496,7 +496,7 @@ static void test_errors(kiln_ctx *ctx) {
   expect_error(ctx, "let s = sum\nidentity()\n",
                "m.kiln:1:9: error: 'sum' is a function: call it, e.g. sum(x)");
   expect_error(ctx, "let r = fit(model, params)\nidentity()\n",
-               "m.kiln:1:9: error: fit() runs only in a program (kiln run FILE.kiln), not in a model file");
+               "m.kiln:1:9: error: fit is not available in model files yet");
   expect_error(ctx, "let m = identity()\nlet p = m.init(seed=0)\nm\n",
                "m.kiln:2:11: error: calling '.init' is not available in model files yet");
   expect_error(ctx, "let m = identity()\nm(1)\n",
@@ -628,17 +628,17 @@ static void test_reference_files(kiln_ctx *ctx) {
       {"composition.kiln", "composition.kiln:4:20: error: 'inner' is not defined"},
       {"contract.kiln",
        "contract.kiln:5:20: error: calling '.init' is not available in model files yet"},
-      {"graphs.kiln", "graphs.kiln:4:10: error: graph() runs only in a program (kiln run FILE.kiln), not in a model file"},
-      {"own_layer.kiln", "own_layer.kiln:6:9: error: record() runs only in a program (kiln run FILE.kiln), not in a model file"},
+      {"graphs.kiln", "graphs.kiln:4:10: error: graph is not available in model files yet"},
+      {"own_layer.kiln", "own_layer.kiln:6:9: error: record is not available in model files yet"},
       {"parameters.kiln",
        "parameters.kiln:2:34: error: calling '.init' is not available in model files yet"},
       {"recipe_gpt.kiln", "recipe_gpt.kiln:3:25: error: 'vocab_size' is not defined"},
       {"recipe_graph.kiln",
-       "recipe_graph.kiln:4:10: error: graph() runs only in a program (kiln run FILE.kiln), not in a model file"},
+       "recipe_graph.kiln:4:10: error: graph is not available in model files yet"},
       {"recipe_image.kiln",
-       "recipe_image.kiln:5:9: error: fit() runs only in a program (kiln run FILE.kiln), not in a model file"},
-      {"recipe_vae.kiln", "recipe_vae.kiln:4:9: error: fit() runs only in a program (kiln run FILE.kiln), not in a model file"},
-      {"training.kiln", "training.kiln:3:9: error: fit() runs only in a program (kiln run FILE.kiln), not in a model file"},
+       "recipe_image.kiln:5:9: error: fit is not available in model files yet"},
+      {"recipe_vae.kiln", "recipe_vae.kiln:4:9: error: fit is not available in model files yet"},
+      {"training.kiln", "training.kiln:3:9: error: fit is not available in model files yet"},
       {"zoo.kiln", "zoo.kiln:2:14: error: 'sizes' is not defined"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

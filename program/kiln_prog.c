@@ -26,7 +26,7 @@
  * Host tensors belong to the program (a pool freed when it ends); the values
  * that point at them live in the shared arena, like every evaluator value.
  */
-#include "frontend/kiln_prog.h"
+#include "program/kiln_prog.h"
 
 #define PROG_FUEL (1u << 22)
 
@@ -54,17 +54,9 @@ kiln_tensor *kprog_new_host(ke_eval *e, kiln_dtype t, size_t rank, const int64_t
 }
 
 
-bool ke_has_host(const kv *v) {
-  if (v->k == KV_HOST) return true;
-  if (v->k == KV_LIST || v->k == KV_RECORD)
-    for (uint32_t i = 0; i < (v->k == KV_LIST ? v->list.n : v->rec.n); i++)
-      if (ke_has_host(v->k == KV_LIST ? &v->list.items[i] : &v->rec.items[i])) return true;
-  return false;
-}
-
 /* ------------------------------------------------------------------- lifts */
 
-kiln_status ke_host_in(ke_eval *e, const kf_node *at, kv *v) {
+static kiln_status host_in(ke_eval *e, const kf_node *at, kv *v) {
   if (v->k != KV_HOST) return KILN_OK;
   lift *L = e->prog ? e->prog->lift : NULL;
   if (!L) return ke_fail_at(e, at, "internal error: a host tensor outside a traced graph");
@@ -213,7 +205,7 @@ kiln_status kprog_lift_begin(ke_eval *e, const kf_node *at, lift *L) {
   return KILN_OK;
 }
 
-kiln_status ke_lift(ke_eval *e, const kf_node *at, ke_lift_fn fn, void *data, kv *out) {
+static kiln_status lift_call(ke_eval *e, const kf_node *at, ke_lift_fn fn, void *data, kv *out) {
   if (e->b || !e->prog) return fn(e, at, data, out);
   lift L;
   kiln_status s = kprog_lift_begin(e, at, &L);
@@ -250,7 +242,7 @@ static kiln_status lifted_named(ke_eval *e, const kf_node *call, void *data, kv 
   return s;
 }
 
-bool ke_call_named(ke_eval *e, const kf_node *call, const char *name, const ke_args *a, kv *out,
+bool kprog_call_named(ke_eval *e, const kf_node *call, const char *name, const ke_args *a, kv *out,
                    kiln_status *s) {
   if (!ke_find_unary(name) && !ke_find_builtin(name)) return false;
   bool host = false;
@@ -598,7 +590,7 @@ static kiln_status lifted_apply(ke_eval *e, const kf_node *call, void *data, kv 
   return apply_layer(e, call, c->f->layer, c->a, out);
 }
 
-kiln_status ke_prog_apply(ke_eval *e, const kf_node *call, const kv *f, const ke_args *a,
+kiln_status kprog_apply(ke_eval *e, const kf_node *call, const kv *f, const ke_args *a,
                           kv *out) {
   if (f->k == KV_LAYER) {
     apply_call c = {f, a};
@@ -618,127 +610,6 @@ kiln_status ke_prog_apply(ke_eval *e, const kf_node *call, const kv *f, const ke
   e->prog->lift = NULL;
   kprog_lift_close(&L);
   return s;
-}
-
-/* ------------------------------------------------------------- indexing */
-
-typedef struct index_spec {
-  uint32_t n; /* items */
-  struct {
-    bool is_int, ellipsis;
-    int64_t i, lo, hi, step;
-    bool glo, ghi;
-    const kf_node *node;
-  } it[KIR_MAX_RANK + 1];
-} index_spec;
-
-static kiln_status bound(ke_eval *e, const ke_bind *env, const kf_node *b, int64_t *v, bool *given) {
-  *given = false;
-  if (!b) return KILN_OK;
-  kv x;
-  kiln_status s = ke_eval_node(e, env, b, &x);
-  if (s != KILN_OK || x.k == KV_NONE) return s;
-  if (x.k != KV_INT) return ke_fail_at(e, b, "a tensor index must be an int, got %s", ke_kind_name(&x));
-  *v = x.i;
-  *given = true;
-  return KILN_OK;
-}
-
-static kiln_status apply_index(ke_eval *e, const kf_node *n, const index_spec *sp, kv x, kv *out) {
-  kiln_status s = ke_host_in(e, n, &x);
-  if (s != KILN_OK) return s;
-  uint32_t r = kl_rank(e->b, x.t), named = 0;
-  bool ell = false;
-  for (uint32_t k = 0; k < sp->n; k++)
-    sp->it[k].ellipsis ? (void)(ell = true) : (void)named++;
-  if (named > r)
-    return ke_fail_at(e, n, "%u indices for a tensor of rank %u", named, r);
-  int64_t start[KIR_MAX_RANK], stop[KIR_MAX_RANK], step[KIR_MAX_RANK], keep_dims[KIR_MAX_RANK];
-  uint32_t nkeep = 0, axis = 0;
-  for (uint32_t k = 0; k <= sp->n && axis <= r; k++) {
-    if (k < sp->n && sp->it[k].ellipsis) {
-      for (uint32_t j = 0; j < r - named; j++, axis++)
-        start[axis] = 0, stop[axis] = kl_dim(e->b, x.t, (int)axis), step[axis] = 1,
-        keep_dims[nkeep++] = stop[axis];
-      continue;
-    }
-    if (k == sp->n) { /* the axes after the last item */
-      for (; axis < r; axis++)
-        start[axis] = 0, stop[axis] = kl_dim(e->b, x.t, (int)axis), step[axis] = 1,
-        keep_dims[nkeep++] = stop[axis];
-      break;
-    }
-    int64_t len = kl_dim(e->b, x.t, (int)axis);
-    if (len < 0) return ke_fail_at(e, sp->it[k].node, "indexing needs the size of axis %u", axis);
-    if (sp->it[k].is_int) {
-      int64_t i = sp->it[k].i < 0 ? sp->it[k].i + len : sp->it[k].i;
-      if (i < 0 || i >= len)
-        return ke_fail_at(e, sp->it[k].node, "index %lld is out of range for axis %u of size %lld",
-                          (long long)sp->it[k].i, axis, (long long)len);
-      start[axis] = i, stop[axis] = i + 1, step[axis] = 1;
-    } else {
-      int64_t st = sp->it[k].step, lo = sp->it[k].lo, hi = sp->it[k].hi;
-      if (st <= 0)
-        return ke_fail_at(e, sp->it[k].node, "a tensor slice needs a positive step, got %lld",
-                          (long long)st);
-      lo = !sp->it[k].glo ? 0 : lo < 0 ? (lo + len < 0 ? 0 : lo + len) : (lo > len ? len : lo);
-      hi = !sp->it[k].ghi ? len : hi < 0 ? (hi + len < 0 ? 0 : hi + len) : (hi > len ? len : hi);
-      if (hi < lo) hi = lo;
-      start[axis] = lo, stop[axis] = hi, step[axis] = st;
-      keep_dims[nkeep++] = (hi - lo + st - 1) / st;
-    }
-    axis++;
-  }
-  (void)ell;
-  kiln_attr at[3] = {kiln_attr_ints("start", r, start), kiln_attr_ints("stop", r, stop),
-                     kiln_attr_ints("step", r, step)};
-  kiln_value y = kiln_op(e->b->g, "slice", 1, &x.t, 3, at);
-  if (nkeep != r) y = kiln_reshape(e->b->g, y, nkeep, keep_dims);
-  *out = mk_tensor(y);
-  return ke_graph_check(e, n, y);
-}
-
-typedef struct index_call {
-  const index_spec *sp;
-  kv x;
-} index_call;
-
-static kiln_status lifted_index(ke_eval *e, const kf_node *n, void *data, kv *out) {
-  index_call *c = data;
-  return apply_index(e, n, c->sp, c->x, out);
-}
-
-kiln_status ke_tensor_index(ke_eval *e, const ke_bind *env, const kf_node *n, const kv *x,
-                            kv *out) {
-  index_spec *sp = ke_alloc(e, sizeof *sp);
-  if (!sp) return ke_nomem(e, n);
-  if (n->index.n > KIR_MAX_RANK + 1)
-    return ke_fail_at(e, n, "too many indices (%u)", n->index.n);
-  sp->n = n->index.n;
-  uint32_t nell = 0;
-  for (uint32_t k = 0; k < sp->n; k++) {
-    const kf_node *it = n->index.items[k];
-    sp->it[k].node = it;
-    kiln_status s = KILN_OK;
-    bool g;
-    if (it->kind == KF_ELLIPSIS) {
-      sp->it[k].ellipsis = true;
-      if (++nell > 1) return ke_fail_at(e, it, "an index has at most one '...'");
-    } else if (it->kind != KF_SLICE) {
-      sp->it[k].is_int = true;
-      s = bound(e, env, it, &sp->it[k].i, &g);
-      if (s == KILN_OK && !g) return ke_fail_at(e, it, "a tensor index must be an int, got none");
-    } else {
-      sp->it[k].step = 1;
-      bool gs;
-      if ((s = bound(e, env, it->slice.lo, &sp->it[k].lo, &sp->it[k].glo)) == KILN_OK &&
-          (s = bound(e, env, it->slice.hi, &sp->it[k].hi, &sp->it[k].ghi)) == KILN_OK)
-        s = bound(e, env, it->slice.step, &sp->it[k].step, &gs);
-    }
-    if (s != KILN_OK) return s;
-  }
-  index_call c = {sp, *x};
-  return ke_lift(e, n, lifted_index, &c, out);
 }
 
 /* ------------------------------------------------------------- functions */
@@ -961,19 +832,19 @@ static const char *const prog_fns[] = {"record", "tensor", "randn", "zeros", "on
                                        "grad", "value_and_grad", "count_params", "len",
                                        "load_npy", NULL};
 
-bool ke_is_prog_builtin(const char *name) {
+static bool is_builtin(const char *name) {
   for (size_t i = 0; prog_fns[i]; i++)
     if (!strcmp(prog_fns[i], name)) return true;
   return kprog_is_train_fn(name);
 }
 
-bool ke_prog_call(ke_eval *e, const kf_node *call, const char *name, const ke_args *a, kv *out,
+static bool prog_call(ke_eval *e, const kf_node *call, const char *name, const ke_args *a, kv *out,
                   kiln_status *s) {
   if (!strcmp(name, "record")) { /* also in model files: a record of load-time values */
     *s = e->prog ? fn_record(e, call, a, out) : ke_make_record(e, call, a, out);
     return true;
   }
-  if (!e->prog || !ke_is_prog_builtin(name)) return false;
+  if (!e->prog || !is_builtin(name)) return false;
   if (kprog_train_call(e, call, name, a, out, s)) return true;
   if (e->b && strcmp(name, "len") && strcmp(name, "count_params")) {
     *s = ke_fail_at(e, call, "%s() is called at the top of the program, not inside a function "
@@ -1001,7 +872,12 @@ bool ke_prog_call(ke_eval *e, const kf_node *call, const char *name, const ke_ar
   return true;
 }
 
-kiln_status ke_prog_method(ke_eval *e, const kf_node *call, const kv *obj, const char *name,
+static bool hook_call(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
+                      kv *out, kiln_status *s) {
+  return prog_call(e, call, name, a, out, s) || kprog_call_named(e, call, name, a, out, s);
+}
+
+static kiln_status prog_method(ke_eval *e, const kf_node *call, const kv *obj, const char *name,
                            const ke_args *a, kv *out) {
   if (obj->k == KV_LAYER && !strcmp(name, "init")) {
     uint64_t seed = 0;
@@ -1143,10 +1019,12 @@ KILN_API kiln_status kiln_program_run(kiln_ctx *ctx, const char *path, kiln_prog
   s = kf_parse_program(ctx, text, len, path, &sh->ast, &m);
   free(text);
   ke_prog P = {.backend = opt->backend, .device = opt->device, .out = opt->out ? opt->out : stdout};
+  static const ke_hooks hooks = {host_in, lift_call, is_builtin, hook_call, prog_method,
+                                 kprog_apply};
   if (s == KILN_OK && (m->program || opt->force)) {
     if (is_program) *is_program = 1;
     ke_eval e = {.ctx = ctx, .sh = sh, .arena = &sh->vals, .mf = mf, .prog = &P,
-                 .fuel = PROG_FUEL};
+                 .hooks = &hooks, .fuel = PROG_FUEL};
     s = run_program(&e, m, opt);
     fflush(P.out);
   }

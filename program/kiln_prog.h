@@ -1,10 +1,10 @@
 /*
- * kiln_prog.h — what the files of the program runner share (kiln_prog.c: host tensors,
+ * kiln_prog.h — what the files of the program runner (program/) share (kiln_prog.c: host tensors,
  * lifts, parameter trees, differentiation, indexing, the functions; kiln_prog_train.c:
  * graphs, fit, predict, optimizers). Internal to frontend/.
  */
-#ifndef KILN_FRONTEND_PROG_H
-#define KILN_FRONTEND_PROG_H
+#ifndef KILN_PROGRAM_PROG_H
+#define KILN_PROGRAM_PROG_H
 
 #include "frontend/kiln_eval.h"
 #include "kiln/fit.h"
@@ -49,6 +49,12 @@ void kprog_lift_close(lift *L);
 kiln_status kprog_run_graph(ke_eval *e, const kf_node *at, lift *L, kiln_graph *g, uint32_t n,
                             kiln_tensor **outs);
 kiln_status kprog_deep_in(ke_eval *e, const kf_node *at, kv *v);
+
+/* A tensor function of the frontend on host tensors, traced (false: no such function). */
+bool kprog_call_named(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
+                      kv *out, kiln_status *s);
+/* grad(f)(...), value_and_grad(f)(...), model(params, x, ...) */
+kiln_status kprog_apply(ke_eval *e, const kf_node *call, const kv *f, const ke_args *a, kv *out);
 
 /* kiln_prog_train.c */
 bool kprog_train_call(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,

@@ -9,7 +9,7 @@
  * the text kiln_optimizer_parse reads ("adamw(lr=0.0003, weight_decay=0.01)"); its state
  * for opt.step lives in the program, one per optimizer value and parameter set.
  */
-#include "frontend/kiln_prog.h"
+#include "program/kiln_prog.h"
 
 struct kprog_opt {
   const kv *key; /* the optimizer record's items */
@@ -17,10 +17,10 @@ struct kprog_opt {
   kprog_opt *next;
 };
 
-static const char *const train_fns[] = {"graph",   "fit",     "predict", "clip_grad_norm",
-                                        "sgd",     "adam",    "adamw",   "rmsprop",
-                                        "adagrad", "nadam",   "radam",   "cosine_lr",
-                                        "step_lr", NULL};
+static const char *const train_fns[] = {
+    "graph", "fit", "predict", "clip_grad_norm", "sgd", "adam", "adamw", "rmsprop", "adagrad",
+    "nadam", "radam", "cosine_lr", "step_lr", "mse", "mae", "cross_entropy", "bce", "huber",
+    NULL};
 
 bool kprog_is_train_fn(const char *name) {
   for (size_t i = 0; train_fns[i]; i++)
@@ -645,9 +645,41 @@ static kiln_status fn_schedule(ke_eval *e, const kf_node *call, const char *name
   return KILN_OK;
 }
 
+/* mse(pred, target), cross_entropy(logits, labels), ...: kiln_loss (a mean), traced. */
+typedef struct loss_call {
+  const char *name;
+  const ke_args *a;
+} loss_call;
+
+static kiln_status lifted_loss(ke_eval *e, const kf_node *call, void *data, kv *out) {
+  loss_call *c = data;
+  if (c->a->nkw)
+    return ke_fail_at(e, c->a->kw_node[0], "%s() has no argument '%s'", c->name,
+                      c->a->kwnames[0]);
+  if (c->a->npos != 2) return ke_fail_at(e, call, "%s(prediction, target)", c->name);
+  kv x[2] = {c->a->pos[0], c->a->pos[1]};
+  for (int i = 0; i < 2; i++) {
+    kiln_status s = ke_host_in(e, c->a->pos_node[i], &x[i]);
+    if (s != KILN_OK) return s;
+    if (x[i].k != KV_TENSOR)
+      return ke_fail_at(e, c->a->pos_node[i], "%s() needs a tensor, got %s", c->name,
+                        ke_kind_name(&x[i]));
+  }
+  kiln_value r = kiln_loss(e->b->g, c->name, x[0].t, x[1].t, NULL);
+  *out = mk_tensor(r);
+  return ke_graph_check(e, call, r);
+}
+
 bool kprog_train_call(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
                       kv *out, kiln_status *s) {
   if (!kprog_is_train_fn(name)) return false;
+  static const char *const losses[] = {"mse", "mae", "cross_entropy", "bce", "huber"};
+  for (size_t i = 0; i < sizeof losses / sizeof *losses; i++)
+    if (!strcmp(name, losses[i])) {
+      loss_call c = {name, a};
+      *s = ke_lift(e, call, lifted_loss, &c, out);
+      return true;
+    }
   if (!strcmp(name, "cosine_lr") || !strcmp(name, "step_lr"))
     *s = fn_schedule(e, call, name, a, out);
   else if (e->b)
@@ -664,7 +696,7 @@ bool kprog_train_call(ke_eval *e, const kf_node *call, const char *name, const k
     }
     ke_args rest = *a;
     rest.npos--, rest.pos++, rest.pos_node++;
-    *s = ke_prog_apply(e, call, &a->pos[0], &rest, out);
+    *s = kprog_apply(e, call, &a->pos[0], &rest, out);
   } else if (!strcmp(name, "clip_grad_norm")) {
     if (a->npos != 2 || a->nkw || !is_num(&a->pos[1])) {
       *s = ke_fail_at(e, call, "clip_grad_norm(grads, max_norm)");
