@@ -65,5 +65,12 @@ kiln_status kprog_opt_step(ke_eval *e, const kf_node *call, const kv *opt, const
 kiln_status kprog_graph_method(ke_eval *e, const kf_node *call, const kv *g, const char *name,
                                const ke_args *a, kv *out);
 void kprog_free_opts(ke_prog *p);
+/* The leaves of a parameter tree as a kiln_params named by path ("blocks.0.W"), copied. */
+kiln_status kprog_to_params(ke_eval *e, const kf_node *at, const kv *tree, kiln_params **out);
+
+/* kiln_prog_io.c: save_params, load_params (.npz or .safetensors), summary */
+kiln_status kprog_save_params(ke_eval *e, const kf_node *call, const ke_args *a, kv *out);
+kiln_status kprog_load_params(ke_eval *e, const kf_node *call, const ke_args *a, kv *out);
+kiln_status kprog_summary(ke_eval *e, const kf_node *call, const ke_args *a, kv *out);
 
 #endif

@@ -20,7 +20,7 @@ struct kprog_opt {
 static const char *const train_fns[] = {
     "graph", "fit", "predict", "clip_grad_norm", "sgd", "adam", "adamw", "rmsprop", "adagrad",
     "nadam", "radam", "cosine_lr", "step_lr", "mse", "mae", "cross_entropy", "bce", "huber",
-    NULL};
+    "save_params", "load_params", "summary", NULL};
 
 bool kprog_is_train_fn(const char *name) {
   for (size_t i = 0; train_fns[i]; i++)
@@ -272,7 +272,7 @@ static kiln_status params_of_tree(ke_eval *e, const kf_node *at, const kv *v, ch
   return KILN_OK;
 }
 
-static kiln_status to_params(ke_eval *e, const kf_node *at, const kv *tree, kiln_params **out) {
+kiln_status kprog_to_params(ke_eval *e, const kf_node *at, const kv *tree, kiln_params **out) {
   kiln_status s = kiln_params_create(e->ctx, out);
   if (s != KILN_OK) return ke_locate(e, at, s);
   char path[1024] = "";
@@ -323,8 +323,8 @@ kiln_status kprog_opt_step(ke_eval *e, const kf_node *call, const kv *optv, cons
   kiln_optimizer opt;
   kiln_status s = optimizer_of(e, call, optv, &opt);
   kiln_params *p = NULL, *g = NULL;
-  if (s == KILN_OK) s = to_params(e, a->pos_node[0], &a->pos[0], &p);
-  if (s == KILN_OK) s = to_params(e, a->pos_node[1], &a->pos[1], &g);
+  if (s == KILN_OK) s = kprog_to_params(e, a->pos_node[0], &a->pos[0], &p);
+  if (s == KILN_OK) s = kprog_to_params(e, a->pos_node[1], &a->pos[1], &g);
   kprog_opt *o = e->prog->opts;
   while (s == KILN_OK && o && o->key != optv->rec.items)
     o = o->next;
@@ -583,7 +583,7 @@ static kiln_status fn_fit(ke_eval *e, const kf_node *call, const ke_args *a, kv 
   kiln_model_input ins[2] = {in, {.name = "g", .kind = KILN_INPUT_GRAPH}};
   spec.n_inputs = kw[9] ? 2 : 1, spec.inputs = ins;
   kiln_params *p = NULL;
-  if ((s = to_params(e, a->pos_node[1], &a->pos[1], &p)) != KILN_OK) return s;
+  if ((s = kprog_to_params(e, a->pos_node[1], &a->pos[1], &p)) != KILN_OK) return s;
   kiln_tensor *data[8] = {a->pos[2].host, y->host};
   size_t ndata = spec.loss && !strcmp(spec.loss, "vae") ? 1 : 2; /* vae's target is X */
   if (kw[9] && (s = graph_data(e, kn[9], kw[9], &spec, p, data, &ndata)) != KILN_OK) {
@@ -687,6 +687,12 @@ bool kprog_train_call(ke_eval *e, const kf_node *call, const char *name, const k
                     "that is being traced", name);
   else if (!strcmp(name, "graph"))
     *s = fn_graph(e, call, a, out);
+  else if (!strcmp(name, "save_params"))
+    *s = kprog_save_params(e, call, a, out);
+  else if (!strcmp(name, "load_params"))
+    *s = kprog_load_params(e, call, a, out);
+  else if (!strcmp(name, "summary"))
+    *s = kprog_summary(e, call, a, out);
   else if (!strcmp(name, "fit"))
     *s = fn_fit(e, call, a, out);
   else if (!strcmp(name, "predict")) {

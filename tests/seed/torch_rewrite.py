@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The float64 PyTorch rewrite of the seed programs in this folder.
 
-Writes the .expected files (the stdout `kiln run PROGRAM.kiln` must print; check.sh compares
+Writes params_np.npz (an archive numpy.savez made, for params_io.kiln) and the .expected files (the stdout `kiln run PROGRAM.kiln` must print; check.sh compares
 numbers with a relative tolerance of 1e-7) of grad_fd, 001_s2_gated_blocks, 002_s1_contract and
 002_s9_own_layer, computed by PyTorch in float64 from the same numbers: the data files here and
 Kiln's documented initialisers, re-implemented below (Philox-4x32-10 as in ir/ref_source.c, the
@@ -140,7 +140,15 @@ def seed_002_s9():
                                           f"{vec(count)} {len(edges)}"])
 
 
+def params_np():
+    """params_np.npz, the archive params_io.kiln loads: written by numpy.savez."""
+    np.savez(os.path.join(HERE, "params_np.npz"),
+             **{"0.W": np.arange(1, 13, dtype=np.float64).reshape(4, 3) / 10, "0.b": np.zeros(3),
+                "2.W": np.ones((3, 2)), "2.b": np.array([0.5, 0.25])})
+
+
 if __name__ == "__main__":
+    params_np()
     grad_fd()
     seed_001_s2()
     seed_002_s1()
