@@ -71,6 +71,7 @@ struct kv {
     struct {
       ke_lambda *lam;
       bool with_value;
+      uint8_t order; /* 0: grad, value_and_grad; 1: hessian; 2: hvp */
     } grad;
   };
 };

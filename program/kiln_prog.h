@@ -56,6 +56,9 @@ bool kprog_call_named(ke_eval *e, const kf_node *call, const char *name, const k
 /* grad(f)(...), value_and_grad(f)(...), model(params, x, ...) */
 kiln_status kprog_apply(ke_eval *e, const kf_node *call, const kv *f, const ke_args *a, kv *out);
 
+/* The evaluator's hooks for a program (frontend/kiln_eval.h). */
+const ke_hooks *kprog_hooks(void);
+
 /* kiln_prog_train.c */
 bool kprog_train_call(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
                       kv *out, kiln_status *s);

@@ -147,8 +147,24 @@ def params_np():
                 "2.W": np.ones((3, 2)), "2.b": np.array([0.5, 0.25])})
 
 
+def hessian():
+    X = torch.tensor([[0.5, -1.0], [1.5, 0.25], [0.3, 0.9]])
+    W = torch.tensor([[0.3, -0.6], [0.9, 0.2]])
+    b = torch.tensor([0.1, -0.2])
+
+    def f(flat):  # the parameters' elements in tree order: W (row-major), then b
+        return (torch.tanh(X @ flat[:4].reshape(2, 2) + flat[4:]) ** 2).sum()
+
+    flat = torch.cat([W.reshape(-1), b])
+    H = torch.autograd.functional.hessian(f, flat)
+    v = torch.cat([torch.tensor([1.0, 0.0, 0.0, 0.5]), torch.tensor([0.0, -1.0])])
+    hv = H @ v
+    write("hessian", ["[6, 6]", mat(H), f"{mat(hv[:4].reshape(2, 2))} {vec(hv[4:])}", "1 1"])
+
+
 if __name__ == "__main__":
     params_np()
+    hessian()
     grad_fd()
     seed_001_s2()
     seed_002_s1()
