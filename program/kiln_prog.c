@@ -91,7 +91,7 @@ kiln_status kprog_deep_in(ke_eval *e, const kf_node *at, kv *v) {
   uint32_t n = v->k == KV_LIST ? v->list.n : v->rec.n;
   kv *items = ke_alloc(e, n * sizeof *items);
   if (!items) return ke_nomem(e, at);
-  memcpy(items, v->k == KV_LIST ? v->list.items : v->rec.items, n * sizeof *items);
+  if (n) memcpy(items, v->k == KV_LIST ? v->list.items : v->rec.items, n * sizeof *items);
   for (uint32_t i = 0; i < n; i++) {
     kiln_status s = kprog_deep_in(e, at, &items[i]);
     if (s != KILN_OK) return s;
@@ -152,7 +152,7 @@ static kiln_status bring_back(ke_eval *e, const kf_node *at, kv *v, const kiln_v
   uint32_t k = v->k == KV_LIST ? v->list.n : v->rec.n;
   kv *items = ke_alloc(e, k * sizeof *items);
   if (!items) return ke_nomem(e, at);
-  memcpy(items, v->k == KV_LIST ? v->list.items : v->rec.items, k * sizeof *items);
+  if (k) memcpy(items, v->k == KV_LIST ? v->list.items : v->rec.items, k * sizeof *items);
   for (uint32_t i = 0; i < k; i++) {
     kiln_status s = bring_back(e, at, &items[i], res, outs, n);
     if (s != KILN_OK) return s;
@@ -229,8 +229,8 @@ static kiln_status lifted_named(ke_eval *e, const kf_node *call, void *data, kv 
   ke_args a = *c->a;
   kv *pos = ke_alloc(e, a.npos * sizeof *pos), *kw = ke_alloc(e, a.nkw * sizeof *kw);
   if (!pos || !kw) return ke_nomem(e, call);
-  memcpy(pos, a.pos, a.npos * sizeof *pos);
-  memcpy(kw, a.kw, a.nkw * sizeof *kw);
+  if (a.npos) memcpy(pos, a.pos, a.npos * sizeof *pos);
+  if (a.nkw) memcpy(kw, a.kw, a.nkw * sizeof *kw);
   kiln_status s = KILN_OK;
   for (uint32_t i = 0; s == KILN_OK && i < a.npos; i++)
     s = kprog_deep_in(e, a.pos_node[i], &pos[i]);
@@ -396,7 +396,7 @@ static kiln_status grad_tree(ke_eval *e, const kf_node *at, kv *v, kiln_tensor *
   uint32_t k = v->k == KV_LIST ? v->list.n : v->rec.n;
   kv *items = ke_alloc(e, k * sizeof *items);
   if (!items) return ke_nomem(e, at);
-  memcpy(items, v->k == KV_LIST ? v->list.items : v->rec.items, k * sizeof *items);
+  if (k) memcpy(items, v->k == KV_LIST ? v->list.items : v->rec.items, k * sizeof *items);
   for (uint32_t i = 0; i < k; i++) {
     kiln_status s = grad_tree(e, at, &items[i], hosts, grads, n);
     if (s != KILN_OK) return s;

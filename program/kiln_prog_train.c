@@ -370,7 +370,7 @@ static kiln_status leaves(ke_eval *e, const kf_node *at, kv *v, kiln_value *vals
   if (write) { /* a fresh copy: the input tree's items are shared */
     kv *c = ke_alloc(e, (k ? k : 1) * sizeof *c);
     if (!c) return ke_nomem(e, at);
-    memcpy(c, items, k * sizeof *c);
+    if (k) memcpy(c, items, k * sizeof *c);
     items = c;
     if (v->k == KV_LIST)
       v->list.items = c;
