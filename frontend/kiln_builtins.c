@@ -386,6 +386,62 @@ static kiln_status call_norm(ke_eval *e, const kf_node *call, const char *name, 
   return ke_graph_check(e, call, y);
 }
 
+/* An int or a list of two ints: a 2-d size (kernel, stride). */
+static bool pair_of(const kv *v, int64_t *out) {
+  if (v->k == KV_INT && v->i >= 0) {
+    out[0] = out[1] = v->i;
+    return true;
+  }
+  if (v->k != KV_LIST || v->list.n != 2) return false;
+  for (int i = 0; i < 2; i++) {
+    if (v->list.items[i].k != KV_INT || v->list.items[i].i < 0) return false;
+    out[i] = v->list.items[i].i;
+  }
+  return true;
+}
+
+/* conv2d(x[N, C, H, W], w[O, C/groups, kh, kw], stride=1, padding=0, groups=1) (torch's layout),
+ * max_pool(x, k, stride=k), avg_pool(x, k, stride=k), embedding(E[V, D], ids) = E[ids]. Given
+ * no tensor first, max_pool(2) and embedding(vocab, d) are the layer constructors instead. */
+static kiln_status call_nn(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
+                           kv *out) {
+  bool conv = !strcmp(name, "conv2d"), emb = !strcmp(name, "embedding");
+  static const char *const conv_kw[] = {"stride", "padding", "groups", NULL},
+                           *const pool_kw[] = {"stride", NULL}, *const none_kw[] = {NULL};
+  const kv *kw[3] = {NULL, NULL, NULL};
+  kiln_status s = keywords(e, name, a, conv ? conv_kw : emb ? none_kw : pool_kw, kw);
+  if (s == KILN_OK) s = arg_count(e, call, name, a, 2, 2);
+  if (s == KILN_OK) s = want_tensor(e, a->pos_node[0], &a->pos[0], name);
+  if (s == KILN_OK && (conv || emb)) s = want_tensor(e, a->pos_node[1], &a->pos[1], name);
+  if (s != KILN_OK) return s;
+  kiln_graph *g = e->b->g;
+  kiln_value r;
+  if (emb) {
+    kiln_value in[2] = {a->pos[0].t, a->pos[1].t};
+    r = kiln_op(g, "gather", 2, in, 0, NULL);
+  } else if (conv) {
+    int64_t st[2] = {1, 1}, pd[2] = {0, 0};
+    if ((kw[0] && !pair_of(kw[0], st)) || (kw[1] && !pair_of(kw[1], pd)) ||
+        (kw[2] && (kw[2]->k != KV_INT || kw[2]->i < 1)))
+      return ke_fail_at(e, call, "conv2d(): stride and padding are ints or [h, w], groups an "
+                        "int >= 1");
+    int64_t pad[4] = {pd[0], pd[1], pd[0], pd[1]};
+    kiln_attr at[3] = {kiln_attr_ints("stride", 2, st), kiln_attr_ints("padding", 4, pad),
+                       kiln_attr_int("groups", kw[2] ? kw[2]->i : 1)};
+    kiln_value in[2] = {a->pos[0].t, a->pos[1].t};
+    r = kiln_op(g, "conv2d", 2, in, 3, at);
+  } else {
+    int64_t k[2], st[2];
+    if (!pair_of(&a->pos[1], k) || (kw[0] && !pair_of(kw[0], st)))
+      return ke_fail_at(e, call, "%s(x, k, stride=k): sizes are ints or [h, w]", name);
+    if (!kw[0]) st[0] = k[0], st[1] = k[1];
+    kiln_attr at[2] = {kiln_attr_ints("kernel", 2, k), kiln_attr_ints("stride", 2, st)};
+    r = kiln_op(g, strcmp(name, "max_pool") ? "avg_pool2d" : "max_pool2d", 1, &a->pos[0].t, 2, at);
+  }
+  *out = mk_tensor(r);
+  return ke_graph_check(e, call, r);
+}
+
 /* The tensor functions of more than one argument; the elementwise ones are unary_fns. */
 typedef kiln_status (*builtin_fn)(ke_eval *e, const kf_node *call, const char *name,
                                   const ke_args *a, kv *out);
@@ -399,7 +455,8 @@ static const struct builtin {
     {"segment_mean", call_index},  {"segment_max", call_index}, {"segment_softmax", call_index},
     {"segment_count", call_index}, {"concat", call_concat},     {"where", call_where},
     {"reshape", call_shape},       {"transpose", call_shape},   {"layer_norm", call_norm},
-    {"rms_norm", call_norm},
+    {"rms_norm", call_norm},       {"conv2d", call_nn},         {"max_pool", call_nn},
+    {"avg_pool", call_nn},         {"embedding", call_nn},
 };
 
 const struct builtin *ke_find_builtin(const char *name) {
@@ -413,6 +470,10 @@ bool ke_call_builtin(ke_eval *e, const kf_node *call, const char *name, const ke
                          kv *out, kiln_status *s) {
   const unary_fn *u = ke_find_unary(name);
   const struct builtin *b = u ? NULL : ke_find_builtin(name);
+  /* max_pool(2), embedding(vocab, d) on numbers are the layer constructors of those names */
+  if (b && b->call == call_nn && (a->npos == 0 || (a->pos[0].k != KV_TENSOR &&
+                                                   a->pos[0].k != KV_HOST)))
+    return false;
   if (u)
     *s = call_unary(e, call, u, a, out);
   else if (b)

@@ -942,6 +942,24 @@ static kiln_status fn_grad(ke_eval *e, const kf_node *call, const char *name, co
   return KILN_OK;
 }
 
+/* causal_mask(T): the additive [T, T] mask, 0 on and below the diagonal and -inf above it
+ * (torch's generate_square_subsequent_mask), for softmax(scores + mask) and mask=. */
+static kiln_status fn_causal_mask(ke_eval *e, const kf_node *call, const ke_args *a, kv *out) {
+  kiln_status s = want_args(e, call, "causal_mask", a, 1, 1, false);
+  if (s != KILN_OK) return s;
+  if (a->pos[0].k != KV_INT || a->pos[0].i < 0 || a->pos[0].i > 65536)
+    return ke_fail_at(e, a->pos_node[0], "causal_mask(T): T is an int from 0 to 65536");
+  int64_t T = a->pos[0].i, dims[2] = {T, T};
+  kiln_tensor *t = kprog_new_host(e, KILN_F64, 2, dims);
+  if (!t) return ke_nomem(e, call);
+  double *m = kiln_tensor_data(t);
+  for (int64_t i = 0; i < T; i++)
+    for (int64_t j = 0; j < T; j++)
+      m[i * T + j] = j > i ? -INFINITY : 0.0;
+  *out = mk_host(t);
+  return KILN_OK;
+}
+
 static kiln_status fn_load_npy(ke_eval *e, const kf_node *call, const ke_args *a, kv *out) {
   kiln_status s = want_args(e, call, "load_npy", a, 1, 1, false);
   if (s != KILN_OK) return s;
@@ -955,7 +973,7 @@ static kiln_status fn_load_npy(ke_eval *e, const kf_node *call, const ke_args *a
 }
 
 static const char *const prog_fns[] = {"record", "tensor", "randn", "zeros", "ones", "print",
-                                       "grad", "value_and_grad", "hessian", "hvp",
+                                       "grad", "value_and_grad", "hessian", "hvp", "causal_mask",
                                        "count_params", "len",
                                        "load_npy", NULL};
 
@@ -973,7 +991,7 @@ static bool prog_call(ke_eval *e, const kf_node *call, const char *name, const k
   }
   if (!e->prog || !is_builtin(name)) return false;
   if (kprog_train_call(e, call, name, a, out, s)) return true;
-  if (e->b && strcmp(name, "len") && strcmp(name, "count_params")) {
+  if (e->b && strcmp(name, "len") && strcmp(name, "count_params") && strcmp(name, "causal_mask")) {
     *s = ke_fail_at(e, call, "%s() is called at the top of the program, not inside a function "
                     "that is being traced", name);
     return true;
@@ -989,6 +1007,8 @@ static bool prog_call(ke_eval *e, const kf_node *call, const char *name, const k
     *s = fn_grad(e, call, name, a, out);
   else if (!strcmp(name, "load_npy"))
     *s = fn_load_npy(e, call, a, out);
+  else if (!strcmp(name, "causal_mask"))
+    *s = fn_causal_mask(e, call, a, out);
   else if ((*s = want_args(e, call, name, a, 1, 1, false)) != KILN_OK)
     return true;
   else if (!strcmp(name, "len") && a->pos[0].k == KV_LIST)

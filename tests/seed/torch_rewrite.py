@@ -162,8 +162,30 @@ def hessian():
     write("hessian", ["[6, 6]", mat(H), f"{mat(hv[:4].reshape(2, 2))} {vec(hv[4:])}", "1 1"])
 
 
+def seed_001_s2_ops():
+    x = normal((2, 3, 6, 6), 1, "randn")
+    w = normal((4, 3, 3, 3), 2, "randn") * 0.2
+    c = F.conv2d(x, w, padding=1)
+    pooled = F.max_pool2d(F.relu(c), 2)
+    E = normal((10, 8), 3, "randn")
+    h = E[torch.tensor([[1, 2, 3], [4, 5, 9]])]
+    q = F.layer_norm(h, (8,), eps=1e-5) @ normal((8, 8), 4, "randn")
+    mask = torch.triu(torch.full((3, 3), float("-inf")), diagonal=1)
+    scores = q @ h.transpose(1, 2) / math.sqrt(8.0) + mask
+    att = torch.softmax(scores, -1) @ h
+    rms = h / torch.sqrt((h ** 2).mean(-1, keepdim=True) + 1e-6)
+    acts = gelu(q) + torch.sigmoid(q) + torch.tanh(q) + F.softplus(q)
+    logits = att.reshape(6, 8)
+    ce = F.cross_entropy(logits, torch.arange(6))
+    write("001_s2_ops", [f"{g10(pooled.sum())} {g10((F.avg_pool2d(c, 3) ** 2).sum())}",
+                         f"{g10((att ** 2).sum())} {g10(rms.sum())} "
+                         f"{g10(torch.log_softmax(scores, -1)[:, -1].sum())}",
+                         g10(acts.sum()), f"{g10(ce)} {g10(((att - h) ** 2).mean())}"])
+
+
 if __name__ == "__main__":
     params_np()
+    seed_001_s2_ops()
     hessian()
     grad_fd()
     seed_001_s2()
