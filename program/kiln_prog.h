@@ -75,5 +75,6 @@ kiln_status kprog_to_params(ke_eval *e, const kf_node *at, const kv *tree, kiln_
 kiln_status kprog_save_params(ke_eval *e, const kf_node *call, const ke_args *a, kv *out);
 kiln_status kprog_load_params(ke_eval *e, const kf_node *call, const ke_args *a, kv *out);
 kiln_status kprog_summary(ke_eval *e, const kf_node *call, const ke_args *a, kv *out);
+kiln_status kprog_load_safetensors(ke_eval *e, const kf_node *call, const ke_args *a, kv *out);
 
 #endif

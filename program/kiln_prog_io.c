@@ -287,6 +287,21 @@ kiln_status kprog_load_params(ke_eval *e, const kf_node *call, const ke_args *a,
   return s;
 }
 
+/* load_safetensors(file): the file's tensors as a tree by their names ("0.W" -> p[0].W). */
+kiln_status kprog_load_safetensors(ke_eval *e, const kf_node *call, const ke_args *a, kv *out) {
+  if (a->npos != 1 || a->nkw || a->pos[0].k != KV_STR)
+    return ke_fail_at(e, call, "load_safetensors(\"file.safetensors\")");
+  kiln_params *p = NULL;
+  kiln_status s = kiln_safetensors_read(e->ctx, a->pos[0].s, &p);
+  if (s != KILN_OK) return ke_locate(e, call, s);
+  if (kiln_params_count(p) == 0)
+    *out = (kv){.k = KV_RECORD};
+  else
+    s = kprog_tree_of(e, call, p, 0, kiln_params_count(p), 0, out);
+  kiln_params_destroy(p);
+  return s;
+}
+
 kiln_status kprog_summary(ke_eval *e, const kf_node *call, const ke_args *a, kv *out) {
   if (a->npos < 1 || a->npos > 2 || a->nkw || a->pos[0].k != KV_LAYER)
     return ke_fail_at(e, call, "summary(model, params)");
