@@ -364,7 +364,7 @@ static int64_t count_leaves(const kv *v) {
 /* ------------------------------------------------------------- differentiation */
 
 /* Every host tensor of the tree becomes a graph parameter, in tree order. */
-static kiln_status params_in(ke_eval *e, const kf_node *at, const kv *v) {
+kiln_status kprog_params_in(ke_eval *e, const kf_node *at, const kv *v) {
   if (v->k == KV_HOST) {
     kv t = *v;
     return ke_host_in(e, at, &t);
@@ -375,15 +375,15 @@ static kiln_status params_in(ke_eval *e, const kf_node *at, const kv *v) {
                : ke_fail_at(e, at, "a parameter tree holds tensors in records and lists, not %s",
                             ke_kind_name(v));
   for (uint32_t i = 0; i < (v->k == KV_LIST ? v->list.n : v->rec.n); i++) {
-    kiln_status s = params_in(e, at, v->k == KV_LIST ? &v->list.items[i] : &v->rec.items[i]);
+    kiln_status s = kprog_params_in(e, at, v->k == KV_LIST ? &v->list.items[i] : &v->rec.items[i]);
     if (s != KILN_OK) return s;
   }
   return KILN_OK;
 }
 
 /* The tree v with each of its tensors hosts[i] (i < n) replaced by grads[i]. */
-static kiln_status grad_tree(ke_eval *e, const kf_node *at, kv *v, kiln_tensor **hosts,
-                             kiln_tensor **grads, uint32_t n) {
+kiln_status kprog_grad_tree(ke_eval *e, const kf_node *at, kv *v, kiln_tensor **hosts,
+                                  kiln_tensor **grads, uint32_t n) {
   if (v->k == KV_HOST) {
     for (uint32_t i = 0; i < n; i++)
       if (hosts[i] == v->host) {
@@ -398,7 +398,7 @@ static kiln_status grad_tree(ke_eval *e, const kf_node *at, kv *v, kiln_tensor *
   if (!items) return ke_nomem(e, at);
   if (k) memcpy(items, v->k == KV_LIST ? v->list.items : v->rec.items, k * sizeof *items);
   for (uint32_t i = 0; i < k; i++) {
-    kiln_status s = grad_tree(e, at, &items[i], hosts, grads, n);
+    kiln_status s = kprog_grad_tree(e, at, &items[i], hosts, grads, n);
     if (s != KILN_OK) return s;
   }
   if (v->k == KV_LIST)
@@ -519,12 +519,12 @@ static kiln_status second_order(ke_eval *e, const kf_node *call, lift *L, const 
     return KILN_OK;
   }
   *out = a->pos[0];
-  return grad_tree(e, call, out, L->hosts, outs + 1, nw);
+  return kprog_grad_tree(e, call, out, L->hosts, outs + 1, nw);
 }
 
 static kiln_status differentiate(ke_eval *e, const kf_node *call, lift *L, const kv *f,
                                  const ke_args *a, kv *out) {
-  kiln_status s = params_in(e, call, &a->pos[0]);
+  kiln_status s = kprog_params_in(e, call, &a->pos[0]);
   uint32_t nw = L->n;
   if (s != KILN_OK) return s;
   if (nw == 0)
@@ -561,7 +561,7 @@ static kiln_status differentiate(ke_eval *e, const kf_node *call, lift *L, const
   kiln_graph_destroy(gg);
   if (s != KILN_OK) return s;
   kv g = a->pos[0];
-  if ((s = grad_tree(e, call, &g, L->hosts, outs + 1, nw)) != KILN_OK) return s;
+  if ((s = kprog_grad_tree(e, call, &g, L->hosts, outs + 1, nw)) != KILN_OK) return s;
   if (!f->grad.with_value) {
     *out = g;
     return KILN_OK;

@@ -56,6 +56,14 @@ bool kprog_call_named(ke_eval *e, const kf_node *call, const char *name, const k
 /* grad(f)(...), value_and_grad(f)(...), model(params, x, ...) */
 kiln_status kprog_apply(ke_eval *e, const kf_node *call, const kv *f, const ke_args *a, kv *out);
 
+/* Every host tensor of a parameter tree becomes a parameter of the lift's graph, in tree
+ * order; and the tree with each of hosts[i] (i < n) replaced by grads[i]. */
+kiln_status kprog_params_in(ke_eval *e, const kf_node *at, const kv *v);
+kiln_status kprog_grad_tree(ke_eval *e, const kf_node *at, kv *v, kiln_tensor **hosts,
+                            kiln_tensor **grads, uint32_t n);
+/* kiln_prog_lbfgs.c: minimize(f, params, ...) */
+kiln_status kprog_minimize(ke_eval *e, const kf_node *call, const ke_args *a, kv *out);
+
 /* The evaluator's hooks for a program (frontend/kiln_eval.h). */
 const ke_hooks *kprog_hooks(void);
 

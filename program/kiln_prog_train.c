@@ -20,7 +20,7 @@ struct kprog_opt {
 static const char *const train_fns[] = {
     "graph", "fit", "predict", "clip_grad_norm", "sgd", "adam", "adamw", "rmsprop", "adagrad",
     "nadam", "radam", "cosine_lr", "step_lr", "mse", "mae", "cross_entropy", "bce", "huber",
-    "save_params", "load_params", "summary", "load_safetensors", NULL};
+    "save_params", "load_params", "summary", "load_safetensors", "minimize", NULL};
 
 bool kprog_is_train_fn(const char *name) {
   for (size_t i = 0; train_fns[i]; i++)
@@ -695,6 +695,8 @@ bool kprog_train_call(ke_eval *e, const kf_node *call, const char *name, const k
     *s = kprog_summary(e, call, a, out);
   else if (!strcmp(name, "load_safetensors"))
     *s = kprog_load_safetensors(e, call, a, out);
+  else if (!strcmp(name, "minimize"))
+    *s = kprog_minimize(e, call, a, out);
   else if (!strcmp(name, "fit"))
     *s = fn_fit(e, call, a, out);
   else if (!strcmp(name, "predict")) {

@@ -183,8 +183,33 @@ def seed_001_s2_ops():
                          g10(acts.sum()), f"{g10(ce)} {g10(((att - h) ** 2).mean())}"])
 
 
+def minimize():
+    X = torch.tensor([[1.0, 2.0], [3.0, -1.0], [0.5, 0.5], [-2.0, 1.0]])
+    y = torch.tensor([[1.0], [2.0], [0.0], [-1.0]])
+
+    def run(**kw):
+        w = torch.tensor([[0.1], [-0.2]], requires_grad=True)
+        b = torch.tensor([0.0], requires_grad=True)
+        f = lambda: ((torch.tanh(X @ w + b) - y) ** 2).sum() + 0.1 * (w ** 2).sum()
+        opt = torch.optim.LBFGS([w, b], **kw)
+
+        def closure():
+            opt.zero_grad()
+            loss = f()
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+        return w.detach(), b.detach(), f().detach(), opt.state[opt._params[0]]["n_iter"]
+
+    w, b, loss, n = run(max_iter=20)
+    w2, _, loss2, _ = run(max_iter=5, lr=0.5, history_size=2)
+    write("minimize", [f"{mat(w)} {vec(b)} {g10(loss)} {n}", f"{mat(w2)} {g10(loss2)}"])
+
+
 if __name__ == "__main__":
     params_np()
+    minimize()
     seed_001_s2_ops()
     hessian()
     grad_fd()
