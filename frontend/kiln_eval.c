@@ -941,6 +941,31 @@ static kiln_status name_fn(ke_eval *e, const kf_stmt *st, ke_lambda *lam) {
   return KILN_OK;
 }
 
+/*
+ * An input may not have the name of one of the model's parameters (bilinear's inputs a, b
+ * against its bias b): both are graph parameters bound by name (--input, --params).
+ */
+static kiln_status check_input_names(ke_eval *e, const kf_module *m) {
+  kl_plist pl = {0};
+  kiln_status s = kl_params_of(e->ctx, e->mf->model, &pl);
+  if (s != KILN_OK) return ke_locate(e, m->model, s);
+  for (uint32_t i = 0; s == KILN_OK && i < m->nstmts; i++) {
+    const kf_stmt *st = &m->stmts[i];
+    for (uint32_t k = 0; st->kind == KF_STMT_INPUT && k < pl.n; k++)
+      if (!strcmp(st->name, pl.p[k].path)) {
+        s = kir_fail(e->ctx, KILN_ERR_PARSE,
+                     "%s:%u:%u: error: input '%s' has the name of the model's parameter '%s' "
+                     "(of %s): rename the input, since inputs and parameters are both bound "
+                     "by name (--input, --params)",
+                     m->file, st->name_line, st->name_col, st->name, pl.p[k].path,
+                     pl.p[k].owner ? pl.p[k].owner->ctor : "a layer");
+        break;
+      }
+  }
+  kl_plist_free(&pl);
+  return s;
+}
+
 static kiln_status run_module(ke_eval *e, const kf_module *m) {
   kiln_model_file *mf = e->mf;
   uint32_t ninputs = 0;
@@ -978,7 +1003,7 @@ static kiln_status run_module(ke_eval *e, const kf_module *m) {
   if (model.k != KV_LAYER)
     return ke_fail_at(e, m->model, "the model must be a layer, got %s", ke_kind_name(&model));
   mf->model = model.layer;
-  return KILN_OK;
+  return check_input_names(e, m);
 }
 
 /* ------------------------------------------------------------ public API */
