@@ -44,7 +44,10 @@ typedef enum kf_kind {
   KF_SLICE,  /* slice.lo:slice.hi:slice.step, each NULL when left out */
   KF_UNARY,  /* unary.op unary.a */
   KF_BINARY, /* binary.a binary.op binary.b */
-  KF_LAMBDA  /* fn(lambda.params[lambda.nparams]) => lambda.body */
+  KF_LAMBDA, /* fn(lambda.params[lambda.nparams]) => lambda.body, or a block (`fn f(p):`) */
+  KF_RANGE,  /* binary.a .. binary.b: the ints a, a+1, ..., b-1 */
+  KF_COMP,   /* [comp.elem for comp.var in comp.iter] */
+  KF_ELLIPSIS /* `...` in an index: every axis not named by the other items */
 } kf_kind;
 
 typedef enum kf_op {
@@ -72,6 +75,13 @@ typedef enum kf_op {
 const char *kf_op_text(kf_op op);
 
 typedef struct kf_node kf_node;
+typedef struct kf_stmt kf_stmt;
+
+/* The statements of an indented block (a `fn`, `for` or `if` body). */
+typedef struct kf_block {
+  kf_stmt *stmts;
+  uint32_t n;
+} kf_block;
 
 typedef struct kf_arg {
   const char *name;   /* NULL for a positional argument */
@@ -129,8 +139,14 @@ struct kf_node {
     struct {
       const char **params;
       uint32_t nparams;
-      kf_node *body;
+      kf_node *body;        /* the expression, or NULL for a block */
+      const kf_block *block; /* `fn name(p):` with an indented body ending in `return` */
+      const char *name;      /* the name of a `fn name(...)` statement, else NULL */
     } lambda;
+    struct {
+      kf_node *elem, *iter;
+      const char *var;
+    } comp;
   };
 };
 
@@ -148,22 +164,39 @@ typedef struct kf_type {
   kf_dim dims[KIR_MAX_RANK];
 } kf_type;
 
-typedef enum kf_stmt_kind { KF_STMT_USE, KF_STMT_INPUT, KF_STMT_LET } kf_stmt_kind;
+typedef enum kf_stmt_kind {
+  KF_STMT_USE,
+  KF_STMT_INPUT,
+  KF_STMT_LET,    /* let NAME = value, or let A, B = value (names[nnames]) */
+  KF_STMT_VAR,    /* var NAME = value: a name that `NAME = ...` may assign again */
+  KF_STMT_ASSIGN, /* NAME = value */
+  KF_STMT_FN,     /* fn NAME(params): block, or fn NAME(params) = expr; value is the KF_LAMBDA */
+  KF_STMT_FOR,    /* for NAME in value: body */
+  KF_STMT_IF,     /* if value: body [else: orelse] (elif is an if inside orelse) */
+  KF_STMT_RETURN, /* return value (in a fn block) */
+  KF_STMT_EXPR    /* a bare expression: the model at the end of a model file, or print(...) */
+} kf_stmt_kind;
 
-typedef struct kf_stmt {
+struct kf_stmt {
   kf_stmt_kind kind;
-  uint32_t line, col; /* of the keyword */
-  const char *name;   /* the library, the input or the bound name */
+  uint32_t line, col; /* of the keyword (of the expression for EXPR, of the name for ASSIGN) */
+  const char *name;   /* the library, the input or the bound name (LET: names[0]) */
   uint32_t name_line, name_col;
+  const char **names; /* LET: every bound name (nnames >= 1) */
+  uint32_t nnames;
   kf_type type;   /* INPUT */
-  kf_node *value; /* LET */
-} kf_stmt;
+  kf_node *value; /* LET VAR ASSIGN FN FOR IF RETURN EXPR */
+  kf_block body, orelse; /* FOR IF */
+};
 
 typedef struct kf_module {
   const char *file;
   kf_stmt *stmts; /* every statement before the model, in order */
   uint32_t nstmts;
-  kf_node *model; /* the last expression */
+  kf_node *model;    /* the last expression: NULL in a program that does not end with one */
+  bool program;      /* has statements only a program has (fn, var, for, if, a bare expression
+                        before the last, print(...) last, or no last expression) */
+  uint32_t prog_line, prog_col; /* the first of them */
 } kf_module;
 
 /*
@@ -174,6 +207,9 @@ typedef struct kf_module {
  */
 kiln_status kf_parse(kiln_ctx *ctx, const char *text, size_t len, const char *filename,
                      kir_arena *arena, kf_module **out);
+/* The same grammar for a program (`kiln run PROGRAM.kiln`): any statements, no model needed. */
+kiln_status kf_parse_program(kiln_ctx *ctx, const char *text, size_t len, const char *filename,
+                             kir_arena *arena, kf_module **out);
 
 /*
  * The canonical form: one statement per line, every operation and lambda in

@@ -328,19 +328,116 @@ static kiln_status call_shape(ke_eval *e, const kf_node *call, const char *name,
   if (s == KILN_OK) s = want_tensor(e, a->pos_node[0], &a->pos[0], name);
   if (s != KILN_OK) return s;
   const kv *l = &a->pos[1];
-  bool ok = l->k == KV_LIST && l->list.n <= KIR_MAX_RANK;
-  int64_t v[KIR_MAX_RANK];
+  bool ok = l->k == KV_LIST && l->list.n <= KIR_MAX_RANK, reshape = !strcmp(name, "reshape");
+  int64_t v[KIR_MAX_RANK], known = 1, free_at = -1;
   for (uint32_t i = 0; ok && i < l->list.n; i++) {
     const kv *d = &l->list.items[i];
-    ok = (d->k == KV_INT && d->i >= 0) || (d->k == KV_DIM && !strcmp(name, "reshape"));
+    bool infer = reshape && d->k == KV_INT && d->i == -1 && free_at < 0;
+    ok = (d->k == KV_INT && d->i >= 0) || (d->k == KV_DIM && reshape) || infer;
     v[i] = d->k == KV_INT ? d->i : d->dim;
+    if (infer) free_at = i;
+    else if (d->k == KV_INT) known *= d->i ? d->i : 1;
+    else known = -1; /* a symbolic size: no -1 then */
   }
   if (!ok)
     return ke_fail_at(e, a->pos_node[1], "%s() needs a list of at most %d %s", name, KIR_MAX_RANK,
-                   strcmp(name, "reshape") ? "axes" : "sizes");
+                   reshape ? "sizes (one of them may be -1)" : "axes");
+  if (free_at >= 0) { /* -1: what the other sizes leave of the element count */
+    int64_t total = 1;
+    for (uint32_t i = 0; i < kl_rank(e->b, a->pos[0].t); i++) {
+      kiln_dim d = kl_dim(e->b, a->pos[0].t, (int)i);
+      total = d >= 0 && total >= 0 ? total * d : -1;
+    }
+    if (total < 0 || known <= 0 || total % known)
+      return ke_fail_at(e, a->pos_node[1], "reshape(): -1 needs constant sizes that divide the "
+                        "element count");
+    v[free_at] = total / known;
+  }
   kiln_graph *g = e->b->g;
   kiln_value r = strcmp(name, "reshape") ? kiln_transpose(g, a->pos[0].t, l->list.n, v)
                                          : kiln_reshape(g, a->pos[0].t, l->list.n, v);
+  *out = mk_tensor(r);
+  return ke_graph_check(e, call, r);
+}
+
+/* layer_norm(x, eps=1e-5), rms_norm(x, eps=1e-6): over the last axis, without a scale. */
+static kiln_status call_norm(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
+                             kv *out) {
+  static const char *const names[] = {"eps", NULL};
+  const kv *kw[1];
+  kiln_status s = keywords(e, name, a, names, kw);
+  if (s == KILN_OK) s = arg_count(e, call, name, a, 1, 1);
+  if (s == KILN_OK) s = want_tensor(e, a->pos_node[0], &a->pos[0], name);
+  if (s != KILN_OK) return s;
+  if (kw[0] && !is_num(kw[0])) return ke_fail_at(e, call, "%s(): eps must be a number", name);
+  bool ln = !strcmp(name, "layer_norm");
+  kiln_graph *g = e->b->g;
+  kiln_value x = a->pos[0].t;
+  uint32_t r = kl_rank(e->b, x);
+  kiln_dim d = r ? kl_dim(e->b, x, -1) : 1;
+  kiln_attr shape = kiln_attr_dims("shape", 1, &d);
+  kiln_value one = kl_scalar(e->b, 1), zero = kl_scalar(e->b, 0);
+  kiln_value in[3] = {x, kiln_op(g, "broadcast", 1, &one, 1, &shape),
+                      kiln_op(g, "broadcast", 1, &zero, 1, &shape)};
+  kiln_attr at[2] = {kiln_attr_int("axis", r ? (int64_t)r - 1 : 0),
+                     kiln_attr_float("eps", kw[0] ? num(kw[0]) : ln ? 1e-5 : 1e-6)};
+  kiln_value y = kiln_op(g, name, ln ? 3 : 2, in, 2, at);
+  *out = mk_tensor(y);
+  return ke_graph_check(e, call, y);
+}
+
+/* An int or a list of two ints: a 2-d size (kernel, stride). */
+static bool pair_of(const kv *v, int64_t *out) {
+  if (v->k == KV_INT && v->i >= 0) {
+    out[0] = out[1] = v->i;
+    return true;
+  }
+  if (v->k != KV_LIST || v->list.n != 2) return false;
+  for (int i = 0; i < 2; i++) {
+    if (v->list.items[i].k != KV_INT || v->list.items[i].i < 0) return false;
+    out[i] = v->list.items[i].i;
+  }
+  return true;
+}
+
+/* conv2d(x[N, C, H, W], w[O, C/groups, kh, kw], stride=1, padding=0, groups=1) (torch's layout),
+ * max_pool(x, k, stride=k), avg_pool(x, k, stride=k), embedding(E[V, D], ids) = E[ids]. Given
+ * no tensor first, max_pool(2) and embedding(vocab, d) are the layer constructors instead. */
+static kiln_status call_nn(ke_eval *e, const kf_node *call, const char *name, const ke_args *a,
+                           kv *out) {
+  bool conv = !strcmp(name, "conv2d"), emb = !strcmp(name, "embedding");
+  static const char *const conv_kw[] = {"stride", "padding", "groups", NULL},
+                           *const pool_kw[] = {"stride", NULL}, *const none_kw[] = {NULL};
+  const kv *kw[3] = {NULL, NULL, NULL};
+  kiln_status s = keywords(e, name, a, conv ? conv_kw : emb ? none_kw : pool_kw, kw);
+  if (s == KILN_OK) s = arg_count(e, call, name, a, 2, 2);
+  if (s == KILN_OK) s = want_tensor(e, a->pos_node[0], &a->pos[0], name);
+  if (s == KILN_OK && (conv || emb)) s = want_tensor(e, a->pos_node[1], &a->pos[1], name);
+  if (s != KILN_OK) return s;
+  kiln_graph *g = e->b->g;
+  kiln_value r;
+  if (emb) {
+    kiln_value in[2] = {a->pos[0].t, a->pos[1].t};
+    r = kiln_op(g, "gather", 2, in, 0, NULL);
+  } else if (conv) {
+    int64_t st[2] = {1, 1}, pd[2] = {0, 0};
+    if ((kw[0] && !pair_of(kw[0], st)) || (kw[1] && !pair_of(kw[1], pd)) ||
+        (kw[2] && (kw[2]->k != KV_INT || kw[2]->i < 1)))
+      return ke_fail_at(e, call, "conv2d(): stride and padding are ints or [h, w], groups an "
+                        "int >= 1");
+    int64_t pad[4] = {pd[0], pd[1], pd[0], pd[1]};
+    kiln_attr at[3] = {kiln_attr_ints("stride", 2, st), kiln_attr_ints("padding", 4, pad),
+                       kiln_attr_int("groups", kw[2] ? kw[2]->i : 1)};
+    kiln_value in[2] = {a->pos[0].t, a->pos[1].t};
+    r = kiln_op(g, "conv2d", 2, in, 3, at);
+  } else {
+    int64_t k[2], st[2];
+    if (!pair_of(&a->pos[1], k) || (kw[0] && !pair_of(kw[0], st)))
+      return ke_fail_at(e, call, "%s(x, k, stride=k): sizes are ints or [h, w]", name);
+    if (!kw[0]) st[0] = k[0], st[1] = k[1];
+    kiln_attr at[2] = {kiln_attr_ints("kernel", 2, k), kiln_attr_ints("stride", 2, st)};
+    r = kiln_op(g, strcmp(name, "max_pool") ? "avg_pool2d" : "max_pool2d", 1, &a->pos[0].t, 2, at);
+  }
   *out = mk_tensor(r);
   return ke_graph_check(e, call, r);
 }
@@ -357,7 +454,9 @@ static const struct builtin {
     {"log_softmax", call_softmax}, {"gather", call_index},      {"segment_sum", call_index},
     {"segment_mean", call_index},  {"segment_max", call_index}, {"segment_softmax", call_index},
     {"segment_count", call_index}, {"concat", call_concat},     {"where", call_where},
-    {"reshape", call_shape},       {"transpose", call_shape},
+    {"reshape", call_shape},       {"transpose", call_shape},   {"layer_norm", call_norm},
+    {"rms_norm", call_norm},       {"conv2d", call_nn},         {"max_pool", call_nn},
+    {"avg_pool", call_nn},         {"embedding", call_nn},
 };
 
 const struct builtin *ke_find_builtin(const char *name) {
@@ -371,6 +470,10 @@ bool ke_call_builtin(ke_eval *e, const kf_node *call, const char *name, const ke
                          kv *out, kiln_status *s) {
   const unary_fn *u = ke_find_unary(name);
   const struct builtin *b = u ? NULL : ke_find_builtin(name);
+  /* max_pool(2), embedding(vocab, d) on numbers are the layer constructors of those names */
+  if (b && b->call == call_nn && (a->npos == 0 || (a->pos[0].k != KV_TENSOR &&
+                                                   a->pos[0].k != KV_HOST)))
+    return false;
   if (u)
     *s = call_unary(e, call, u, a, out);
   else if (b)

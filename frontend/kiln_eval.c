@@ -36,22 +36,7 @@
 #define LOAD_FUEL (1u << 20)
 #define BUILD_FUEL (1u << 18)
 
-struct kiln_model_file {
-  ke_shared *sh;
-  kl_layer *model; /* one of `layers` */
-  kiln_model_input *inputs;
-  size_t ninputs;
-  kl_layer **layers; /* every layer made while loading, owned */
-  size_t nlayers, caplayers;
-  kl_fn **fns; /* every kl_fn made while loading, owned */
-  size_t nfns, capfns;
-  /* Functions bound by `let` (a loss for `kiln fit --loss NAME`, say), in the shared block. */
-  const char **fn_names;
-  kl_fn **named_fns;
-  size_t nnamed;
-};
-
-static void shared_release(ke_shared *sh) {
+void ke_shared_release(ke_shared *sh) {
   if (!sh || --sh->refs) return;
   kir_arena_free(&sh->ast);
   kir_arena_free(&sh->vals);
@@ -83,6 +68,12 @@ const char *ke_kind_name(const kv *v) {
     return "a model input";
   case KV_GRAPH:
     return "a graph";
+  case KV_RECORD:
+    return "a record";
+  case KV_HOST:
+    return "a tensor";
+  case KV_GRADFN:
+    return "a function";
   }
   return "a value";
 }
@@ -129,19 +120,25 @@ void *ke_alloc(ke_eval *e, size_t n) { return kir_arena_alloc(e->arena, n ? n : 
 
 /* ------------------------------------------------------------ environment */
 
-static const ke_bind *lookup(const ke_bind *env, const char *name) {
+const ke_bind *ke_lookup(const ke_bind *env, const char *name) {
   for (; env; env = env->next)
     if (!strcmp(env->name, name)) return env;
   return NULL;
 }
 
-static const ke_bind *bind(ke_eval *e, const ke_bind *env, const char *name, kv v) {
+const ke_bind *ke_bind_new(ke_eval *e, const ke_bind *env, const char *name, kv v, bool is_var) {
   ke_bind *b = ke_alloc(e, sizeof *b);
   if (!b) return NULL;
   b->name = name;
   b->v = v;
+  b->is_var = is_var;
   b->next = env;
   return b;
+}
+
+static const ke_bind *lookup(const ke_bind *env, const char *name) { return ke_lookup(env, name); }
+static const ke_bind *bind(ke_eval *e, const ke_bind *env, const char *name, kv v) {
+  return ke_bind_new(e, env, name, v, false);
 }
 
 /* ------------------------------------------------------------- evaluation */
@@ -168,10 +165,29 @@ static const char *const unavailable[] = {"fit",
                                           "print",
                                           "quantize_model",
                                           "torch_module",
-                                          "cross_entropy",
                                           "vae_loss",
                                           "tree_map",
                                           "qlinear",
+                                          "tensor",
+                                          "zeros",
+                                          "ones",
+                                          "len",
+                                          "load_npy",
+                                          "rmsprop",
+                                          "adagrad",
+                                          "nadam",
+                                          "radam",
+                                          "step_lr",
+                                          "mse",
+                                          "mae",
+                                          "cross_entropy",
+                                          "bce",
+                                          "huber",
+                                          "hessian",
+                                          "minimize",
+                                          "lbfgs",
+                                          "load_safetensors",
+                                          "save_safetensors",
                                           NULL};
 
 static bool listed(const char *const *list, const char *name) {
@@ -213,7 +229,14 @@ static kiln_status call_lambda(ke_eval *e, const kf_node *call, ke_lambda *f, co
     return ke_fail_at(e, call, "functions call each other too deeply (more than %d levels)",
                    MAX_CALLS);
   e->calls++;
-  kiln_status s = eval(e, env, lam->lambda.body, out);
+  kiln_status s;
+  if (lam->lambda.body) {
+    s = eval(e, env, lam->lambda.body, out);
+  } else {
+    bool returned = false;
+    *out = (kv){.k = KV_NONE};
+    s = ke_exec_block(e, env, lam->lambda.block, out, &returned);
+  }
   e->calls--;
   return s;
 }
@@ -227,7 +250,7 @@ static void closure_free(void *p) {
   ke_closure *c = p;
   ke_shared *sh = c->sh;
   free(c);
-  shared_release(sh);
+  ke_shared_release(sh);
 }
 
 static kiln_status to_kv(ke_eval *e, const kf_node *at, const kl_val *v, kv *out) {
@@ -279,7 +302,7 @@ static kiln_status closure_call(kl_build *b, void *p, uint32_t nargs, const kl_v
   ke_args a = {.npos = nargs, .pos = vals, .pos_node = nodes};
   kv r;
   kiln_status s = call_lambda(&e, lam, c->lam, &a, &r);
-  if (s == KILN_OK) s = from_kv(&e, lam->lambda.body, &r, out);
+  if (s == KILN_OK) s = from_kv(&e, lam->lambda.body ? lam->lambda.body : lam, &r, out);
   return s;
 }
 
@@ -321,6 +344,8 @@ static kl_fn *fn_of(ke_eval *e, const kf_node *at, ke_lambda *f) {
   mf->fns[mf->nfns++] = f->fn;
   return f->fn;
 }
+
+kl_fn *ke_fn_of(ke_eval *e, ke_lambda *f) { return fn_of(e, f->node, f); }
 
 /* ---------------------------------------------------------- constructors */
 
@@ -431,9 +456,24 @@ static kiln_status eval_args(ke_eval *e, const ke_bind *env, const kf_node *n, k
   return KILN_OK;
 }
 
-static kiln_status apply_value(ke_eval *e, const kf_node *call, const kv *f, const ke_args *a,
-                               kv *out) {
+typedef struct lambda_call {
+  ke_lambda *fn;
+  const ke_args *a;
+} lambda_call;
+
+static kiln_status lifted_lambda(ke_eval *e, const kf_node *at, void *data, kv *out) {
+  lambda_call *c = data;
+  return call_lambda(e, at, c->fn, c->a, out);
+}
+
+kiln_status ke_call_value(ke_eval *e, const kf_node *call, const kv *f, const ke_args *a,
+                          kv *out) {
+  if (f->k == KV_FN && e->hooks && !e->b) { /* a program's function: traced into one graph */
+    lambda_call c = {f->fn, a};
+    return ke_lift(e, call, lifted_lambda, &c, out);
+  }
   if (f->k == KV_FN) return call_lambda(e, call, f->fn, a, out);
+  if (e->hooks && (f->k == KV_GRADFN || f->k == KV_LAYER)) return e->hooks->apply(e, call, f, a, out);
   if (f->k == KV_LAYER)
     return ke_fail_at(e, call, "applying a layer to data is not available in model files yet");
   return ke_fail_at(e, call, "%s is not a function", ke_kind_name(f));
@@ -442,12 +482,20 @@ static kiln_status apply_value(ke_eval *e, const kf_node *call, const kv *f, con
 static kiln_status eval_call(ke_eval *e, const ke_bind *env, const kf_node *n, kv *out) {
   const kf_node *callee = n->call.callee;
   const char *name = callee->kind == KF_NAME ? callee->name : NULL;
-  if (name && !lookup(env, name)) {
+  if (name && !lookup(env, name) && !(e->hooks && e->hooks->is_builtin(name))) {
     /* the reference's functions that need a running program, before their arguments */
     if (listed(unavailable, name))
-      return ke_fail_at(e, n, "%s is not available in model files yet", name);
+      return ke_fail_at(e, n, "%s is not available in %s yet", name,
+                        e->prog ? "programs" : "model files");
     if (!kl_ctor_find(name) && !ke_find_unary(name) && !ke_find_builtin(name))
       return ke_fail_at(e, n, "unknown function '%s'", name);
+  }
+  if (callee->kind == KF_MEMBER && e->hooks) {
+    kv obj;
+    ke_args a;
+    kiln_status s = eval(e, env, callee->member.obj, &obj);
+    if (s == KILN_OK) s = eval_args(e, env, n, &a);
+    return s != KILN_OK ? s : e->hooks->method(e, n, &obj, callee->member.name, &a, out);
   }
   if (callee->kind == KF_MEMBER)
     return ke_fail_at(e, callee, "calling '.%s' is not available in model files yet",
@@ -460,145 +508,10 @@ static kiln_status eval_call(ke_eval *e, const ke_bind *env, const kf_node *n, k
   ke_args a;
   kiln_status s = eval_args(e, env, n, &a);
   if (s != KILN_OK) return s;
-  if (!name || lookup(env, name)) return apply_value(e, n, &f, &a, out);
+  if (!name || lookup(env, name)) return ke_call_value(e, n, &f, &a, out);
+  if (e->hooks && e->hooks->call(e, n, name, &a, out, &s)) return s;
   if (ke_call_builtin(e, n, name, &a, out, &s)) return s;
   return call_ctor(e, n, name, &a, out);
-}
-
-/* --------------------------------------------------------------- numbers */
-
-static kiln_status overflow(ke_eval *e, const kf_node *n) {
-  return ke_fail_at(e, n, "integer overflow in '%s'", kf_op_text(n->binary.op));
-}
-
-static kiln_status int_pow(ke_eval *e, const kf_node *n, int64_t a, int64_t b, kv *out) {
-  int64_t r = 1;
-  while (b > 0) {
-    if ((b & 1) && __builtin_mul_overflow(r, a, &r)) return overflow(e, n);
-    b >>= 1;
-    if (b && __builtin_mul_overflow(a, a, &a)) return overflow(e, n);
-  }
-  *out = mk_int(r);
-  return KILN_OK;
-}
-
-static kiln_status int_arith(ke_eval *e, const kf_node *n, int64_t a, int64_t b, kv *out) {
-  int64_t r = 0;
-  switch (n->binary.op) {
-  case KF_OP_ADD:
-    if (__builtin_add_overflow(a, b, &r)) return overflow(e, n);
-    break;
-  case KF_OP_SUB:
-    if (__builtin_sub_overflow(a, b, &r)) return overflow(e, n);
-    break;
-  case KF_OP_MUL:
-    if (__builtin_mul_overflow(a, b, &r)) return overflow(e, n);
-    break;
-  case KF_OP_FLOORDIV:
-  case KF_OP_MOD:
-    if (b == 0) return ke_fail_at(e, n, "division by zero");
-    if (a == INT64_MIN && b == -1) {
-      if (n->binary.op == KF_OP_MOD) break;
-      return overflow(e, n);
-    }
-    r = n->binary.op == KF_OP_FLOORDIV ? a / b - ((a % b != 0) && ((a < 0) != (b < 0)))
-                                       : a % b + (((a % b != 0) && ((a < 0) != (b < 0))) ? b : 0);
-    break;
-  case KF_OP_POW:
-    if (b >= 0) return int_pow(e, n, a, b, out);
-    if (a == 0) return ke_fail_at(e, n, "division by zero");
-    *out = mk_float(pow((double)a, (double)b));
-    return KILN_OK;
-  default:
-    return ke_fail_at(e, n, "internal error: integer '%s'", kf_op_text(n->binary.op));
-  }
-  *out = mk_int(r);
-  return KILN_OK;
-}
-
-static kiln_status num_arith(ke_eval *e, const kf_node *n, const kv *x, const kv *y, kv *out) {
-  kf_op op = n->binary.op;
-  if (op == KF_OP_MATMUL) return ke_fail_at(e, n, "'@' needs tensors, got two numbers");
-  if (x->k == KV_INT && y->k == KV_INT && op != KF_OP_DIV) return int_arith(e, n, x->i, y->i, out);
-  double a = num(x), b = num(y), r = 0;
-  switch (op) {
-  case KF_OP_ADD:
-    r = a + b;
-    break;
-  case KF_OP_SUB:
-    r = a - b;
-    break;
-  case KF_OP_MUL:
-    r = a * b;
-    break;
-  case KF_OP_DIV:
-  case KF_OP_FLOORDIV:
-  case KF_OP_MOD:
-    if (b == 0) return ke_fail_at(e, n, "division by zero");
-    r = op == KF_OP_DIV ? a / b : op == KF_OP_FLOORDIV ? floor(a / b) : a - floor(a / b) * b;
-    break;
-  case KF_OP_POW:
-    if (a == 0 && b < 0) return ke_fail_at(e, n, "division by zero");
-    r = pow(a, b);
-    break;
-  default:
-    return ke_fail_at(e, n, "internal error: '%s'", kf_op_text(op));
-  }
-  *out = mk_float(r);
-  return KILN_OK;
-}
-
-static bool equal(const kv *x, const kv *y) {
-  if (is_num(x) && is_num(y))
-    return x->k == KV_INT && y->k == KV_INT ? x->i == y->i : num(x) == num(y);
-  if (x->k != y->k) return false;
-  switch (x->k) {
-  case KV_NONE:
-    return true;
-  case KV_BOOL:
-    return x->b == y->b;
-  case KV_STR:
-    return !strcmp(x->s, y->s);
-  case KV_LAYER:
-    return x->layer == y->layer;
-  case KV_FN:
-    return x->fn == y->fn;
-  case KV_LIST:
-    if (x->list.n != y->list.n) return false;
-    for (uint32_t i = 0; i < x->list.n; i++)
-      if (!equal(&x->list.items[i], &y->list.items[i])) return false;
-    return true;
-  case KV_INPUT:
-    return x->input == y->input;
-  default:
-    return x == y;
-  }
-}
-
-static kiln_status compare(ke_eval *e, const kf_node *n, const kv *x, const kv *y, kv *out) {
-  kf_op op = n->binary.op;
-  if (op == KF_OP_EQ || op == KF_OP_NE) {
-    *out = mk_bool(equal(x, y) == (op == KF_OP_EQ));
-    return KILN_OK;
-  }
-  int c;
-  if (is_num(x) && is_num(y)) {
-    if (x->k == KV_INT && y->k == KV_INT)
-      c = (x->i > y->i) - (x->i < y->i);
-    else if (isnan(num(x)) || isnan(num(y))) {
-      *out = mk_bool(false);
-      return KILN_OK;
-    } else
-      c = (num(x) > num(y)) - (num(x) < num(y));
-  } else if (x->k == KV_STR && y->k == KV_STR) {
-    c = strcmp(x->s, y->s);
-  } else {
-    return ke_fail_at(e, n, "cannot compare %s and %s with '%s'", ke_kind_name(x), ke_kind_name(y),
-                   kf_op_text(op));
-  }
-  bool r = op == KF_OP_LT ? c < 0 : op == KF_OP_LE ? c <= 0 : op == KF_OP_GT ? c > 0 : c >= 0;
-  *out = mk_bool(r);
-  return KILN_OK;
 }
 
 /* --------------------------------------------------------------- tensors */
@@ -661,6 +574,26 @@ static kiln_status tensor_binary(ke_eval *e, const kf_node *n, const kv *x, cons
 
 /* ------------------------------------------------------------- operators */
 
+typedef struct lifted_op {
+  kv x, y;
+} lifted_op;
+
+/* An operation on host tensors at the top of a program, traced into a graph of its own. */
+static kiln_status lifted_binary(ke_eval *e, const kf_node *n, void *data, kv *out) {
+  lifted_op *o = data;
+  kiln_status s = ke_host_in(e, n, &o->x);
+  if (s == KILN_OK) s = ke_host_in(e, n, &o->y);
+  return s != KILN_OK ? s : tensor_binary(e, n, &o->x, &o->y, out);
+}
+
+static kiln_status lifted_unary(ke_eval *e, const kf_node *n, void *data, kv *out) {
+  lifted_op *o = data;
+  kiln_status s = ke_host_in(e, n, &o->x);
+  if (s != KILN_OK) return s;
+  *out = mk_tensor(kiln_unary(e->b->g, n->unary.op == KF_OP_NOT ? "logical_not" : "neg", o->x.t));
+  return ke_graph_check(e, n, out->t);
+}
+
 static kiln_status eval_binary(ke_eval *e, const ke_bind *env, const kf_node *n, kv *out) {
   kf_op op = n->binary.op;
   kv x, y;
@@ -678,13 +611,19 @@ static kiln_status eval_binary(ke_eval *e, const ke_bind *env, const kf_node *n,
     return KILN_OK;
   }
   if ((s = eval(e, env, n->binary.b, &y)) != KILN_OK) return s;
+  if (!e->b && (x.k == KV_HOST || y.k == KV_HOST) &&
+      (x.k == KV_HOST || is_num(&x) || x.k == KV_BOOL) &&
+      (y.k == KV_HOST || is_num(&y) || y.k == KV_BOOL)) {
+    lifted_op o = {x, y};
+    return ke_lift(e, n, lifted_binary, &o, out);
+  }
   bool scalar_x = is_num(&x) || x.k == KV_BOOL, scalar_y = is_num(&y) || y.k == KV_BOOL;
   if ((x.k == KV_TENSOR && (y.k == KV_TENSOR || scalar_y)) || (y.k == KV_TENSOR && scalar_x))
     return tensor_binary(e, n, &x, &y, out);
-  if (op >= KF_OP_EQ && op <= KF_OP_GE) return compare(e, n, &x, &y, out);
+  if (op >= KF_OP_EQ && op <= KF_OP_GE) return ke_compare(e, n, &x, &y, out);
   if (op == KF_OP_AND || op == KF_OP_OR)
     return ke_fail_at(e, n, "'%s' needs bools, got %s", kf_op_text(op), ke_kind_name(&x));
-  if (is_num(&x) && is_num(&y)) return num_arith(e, n, &x, &y, out);
+  if (is_num(&x) && is_num(&y)) return ke_num_arith(e, n, &x, &y, out);
   if (!e->b && (x.k == KV_INPUT || y.k == KV_INPUT))
     return ke_fail_at(e, n,
                    "a model input is data: '%s' on it belongs inside a function given to a layer "
@@ -698,6 +637,10 @@ static kiln_status eval_unary(ke_eval *e, const ke_bind *env, const kf_node *n, 
   kv x;
   kiln_status s = eval(e, env, n->unary.a, &x);
   if (s != KILN_OK) return s;
+  if (!e->b && x.k == KV_HOST) {
+    lifted_op o = {x, x};
+    return ke_lift(e, n, lifted_unary, &o, out);
+  }
   if (n->unary.op == KF_OP_NOT) {
     if (x.k == KV_BOOL)
       *out = mk_bool(!x.b);
@@ -728,7 +671,7 @@ static kiln_status eval_name(ke_eval *e, const ke_bind *env, const kf_node *n, k
   const ke_bind *b = lookup(env, n->name);
   if (b) {
     *out = b->v;
-    if (e->b && out->k == KV_LAYER)
+    if (e->b && !e->prog && out->k == KV_LAYER)
       return ke_fail_at(e, n, "'%s' is a layer: a function works on tensors and cannot use layers",
                      n->name);
     if (e->b && out->k == KV_INPUT)
@@ -782,6 +725,28 @@ static kiln_status eval_member(ke_eval *e, const ke_bind *env, const kf_node *n,
       return ke_fail_at(e, n, "a graph has no member '%s' here (src, dst, batch, n)", m);
     return KILN_OK;
   }
+  if (x.k == KV_RECORD) {
+    const kv *f = ke_record_field(&x, m);
+    if (f) {
+      *out = *f;
+      return KILN_OK;
+    }
+    char fields[200] = "";
+    size_t o = 0;
+    for (uint32_t i = 0; i < x.rec.n && o < sizeof fields; i++)
+      o += (size_t)snprintf(fields + o, sizeof fields - o, "%s%s", i ? ", " : "", x.rec.names[i]);
+    return ke_fail_at(e, n, "the record has no field '%s' (its fields: %s)", m,
+                      x.rec.n ? fields : "none");
+  }
+  if (x.k == KV_HOST && !strcmp(m, "shape")) {
+    size_t r = kiln_tensor_rank(x.host);
+    kv *items = ke_alloc(e, (r ? r : 1) * sizeof *items);
+    if (!items) return ke_nomem(e, n);
+    for (size_t i = 0; i < r; i++)
+      items[i] = mk_int(kiln_tensor_dim(x.host, i));
+    *out = (kv){.k = KV_LIST, .list = {items, (uint32_t)r}};
+    return KILN_OK;
+  }
   if (x.k == KV_TENSOR && !strcmp(m, "shape")) {
     uint32_t r = kl_rank(e->b, x.t);
     kv *items = ke_alloc(e, (r ? r : 1) * sizeof *items);
@@ -818,6 +783,8 @@ static kiln_status eval_index(ke_eval *e, const ke_bind *env, const kf_node *n, 
   kv x;
   kiln_status s = eval(e, env, n->index.obj, &x);
   if (s != KILN_OK) return s;
+  if ((x.k == KV_TENSOR || x.k == KV_HOST) && (e->prog || e->b))
+    return ke_tensor_index(e, env, n, &x, out);
   if (x.k != KV_LIST)
     return ke_fail_at(e, n, "indexing %s is not available in model files yet", ke_kind_name(&x));
   if (n->index.n != 1) return ke_fail_at(e, n, "a list takes one index, got %u", n->index.n);
@@ -864,7 +831,7 @@ static kiln_status eval_index(ke_eval *e, const ke_bind *env, const kf_node *n, 
   return KILN_OK;
 }
 
-static kiln_status eval(ke_eval *e, const ke_bind *env, const kf_node *n, kv *out) {
+static kiln_status eval_node(ke_eval *e, const ke_bind *env, const kf_node *n, kv *out) {
   if (!e->fuel)
     return ke_fail_at(e, n, "the model file takes too long to evaluate (more than %u steps)",
                    e->b ? BUILD_FUEL : LOAD_FUEL);
@@ -909,8 +876,25 @@ static kiln_status eval(ke_eval *e, const ke_bind *env, const kf_node *n, kv *ou
     *out = (kv){.k = KV_FN, .fn = f};
     return KILN_OK;
   }
+  case KF_RANGE:
+    return ke_eval_range(e, env, n, out);
+  case KF_COMP:
+    return ke_eval_comp(e, env, n, out);
+  case KF_ELLIPSIS:
+    return ke_fail_at(e, n, "'...' exists only inside [...] of a tensor");
   }
   return ke_fail_at(e, n, "internal error: node kind %d", (int)n->kind);
+}
+
+/* Inside a traced graph, a host tensor read from a name, field or item becomes its input. */
+static kiln_status eval(ke_eval *e, const ke_bind *env, const kf_node *n, kv *out) {
+  kiln_status s = eval_node(e, env, n, out);
+  if (s == KILN_OK && e->b && out->k == KV_HOST) s = ke_host_in(e, n, out);
+  return s;
+}
+
+kiln_status ke_eval_node(ke_eval *e, const ke_bind *env, const kf_node *n, kv *out) {
+  return eval(e, env, n, out);
 }
 
 /* ------------------------------------------------------------ statements */
@@ -957,6 +941,31 @@ static kiln_status name_fn(ke_eval *e, const kf_stmt *st, ke_lambda *lam) {
   return KILN_OK;
 }
 
+/*
+ * An input may not have the name of one of the model's parameters (bilinear's inputs a, b
+ * against its bias b): both are graph parameters bound by name (--input, --params).
+ */
+static kiln_status check_input_names(ke_eval *e, const kf_module *m) {
+  kl_plist pl = {0};
+  kiln_status s = kl_params_of(e->ctx, e->mf->model, &pl);
+  if (s != KILN_OK) return ke_locate(e, m->model, s);
+  for (uint32_t i = 0; s == KILN_OK && i < m->nstmts; i++) {
+    const kf_stmt *st = &m->stmts[i];
+    for (uint32_t k = 0; st->kind == KF_STMT_INPUT && k < pl.n; k++)
+      if (!strcmp(st->name, pl.p[k].path)) {
+        s = kir_fail(e->ctx, KILN_ERR_PARSE,
+                     "%s:%u:%u: error: input '%s' has the name of the model's parameter '%s' "
+                     "(of %s): rename the input, since inputs and parameters are both bound "
+                     "by name (--input, --params)",
+                     m->file, st->name_line, st->name_col, st->name, pl.p[k].path,
+                     pl.p[k].owner ? pl.p[k].owner->ctor : "a layer");
+        break;
+      }
+  }
+  kl_plist_free(&pl);
+  return s;
+}
+
 static kiln_status run_module(ke_eval *e, const kf_module *m) {
   kiln_model_file *mf = e->mf;
   uint32_t ninputs = 0;
@@ -975,8 +984,14 @@ static kiln_status run_module(ke_eval *e, const kf_module *m) {
       s = add_input(e, st, in);
       v = st->type.is_graph ? (kv){.k = KV_GRAPH} : (kv){.k = KV_INPUT, .input = in};
     } else {
-      s = eval(e, env, st->value, &v);
-      if (s == KILN_OK && v.k == KV_FN) s = name_fn(e, st, v.fn);
+      bool returned = false;
+      s = ke_exec_stmt(e, &env, st, &v, &returned);
+      const ke_bind *b = st->name ? lookup(env, st->name) : NULL;
+      if (s == KILN_OK && b && b->v.k == KV_FN &&
+          ((st->kind == KF_STMT_LET && st->nnames == 1) || st->kind == KF_STMT_FN))
+        s = name_fn(e, st, b->v.fn);
+      if (s != KILN_OK) return s;
+      continue; /* ke_exec_stmt bound the names */
     }
     if (s != KILN_OK) return s;
     if (!(env = bind(e, env, st->name, v)))
@@ -988,7 +1003,7 @@ static kiln_status run_module(ke_eval *e, const kf_module *m) {
   if (model.k != KV_LAYER)
     return ke_fail_at(e, m->model, "the model must be a layer, got %s", ke_kind_name(&model));
   mf->model = model.layer;
-  return KILN_OK;
+  return check_input_names(e, m);
 }
 
 /* ------------------------------------------------------------ public API */
@@ -1001,7 +1016,7 @@ KILN_API void kiln_model_file_destroy(kiln_model_file *mf) {
     kl_fn_release(mf->fns[i]);
   free(mf->layers);
   free(mf->fns);
-  shared_release(mf->sh);
+  ke_shared_release(mf->sh);
   free(mf);
 }
 

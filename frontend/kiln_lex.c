@@ -28,6 +28,7 @@ typedef struct lexer {
   size_t len, pos;
   uint32_t line, col;
   uint32_t depth; /* open ( and [ */
+  uint32_t err_line, err_col; /* where error_at's error is */
   kf_token *tok;
   size_t n, cap;
 } lexer;
@@ -38,10 +39,12 @@ static const struct {
 } reserved[] = {
     {"let", KF_TOK_LET},   {"fn", KF_TOK_FN},   {"true", KF_TOK_TRUE}, {"false", KF_TOK_FALSE},
     {"none", KF_TOK_NONE}, {"and", KF_TOK_AND}, {"or", KF_TOK_OR},     {"not", KF_TOK_NOT},
+    {"var", KF_TOK_VAR},   {"for", KF_TOK_FOR}, {"in", KF_TOK_IN},     {"if", KF_TOK_IF},
+    {"else", KF_TOK_ELSE}, {"elif", KF_TOK_ELIF}, {"return", KF_TOK_RETURN},
 };
 
 bool kf_tok_is_word(const kf_token *t) {
-  return t->kind == KF_TOK_NAME || (t->kind >= KF_TOK_LET && t->kind <= KF_TOK_NOT);
+  return t->kind == KF_TOK_NAME || (t->kind >= KF_TOK_LET && t->kind <= KF_TOK_RETURN);
 }
 
 /* ------------------------------------------------------------ characters */
@@ -84,6 +87,7 @@ static kiln_status error_at(lexer *lx, size_t k, const char *fmt, ...) {
   uint32_t line = lx->line, col = lx->col;
   for (size_t i = 0; i < k && lx->pos + i < lx->len; i++)
     step_pos(&line, &col, (unsigned char)lx->s[lx->pos + i]);
+  lx->err_line = line, lx->err_col = col;
   char msg[600];
   va_list ap;
   va_start(ap, fmt);
@@ -161,7 +165,7 @@ static kiln_status convert_number(lexer *lx, kf_token *t, bool is_float) {
 static kiln_status lex_number(lexer *lx) {
   size_t k = run(lx, 0, is_digit);
   bool is_float = false;
-  if (peek(lx, k) == '.') {
+  if (peek(lx, k) == '.' && peek(lx, k + 1) != '.') { /* `0..4` is a range: 0, '..', 4 */
     if (is_digit(peek(lx, k + 1))) {
       is_float = true;
       k += 1 + run(lx, k + 1, is_digit);
@@ -283,6 +287,7 @@ static const struct {
   kf_tok_kind kind;
 } puncts[] = {
     /* longest first */
+    {"...", KF_TOK_ELLIPSIS}, {"..", KF_TOK_DOTDOT},
     {"==", KF_TOK_EQ},    {"!=", KF_TOK_NE},       {"<=", KF_TOK_LE},         {">=", KF_TOK_GE},
     {"=>", KF_TOK_ARROW}, {"**", KF_TOK_STARSTAR}, {"//", KF_TOK_SLASHSLASH}, {"(", KF_TOK_LPAREN},
     {")", KF_TOK_RPAREN}, {"[", KF_TOK_LBRACKET},  {"]", KF_TOK_RBRACKET},    {",", KF_TOK_COMMA},
@@ -427,7 +432,18 @@ kiln_status kf_lex(kiln_ctx *ctx, const char *text, size_t len, const char *file
   kiln_status s = KILN_OK;
   while (s == KILN_OK && lx.pos < lx.len)
     s = lex_one(&lx);
-  if (s == KILN_OK && !push(&lx, KF_TOK_EOF, 0)) s = nomem(&lx);
+  if (s != KILN_OK && s != KILN_ERR_NOMEM) { /* the error becomes the last token */
+    kf_token *t = push(&lx, KF_TOK_ERROR, 0);
+    char *msg = t ? kir_arena_strdup(arena, kiln_ctx_error(ctx)) : NULL;
+    if (msg) {
+      t->str = msg, t->line = lx.err_line, t->col = lx.err_col;
+      s = KILN_OK;
+    } else {
+      s = nomem(&lx);
+    }
+  } else if (s == KILN_OK && !push(&lx, KF_TOK_EOF, 0)) {
+    s = nomem(&lx);
+  }
   if (s != KILN_OK) {
     free(lx.tok);
     return s;

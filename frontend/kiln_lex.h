@@ -15,6 +15,7 @@
 
 typedef enum kf_tok_kind {
   KF_TOK_EOF,
+  KF_TOK_ERROR, /* the lexer's error here (str: the whole message); ends the tokens as EOF does */
   KF_TOK_NEWLINE,
   KF_TOK_NAME,   /* [A-Za-z_][A-Za-z0-9_]* that is not a reserved word */
   KF_TOK_INT,    /* [0-9]+ within int64 */
@@ -29,6 +30,13 @@ typedef enum kf_tok_kind {
   KF_TOK_AND,
   KF_TOK_OR,
   KF_TOK_NOT,
+  KF_TOK_VAR,
+  KF_TOK_FOR,
+  KF_TOK_IN,
+  KF_TOK_IF,
+  KF_TOK_ELSE,
+  KF_TOK_ELIF,
+  KF_TOK_RETURN, /* the last reserved word (kf_tok_is_word) */
   /* punctuation */
   KF_TOK_LPAREN,
   KF_TOK_RPAREN,
@@ -37,6 +45,8 @@ typedef enum kf_tok_kind {
   KF_TOK_COMMA,
   KF_TOK_COLON,
   KF_TOK_DOT,
+  KF_TOK_DOTDOT,   /* .. (a range: 0..n) */
+  KF_TOK_ELLIPSIS, /* ... (every leading axis, in an index) */
   KF_TOK_ASSIGN, /* = */
   KF_TOK_ARROW,  /* => */
   KF_TOK_EQ,
@@ -68,9 +78,11 @@ typedef struct kf_token {
 } kf_token;
 
 /*
- * Splits text[0..len) into tokens ending with one EOF token. On success *out
- * is a malloc'ed array (free it) of *n tokens; on failure the context holds
- * "FILE:LINE:COL: error: ..." and *out is NULL.
+ * Splits text[0..len) into tokens ending with one EOF token, or, at a lexical
+ * error, with one ERROR token that holds the message "FILE:LINE:COL: error: ...":
+ * the parser reports it only if it finds no error earlier in the file, so the
+ * first error reported is the first in the file. *out is a malloc'ed array (free
+ * it) of *n tokens; only running out of memory fails (then *out is NULL).
  */
 kiln_status kf_lex(kiln_ctx *ctx, const char *text, size_t len, const char *file, kir_arena *arena,
                    kf_token **out, size_t *n);

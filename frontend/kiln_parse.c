@@ -55,10 +55,13 @@ typedef struct parser {
   const char *file;
   kir_arena *arena;
   const kf_token *tok;
+  size_t ntok;
   size_t pos;
   unsigned depth;
   kiln_status status; /* of the first error */
-  nameset names;      /* inputs and lets */
+  nameset names;      /* top-level inputs, lets, vars and fns */
+  unsigned in_fn;     /* inside a fn block: `return` is allowed */
+  unsigned blocks;    /* open blocks */
 } parser;
 
 /* ---------------------------------------------------------------- errors */
@@ -79,6 +82,13 @@ static void describe(const kf_token *t, char *buf, size_t n) {
 static void *fail_at(parser *p, uint32_t line, uint32_t col, const char *fmt, ...) KIR_PRINTF(4, 5);
 static void *fail_at(parser *p, uint32_t line, uint32_t col, const char *fmt, ...) {
   if (p->status != KILN_OK) return NULL;
+  const kf_token *last = &p->tok[p->ntok - 1];
+  if (last->kind == KF_TOK_ERROR &&
+      (line > last->line || (line == last->line && col >= last->col))) {
+    /* the lexer's error comes first in the file */
+    p->status = kir_fail(p->ctx, KILN_ERR_PARSE, "%s", last->str);
+    return NULL;
+  }
   char msg[800];
   va_list ap;
   va_start(ap, fmt);
@@ -109,14 +119,14 @@ static const kf_token *cur(const parser *p) { return &p->tok[p->pos]; }
 
 static const kf_token *ahead(const parser *p, size_t k) {
   const kf_token *t = &p->tok[p->pos];
-  for (; k && t->kind != KF_TOK_EOF; k--)
+  for (; k && t->kind != KF_TOK_EOF && t->kind != KF_TOK_ERROR; k--)
     t++;
   return t;
 }
 
 static const kf_token *take(parser *p) {
   const kf_token *t = &p->tok[p->pos];
-  if (t->kind != KF_TOK_EOF) p->pos++;
+  if (t->kind != KF_TOK_EOF && t->kind != KF_TOK_ERROR) p->pos++;
   return t;
 }
 
@@ -353,6 +363,21 @@ static kf_node *parse_paren(parser *p) {
   return fail_unclosed(p, open, KF_TOK_RPAREN, "'('");
 }
 
+/* [elem for NAME in iter], after its first expression. */
+static kf_node *parse_comp(parser *p, const kf_token *open, kf_node *elem) {
+  take(p);
+  kf_node *n = new_node(p, KF_COMP, open);
+  if (!n || !attach(p, n, elem)) return NULL;
+  n->comp.elem = elem;
+  if (!(n->comp.var = binding_name(p, cur(p), "a name after 'for'"))) return NULL;
+  take(p);
+  if (!accept(p, KF_TOK_IN))
+    return fail_expected(p, cur(p), "'in' after the name of a 'for'", " ([x * 2 for x in xs])");
+  if (!(n->comp.iter = parse_expr(p)) || !attach(p, n, n->comp.iter)) return NULL;
+  if (accept(p, KF_TOK_RBRACKET)) return n;
+  return fail_unclosed(p, open, KF_TOK_RBRACKET, "list");
+}
+
 static kf_node *parse_list(parser *p) {
   const kf_token *open = take(p);
   kf_node *n = new_node(p, KF_LIST, open);
@@ -360,6 +385,7 @@ static kf_node *parse_list(parser *p) {
   while (n && !accept(p, KF_TOK_RBRACKET)) {
     if (ends_brackets(cur(p))) return fail_unclosed(p, open, KF_TOK_RBRACKET, "list");
     kf_node *item = parse_expr(p);
+    if (item && n->list.n == 0 && cur(p)->kind == KF_TOK_FOR) return parse_comp(p, open, item);
     if (!item || !push_node(p, &n->list.items, &n->list.n, &cap, item) || !attach(p, n, item))
       return NULL;
     if (!accept(p, KF_TOK_COMMA) && cur(p)->kind != KF_TOK_RBRACKET)
@@ -466,6 +492,10 @@ static bool ends_slice_part(const kf_token *t) {
 static kf_node *parse_index_item(parser *p) {
   const kf_token *start = cur(p);
   kf_node *lo = NULL;
+  if (start->kind == KF_TOK_ELLIPSIS) {
+    take(p);
+    return new_node(p, KF_ELLIPSIS, start);
+  }
   if (start->kind != KF_TOK_COLON) {
     lo = parse_expr(p);
     if (!lo || cur(p)->kind != KF_TOK_COLON) return lo;
@@ -591,6 +621,13 @@ static kf_node *parse_add(parser *p) { return parse_chain(p, add_ops, COUNT(add_
 static kf_node *parse_cmp(parser *p) {
   kf_node *a = parse_add(p);
   kf_op op, op2;
+  if (a && cur(p)->kind == KF_TOK_DOTDOT) { /* a range lo..hi, at the level of a comparison */
+    const kf_token *t = take(p);
+    kf_node *n = binary(p, KF_OP_ADD, t, a, parse_add(p));
+    if (n) n->kind = KF_RANGE;
+    if (n && cur(p)->kind == KF_TOK_DOTDOT) return FAIL_TOK(p, cur(p), "ranges do not chain");
+    return n;
+  }
   if (!a || !match_op(cur(p), cmp_ops, COUNT(cmp_ops), &op)) return a;
   const kf_token *t = take(p);
   kf_node *n = binary(p, op, t, a, parse_add(p));
@@ -724,6 +761,8 @@ static bool parse_type(parser *p, kf_type *ty) {
 
 /* ------------------------------------------------------------ statements */
 
+#define MAX_BLOCKS 32 /* blocks inside blocks */
+
 static bool end_statement(parser *p, const char *after) {
   const kf_token *t = cur(p);
   if (t->kind == KF_TOK_EOF || accept(p, KF_TOK_NEWLINE)) return true;
@@ -735,15 +774,12 @@ static bool end_statement(parser *p, const char *after) {
   return fail_expected(p, t, what, "");
 }
 
-static kf_stmt *new_stmt(parser *p, kf_module *m, uint32_t *cap, kf_stmt_kind kind,
-                         const kf_token *kw) {
-  if (!kir_arena_grow(p->arena, (void **)&m->stmts, cap, m->nstmts + 1, sizeof *m->stmts))
+static kf_stmt *push_stmt(parser *p, kf_stmt **stmts, uint32_t *n, uint32_t *cap,
+                          const kf_stmt *s) {
+  if (!kir_arena_grow(p->arena, (void **)stmts, cap, *n + 1, sizeof **stmts))
     return fail_nomem(p);
-  kf_stmt *s = &m->stmts[m->nstmts++];
-  s->kind = kind;
-  s->line = kw->line;
-  s->col = kw->col;
-  return s;
+  (*stmts)[*n] = *s;
+  return &(*stmts)[(*n)++];
 }
 
 static bool stmt_name(parser *p, kf_stmt *s, const char *after) {
@@ -776,78 +812,221 @@ static bool parse_input(parser *p, kf_stmt *s) {
   return parse_type(p, &s->type) && end_statement(p, "the type");
 }
 
-static bool parse_let(parser *p, kf_stmt *s) {
-  take(p);
-  const kf_token *t = cur(p);
-  if (!stmt_name(p, s, "a name after 'let'") || !define(p, s->name, t)) return false;
+/* let NAME = expr, let A, B = expr (the items of a list), var NAME = expr. */
+static bool parse_let(parser *p, kf_stmt *s, bool top) {
+  const char *kw = take(p)->kind == KF_TOK_VAR ? "var" : "let";
+  uint32_t cap = 0;
+  do {
+    const kf_token *t = cur(p);
+    if (!stmt_name(p, s, s->nnames ? "a name after ','" : "a name after 'let'")) return false;
+    if (top && !define(p, s->name, t)) return false;
+    if (!kir_arena_grow(p->arena, (void **)&s->names, &cap, s->nnames + 1, sizeof *s->names))
+      return fail_nomem(p);
+    s->names[s->nnames++] = s->name;
+  } while (s->kind == KF_STMT_LET && accept(p, KF_TOK_COMMA));
+  s->name = s->names[0];
   if (!accept(p, KF_TOK_ASSIGN)) {
     kf_tok_kind k = cur(p)->kind;
     char what[80];
-    snprintf(what, sizeof what, "'=' after 'let %.40s'", s->name);
+    snprintf(what, sizeof what, "'=' after '%s %.40s'", kw, s->name);
     return fail_expected(p, cur(p), what,
-                         k == KF_TOK_COMMA   ? " (a 'let' binds one name)"
+                         k == KF_TOK_COMMA   ? " (a 'var' binds one name)"
                          : k == KF_TOK_COLON ? " (only inputs have declared types)"
                                              : "");
   }
   return (s->value = parse_expr(p)) && end_statement(p, "the expression");
 }
 
-/* The model: the one bare expression, which must end the file. */
-static bool parse_model(parser *p, kf_module *m) {
-  const kf_token *t = cur(p);
-  if (kf_tok_is_word(t) && ahead(p, 1)->kind == KF_TOK_ASSIGN)
-    return FAIL_TOK(p, ahead(p, 1),
-                    "'=' outside a 'let': write 'let %.*s = ...' to bind a name, "
-                    "or '==' to compare",
-                    (int)(t->n < 40 ? t->n : 40), t->s);
-  if (t->kind == KF_TOK_NAME && ahead(p, 1)->kind == KF_TOK_NAME &&
-      ahead(p, 2)->kind == KF_TOK_ASSIGN)
-    return FAIL_TOK(p, t, "unknown statement '%.*s': a name is bound with 'let NAME = ...'",
-                    (int)(t->n < 40 ? t->n : 40), t->s);
-  if (!(m->model = parse_expr(p)) || !end_statement(p, "the expression")) return false;
-  while (accept(p, KF_TOK_NEWLINE)) {
-  }
-  if (cur(p)->kind != KF_TOK_EOF)
-    return FAIL_TOK(p, t,
-                    "only the last statement may be a bare expression (it is the model); "
-                    "bind this one with 'let NAME = ...'");
-  return true;
-}
+static bool parse_stmt(parser *p, kf_stmt *s, uint32_t indent, bool top);
 
-static bool parse_module(parser *p, kf_module *m) {
-  uint32_t cap = 0;
+/* ':' NEWLINE, then statements indented deeper than `indent`, all at one column. */
+static bool parse_block(parser *p, const kf_token *head, uint32_t indent, kf_block *out) {
+  if (!accept(p, KF_TOK_COLON))
+    return fail_expected(p, cur(p), "':' to open the block", " (e.g. for x in xs:)");
+  if (!accept(p, KF_TOK_NEWLINE))
+    return fail_expected(p, cur(p), "the end of the line after ':'",
+                         " (a block's statements go on the lines below it, indented)");
   while (accept(p, KF_TOK_NEWLINE)) {
   }
-  while (cur(p)->kind != KF_TOK_EOF) {
-    const kf_token *t = cur(p);
-    bool decl = t->kind == KF_TOK_NAME && kf_tok_is_word(ahead(p, 1));
-    kf_stmt *s = NULL;
-    bool ok;
-    if (decl && tok_is(t, "use"))
-      ok = (s = new_stmt(p, m, &cap, KF_STMT_USE, t)) && parse_use(p, s);
-    else if (decl && tok_is(t, "input"))
-      ok = (s = new_stmt(p, m, &cap, KF_STMT_INPUT, t)) && parse_input(p, s);
-    else if (t->kind == KF_TOK_LET)
-      ok = (s = new_stmt(p, m, &cap, KF_STMT_LET, t)) && parse_let(p, s);
-    else
-      return parse_model(p, m);
-    if (!ok) return false;
-    while (accept(p, KF_TOK_NEWLINE)) {
+  const kf_token *t = cur(p);
+  if (t->kind == KF_TOK_EOF || t->col <= indent)
+    return FAIL_TOK(p, t,
+                    "expected an indented block after the '%.*s' at %u:%u (indent its statements "
+                    "deeper than the line that opens it)",
+                    (int)head->n, head->s, head->line, head->col);
+  if (p->blocks >= MAX_BLOCKS)
+    return FAIL_TOK(p, t, "blocks nested too deeply (more than %d levels)", MAX_BLOCKS);
+  p->blocks++;
+  uint32_t inner = t->col, cap = 0;
+  bool ok = true;
+  while (ok && (t = cur(p))->kind != KF_TOK_EOF && t->col >= inner) {
+    if (t->col > inner) {
+      FAIL_TOK(p, t, "unexpected indent (this block's statements start in column %u)", inner);
+      ok = false;
+      break;
+    }
+    kf_stmt s = {0};
+    ok = parse_stmt(p, &s, inner, false) && push_stmt(p, &out->stmts, &out->n, &cap, &s);
+    while (ok && accept(p, KF_TOK_NEWLINE)) {
     }
   }
-  const kf_stmt *last = m->nstmts ? &m->stmts[m->nstmts - 1] : NULL;
-  if (last && last->kind == KF_STMT_LET)
+  p->blocks--;
+  return ok;
+}
+
+/* fn NAME(params): block, or fn NAME(params) = expr. */
+static bool parse_fn(parser *p, kf_stmt *s, uint32_t indent, bool top) {
+  const kf_token *fn = take(p), *t = cur(p);
+  if (!stmt_name(p, s, "a function name after 'fn'") || (top && !define(p, s->name, t)))
+    return false;
+  const kf_token *open = cur(p);
+  if (!accept(p, KF_TOK_LPAREN))
+    return fail_expected(p, open, "'(' after the function's name", " (fn name(p, x): ...)");
+  kf_node *n = new_node(p, KF_LAMBDA, fn);
+  if (!n || !parse_params(p, n, open)) return false;
+  n->lambda.name = s->name;
+  s->value = n;
+  if (accept(p, KF_TOK_ASSIGN))
+    return (n->lambda.body = parse_expr(p)) && attach(p, n, n->lambda.body) &&
+           end_statement(p, "the function's expression");
+  if (cur(p)->kind != KF_TOK_COLON)
+    return fail_expected(p, cur(p), "':' or '=' after the parameters",
+                         " (fn f(x): with an indented body, or fn f(x) = expr)");
+  kf_block *b = kir_arena_alloc(p->arena, sizeof *b);
+  if (!b) return fail_nomem(p);
+  p->in_fn++;
+  bool ok = parse_block(p, fn, indent, b);
+  p->in_fn--;
+  n->lambda.block = b;
+  return ok;
+}
+
+static bool parse_if(parser *p, kf_stmt *s, uint32_t indent) {
+  const kf_token *head = take(p);
+  if (!(s->value = parse_expr(p)) || !parse_block(p, head, indent, &s->body)) return false;
+  const kf_token *t = cur(p);
+  if (t->col != indent || (t->kind != KF_TOK_ELSE && t->kind != KF_TOK_ELIF)) return true;
+  if (t->kind == KF_TOK_ELIF) { /* an if inside the else block */
+    kf_stmt inner = {.kind = KF_STMT_IF, .line = t->line, .col = t->col};
+    uint32_t cap = 0;
+    return parse_if(p, &inner, indent) &&
+           push_stmt(p, &s->orelse.stmts, &s->orelse.n, &cap, &inner);
+  }
+  take(p);
+  return parse_block(p, t, indent, &s->orelse);
+}
+
+/* A bare expression, or NAME = expr. */
+static bool parse_simple(parser *p, kf_stmt *s) {
+  const kf_token *t = cur(p);
+  if (t->kind == KF_TOK_NAME && ahead(p, 1)->kind == KF_TOK_ASSIGN) {
+    s->kind = KF_STMT_ASSIGN;
+    if (!stmt_name(p, s, "a name")) return false;
+    take(p);
+    return (s->value = parse_expr(p)) && end_statement(p, "the expression");
+  }
+  if (t->kind == KF_TOK_NAME && ahead(p, 1)->kind == KF_TOK_NAME &&
+      ahead(p, 2)->kind == KF_TOK_ASSIGN)
+    return FAIL_TOK(p, t,
+                    "unknown statement '%.*s': a name is bound with 'let NAME = ...' or "
+                    "'var NAME = ...'",
+                    (int)(t->n < 40 ? t->n : 40), t->s);
+  s->kind = KF_STMT_EXPR;
+  if (!(s->value = parse_expr(p))) return false;
+  if (cur(p)->kind == KF_TOK_ASSIGN && (s->value->kind == KF_MEMBER || s->value->kind == KF_INDEX))
+    return FAIL_TOK(p, cur(p),
+                    "only a name can be assigned: values are immutable (make a new record or "
+                    "list instead)");
+  return end_statement(p, "the expression");
+}
+
+static bool parse_stmt(parser *p, kf_stmt *s, uint32_t indent, bool top) {
+  const kf_token *t = cur(p);
+  bool decl = top && t->kind == KF_TOK_NAME && kf_tok_is_word(ahead(p, 1));
+  s->line = t->line;
+  s->col = t->col;
+  if (decl && tok_is(t, "use")) return s->kind = KF_STMT_USE, parse_use(p, s);
+  if (decl && tok_is(t, "input")) return s->kind = KF_STMT_INPUT, parse_input(p, s);
+  switch (t->kind) {
+  case KF_TOK_LET:
+    return s->kind = KF_STMT_LET, parse_let(p, s, top);
+  case KF_TOK_VAR:
+    return s->kind = KF_STMT_VAR, parse_let(p, s, top);
+  case KF_TOK_FN:
+    if (ahead(p, 1)->kind != KF_TOK_NAME) break; /* fn(x) => ... is an expression */
+    return s->kind = KF_STMT_FN, parse_fn(p, s, indent, top);
+  case KF_TOK_FOR:
+    take(p);
+    s->kind = KF_STMT_FOR;
+    if (!stmt_name(p, s, "a name after 'for'")) return false;
+    if (!accept(p, KF_TOK_IN))
+      return fail_expected(p, cur(p), "'in' after the name of a 'for'", " (for x in xs:)");
+    return (s->value = parse_expr(p)) && parse_block(p, t, indent, &s->body);
+  case KF_TOK_IF:
+    return s->kind = KF_STMT_IF, parse_if(p, s, indent);
+  case KF_TOK_ELSE:
+  case KF_TOK_ELIF:
+    return FAIL_TOK(p, t, "'%.*s' without an 'if' at the same indentation", (int)t->n, t->s);
+  case KF_TOK_RETURN:
+    if (!p->in_fn) return FAIL_TOK(p, t, "'return' outside a function (fn name(...): ...)");
+    take(p);
+    s->kind = KF_STMT_RETURN;
+    return (s->value = parse_expr(p)) && end_statement(p, "the expression");
+  default:
+    break;
+  }
+  return parse_simple(p, s);
+}
+
+static bool is_print(const kf_node *n) {
+  return n->kind == KF_CALL && n->call.callee->kind == KF_NAME &&
+         !strcmp(n->call.callee->name, "print");
+}
+
+/* A model file ends with its model, the one bare expression; a program need not. */
+static bool finish_module(parser *p, kf_module *m, bool program) {
+  const kf_stmt *last = m->nstmts ? &m->stmts[m->nstmts - 1] : NULL, *early = NULL;
+  for (uint32_t i = 0; i + 1 < m->nstmts && !early; i++)
+    if (m->stmts[i].kind == KF_STMT_EXPR) early = &m->stmts[i];
+  bool ends = last && last->kind == KF_STMT_EXPR;
+  m->program = early || !ends || is_print(last->value);
+  const kf_stmt *why = early ? early : last;
+  if (m->program && why) m->prog_line = why->line, m->prog_col = why->col;
+  if (program) return true;
+  if (early)
+    return fail_at(p, early->line, early->col,
+                   "only the last statement may be a bare expression (it is the model); "
+                   "bind this one with 'let NAME = ...'");
+  if (!ends && last && last->kind == KF_STMT_LET)
     return fail_at(p, last->line, last->col,
                    "no model expression after the last 'let': end the "
                    "file with the model, e.g. '%s' on a line of its own",
                    last->name);
-  return FAIL_TOK(p, cur(p),
-                  "no model expression: a .kiln file ends with the expression that is "
-                  "the model");
+  if (!ends)
+    return FAIL_TOK(p, cur(p),
+                    "no model expression: a .kiln file ends with the expression that is "
+                    "the model");
+  m->model = last->value;
+  m->nstmts--;
+  return true;
 }
 
-kiln_status kf_parse(kiln_ctx *ctx, const char *text, size_t len, const char *filename,
-                     kir_arena *arena, kf_module **out) {
+static bool parse_module(parser *p, kf_module *m, bool program) {
+  uint32_t cap = 0;
+  while (accept(p, KF_TOK_NEWLINE)) {
+  }
+  while (cur(p)->kind != KF_TOK_EOF) {
+    kf_stmt s = {0};
+    if (!parse_stmt(p, &s, cur(p)->col, true) || !push_stmt(p, &m->stmts, &m->nstmts, &cap, &s))
+      return false;
+    while (accept(p, KF_TOK_NEWLINE)) {
+    }
+  }
+  return finish_module(p, m, program);
+}
+
+static kiln_status parse_text(kiln_ctx *ctx, const char *text, size_t len, const char *filename,
+                              kir_arena *arena, kf_module **out, bool program) {
   if (out) *out = NULL;
   if (!arena || !out || (!text && len))
     return kir_fail(ctx, KILN_ERR_INVALID, "kf_parse: no text, arena or result pointer");
@@ -860,11 +1039,21 @@ kiln_status kf_parse(kiln_ctx *ctx, const char *text, size_t len, const char *fi
   size_t ntok;
   kiln_status s = kf_lex(ctx, text, len, file, arena, &tok, &ntok);
   if (s != KILN_OK) return s;
-  parser p = {.ctx = ctx, .file = file, .arena = arena, .tok = tok};
+  parser p = {.ctx = ctx, .file = file, .arena = arena, .tok = tok, .ntok = ntok};
   m->file = file;
-  bool ok = parse_module(&p, m);
+  bool ok = parse_module(&p, m, program);
   free(tok);
   if (!ok) return p.status != KILN_OK ? p.status : KILN_ERR_PARSE;
   *out = m;
   return KILN_OK;
+}
+
+kiln_status kf_parse(kiln_ctx *ctx, const char *text, size_t len, const char *filename,
+                     kir_arena *arena, kf_module **out) {
+  return parse_text(ctx, text, len, filename, arena, out, false);
+}
+
+kiln_status kf_parse_program(kiln_ctx *ctx, const char *text, size_t len, const char *filename,
+                             kir_arena *arena, kf_module **out) {
+  return parse_text(ctx, text, len, filename, arena, out, true);
 }

@@ -120,6 +120,10 @@ static void print_slice(const kf_node *n, FILE *f) {
 }
 
 static void print_lambda(const kf_node *n, FILE *f) {
+  if (!n->lambda.body) { /* a block: only `fn name(...):` statements have one */
+    fprintf(f, "%s", n->lambda.name ? n->lambda.name : "fn");
+    return;
+  }
   fputs("(fn(", f);
   for (uint32_t i = 0; i < n->lambda.nparams; i++)
     fprintf(f, "%s%s", i ? ", " : "", n->lambda.params[i]);
@@ -186,6 +190,23 @@ void kf_node_print(const kf_node *n, FILE *f) {
   case KF_LAMBDA:
     print_lambda(n, f);
     break;
+  case KF_RANGE:
+    fputc('(', f);
+    kf_node_print(n->binary.a, f);
+    fputs(" .. ", f);
+    kf_node_print(n->binary.b, f);
+    fputc(')', f);
+    break;
+  case KF_COMP:
+    fputc('[', f);
+    kf_node_print(n->comp.elem, f);
+    fprintf(f, " for %s in ", n->comp.var);
+    kf_node_print(n->comp.iter, f);
+    fputc(']', f);
+    break;
+  case KF_ELLIPSIS:
+    fputs("...", f);
+    break;
   }
 }
 
@@ -205,25 +226,85 @@ void kf_type_print(const kf_type *t, FILE *f) {
   fputc(']', f);
 }
 
-void kf_module_print(const kf_module *m, FILE *f) {
-  for (uint32_t i = 0; i < m->nstmts; i++) {
-    const kf_stmt *s = &m->stmts[i];
-    switch (s->kind) {
-    case KF_STMT_USE:
-      fprintf(f, "use %s\n", s->name);
-      break;
-    case KF_STMT_INPUT:
-      fprintf(f, "input %s: ", s->name);
-      kf_type_print(&s->type, f);
+static void print_block(const kf_block *b, int indent, FILE *f);
+
+static void print_params(const kf_node *lam, FILE *f) {
+  fprintf(f, "fn %s(", lam->lambda.name);
+  for (uint32_t i = 0; i < lam->lambda.nparams; i++)
+    fprintf(f, "%s%s", i ? ", " : "", lam->lambda.params[i]);
+  fputc(')', f);
+}
+
+static void print_stmt(const kf_stmt *s, int indent, FILE *f) {
+  fprintf(f, "%*s", indent, "");
+  switch (s->kind) {
+  case KF_STMT_USE:
+    fprintf(f, "use %s\n", s->name);
+    return;
+  case KF_STMT_INPUT:
+    fprintf(f, "input %s: ", s->name);
+    kf_type_print(&s->type, f);
+    fputc('\n', f);
+    return;
+  case KF_STMT_LET:
+    fputs("let ", f);
+    for (uint32_t i = 0; i < s->nnames; i++)
+      fprintf(f, "%s%s", i ? ", " : "", s->names[i]);
+    fputs(" = ", f);
+    break;
+  case KF_STMT_VAR:
+    fprintf(f, "var %s = ", s->name);
+    break;
+  case KF_STMT_ASSIGN:
+    fprintf(f, "%s = ", s->name);
+    break;
+  case KF_STMT_RETURN:
+    fputs("return ", f);
+    break;
+  case KF_STMT_EXPR:
+    break;
+  case KF_STMT_FN:
+    print_params(s->value, f);
+    if (s->value->lambda.body) {
+      fputs(" = ", f);
+      kf_node_print(s->value->lambda.body, f);
       fputc('\n', f);
-      break;
-    case KF_STMT_LET:
-      fprintf(f, "let %s = ", s->name);
-      kf_node_print(s->value, f);
-      fputc('\n', f);
-      break;
+    } else {
+      fputs(":\n", f);
+      print_block(s->value->lambda.block, indent + 2, f);
     }
+    return;
+  case KF_STMT_FOR:
+    fprintf(f, "for %s in ", s->name);
+    kf_node_print(s->value, f);
+    fputs(":\n", f);
+    print_block(&s->body, indent + 2, f);
+    return;
+  case KF_STMT_IF:
+    fputs("if ", f);
+    kf_node_print(s->value, f);
+    fputs(":\n", f);
+    print_block(&s->body, indent + 2, f);
+    if (s->orelse.n) {
+      fprintf(f, "%*selse:\n", indent, "");
+      print_block(&s->orelse, indent + 2, f);
+    }
+    return;
   }
-  kf_node_print(m->model, f);
+  kf_node_print(s->value, f);
   fputc('\n', f);
+}
+
+static void print_block(const kf_block *b, int indent, FILE *f) {
+  for (uint32_t i = 0; i < b->n; i++)
+    print_stmt(&b->stmts[i], indent, f);
+}
+
+void kf_module_print(const kf_module *m, FILE *f) {
+  for (uint32_t i = 0; i < m->nstmts; i++)
+    print_stmt(&m->stmts[i], 0, f);
+  if (m->model) {
+    kf_node_print(m->model, f);
+    fputc('\n', f);
+  }
 }

@@ -214,13 +214,23 @@ static int load(kiln_ctx *ctx, fit_opts *o, kiln_model_file **m, kiln_params **p
   return 0;
 }
 
-static void fill_spec(const fit_opts *o, const kiln_model_file *m, kiln_train_spec *spec) {
+/* `ins` (64 entries) holds the model's inputs with their float types made --dtype's: a model
+ * declared f32 trains in f64 with --dtype f64, its data converted (cli_bind_data). */
+static void fill_spec(const fit_opts *o, const kiln_model_file *m, kiln_train_spec *spec,
+                      kiln_model_input *ins) {
   memset(spec, 0, sizeof *spec);
   spec->model = kiln_model_file_layer(m);
+  size_t n = kiln_model_file_num_inputs(m);
+  for (size_t i = 0; i < n && i < 64; i++) {
+    ins[i] = kiln_model_file_inputs(m)[i];
+    kiln_dtype t = ins[i].dtype;
+    bool fl = t == KILN_F32 || t == KILN_F64 || t == KILN_F16 || t == KILN_BF16;
+    if (ins[i].kind == KILN_INPUT_TENSOR && fl) ins[i].dtype = o->dtype;
+  }
   /* --loss NAME: a built-in loss, or a function the model file binds with `let NAME = fn...`. */
   spec->loss_fn = o->loss ? kiln_model_file_fn(m, o->loss) : NULL;
-  spec->n_inputs = kiln_model_file_num_inputs(m);
-  spec->inputs = kiln_model_file_inputs(m);
+  spec->n_inputs = n < 64 ? n : 64;
+  spec->inputs = ins;
   spec->loss = spec->loss_fn ? NULL : o->loss;
   spec->clip = o->clip;
   spec->masked = o->data.mask != NULL;
@@ -245,8 +255,9 @@ static int run(const char *cmd, int argc, char **argv) {
   kiln_fit_result res = {0};
   int status = load(ctx, &o, &m, &p);
   kiln_train_spec spec;
+  kiln_model_input ins[64];
   if (!status) {
-    fill_spec(&o, m, &spec);
+    fill_spec(&o, m, &spec, ins);
     if (o.opt && kiln_optimizer_parse(ctx, o.opt, &spec.opt)) status = cli_error("%s", kiln_ctx_error(ctx));
     else if (!o.opt) spec.opt = kiln_optimizer_default(KILN_OPTIM_ADAM);
     if (o.lr > 0) spec.opt.lr = o.lr;
@@ -286,6 +297,10 @@ static int run(const char *cmd, int argc, char **argv) {
     if (kiln_fit(ctx, &spec, p, ndata, data, &fo, &res) ||
         kiln_safetensors_write(ctx, o.out, res.params))
       status = cli_error("%s", kiln_ctx_error(ctx));
+    if (!status) /* what really trained (on stderr: stdout has one line per epoch) */
+      fprintf(stderr, "backend: %s%s%s%s\ndevice: %s\n", kiln_backend_name(res.info.backend),
+             res.info.reason[0] ? " (auto: " : "", res.info.reason,
+             res.info.reason[0] ? ")" : "", res.info.device);
     for (int64_t e = 0; !status && e < res.epochs; e++) {
       if (res.val_history) printf("epoch %lld loss %.9g val_loss %.9g\n", (long long)e + 1, res.history[e], res.val_history[e]);
       else printf("epoch %lld loss %.9g\n", (long long)e + 1, res.history[e]);

@@ -33,7 +33,7 @@ typedef struct run_opts {
   size_t ninputs;
   kiln_backend backend;
   char device[32]; /* --device, "cpu" or "KIND:N" */
-  bool print, train, kiln_only;
+  bool print, train, kiln_only, backend_given;
   kiln_dtype dtype; /* KILN_DTYPE_COUNT: the model file's own */
   uint64_t seed;
   kp_precision precision; /* docs/precision.md */
@@ -84,6 +84,7 @@ static int parse_args(int argc, char **argv, run_opts *o) {
       int r = s ? cli_usage_error("run", "%s", ctx ? kiln_ctx_error(ctx) : "out of memory") : 0;
       kiln_ctx_destroy(ctx);
       if (r) return r;
+      o->backend_given = true;
       break;
     }
     case OPT_DEVICE:
@@ -124,7 +125,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
   if (!o->model) return cli_usage_error("run", "no model file given");
   if (o->kiln_only && !cli_is_kiln_file(o->model))
     return cli_usage_error("run", "--dtype, --train and --seed apply to .kiln model files only");
-  if (!o->outdir) return cli_usage_error("run", "no output directory given (-o DIR)");
+  if (!o->outdir && !cli_is_kiln_file(o->model)) /* a .kiln program needs none */
+    return cli_usage_error("run", "no output directory given (-o DIR)");
   if (o->repeat && (o->backend == KILN_BACKEND_EAGER || strcmp(o->device, "cpu")))
     return cli_usage_error("run", "--repeat times the compiled model on the CPU only");
   return 0;
@@ -391,12 +393,58 @@ static int run_model(kiln_ctx *ctx, kiln_graph *g, const kiln_model_file *m,
   return status;
 }
 
+/*
+ * A .kiln program (docs/kiln-syntax.md, "Programs") runs from top to bottom: its
+ * print() goes to stdout, and a last line on stderr says how many graphs ran on which
+ * backend. --input NAME=FILE.npy binds NAME. Returns -1 when the file is a model file.
+ */
+static int run_program(kiln_ctx *ctx, const run_opts *o) {
+  kiln_tensor *in[MAX_INPUTS] = {0};
+  char *names[MAX_INPUTS] = {0};
+  int status = 0;
+  for (size_t i = 0; i < o->ninputs && !status; i++) {
+    size_t n = (size_t)(strchr(o->input_name[i], '=') - o->input_name[i]);
+    if (!(names[i] = strndup(o->input_name[i], n))) status = cli_error("out of memory");
+    else if (kiln_npy_read(ctx, o->input_file[i], &in[i]) != KILN_OK)
+      status = cli_error("%s", kiln_ctx_error(ctx));
+  }
+  kiln_program_options po = {.backend = o->backend_given ? o->backend : KILN_BACKEND_EAGER,
+                             .device = o->device, .n_inputs = o->ninputs,
+                             .input_names = (const char *const *)names, .inputs = in};
+  int is_program = 0;
+  if (!status && kiln_program_run(ctx, o->model, &po, &is_program) != KILN_OK)
+    status = cli_error("%s", kiln_ctx_error(ctx));
+  else if (!status && !is_program)
+    status = -1;
+  else if (!status)
+    fprintf(stderr, "program: %u graph%s ran, backend %s, device %s\n", po.graphs_run,
+            po.graphs_run == 1 ? "" : "s",
+            po.graphs_run ? kiln_backend_name(po.info.backend) : kiln_backend_name(po.backend),
+            po.graphs_run ? po.info.device : "cpu");
+  for (size_t i = 0; i < o->ninputs; i++) {
+    kiln_tensor_destroy(in[i]);
+    free(names[i]);
+  }
+  return status;
+}
+
 int cmd_run(int argc, char **argv) {
   run_opts o = {.backend = KILN_BACKEND_AUTO, .device = "cpu", .dtype = KILN_DTYPE_COUNT};
   int r = parse_args(argc, argv, &o);
   if (r) return r < 0 ? 0 : r;
   kiln_ctx *ctx = kiln_ctx_create();
   if (!ctx) return cli_error("out of memory");
+  if (cli_is_kiln_file(o.model) && !o.params && !o.outdir && !o.kiln_only) {
+    int ps = run_program(ctx, &o);
+    if (ps >= 0) {
+      kiln_ctx_destroy(ctx);
+      return ps;
+    }
+  }
+  if (!o.outdir) {
+    kiln_ctx_destroy(ctx);
+    return cli_usage_error("run", "no output directory given (-o DIR)");
+  }
   kiln_graph *g = NULL;
   kiln_model_file *m = NULL;
   kiln_params *params = NULL;

@@ -587,10 +587,11 @@ kiln_status kiln_fit(kiln_ctx *ctx, const kiln_train_spec *spec, const kiln_para
   kiln_trainer *t = NULL;
   kiln_status s = kiln_trainer_create(ctx, spec, init, &t);
   if (s) return s;
-  if (n_data != t->nin || n_data > 64) {
+  if (n_data != t->nin || n_data > 64) { /* the message reads t: destroy it after */
+    s = kir_fail(ctx, KILN_ERR_INVALID, "fit(): %zu data tensors given, the model needs %u (%s...)",
+                 n_data, t->nin, t->nin ? t->in_names[0] : "");
     kiln_trainer_destroy(t);
-    return kir_fail(ctx, KILN_ERR_INVALID, "fit(): %zu data tensors given, the model needs %u (%s...)",
-                    n_data, t->nin, t->nin ? t->in_names[0] : "");
+    return s;
   }
   /* The sample count: axis 0 of the first batched input. */
   int64_t nsamples = 0;
@@ -684,9 +685,19 @@ kiln_status kiln_fit(kiln_ctx *ctx, const kiln_train_spec *spec, const kiln_para
 done:
   free(idx);
   free(batch);
+  kiln_trainer_run_info(t, &out->info);
   kiln_trainer_destroy(t);
   if (s) kiln_fit_result_free(out);
   return s;
+}
+
+void kiln_trainer_run_info(const kiln_trainer *t, kiln_run_info *info) {
+  memset(info, 0, sizeof *info);
+  info->backend = t->step_c ? KILN_BACKEND_COMPILED : KILN_BACKEND_EAGER;
+  if (!t->step_c && t->spec.backend == KILN_BACKEND_AUTO)
+    snprintf(info->reason, sizeof info->reason, "the compiler refused the training step");
+  snprintf(info->device, sizeof info->device, "%s",
+           t->spec.device ? t->spec.device : "cpu");
 }
 
 void kiln_fit_result_free(kiln_fit_result *r) {

@@ -90,6 +90,8 @@ KILN_API const char *kiln_trainer_input_name(const kiln_trainer *t, size_t i);
 /* The current parameters (borrowed, updated by every step). */
 KILN_API const kiln_params *kiln_trainer_params(const kiln_trainer *t);
 KILN_API int64_t kiln_trainer_steps(const kiln_trainer *t);
+/* The backend and device the step runs on (compiled, or eager where `auto` fell back). */
+KILN_API void kiln_trainer_run_info(const kiln_trainer *t, kiln_run_info *info);
 /* fp16 loss scaling: the current scale (1 without scaling) and the steps skipped so far
    because a gradient had an inf or a NaN (those steps do not count in kiln_trainer_steps). */
 KILN_API double kiln_trainer_loss_scale(const kiln_trainer *t);
@@ -116,6 +118,7 @@ typedef struct kiln_fit_result {
   double *scale_history; /* fp16: the loss scale at the end of every epoch, else NULL */
   int64_t skipped_steps; /* fp16: steps skipped for an inf/NaN gradient */
   int64_t epochs;
+  kiln_run_info info;    /* the backend and device the training step ran on */
 } kiln_fit_result;
 
 /*

@@ -14,6 +14,11 @@
  * MAX_LAYERS layers) is then built into a graph for its declared inputs, so
  * lambda bodies are turned into IR as well. Failures there are fine; crashes,
  * leaks and unbounded work are not.
+ *
+ * The same text is also parsed as a program (kf_parse_program: fn blocks, for, if,
+ * var, bare expressions anywhere), with the same two properties: a located error
+ * or a canonical print that parses back to itself. Programs are not run here (they
+ * may read files and train).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -95,6 +100,27 @@ static void evaluate(kiln_ctx *ctx, const char *text, size_t size) {
   kiln_model_file_destroy(mf);
 }
 
+/* As a program: rejected with a located error, or printed and parsed back identically. */
+static void as_program(kiln_ctx *ctx, const char *text, size_t size) {
+  kir_arena a1 = {0}, a2 = {0};
+  kf_module *m1 = NULL, *m2 = NULL;
+  char *s1 = NULL, *s2 = NULL;
+  size_t n1 = 0, n2 = 0;
+  if (kf_parse_program(ctx, text, size, "fuzz.kiln", &a1, &m1) == KILN_OK) {
+    s1 = print_module(m1, &n1);
+    if (kf_parse_program(ctx, s1, n1, "printed.kiln", &a2, &m2) != KILN_OK) __builtin_trap();
+    s2 = print_module(m2, &n2);
+    if (n1 != n2 || memcmp(s1, s2, n1) != 0) __builtin_trap();
+  } else {
+    const char *msg = kiln_ctx_error(ctx);
+    if (strncmp(msg, "fuzz.kiln:", 10) != 0 || !strstr(msg, ": error: ")) __builtin_trap();
+  }
+  free(s1);
+  free(s2);
+  kir_arena_free(&a1);
+  kir_arena_free(&a2);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   kiln_ctx *ctx = kiln_ctx_create();
   char *text = malloc(size ? size : 1); /* an exact-size copy: no NUL after it */
@@ -119,6 +145,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* every rejection says where and why */
     if (strncmp(msg, "fuzz.kiln:", 10) != 0 || !strstr(msg, ": error: ")) __builtin_trap();
   }
+  as_program(ctx, text, size);
   free(s1);
   free(s2);
   kir_arena_free(&a1);

@@ -497,6 +497,16 @@ static void test_errors(kiln_ctx *ctx) {
                "m.kiln:1:9: error: 'sum' is a function: call it, e.g. sum(x)");
   expect_error(ctx, "let r = fit(model, params)\nidentity()\n",
                "m.kiln:1:9: error: fit is not available in model files yet");
+  /* 002's bilinear takes inputs a and b, and has a bias b: refused, by name */
+  expect_error(ctx, "input a: f32[B, 3]\ninput b: f32[B, 4]\nbilinear(3, 4, 2)\n",
+               "m.kiln:2:7: error: input 'b' has the name of the model's parameter 'b' (of "
+               "bilinear): rename the input, since inputs and parameters are both bound by name "
+               "(--input, --params)");
+  /* functions and loops of programs also run in model files, at load time */
+  expect_error(ctx, "fn act(x) = x * sigmoid(x)\nvar n = 0\nfor i in 0..3:\n    n = n + i\n"
+               "let b = n\nlinear(4, b, bias=false)\nb(1)\n",
+               "m.kiln:6:1: error: only the last statement may be a bare expression (it is the "
+               "model); bind this one with 'let NAME = ...'");
   expect_error(ctx, "let m = identity()\nlet p = m.init(seed=0)\nm\n",
                "m.kiln:2:11: error: calling '.init' is not available in model files yet");
   expect_error(ctx, "let m = identity()\nm(1)\n",
@@ -664,8 +674,33 @@ static void test_reference_files(kiln_ctx *ctx) {
   CHECK(kiln_model_file_read(ctx, "/nonexistent/x.kiln", &mf) == KILN_ERR_IO && !mf);
 }
 
+static double f_block(const double *x, int j) { return x[j] * 4 + 1 + x[(j + 2) % 3] * 0; }
+
+/* The statements of programs in a model file: they run at load time, and a fn block given to a
+ * layer is traced at build time like a lambda. */
+static void test_program_statements(kiln_ctx *ctx) {
+  expect_int(ctx, "[i * i for i in 0..4][3]", 9);
+  expect_error(ctx, "let n = len([0 for _ in 2..7])\nidentity()\n",
+               "m.kiln:1:9: error: len is not available in model files yet");
+  expect_fn(ctx,
+            "input x: f64[N, 3]\n"
+            "let k = 2\n" /* a function sees the names bound before it */
+            "fn act(x):\n"
+            "    var h = x\n"
+            "    for i in 0..2:\n"
+            "        h = h * 2\n"
+            "    if k > 1:\n"
+            "        h = h + 1\n"
+            "    else:\n"
+            "        h = h - 1\n"
+            "    return h\n"
+            "lambda_layer(act)\n",
+            f_block);
+}
+
 int main(void) {
   kiln_ctx *ctx = kiln_ctx_create();
+  test_program_statements(ctx);
   test_issue_model(ctx);
   test_strings_are_activations(ctx);
   test_arithmetic(ctx);

@@ -33,11 +33,14 @@ typedef struct parsed {
   char *copy;
 } parsed;
 
+static bool program_mode; /* parse with kf_parse_program */
+
 static parsed parse_n(const char *text, size_t len, const char *file) {
   parsed p = {0};
   p.copy = malloc(len ? len : 1);
   if (len) memcpy(p.copy, text, len);
-  p.status = kf_parse(ctx, p.copy, len, file, &p.arena, &p.m);
+  p.status = program_mode ? kf_parse_program(ctx, p.copy, len, file, &p.arena, &p.m)
+                          : kf_parse(ctx, p.copy, len, file, &p.arena, &p.m);
   return p;
 }
 
@@ -280,10 +283,31 @@ static const struct {
                "no tuples: write a list [a, b])"},
     {"let a = b = c\na", "t.kiln:1:11: error: '=' in an expression: did you mean '=='?"},
     {"f(a.b = 1)", "t.kiln:1:7: error: '=' in an expression: did you mean '=='?"},
-    {"x = 3", "t.kiln:1:3: error: '=' outside a 'let': write 'let x = ...' to bind a name, or '==' "
-              "to compare"},
-    {"var p = model.init(seed=0)\np", "t.kiln:1:1: error: unknown statement 'var': a name is bound "
-                                      "with 'let NAME = ...'"},
+    {"x = 3", "t.kiln:1:6: error: no model expression: a .kiln file ends with the expression that "
+              "is the model"},
+    {"const p = model.init(seed=0)\np", "t.kiln:1:1: error: unknown statement 'const': a name is "
+                                        "bound with 'let NAME = ...' or 'var NAME = ...'"},
+    {"p.x = 1", "t.kiln:1:5: error: only a name can be assigned: values are immutable (make a new "
+                "record or list instead)"},
+    {"for i in 0..4\n  i", "t.kiln:1:14: error: expected ':' to open the block, got the end of the "
+                           "line (e.g. for x in xs:)"},
+    {"fn f(x):\nreturn x\nf", "t.kiln:2:1: error: expected an indented block after the 'fn' at "
+                              "1:1 (indent its statements deeper than the line that opens it)"},
+    {"fn f(x):\n  let a = x\n    return a\nf", "t.kiln:3:5: error: unexpected indent (this "
+                                               "block's statements start in column 3)"},
+    {"return 1", "t.kiln:1:1: error: 'return' outside a function (fn name(...): ...)"},
+    {"else:\n  1", "t.kiln:1:1: error: 'else' without an 'if' at the same indentation"},
+    {"[x for 1 in xs]", "t.kiln:1:8: error: expected a name after 'for', got '1'"},
+    {"[x for y xs]", "t.kiln:1:10: error: expected 'in' after the name of a 'for', got 'xs' ([x * 2 "
+                     "for x in xs])"},
+    {"0..1..2", "t.kiln:1:5: error: ranges do not chain"},
+    {"0.", "t.kiln:1:1: error: malformed number '0.': write 0.0"},
+    /* the first error in the file is reported, whether the lexer or the parser finds it */
+    {"let a = 1 1\nlet b = 0.\nb", "t.kiln:1:11: error: expected the end of the line after the "
+                                   "expression, got '1'"},
+    {"let a = 1\nlet b = 0. + c d\nb", "t.kiln:2:9: error: malformed number '0.': write 0.0"},
+    {"fn f(p):\n    return p\nfor i in 0..4:\n    let x = 1 1\nlet y = 2 $\n",
+     "t.kiln:4:15: error: expected the end of the line after the expression, got '1'"},
     {"input x: f31[N]\nx", "t.kiln:1:10: error: unknown type 'f31' (the types are f64, f32, f16, "
                            "bf16, i64, i32, i8, u8, bool and graph)"},
     {"input x: 3\nx", "t.kiln:1:10: error: expected a type after ':', got '3' (e.g. f32[N, 4] or "
@@ -319,7 +343,7 @@ static const struct {
                         "is the model); bind this one with 'let NAME = ...'"},
     {"let x 3\nx", "t.kiln:1:7: error: expected '=' after 'let x', got '3'"},
     {"let x == 3\nx", "t.kiln:1:7: error: expected '=' after 'let x', got '=='"},
-    {"let l, grads = f(x)\nl", "t.kiln:1:6: error: expected '=' after 'let l', got ',' (a 'let' "
+    {"var l, grads = f(x)\nl", "t.kiln:1:6: error: expected '=' after 'var l', got ',' (a 'var' "
                                "binds one name)"},
     {"let 3 = 4\n3", "t.kiln:1:5: error: expected a name after 'let', got '3'"},
     {"let fn = 3\n1", "t.kiln:1:5: error: 'fn' is a reserved word and cannot be a name"},
@@ -327,10 +351,12 @@ static const struct {
     {"fn(x, 1) => x", "t.kiln:1:7: error: expected a parameter name, got '1'"},
     {"fn(x) x", "t.kiln:1:7: error: expected '=>' after the parameters of 'fn', got 'x' (a lambda "
                 "is written fn(x) => expr)"},
-    {"fn x => x", "t.kiln:1:4: error: expected '(' after 'fn', got 'x' (a lambda is written fn(x) "
-                  "=> expr)"},
-    {"fn model(p, x) = net(p)", "t.kiln:1:1: error: 'fn model(...)' is not Kiln syntax: write let "
-                                "model = fn(...) => expr"},
+    {"fn x => x", "t.kiln:1:6: error: expected '(' after the function's name, got '=>' (fn name(p, "
+                  "x): ...)"},
+    {"fn model(p, x) = net(p)", "t.kiln:1:24: error: no model expression: a .kiln file ends with "
+                                "the expression that is the model"},
+    {"let m = fn model(p, x) => p\nm", "t.kiln:1:9: error: 'fn model(...)' is not Kiln syntax: "
+                                       "write let model = fn(...) => expr"},
     {"1 + fn(x) => x", "t.kiln:1:5: error: a lambda inside an operation must be in parentheses: "
                        "(fn(x) => ...)"},
     {"a < b < c", "t.kiln:1:7: error: comparisons do not chain: write (a < b) and (b < c)"},
@@ -526,8 +552,38 @@ static void test_bounds(void) {
   kir_arena_free(&a);
 }
 
+/* Programs (tests/seed) print and parse back to the same tree; one canonical form exactly. */
+static void test_programs(void) {
+  program_mode = true;
+  const char *files[] = {"001_s2_gated_blocks.kiln", "002_s1_contract.kiln", "grad_fd.kiln",
+                         "language.kiln"};
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/seed/%s", KILN_SOURCE_DIR, files[i]);
+    size_t n;
+    char *text = read_file(path, &n);
+    CHECK(text != NULL);
+    char *printed = text ? round_trip(text, n, files[i]) : NULL;
+    CHECK(printed != NULL);
+    free(printed);
+    free(text);
+  }
+  const char *src = "fn f(p, x):\n    var h = x\n    for i in 0..n:\n        if i > 1:\n"
+                    "            h = h + 1\n        elif i == 0:\n            h = h - 1\n"
+                    "    return [h for _ in xs]\nlet a, b = f(1, 2)\nprint(x[..., -1])\n";
+  const char *want = "fn f(p, x):\n  var h = x\n  for i in (0 .. n):\n    if (i > 1):\n"
+                     "      h = (h + 1)\n    else:\n      if (i == 0):\n        h = (h - 1)\n"
+                     "  return [h for _ in xs]\nlet a, b = f(1, 2)\nprint(x[..., -1])\n";
+  char *got = round_trip(src, strlen(src), "t.kiln");
+  CHECK(got && !strcmp(got, want));
+  if (got && strcmp(got, want)) fprintf(stderr, "  got:\n%s\n  want:\n%s\n", got, want);
+  free(got);
+  program_mode = false;
+}
+
 int main(void) {
   ctx = kiln_ctx_create();
+  test_programs();
   test_model_files();
   test_prints();
   test_tree();
