@@ -340,7 +340,7 @@ def aot(model, params, output, header=None, name="model", example=None, target=N
 def load_so(path, name="model"):
     """Loads a shared object written by kiln.aot or `kiln compile`: call it with its inputs.
     It keeps one model instance per thread that calls it at the same time."""
-    return _kiln.load_so(os.fspath(path), name)
+    return _kiln.load_so(os.path.abspath(os.fspath(path)), name)  # dlopen: a path, not a name
 
 
 # ------------------------------------------------------------------ training
