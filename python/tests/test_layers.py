@@ -110,3 +110,17 @@ def test_load_kiln_file():
     model = kiln.load(os.path.join(root, "examples", "models", "mlp.kiln"))
     assert kiln.count_params(model) == 2 * 64 + 64 + 64 * 64 + 64 + 64 * 3 + 3
     assert "sequential" in kiln.summary(model)
+
+
+def test_stubs_are_current():
+    """python/kiln/layers.pyi is what python/gen_stubs.py writes from the catalogue."""
+    import importlib.util
+    import os
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location("gen_stubs", os.path.join(here, "..", "gen_stubs.py"))
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    with open(os.path.join(here, "..", "kiln", "layers.pyi")) as f:
+        committed = f.read()
+    assert committed == gen.stub_text(kiln._kiln.catalogue()), \
+        "run: PYTHONPATH=build/python /usr/bin/python3 python/gen_stubs.py"
