@@ -24,7 +24,7 @@ from ._kiln import (Error, FileError, InvalidArgumentError, OutOfMemoryError, Pa
 
 __version__ = _kiln.version()
 __all__ = [
-    "Model", "Graph", "Compiled", "RunInfo", "FitResult", "Optimizer", "load", "compile", "aot",
+    "Model", "Graph", "GraphData", "graph", "Compiled", "RunInfo", "FitResult", "Optimizer", "load", "compile", "aot",
     "load_so", "fit", "predict", "summary", "count_params", "check", "sgd", "adam", "adamw",
     "rmsprop", "adagrad", "nadam", "radam", "cosine_lr", "step_lr", "Error",
     "InvalidArgumentError", "ParseError", "FileError", "UnsupportedError", "RunError",
@@ -174,8 +174,8 @@ class Model:
         for n in names:
             if n in by_name:
                 args.append(by_name[n])
-            elif n in ("graph.src", "graph.dst", "graph.batch"):
-                args.append(gparts[n.split(".")[1]])
+            elif n.startswith("graph.") and gparts is not None and n[6:] in gparts:
+                args.append(gparts[n[6:]])
             elif n == "mask":
                 args.append(mask)
             elif n == "seed":
@@ -187,20 +187,66 @@ class Model:
         return list(out) if isinstance(out, tuple) else out
 
 
-def _graph_parts(graph):
-    if graph is None:
-        return None
-    if isinstance(graph, dict):
-        src, dst = graph["src"], graph["dst"]
-        batch = graph.get("batch")
-        n = graph.get("n")
-    else:
-        raise InvalidArgumentError("graph: a dict with src, dst and n (or batch)")
+class GraphData:
+    """A graph for the graph layers (gcn, sage, gat, gin, graph_pool): made by kiln.graph."""
+
+    __slots__ = ("src", "dst", "batch", "n")
+
+    def __init__(self, src, dst, batch, n):
+        self.src, self.dst, self.batch, self.n = src, dst, batch, n
+
+    @property
+    def edges(self):
+        """[E, 2]: the edges (src, dst), as the layers see them."""
+        return np.stack([self.src, self.dst], axis=1)
+
+    @property
+    def in_degree(self):
+        return np.bincount(self.dst, minlength=self.n)
+
+    @property
+    def out_degree(self):
+        return np.bincount(self.src, minlength=self.n)
+
+    def adjacency(self):
+        """The dense [n, n] matrix: a[i, j] counts the edges i -> j."""
+        a = np.zeros((self.n, self.n), dtype=np.float32)
+        np.add.at(a, (self.src, self.dst), 1)
+        return a
+
+    def __repr__(self):
+        return f"kiln.graph(n={self.n}, edges={len(self.src)})"
+
+
+def graph(edges=None, n=None, undirected=False, self_loops=True, src=None, dst=None, batch=None):
+    """A graph: directed `edges` [[from, to], ...] (or `src` and `dst`) over `n` nodes (default:
+    the largest id + 1); `undirected` adds every edge's reverse, `self_loops` (the default: GCN
+    and GAT expect them) adds i -> i for every node; `batch` is the graph id of every node for
+    graph-level tasks (default: one graph). Kiln's kiln_graph_edges prepares the lists."""
+    if edges is not None:
+        e = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+        src, dst = e[:, 0], e[:, 1]
+    if src is None or dst is None:
+        raise InvalidArgumentError("graph: give edges=[[from, to], ...] or src= and dst=")
     src = np.ascontiguousarray(src, dtype=np.int64)
     dst = np.ascontiguousarray(dst, dtype=np.int64)
-    if batch is None:
-        batch = np.zeros(int(n), dtype=np.int64)
-    return {"src": src, "dst": dst, "batch": np.ascontiguousarray(batch, dtype=np.int64)}
+    if n is None and batch is not None:
+        n = len(batch)
+    s, d = _kiln.graph_edges(src, dst, -1 if n is None else int(n), bool(undirected),
+                             bool(self_loops))
+    if n is None:
+        n = int(max(src.max(initial=-1), dst.max(initial=-1)) + 1)
+    b = np.zeros(n, np.int64) if batch is None else np.ascontiguousarray(batch, dtype=np.int64)
+    return GraphData(s, d, b, int(n))
+
+
+def _graph_parts(g):
+    if g is None:
+        return None
+    if not isinstance(g, GraphData):
+        raise InvalidArgumentError("graph: expected a kiln.graph(...)")
+    graphs = np.arange(int(g.batch.max(initial=-1)) + 1, dtype=np.int64)  # only its length counts
+    return {"src": g.src, "dst": g.dst, "batch": g.batch, "graphs": graphs}
 
 
 class Graph:
@@ -435,15 +481,22 @@ def fit(model, params, X, y=None, loss="mse", opt=None, epochs=10, batch_size=No
     xs = [_floats_as(_array(a), dtype) for a in (X if isinstance(X, (list, tuple)) else [X])]
     target = xs[0] if y is None else _floats_as(_array(y, "y"), dtype)
     specs = model._specs(xs, graph, None, True)
-    data = xs + ([] if graph is None else list(_graph_parts(graph).values())) + [target]
+
+    def named(arrays, y_):  # the trainer's inputs by name (python/src/fit.c orders them)
+        d = {spec[0]: a for spec, a in zip(specs, arrays)}
+        d.update({f"graph.{k}": v for k, v in (_graph_parts(graph) or {}).items()})
+        d["target"] = y_
+        if mask is not None:
+            d["loss_mask"] = _floats_as(_array(mask, "mask"), "float32")
+        return d
+
+    data = named(xs, target)
     vals = None
     if val is not None:
         vx, vy = val
         vxs = [_floats_as(_array(a), dtype) for a in (vx if isinstance(vx, (list, tuple)) else [vx])]
-        vals = vxs + [_floats_as(_array(vy, "val y"), dtype)]
+        vals = named(vxs, _floats_as(_array(vy, "val y"), dtype))
     masked = mask is not None
-    if masked:
-        data.append(_floats_as(_array(mask, "mask"), "float32"))
     text = (opt if isinstance(opt, Optimizer) else Optimizer(opt) if opt else adam()).text
     p, history, val_history = _kiln.fit(
         model._layer, pairs, specs, data, loss=loss, opt=text, epochs=int(epochs),

@@ -28,7 +28,7 @@ class Model:
     def count_params(self) -> int: ...
     def summary(self) -> str: ...
     def __call__(self, params: Params, x: Union[ArrayLike, Sequence[ArrayLike]],
-                 train: bool = False, graph: Optional[Dict[str, Any]] = None,
+                 train: bool = False, graph: Optional[GraphData] = None,
                  mask: Optional[ArrayLike] = None, seed: int = 0,
                  backend: str = "auto") -> Union[np.ndarray, List[np.ndarray]]: ...
 
@@ -58,6 +58,22 @@ class FitResult:
     val_history: Optional[List[float]]
     device: str
 
+class GraphData:
+    src: np.ndarray
+    dst: np.ndarray
+    batch: np.ndarray
+    n: int
+    @property
+    def edges(self) -> np.ndarray: ...
+    @property
+    def in_degree(self) -> np.ndarray: ...
+    @property
+    def out_degree(self) -> np.ndarray: ...
+    def adjacency(self) -> np.ndarray: ...
+
+def graph(edges: Optional[Sequence[Sequence[int]]] = None, n: Optional[int] = None,
+          undirected: bool = False, self_loops: bool = True, src: Optional[ArrayLike] = None,
+          dst: Optional[ArrayLike] = None, batch: Optional[ArrayLike] = None) -> GraphData: ...
 def load(path: Any) -> Union[Model, Graph]: ...
 def compile(model: Union[Model, Graph], params: Optional[Params] = None, backend: str = "auto",
             device: Optional[str] = None, precision: Optional[str] = None,
@@ -71,12 +87,12 @@ def fit(model: Model, params: Params, X: Union[ArrayLike, Sequence[ArrayLike]],
         y: Optional[ArrayLike] = None, loss: str = "mse",
         opt: Optional[Union[Optimizer, str]] = None, epochs: int = 10,
         batch_size: Optional[int] = None, seed: int = 0, clip: Optional[float] = None,
-        schedule: Optional[Tuple[str, int, float]] = None, graph: Optional[Dict[str, Any]] = None,
+        schedule: Optional[Tuple[str, int, float]] = None, graph: Optional[GraphData] = None,
         mask: Optional[ArrayLike] = None, val: Optional[Sequence[Any]] = None,
         verbose: bool = True, backend: str = "auto", device: Optional[str] = None,
         precision: Optional[str] = None) -> FitResult: ...
 def predict(model: Model, params: Params, X: Union[ArrayLike, Sequence[ArrayLike]],
-            graph: Optional[Dict[str, Any]] = None, mask: Optional[ArrayLike] = None,
+            graph: Optional[GraphData] = None, mask: Optional[ArrayLike] = None,
             backend: str = "auto") -> Union[np.ndarray, List[np.ndarray]]: ...
 def summary(model: Model, params: Optional[Params] = None) -> str: ...
 def count_params(x: Union[Model, Params]) -> int: ...

@@ -12,14 +12,22 @@
 
 enum { MAX_DATA = 32 };
 
-static int tensors_from(kiln_ctx *ctx, PyObject *list, kiln_tensor **out, size_t *n, const char *what) {
-  Py_ssize_t k = PyList_GET_SIZE(list);
-  if (k > MAX_DATA) {
-    kp_raise_msg(KILN_ERR_INVALID, "kiln.fit: too many data arrays");
-    return -1;
+/*
+ * out[i] = a copy of dict[names[i]] for the trainer's inputs in order; -1 with an exception
+ * naming the first one missing.
+ */
+static int tensors_from(kiln_ctx *ctx, PyObject *dict, const char *const *names, size_t n,
+                        kiln_tensor **out, const char *what) {
+  for (size_t i = 0; i < n; i++) {
+    PyObject *a = PyDict_GetItemString(dict, names[i]);
+    if (!a) {
+      char msg[200];
+      snprintf(msg, sizeof msg, "kiln.fit: %s: the model's input '%s' has no data", what, names[i]);
+      kp_raise_msg(KILN_ERR_INVALID, msg);
+      return -1;
+    }
+    if (!(out[i] = kp_tensor_from(ctx, a, names[i]))) return -1;
   }
-  for (*n = 0; *n < (size_t)k; (*n)++)
-    if (!(out[*n] = kp_tensor_from(ctx, PyList_GET_ITEM(list, (Py_ssize_t)*n), what))) return -1;
   return 0;
 }
 
@@ -34,9 +42,10 @@ static PyObject *doubles(const double *v, int64_t n) {
  * fit(layer, params, inputs, data, loss='mse', opt='adam', epochs=10, batch_size=0, seed=0,
  *     clip=0.0, schedule=None, val=None, verbose=True, dtype='float32', backend='auto',
  *     precision=None, device=None, masked=False)
- * inputs: the model's inputs as kiln.build takes them; data: the trainer's inputs in order
- * (tensor inputs, graph pieces, target, loss mask); schedule: None, ('cosine', total, warmup) or
- * ('step', step_size, gamma). Returns (params, history, val_history).
+ * inputs: the model's inputs as kiln.build takes them; data and val: dicts of arrays by the
+ * trainer's input names (each tensor input's name, GRAPH.src, GRAPH.dst, GRAPH.batch, "target",
+ * "loss_mask"); schedule: None, ('cosine', total, warmup) or ('step', step_size, gamma).
+ * Returns (params, history, val_history).
  */
 PyObject *kp_fit(PyObject *self, PyObject *args, PyObject *kw) {
   (void)self;
@@ -52,7 +61,7 @@ PyObject *kp_fit(PyObject *self, PyObject *args, PyObject *kw) {
   double clip = 0;
   int verbose = 1, masked = 0;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OO!O!|ssLLKdOOpsszzp", kwlist, &kp_layer_type,
-                                   &layer, &pairs, &PyList_Type, &inputs, &PyList_Type, &data,
+                                   &layer, &pairs, &PyList_Type, &inputs, &PyDict_Type, &data,
                                    &loss, &opt, &epochs, &batch, &seed, &clip, &schedule, &val,
                                    &verbose, &dtype, &backend, &precision, &device, &masked))
     return NULL;
@@ -118,14 +127,32 @@ PyObject *kp_fit(PyObject *self, PyObject *args, PyObject *kw) {
     }
   }
   if (!(init = kp_params_from(ctx, pairs))) goto done;
-  if (tensors_from(ctx, data, dt, &nd, "data") < 0) goto done;
-  if (val != Py_None) {
-    if (!PyList_Check(val)) {
-      kp_raise_msg(KILN_ERR_INVALID, "val: a list of arrays [X_val, y_val]");
-      goto done;
-    }
-    if (tensors_from(ctx, val, vt, &nv, "val") < 0) goto done;
+  /* The trainer's input names say which array goes where (tools/cmd_fit.c does the same): an
+   * interpreter trainer, so that the step is not compiled twice (kiln_fit compiles its own). */
+  kiln_train_spec names_spec = spec;
+  names_spec.backend = KILN_BACKEND_EAGER, names_spec.device = NULL;
+  kiln_trainer *t = NULL;
+  if ((s = kiln_trainer_create(ctx, &names_spec, init, &t)) != KILN_OK) {
+    kp_raise(ctx, s);
+    goto done;
+  }
+  const char *names[MAX_DATA];
+  size_t n = kiln_trainer_num_inputs(t);
+  for (size_t i = 0; i < n && i < MAX_DATA; i++) names[i] = kiln_trainer_input_name(t, i);
+  int rc = n > MAX_DATA ? -1 : tensors_from(ctx, data, names, n, dt, "data");
+  nd = rc == 0 ? n : 0;
+  if (rc == 0 && val != Py_None) {
+    rc = tensors_from(ctx, val, names, n, vt, "val");
+    nv = rc == 0 ? n : 0;
     fo.n_val = nv, fo.val = vt;
+  }
+  kiln_trainer_destroy(t);
+  if (rc < 0) {
+    if (!PyErr_Occurred()) kp_raise_msg(KILN_ERR_INVALID, "kiln.fit: too many inputs");
+    /* the tensors made before the failure */
+    for (size_t i = 0; i < n && i < MAX_DATA; i++) kiln_tensor_destroy(dt[i]), dt[i] = NULL;
+    for (size_t i = 0; i < n && i < MAX_DATA; i++) kiln_tensor_destroy(vt[i]), vt[i] = NULL;
+    goto done;
   }
   Py_BEGIN_ALLOW_THREADS
   s = kiln_fit(ctx, &spec, init, nd, dt, &fo, &r);

@@ -79,6 +79,7 @@ PyObject *kp_call_ctor(PyObject *self, PyObject *args);
 PyObject *kp_catalogue(PyObject *self, PyObject *args);
 PyObject *kp_load(PyObject *self, PyObject *args);
 PyObject *kp_build(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *kp_graph_edges(PyObject *self, PyObject *args);
 
 /* ------------------------------------------------------------- compiled.c */
 

@@ -405,3 +405,36 @@ PyObject *kp_build(PyObject *self, PyObject *args, PyObject *kw) {
   }
   return kp_graph_wrap(ctx, g);
 }
+
+/* graph_edges(src, dst, n, undirected, self_loops): kiln_graph_edges on int64 arrays. */
+PyObject *kp_graph_edges(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *so, *dob;
+  long long n;
+  int undirected, self_loops;
+  if (!PyArg_ParseTuple(args, "OOLpp", &so, &dob, &n, &undirected, &self_loops)) return NULL;
+  kp_view s, d;
+  if (kp_view_get(so, "graph: src", &s) < 0) return NULL;
+  if (kp_view_get(dob, "graph: dst", &d) < 0) {
+    kp_view_release(&s);
+    return NULL;
+  }
+  PyObject *out = NULL;
+  size_t ns = s.rank == 1 ? (size_t)s.dims[0] : 0, nd = d.rank == 1 ? (size_t)d.dims[0] : 0;
+  if (s.dtype != KILN_I64 || d.dtype != KILN_I64 || s.rank != 1 || d.rank != 1 || ns != nd)
+    kp_raise_msg(KILN_ERR_INVALID, "graph: src and dst must be int64 lists of the same length");
+  else {
+    kiln_ctx *ctx = kiln_ctx_create();
+    kiln_tensor *ts = NULL, *td = NULL;
+    kiln_status st = ctx ? kiln_graph_edges(ctx, s.buf.buf, d.buf.buf, ns, n, undirected,
+                                            self_loops, &ts, &td)
+                         : KILN_ERR_NOMEM;
+    if (st == KILN_OK) out = Py_BuildValue("(NN)", kp_array_from_tensor(ts), kp_array_from_tensor(td));
+    else if (ctx) kp_raise(ctx, st);
+    else PyErr_NoMemory();
+    kiln_tensor_destroy(ts), kiln_tensor_destroy(td);
+    if (ctx) kiln_ctx_destroy(ctx);
+  }
+  kp_view_release(&s), kp_view_release(&d);
+  return out;
+}

@@ -237,6 +237,8 @@ static PyMethodDef methods[] = {
      "compile(graph, bound, backend, device, precision): a Compiled."},
     {"aot", (PyCFunction)(void (*)(void))kp_aot, METH_VARARGS | METH_KEYWORDS,
      "aot(graph, output, header, name, params, target, precision, source_dir, lib_dir)."},
+    {"graph_edges", kp_graph_edges, METH_VARARGS,
+     "graph_edges(src, dst, n, undirected, self_loops): the edge lists of kiln.graph."},
     {"load_so", kp_load_so, METH_VARARGS, "load_so(path, name): a SharedObject."},
     {"fit", (PyCFunction)(void (*)(void))kp_fit, METH_VARARGS | METH_KEYWORDS, "fit(...)."},
     {"check", kp_check, METH_VARARGS, "check(device, tol): (report, worst difference)."},
