@@ -25,7 +25,7 @@ from ._kiln import (Error, FileError, InvalidArgumentError, OutOfMemoryError, Pa
 __version__ = _kiln.version()
 __all__ = [
     "Model", "Graph", "GraphData", "graph", "Compiled", "RunInfo", "FitResult", "Optimizer", "load", "compile", "aot",
-    "load_so", "fit", "predict", "summary", "count_params", "check", "sgd", "adam", "adamw",
+    "load_so", "fit", "value_and_grad", "ValueAndGrad", "OptimizerState", "predict", "summary", "count_params", "devices", "check", "sgd", "adam", "adamw",
     "rmsprop", "adagrad", "nadam", "radam", "cosine_lr", "step_lr", "Error",
     "InvalidArgumentError", "ParseError", "FileError", "UnsupportedError", "RunError",
     "OutOfMemoryError", "layers",
@@ -405,6 +405,10 @@ class Optimizer:
     def __repr__(self):
         return f"kiln.{self.text}"
 
+    def init(self, params, clip=None):
+        """The optimizer's state for `params` (clip: the global gradient norm)."""
+        return OptimizerState(_kiln.opt_state(self.text, _flatten(params), float(clip or 0.0)))
+
 
 def sgd(lr=1e-3, momentum=None, dampening=None, weight_decay=None, nesterov=None):
     return Optimizer("sgd", lr=lr, momentum=momentum, dampening=dampening,
@@ -464,6 +468,17 @@ class FitResult:
                 f"device={self.device!r})")
 
 
+def _named_data(specs, arrays, graph, target, mask):
+    """A training step's inputs by name (python/src/fit.c and grad.c order them by the trainer's
+    input names): the model's tensor inputs, the graph's pieces, "target", "loss_mask"."""
+    d = {spec[0]: a for spec, a in zip(specs, arrays)}
+    d.update({f"graph.{k}": v for k, v in (_graph_parts(graph) or {}).items()})
+    d["target"] = target
+    if mask is not None:
+        d["loss_mask"] = _floats_as(_array(mask, "mask"), "float32")
+    return d
+
+
 def fit(model, params, X, y=None, loss="mse", opt=None, epochs=10, batch_size=None, seed=0,
         clip=None, schedule=None, graph=None, mask=None, val=None, verbose=True,
         backend="auto", device=None, precision=None):
@@ -481,21 +496,12 @@ def fit(model, params, X, y=None, loss="mse", opt=None, epochs=10, batch_size=No
     xs = [_floats_as(_array(a), dtype) for a in (X if isinstance(X, (list, tuple)) else [X])]
     target = xs[0] if y is None else _floats_as(_array(y, "y"), dtype)
     specs = model._specs(xs, graph, None, True)
-
-    def named(arrays, y_):  # the trainer's inputs by name (python/src/fit.c orders them)
-        d = {spec[0]: a for spec, a in zip(specs, arrays)}
-        d.update({f"graph.{k}": v for k, v in (_graph_parts(graph) or {}).items()})
-        d["target"] = y_
-        if mask is not None:
-            d["loss_mask"] = _floats_as(_array(mask, "mask"), "float32")
-        return d
-
-    data = named(xs, target)
+    data = _named_data(specs, xs, graph, target, mask)
     vals = None
     if val is not None:
         vx, vy = val
         vxs = [_floats_as(_array(a), dtype) for a in (vx if isinstance(vx, (list, tuple)) else [vx])]
-        vals = named(vxs, _floats_as(_array(vy, "val y"), dtype))
+        vals = _named_data(specs, vxs, graph, _floats_as(_array(vy, "val y"), dtype), mask)
     masked = mask is not None
     text = (opt if isinstance(opt, Optimizer) else Optimizer(opt) if opt else adam()).text
     p, history, val_history = _kiln.fit(
@@ -504,6 +510,55 @@ def fit(model, params, X, y=None, loss="mse", opt=None, epochs=10, batch_size=No
         schedule=schedule, val=vals, verbose=bool(verbose), dtype=dtype, backend=backend,
         precision=precision, device=device, masked=masked)
     return FitResult(_tree(p), history, val_history, device or "cpu")
+
+
+class ValueAndGrad:
+    """`params, X, y -> (loss, gradients)` of a model and a loss, compiled once per input shape
+    (kiln_value_and_grad). Call it as f(params, X, y=None, graph=None, mask=None, seed=0); the
+    gradients are a tree shaped like params."""
+
+    def __init__(self, model, loss, train):
+        self._model, self._loss, self._train = model, loss, train
+        self._cache = {}
+
+    def __call__(self, params, X, y=None, graph=None, mask=None, seed=0):
+        pairs = _flatten(params)
+        xs = [_array(a) for a in (X if isinstance(X, (list, tuple)) else [X])]
+        dtype = _param_dtype(pairs, xs)
+        xs = [_floats_as(a, dtype) for a in xs]
+        target = xs[0] if y is None else _floats_as(_array(y, "y"), dtype)
+        specs = self._model._specs(xs, graph, None, True)
+        key = (tuple((a.dtype.str, a.shape[1:]) for a in xs), dtype, graph is not None,
+               mask is not None)
+        f = self._cache.get(key)
+        if f is None:
+            f = _kiln.value_and_grad(self._model._layer, specs, loss=self._loss, dtype=dtype,
+                                     train=self._train, masked=mask is not None)
+            self._cache[key] = f
+        loss, grads = f(pairs, _named_data(specs, xs, graph, target, mask), int(seed))
+        return loss, _tree(grads)
+
+
+def value_and_grad(model, loss="mse", train=False):
+    """The loss of `model` on a batch and its gradient with respect to every parameter, for a
+    training loop of your own: loss, grads = kiln.value_and_grad(model, "cross_entropy")(params,
+    xb, yb). train=True turns dropout on (from the call's seed). Pair it with an optimizer's
+    state: state = kiln.adam(lr=1e-2).init(params); params = state.update(params, grads)."""
+    return ValueAndGrad(model, loss, bool(train))
+
+
+class OptimizerState:
+    """An optimizer's state (moments, step count) for one parameter set; update() applies one
+    step, compiled once (kiln_opt_state_step)."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state):
+        self._state = state
+
+    def update(self, params, grads, lr=None):
+        """The parameters after one step (a new tree); lr overrides the optimizer's rate."""
+        return _tree(self._state.step(_flatten(params), _flatten(grads), float(lr or 0.0)))
 
 
 def predict(model, params, X, graph=None, mask=None, backend="auto"):
@@ -523,6 +578,19 @@ def count_params(x):
     if isinstance(x, Model):
         return x.count_params()
     return int(sum(a.size for _, a in _flatten(x)))
+
+
+def devices():
+    """What this machine offers to run models on (`kiln devices`): (name, kind, detail) for
+    every device that opens, the CPU first; name is what device= takes ("cpu", "vulkan:0")."""
+    out = []
+    for line in _kiln.devices().splitlines():
+        first = line.split(None, 1)[0] if line.strip() else ""
+        if not first or first.endswith(":"):  # "cuda: no CUDA device (...)": none of that kind
+            continue
+        name, kind, detail = (line.split(None, 2) + ["", ""])[:3]
+        out.append((name, kind, detail))
+    return out
 
 
 def check(device=None, tol=1e-6):

@@ -65,35 +65,12 @@ PyObject *kp_fit(PyObject *self, PyObject *args, PyObject *kw) {
                                    &loss, &opt, &epochs, &batch, &seed, &clip, &schedule, &val,
                                    &verbose, &dtype, &backend, &precision, &device, &masked))
     return NULL;
-  /* The model's inputs, through kiln.build's parser: a Graph is not needed, only the specs. */
   int ft = kp_dtype_from_name(dtype);
-  if (ft < 0) return NULL;
-  Py_ssize_t nin = PyList_GET_SIZE(inputs);
-  if (nin > 16) return kp_raise_msg(KILN_ERR_INVALID, "kiln.fit: more than 16 inputs");
   kiln_model_input in[16];
   int64_t dims[16][KILN_MAX_RANK];
   const char *syms[16][KILN_MAX_RANK];
-  for (Py_ssize_t i = 0; i < nin; i++) {
-    const char *kind, *dt;
-    PyObject *dl;
-    if (!PyArg_ParseTuple(PyList_GET_ITEM(inputs, i), "sssO!", &in[i].name, &kind, &dt,
-                          &PyList_Type, &dl))
-      return NULL;
-    int t = kp_dtype_from_name(dt);
-    if (t < 0) return NULL;
-    in[i].dtype = (kiln_dtype)t;
-    in[i].kind = !strcmp(kind, "graph") ? KILN_INPUT_GRAPH : !strcmp(kind, "mask") ? KILN_INPUT_MASK
-                                                                                   : KILN_INPUT_TENSOR;
-    in[i].rank = (size_t)PyList_GET_SIZE(dl);
-    if (in[i].rank > KILN_MAX_RANK) return kp_raise_msg(KILN_ERR_INVALID, "kiln.fit: rank above 8");
-    for (size_t d = 0; d < in[i].rank; d++) {
-      PyObject *o = PyList_GET_ITEM(dl, d);
-      syms[i][d] = PyUnicode_Check(o) ? PyUnicode_AsUTF8(o) : NULL;
-      dims[i][d] = syms[i][d] ? 0 : PyLong_AsLongLong(o);
-      if (PyErr_Occurred()) return NULL;
-    }
-    in[i].dims = dims[i], in[i].syms = syms[i];
-  }
+  int nin = ft < 0 ? -1 : kp_model_inputs(inputs, in, dims, syms);
+  if (nin < 0) return NULL;
   kiln_ctx *ctx = kiln_ctx_create();
   if (!ctx) return PyErr_NoMemory();
   kiln_train_spec spec = {.model = layer->layer, .n_inputs = (size_t)nin, .inputs = in,

@@ -9,6 +9,7 @@
  *   layer.c     Layer (a kiln_layer: the catalogue, init, summary) and Graph (a kiln_graph)
  *   compiled.c  Compiled (a JIT-compiled or eager model), aot and load_so
  *   fit.c       fit
+ *   grad.c      value_and_grad and optimizer states (training loops written in Python)
  *
  * Arrays come in through the buffer protocol: a C-contiguous buffer of the right type is read in
  * place, never copied (numpy arrays; DLPack tensors become numpy arrays in kiln/__init__.py).
@@ -80,6 +81,9 @@ PyObject *kp_catalogue(PyObject *self, PyObject *args);
 PyObject *kp_load(PyObject *self, PyObject *args);
 PyObject *kp_build(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *kp_graph_edges(PyObject *self, PyObject *args);
+/* The model inputs of a list of (name, kind, dtype, dims) (16 at most): their count, or -1. */
+int kp_model_inputs(PyObject *inputs, kiln_model_input *in, int64_t (*dims)[KILN_MAX_RANK],
+                    const char *(*syms)[KILN_MAX_RANK]);
 
 /* ------------------------------------------------------------- compiled.c */
 
@@ -90,8 +94,11 @@ PyObject *kp_compile(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *kp_aot(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *kp_load_so(PyObject *self, PyObject *args);
 
-/* ------------------------------------------------------------- fit.c */
+/* ------------------------------------------------------------- fit.c, grad.c */
 
 PyObject *kp_fit(PyObject *self, PyObject *args, PyObject *kw);
+extern PyTypeObject kp_gradfn_type, kp_optstate_type;
+PyObject *kp_value_and_grad(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *kp_opt_state(PyObject *self, PyObject *args);
 
 #endif

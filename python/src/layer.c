@@ -350,6 +350,41 @@ PyObject *kp_load(PyObject *self, PyObject *args) {
   return out;
 }
 
+int kp_model_inputs(PyObject *inputs, kiln_model_input *in, int64_t (*dims)[KILN_MAX_RANK],
+                    const char *(*syms)[KILN_MAX_RANK]) {
+  Py_ssize_t n = PyList_GET_SIZE(inputs);
+  if (n > 16) {
+    kp_raise_msg(KILN_ERR_INVALID, "a model of more than 16 inputs");
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    const char *kind, *dt;
+    PyObject *dl;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(inputs, i), "sssO!;inputs: (name, kind, dtype, dims)",
+                          &in[i].name, &kind, &dt, &PyList_Type, &dl))
+      return -1;
+    int t = kp_dtype_from_name(dt);
+    if (t < 0) return -1;
+    in[i].dtype = (kiln_dtype)t;
+    in[i].kind = !strcmp(kind, "graph") ? KILN_INPUT_GRAPH : !strcmp(kind, "mask") ? KILN_INPUT_MASK
+                                                                                   : KILN_INPUT_TENSOR;
+    in[i].rank = (size_t)PyList_GET_SIZE(dl);
+    if (in[i].rank > KILN_MAX_RANK) {
+      kp_raise_msg(KILN_ERR_INVALID, "an input of rank above 8");
+      return -1;
+    }
+    for (size_t d = 0; d < in[i].rank; d++) {
+      PyObject *o = PyList_GET_ITEM(dl, d);
+      syms[i][d] = PyUnicode_Check(o) ? PyUnicode_AsUTF8(o) : NULL;
+      dims[i][d] = syms[i][d] ? 0 : PyLong_AsLongLong(o);
+      if (PyErr_Occurred()) return -1;
+    }
+    in[i].dims = dims[i];
+    in[i].syms = syms[i];
+  }
+  return (int)n;
+}
+
 /*
  * build(layer, inputs, dtype='float32', train=False): the Graph of the layer applied to inputs,
  * a list of (name, kind, dtype, dims) with dims ints or symbol names ("N").
@@ -365,34 +400,11 @@ PyObject *kp_build(PyObject *self, PyObject *args, PyObject *kw) {
                                    &PyList_Type, &inputs, &dtype, &train))
     return NULL;
   int ft = kp_dtype_from_name(dtype);
-  Py_ssize_t n = PyList_GET_SIZE(inputs);
-  if (ft < 0) return NULL;
-  if (n > 16) return kp_raise_msg(KILN_ERR_INVALID, "kiln.build: more than 16 inputs");
   kiln_model_input in[16];
   int64_t dims[16][KILN_MAX_RANK];
   const char *syms[16][KILN_MAX_RANK];
-  for (Py_ssize_t i = 0; i < n; i++) {
-    const char *kind, *dt;
-    PyObject *dl;
-    if (!PyArg_ParseTuple(PyList_GET_ITEM(inputs, i), "sssO!;inputs: (name, kind, dtype, dims)",
-                          &in[i].name, &kind, &dt, &PyList_Type, &dl))
-      return NULL;
-    int t = kp_dtype_from_name(dt);
-    if (t < 0) return NULL;
-    in[i].dtype = (kiln_dtype)t;
-    in[i].kind = !strcmp(kind, "graph") ? KILN_INPUT_GRAPH : !strcmp(kind, "mask") ? KILN_INPUT_MASK
-                                                                                   : KILN_INPUT_TENSOR;
-    in[i].rank = (size_t)PyList_GET_SIZE(dl);
-    if (in[i].rank > KILN_MAX_RANK) return kp_raise_msg(KILN_ERR_INVALID, "kiln.build: rank above 8");
-    for (size_t d = 0; d < in[i].rank; d++) {
-      PyObject *o = PyList_GET_ITEM(dl, d);
-      syms[i][d] = PyUnicode_Check(o) ? PyUnicode_AsUTF8(o) : NULL;
-      dims[i][d] = syms[i][d] ? 0 : PyLong_AsLongLong(o);
-      if (PyErr_Occurred()) return NULL;
-    }
-    in[i].dims = dims[i];
-    in[i].syms = syms[i];
-  }
+  int n = ft < 0 ? -1 : kp_model_inputs(inputs, in, dims, syms);
+  if (n < 0) return NULL;
   kiln_ctx *ctx = kiln_ctx_create();
   if (!ctx) return PyErr_NoMemory();
   kiln_build_opts opts = {.dtype = (kiln_dtype)ft, .train = train};

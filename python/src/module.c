@@ -225,6 +225,21 @@ static PyObject *kp_check(PyObject *self, PyObject *args) {
   return out;
 }
 
+static PyObject *kp_devices(PyObject *self, PyObject *args) {
+  (void)self, (void)args;
+  kiln_ctx *ctx = kiln_ctx_create();
+  if (!ctx) return PyErr_NoMemory();
+  char *text = NULL;
+  kiln_status s;
+  Py_BEGIN_ALLOW_THREADS
+  s = kiln_devices_describe(ctx, &text);
+  Py_END_ALLOW_THREADS
+  PyObject *out = s == KILN_OK ? PyUnicode_FromString(text) : kp_raise(ctx, s);
+  free(text);
+  kiln_ctx_destroy(ctx);
+  return out;
+}
+
 static PyMethodDef methods[] = {
     {"version", kp_version, METH_NOARGS, "Kiln's version."},
     {"catalogue", kp_catalogue, METH_NOARGS,
@@ -241,6 +256,10 @@ static PyMethodDef methods[] = {
      "graph_edges(src, dst, n, undirected, self_loops): the edge lists of kiln.graph."},
     {"load_so", kp_load_so, METH_VARARGS, "load_so(path, name): a SharedObject."},
     {"fit", (PyCFunction)(void (*)(void))kp_fit, METH_VARARGS | METH_KEYWORDS, "fit(...)."},
+    {"value_and_grad", (PyCFunction)(void (*)(void))kp_value_and_grad,
+     METH_VARARGS | METH_KEYWORDS, "value_and_grad(layer, inputs, loss, dtype, train, masked)."},
+    {"opt_state", kp_opt_state, METH_VARARGS, "opt_state(opt_text, params, clip=0)."},
+    {"devices", kp_devices, METH_NOARGS, "kiln_devices_describe's text."},
     {"check", kp_check, METH_VARARGS, "check(device, tol): (report, worst difference)."},
     {NULL, NULL, 0, NULL}};
 
@@ -279,7 +298,8 @@ PyMODINIT_FUNC PyInit__kiln(void) {
   err_nomem = new_error(m, "OutOfMemoryError", PyExc_MemoryError, "Kiln ran out of memory.");
   if (!err_invalid || !err_parse || !err_io || !err_unsupported || !err_run || !err_nomem) return NULL;
   if (kp_run_info_init(m) < 0) return NULL;
-  PyTypeObject *types[] = {&kp_layer_type, &kp_graph_type, &kp_compiled_type, &kp_so_type};
+  PyTypeObject *types[] = {&kp_layer_type, &kp_graph_type,  &kp_compiled_type,
+                           &kp_so_type,    &kp_gradfn_type, &kp_optstate_type};
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
     if (PyType_Ready(types[i]) < 0 || PyModule_AddObjectRef(m, strrchr(types[i]->tp_name, '.') + 1,
                                                             (PyObject *)types[i]) < 0)

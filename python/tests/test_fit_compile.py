@@ -94,3 +94,35 @@ def test_model_call_train_and_seed():
 def test_check_runs():
     report = kiln.check()
     assert "OK: largest difference" in report
+
+
+def test_own_training_loop(moons):
+    """value_and_grad and an optimizer's state: the loop of examples/train_loop.c in Python."""
+    (X, y), (Xt, yt) = moons
+    model = kiln.layers.mlp([2, 32, 2])
+    params = model.init(seed=0)
+    vg = kiln.value_and_grad(model, "cross_entropy")
+    state = kiln.adam(lr=1e-2).init(params)
+    first = None
+    for epoch in range(30):
+        for i in range(0, len(X), 64):
+            loss, grads = vg(params, X[i:i + 64], y[i:i + 64])
+            assert grads[0]["W"].shape == params[0]["W"].shape
+            params = state.update(params, grads)
+            first = loss if first is None else first
+    assert loss < first / 4
+    assert (kiln.predict(model, params, Xt).argmax(1) == yt).mean() >= 0.9
+    # the gradient against a finite difference of the loss, in float64
+    p64 = model.init(seed=1, dtype="float64")
+    loss, grads = kiln.value_and_grad(model, "mse")(p64, X[:8].astype(np.float64),
+                                                    np.ones((8, 2)))
+    eps = 1e-6
+    p64[0]["b"][3] += eps
+    loss2, _ = kiln.value_and_grad(model, "mse")(p64, X[:8].astype(np.float64), np.ones((8, 2)))
+    assert abs((loss2 - loss) / eps - grads[0]["b"][3]) < 1e-4
+
+
+def test_devices():
+    devs = kiln.devices()
+    assert devs[0][0] == "cpu" and devs[0][1] == "cpu" and "thread" in devs[0][2]
+    assert all(name and kind for name, kind, _ in devs)
