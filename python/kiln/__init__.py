@@ -25,7 +25,7 @@ from ._kiln import (Error, FileError, InvalidArgumentError, OutOfMemoryError, Pa
 __version__ = _kiln.version()
 __all__ = [
     "Model", "Graph", "GraphData", "graph", "Compiled", "RunInfo", "FitResult", "Optimizer", "load", "compile", "aot",
-    "load_so", "fit", "value_and_grad", "ValueAndGrad", "OptimizerState", "predict", "summary", "count_params", "devices", "check", "sgd", "adam", "adamw",
+    "load_so", "fit", "value_and_grad", "ValueAndGrad", "OptimizerState", "predict", "summary", "count_params", "devices", "check", "save_params", "load_params", "sgd", "adam", "adamw",
     "rmsprop", "adagrad", "nadam", "radam", "cosine_lr", "step_lr", "Error",
     "InvalidArgumentError", "ParseError", "FileError", "UnsupportedError", "RunError",
     "OutOfMemoryError", "layers",
@@ -578,6 +578,21 @@ def count_params(x):
     if isinstance(x, Model):
         return x.count_params()
     return int(sum(a.size for _, a in _flatten(x)))
+
+
+def save_params(path, params):
+    """Writes a parameter tree as a safetensors file, each tensor named by its path ("0.W"), as
+    `kiln init` and `kiln fit` write them (`kiln run --params` reads it)."""
+    _kiln.save_params(os.fspath(path), _flatten(params))
+
+
+def load_params(path, like=None):
+    """Reads a safetensors file as a parameter tree; with `like` (a model), checks that the
+    names and shapes are exactly the model's parameters."""
+    pairs = _kiln.load_params(os.fspath(path))
+    if like is not None:
+        like._layer.check_params(pairs)
+    return _tree(pairs)
 
 
 def devices():

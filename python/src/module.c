@@ -240,6 +240,43 @@ static PyObject *kp_devices(PyObject *self, PyObject *args) {
   return out;
 }
 
+/* save_params(path, pairs), load_params(path): safetensors files (kiln_safetensors_*) */
+static PyObject *kp_save_params(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *pathobj, *pairs;
+  if (!PyArg_ParseTuple(args, "O&O", PyUnicode_FSConverter, &pathobj, &pairs)) return NULL;
+  kiln_ctx *ctx = kiln_ctx_create();
+  kiln_params *p = ctx ? kp_params_from(ctx, pairs) : NULL;
+  PyObject *out = NULL;
+  if (!ctx) PyErr_NoMemory();
+  else if (p) {
+    kiln_status s = kiln_safetensors_write(ctx, PyBytes_AS_STRING(pathobj), p);
+    out = s == KILN_OK ? Py_NewRef(Py_None) : kp_raise(ctx, s);
+  }
+  kiln_params_destroy(p);
+  kiln_ctx_destroy(ctx);
+  Py_DECREF(pathobj);
+  return out;
+}
+
+static PyObject *kp_load_params(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *pathobj;
+  if (!PyArg_ParseTuple(args, "O&", PyUnicode_FSConverter, &pathobj)) return NULL;
+  kiln_ctx *ctx = kiln_ctx_create();
+  kiln_params *p = NULL;
+  PyObject *out = NULL;
+  if (!ctx) PyErr_NoMemory();
+  else {
+    kiln_status s = kiln_safetensors_read(ctx, PyBytes_AS_STRING(pathobj), &p);
+    out = s == KILN_OK ? kp_params_to(p) : kp_raise(ctx, s);
+  }
+  kiln_params_destroy(p);
+  kiln_ctx_destroy(ctx);
+  Py_DECREF(pathobj);
+  return out;
+}
+
 static PyMethodDef methods[] = {
     {"version", kp_version, METH_NOARGS, "Kiln's version."},
     {"catalogue", kp_catalogue, METH_NOARGS,
@@ -260,6 +297,8 @@ static PyMethodDef methods[] = {
      METH_VARARGS | METH_KEYWORDS, "value_and_grad(layer, inputs, loss, dtype, train, masked)."},
     {"opt_state", kp_opt_state, METH_VARARGS, "opt_state(opt_text, params, clip=0)."},
     {"devices", kp_devices, METH_NOARGS, "kiln_devices_describe's text."},
+    {"save_params", kp_save_params, METH_VARARGS, "save_params(path, pairs): safetensors."},
+    {"load_params", kp_load_params, METH_VARARGS, "load_params(path): (name, array) pairs."},
     {"check", kp_check, METH_VARARGS, "check(device, tol): (report, worst difference)."},
     {NULL, NULL, 0, NULL}};
 

@@ -126,3 +126,14 @@ def test_devices():
     devs = kiln.devices()
     assert devs[0][0] == "cpu" and devs[0][1] == "cpu" and "thread" in devs[0][2]
     assert all(name and kind for name, kind, _ in devs)
+
+
+def test_save_and_load_params(trained, tmp_path):
+    model, r = trained
+    path = tmp_path / "p.safetensors"
+    kiln.save_params(path, r.params)
+    back = kiln.load_params(path, like=model)
+    assert all(np.array_equal(a, b) for (_, a), (_, b) in
+               zip(kiln._flatten(back), kiln._flatten(r.params)))
+    with pytest.raises(ValueError, match="0.W"):
+        kiln.load_params(path, like=kiln.layers.mlp([3, 32, 32, 2]))
