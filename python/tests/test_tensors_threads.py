@@ -100,3 +100,31 @@ def test_eight_threads_one_model(compiled, trained, moons, tmp_path):
             t.join()
         assert not errors, errors
         assert all(np.array_equal(r_, ref) for r_ in results)
+
+
+def test_gil_is_released_while_a_model_runs():
+    """While one thread is inside a long run, another runs Python code."""
+    import time
+    model = kiln.layers.mlp([256, 1024, 1024, 256])
+    f = kiln.compile(model, model.init(seed=0), num_threads=1)
+    x = np.ones((1024, 256), np.float32)
+    f(x)  # compiled now
+    span = []
+
+    def work():
+        t0 = time.perf_counter()
+        f(x)  # one call: ~0.2 s on one core
+        span.extend([t0, time.perf_counter()])
+
+    t = threading.Thread(target=work)
+    ticks = []
+    t.start()
+    while t.is_alive():
+        ticks.append(time.perf_counter())
+    t.join()
+    t0, t1 = span
+    q = (t1 - t0) / 4
+    inside = [s for s in ticks if t0 + q < s < t1 - q]
+    # With the GIL held through the call this thread would run only at its edges (a switch
+    # interval after it starts, and after it returns): none in its middle half.
+    assert t1 - t0 > 0.05 and len(inside) > 100, (t1 - t0, len(inside))
