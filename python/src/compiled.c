@@ -293,6 +293,7 @@ PyObject *kp_compile(PyObject *self_, PyObject *args, PyObject *kw) {
       kp_raise(graph->ctx, s);
       goto fail;
     }
+    if (self->c) kiln_compiled_device(self->c, self->device, sizeof self->device);
   }
   return (PyObject *)self;
 fail:

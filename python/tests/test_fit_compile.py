@@ -137,3 +137,22 @@ def test_save_and_load_params(trained, tmp_path):
                zip(kiln._flatten(back), kiln._flatten(r.params)))
     with pytest.raises(ValueError, match="0.W"):
         kiln.load_params(path, like=kiln.layers.mlp([3, 32, 32, 2]))
+
+
+def test_compile_for_vulkan(trained, moons):
+    """device="vulkan": lavapipe where there is no GPU (tools/setup.sh installs it). Without a
+    Vulkan device the test is skipped, which ctest reports (and KILN_TEST_REQUIRE=1 fails)."""
+    if not any(kind == "vulkan" for _, kind, _ in kiln.devices()):
+        if os.environ.get("KILN_TEST_REQUIRE") == "1":
+            pytest.fail("no Vulkan device (KILN_TEST_REQUIRE=1)")
+        pytest.skip("no Vulkan device")
+    model, r = trained
+    _, (Xt, _) = moons
+    f = kiln.compile(model, r.params, device="vulkan")
+    assert f.info is None  # compiled at the first call, for its input shape
+    np.testing.assert_allclose(f(Xt[:64]), kiln.compile(model, r.params)(Xt[:64]), rtol=1e-4,
+                               atol=1e-4)
+    assert f.info.device.startswith("vulkan:") and f.info.backend == "compiled"
+    g = kiln.compile(model, r.params, device="auto")
+    g(Xt[:4])
+    assert g.info.device != "auto"
