@@ -46,7 +46,8 @@ static int get_inputs(PyObject *args, const io_sig *sig, size_t n, kp_view *view
     }
     continue;
   fail:
-    while (i-- > 0) kp_view_release(&views[i]);
+    while (i-- > 0)
+      kp_view_release(&views[i]);
     return -1;
   }
   return 0;
@@ -56,8 +57,10 @@ static PyObject *pack_outputs(PyObject **outs, size_t n) {
   if (n == 1) return outs[0];
   PyObject *t = PyTuple_New((Py_ssize_t)n);
   for (size_t r = 0; r < n; r++) {
-    if (t) PyTuple_SET_ITEM(t, (Py_ssize_t)r, outs[r]);
-    else Py_DECREF(outs[r]);
+    if (t)
+      PyTuple_SET_ITEM(t, (Py_ssize_t)r, outs[r]);
+    else
+      Py_DECREF(outs[r]);
   }
   return t;
 }
@@ -88,14 +91,13 @@ int kp_run_info_init(PyObject *m) {
 /* ------------------------------------------------------------- Compiled */
 
 typedef struct kp_compiled {
-  PyObject_HEAD
-  kiln_compiled *c;   /* NULL: the eager interpreter runs `graph` */
+  PyObject_HEAD kiln_compiled *c; /* NULL: the eager interpreter runs `graph` */
   kp_graph *graph;
   size_t nparams, nin, nout;
   int bound_of[MAX_IO]; /* per graph parameter: -1 a call input, else its index in bound[] */
   kp_view bound[MAX_IO];
   size_t nbound;
-  io_sig in[MAX_IO];    /* the call inputs */
+  io_sig in[MAX_IO]; /* the call inputs */
   kiln_backend backend;
   char device[32];
   char reason[256];
@@ -104,7 +106,8 @@ typedef struct kp_compiled {
 
 static void compiled_dealloc(kp_compiled *self) {
   kiln_compiled_destroy(self->c);
-  for (size_t i = 0; i < self->nbound; i++) kp_view_release(&self->bound[i]);
+  for (size_t i = 0; i < self->nbound; i++)
+    kp_view_release(&self->bound[i]);
   Py_XDECREF(self->graph);
   if (self->lock) PyThread_free_lock(self->lock);
   PyObject_Free(self);
@@ -137,9 +140,11 @@ static PyObject *run_compiled(kp_compiled *self, kp_view *views) {
     Py_END_ALLOW_THREADS
   }
   PyObject *result = NULL;
-  if (made == self->nout && s == KILN_OK) result = pack_outputs(outs, made);
+  if (made == self->nout && s == KILN_OK)
+    result = pack_outputs(outs, made);
   else {
-    for (size_t r = 0; r < made; r++) Py_DECREF(outs[r]);
+    for (size_t r = 0; r < made; r++)
+      Py_DECREF(outs[r]);
     if (!PyErr_Occurred()) kp_raise(ctx, s);
   }
   kiln_ctx_destroy(ctx);
@@ -174,12 +179,16 @@ static PyObject *run_eager(kp_compiled *self, kp_view *views) {
   PyObject *outs[MAX_IO];
   size_t conv = 0;
   if (s == KILN_OK)
-    for (; conv < self->nout && (outs[conv] = kp_array_from_tensor(out[conv])); conv++) {}
-  for (size_t p = 0; p < self->nparams; p++) kiln_tensor_destroy(in[p]);
-  for (size_t r = 0; r < self->nout; r++) kiln_tensor_destroy(out[r]);
+    for (; conv < self->nout && (outs[conv] = kp_array_from_tensor(out[conv])); conv++) {
+    }
+  for (size_t p = 0; p < self->nparams; p++)
+    kiln_tensor_destroy(in[p]);
+  for (size_t r = 0; r < self->nout; r++)
+    kiln_tensor_destroy(out[r]);
   kiln_ctx_destroy(ctx);
   if (s != KILN_OK || conv < self->nout) {
-    for (size_t r = 0; r < conv; r++) Py_DECREF(outs[r]);
+    for (size_t r = 0; r < conv; r++)
+      Py_DECREF(outs[r]);
     return NULL;
   }
   return pack_outputs(outs, conv);
@@ -190,7 +199,8 @@ static PyObject *compiled_call(kp_compiled *self, PyObject *args, PyObject *kw) 
   kp_view views[MAX_IO];
   if (get_inputs(args, self->in, self->nin, views, "the compiled model") < 0) return NULL;
   PyObject *out = self->c ? run_compiled(self, views) : run_eager(self, views);
-  for (size_t i = 0; i < self->nin; i++) kp_view_release(&views[i]);
+  for (size_t i = 0; i < self->nin; i++)
+    kp_view_release(&views[i]);
   return out;
 }
 
@@ -243,7 +253,8 @@ PyObject *kp_compile(PyObject *self_, PyObject *args, PyObject *kw) {
   kiln_graph *g = graph->graph;
   size_t np = kiln_graph_num_params(g), nout = kiln_graph_num_results(g);
   if ((size_t)PyList_GET_SIZE(bound) != np || np > MAX_IO || nout > MAX_IO)
-    return kp_raise_msg(KILN_ERR_INVALID, "kiln.compile: one bound entry per parameter (64 at most)");
+    return kp_raise_msg(KILN_ERR_INVALID,
+                        "kiln.compile: one bound entry per parameter (64 at most)");
   kiln_backend b;
   kiln_status s = kiln_backend_parse(graph->ctx, backend, &b);
   if (s != KILN_OK) return kp_raise(graph->ctx, s);
@@ -275,8 +286,10 @@ PyObject *kp_compile(PyObject *self_, PyObject *args, PyObject *kw) {
     }
     if (!fits) {
       char msg[200];
-      snprintf(msg, sizeof msg, "kiln.compile: parameter '%s' does not have the model's dtype "
-               "(%s) and shape", sig.name, kp_dtype_numpy(sig.dtype));
+      snprintf(msg, sizeof msg,
+               "kiln.compile: parameter '%s' does not have the model's dtype "
+               "(%s) and shape",
+               sig.name, kp_dtype_numpy(sig.dtype));
       kp_raise_msg(KILN_ERR_INVALID, msg);
       goto fail;
     }
@@ -285,7 +298,8 @@ PyObject *kp_compile(PyObject *self_, PyObject *args, PyObject *kw) {
   if (b != KILN_BACKEND_EAGER) {
     kiln_compile_options opt = {.device = device, .precision = precision, .num_threads = threads};
     s = kiln_compile(g, &opt, &self->c);
-    if (s == KILN_ERR_UNSUPPORTED && b == KILN_BACKEND_AUTO && (!device || !strcmp(device, "cpu"))) {
+    if (s == KILN_ERR_UNSUPPORTED && b == KILN_BACKEND_AUTO &&
+        (!device || !strcmp(device, "cpu"))) {
       /* `auto`: the documented fallback to the interpreter, reported in .info (docs/backends.md) */
       snprintf(self->reason, sizeof self->reason, "%s", kiln_ctx_error(graph->ctx));
       self->backend = KILN_BACKEND_EAGER;
@@ -305,8 +319,8 @@ fail:
 
 PyObject *kp_aot(PyObject *self, PyObject *args, PyObject *kw) {
   (void)self;
-  static char *kwlist[] = {"graph", "output", "header", "name", "params", "target", "precision",
-                           "source_dir", "lib_dir", NULL};
+  static char *kwlist[] = {"graph",  "output",    "header",     "name",    "params",
+                           "target", "precision", "source_dir", "lib_dir", NULL};
   kp_graph *graph;
   const char *output, *header = NULL, *name = NULL, *target = NULL, *precision = NULL;
   const char *source_dir = NULL, *lib_dir = NULL;
@@ -320,8 +334,12 @@ PyObject *kp_aot(PyObject *self, PyObject *args, PyObject *kw) {
   kiln_options o;
   memset(&o, 0, sizeof o);
   o.source_dir = source_dir, o.lib_dir = lib_dir;
-  kiln_aot_options opt = {.output = output, .header = header, .name = name, .params = p,
-                          .target = target, .precision = precision,
+  kiln_aot_options opt = {.output = output,
+                          .header = header,
+                          .name = name,
+                          .params = p,
+                          .target = target,
+                          .precision = precision,
                           .options = source_dir || lib_dir ? &o : NULL};
   kiln_status s = kiln_compile_shared(graph->graph, &opt);
   kiln_params_destroy(p);
@@ -341,18 +359,18 @@ typedef struct so_api {
 enum { MAX_INSTANCES = 64 };
 
 typedef struct kp_so {
-  PyObject_HEAD
-  void *handle;
+  PyObject_HEAD void *handle;
   so_api api;
   size_t nin, nout;
   io_sig in[MAX_IO];
   void *free_list[MAX_INSTANCES]; /* idle instances */
   int nfree;
-  PyThread_type_lock lock;        /* guards free_list */
+  PyThread_type_lock lock; /* guards free_list */
 } kp_so;
 
 static void so_dealloc(kp_so *self) {
-  for (int i = 0; i < self->nfree; i++) self->api.destroy(self->free_list[i]);
+  for (int i = 0; i < self->nfree; i++)
+    self->api.destroy(self->free_list[i]);
   if (self->lock) PyThread_free_lock(self->lock);
   /* The library stays loaded: arrays it made may outlive this object. */
   PyObject_Free(self);
@@ -383,7 +401,8 @@ static PyObject *so_call(kp_so *self, PyObject *args, PyObject *kw) {
   if (get_inputs(args, self->in, self->nin, views, "the shared object") < 0) return NULL;
   const void *in[MAX_IO];
   const int64_t *dims[MAX_IO];
-  for (size_t i = 0; i < self->nin; i++) in[i] = views[i].buf.buf, dims[i] = views[i].dims;
+  for (size_t i = 0; i < self->nin; i++)
+    in[i] = views[i].buf.buf, dims[i] = views[i].dims;
   void *m = so_take(self);
   PyObject *outs[MAX_IO], *result = NULL;
   void *data[MAX_IO];
@@ -404,13 +423,16 @@ static PyObject *so_call(kp_so *self, PyObject *args, PyObject *kw) {
     s = self->api.run(m, in, dims, data);
     Py_END_ALLOW_THREADS
   }
-  if (s == 0) result = pack_outputs(outs, made);
+  if (s == 0)
+    result = pack_outputs(outs, made);
   else {
-    for (size_t r = 0; r < made; r++) Py_DECREF(outs[r]);
+    for (size_t r = 0; r < made; r++)
+      Py_DECREF(outs[r]);
     if (!PyErr_Occurred()) kp_raise_msg((kiln_status)s, self->api.error(m));
   }
   if (m) so_give(self, m);
-  for (size_t i = 0; i < self->nin; i++) kp_view_release(&views[i]);
+  for (size_t i = 0; i < self->nin; i++)
+    kp_view_release(&views[i]);
   return result;
 }
 
@@ -452,7 +474,8 @@ static int parse_sig_line(const char *line, size_t len, io_sig *sig, int *is_in)
   if (t < 0) return -1;
   sig->dtype = (kiln_dtype)t;
   sig->rank = br[1] == ']' ? 0 : 1;
-  for (char *c = br + 1; *c; c++) sig->rank += *c == ',';
+  for (char *c = br + 1; *c; c++)
+    sig->rank += *c == ',';
   snprintf(sig->name, sizeof sig->name, "%s", name);
   return 0;
 }
@@ -470,7 +493,7 @@ PyObject *kp_load_so(PyObject *self_, PyObject *args) {
   so_api api;
   const char *(*signature)(void);
   void **slots[] = {(void **)&api.create, (void **)&api.output_dims, (void **)&api.run,
-                    (void **)&api.error, (void **)&api.destroy, (void **)&signature};
+                    (void **)&api.error,  (void **)&api.destroy,     (void **)&signature};
   const char *suffix[] = {"create", "output_dims", "run", "error", "destroy", "signature"};
   for (int i = 0; i < 6; i++) {
     snprintf(sym, sizeof sym, "%s_%s", name, suffix[i]);
@@ -500,8 +523,10 @@ PyObject *kp_load_so(PyObject *self_, PyObject *args) {
       Py_DECREF(self);
       return kp_raise_msg(KILN_ERR_INVALID, "kiln.load_so: a malformed NAME_signature()");
     }
-    if (is_in) self->in[self->nin++] = s;
-    else outs[self->nout++] = s;
+    if (is_in)
+      self->in[self->nin++] = s;
+    else
+      outs[self->nout++] = s;
     line += len + (end != NULL);
   }
   memcpy(&self->in[self->nin], outs, self->nout * sizeof *outs);

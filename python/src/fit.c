@@ -34,7 +34,8 @@ static int tensors_from(kiln_ctx *ctx, PyObject *dict, const char *const *names,
 static PyObject *doubles(const double *v, int64_t n) {
   if (!v) return Py_NewRef(Py_None);
   PyObject *list = PyList_New((Py_ssize_t)n);
-  for (int64_t i = 0; list && i < n; i++) PyList_SET_ITEM(list, (Py_ssize_t)i, PyFloat_FromDouble(v[i]));
+  for (int64_t i = 0; list && i < n; i++)
+    PyList_SET_ITEM(list, (Py_ssize_t)i, PyFloat_FromDouble(v[i]));
   return list;
 }
 
@@ -49,9 +50,10 @@ static PyObject *doubles(const double *v, int64_t n) {
  */
 PyObject *kp_fit(PyObject *self, PyObject *args, PyObject *kw) {
   (void)self;
-  static char *kwlist[] = {"layer", "params", "inputs", "data", "loss", "opt", "epochs",
-                           "batch_size", "seed", "clip", "schedule", "val", "verbose", "dtype",
-                           "backend", "precision", "device", "masked", NULL};
+  static char *kwlist[] = {"layer",     "params", "inputs",     "data",  "loss",
+                           "opt",       "epochs", "batch_size", "seed",  "clip",
+                           "schedule",  "val",    "verbose",    "dtype", "backend",
+                           "precision", "device", "masked",     NULL};
   kp_layer *layer;
   PyObject *pairs, *inputs, *data, *schedule = Py_None, *val = Py_None;
   const char *loss = "mse", *opt = "adam", *dtype = "float32", *backend = "auto";
@@ -73,9 +75,15 @@ PyObject *kp_fit(PyObject *self, PyObject *args, PyObject *kw) {
   if (nin < 0) return NULL;
   kiln_ctx *ctx = kiln_ctx_create();
   if (!ctx) return PyErr_NoMemory();
-  kiln_train_spec spec = {.model = layer->layer, .n_inputs = (size_t)nin, .inputs = in,
-                          .loss = loss, .clip = clip, .masked = masked, .dtype = (kiln_dtype)ft,
-                          .precision = precision, .device = device};
+  kiln_train_spec spec = {.model = layer->layer,
+                          .n_inputs = (size_t)nin,
+                          .inputs = in,
+                          .loss = loss,
+                          .clip = clip,
+                          .masked = masked,
+                          .dtype = (kiln_dtype)ft,
+                          .precision = precision,
+                          .device = device};
   kiln_fit_options fo = {.epochs = epochs, .batch_size = batch, .seed = seed, .verbose = verbose};
   kiln_tensor *dt[MAX_DATA] = {0}, *vt[MAX_DATA] = {0};
   size_t nd = 0, nv = 0;
@@ -93,11 +101,14 @@ PyObject *kp_fit(PyObject *self, PyObject *args, PyObject *kw) {
     const char *kind;
     long long a = 0;
     double b = 0;
-    if (!PyArg_ParseTuple(schedule, "sL|d;schedule: ('cosine', total, warmup) or ('step', step_size, gamma)",
+    if (!PyArg_ParseTuple(schedule,
+                          "sL|d;schedule: ('cosine', total, warmup) or ('step', step_size, gamma)",
                           &kind, &a, &b))
       goto done;
-    if (!strcmp(kind, "cosine")) fo.schedule = (kiln_schedule){.kind = KILN_SCHEDULE_COSINE, .total = a, .warmup = (int64_t)b};
-    else if (!strcmp(kind, "step")) fo.schedule = (kiln_schedule){.kind = KILN_SCHEDULE_STEP, .step_size = a, .gamma = b};
+    if (!strcmp(kind, "cosine"))
+      fo.schedule = (kiln_schedule){.kind = KILN_SCHEDULE_COSINE, .total = a, .warmup = (int64_t)b};
+    else if (!strcmp(kind, "step"))
+      fo.schedule = (kiln_schedule){.kind = KILN_SCHEDULE_STEP, .step_size = a, .gamma = b};
     else {
       kp_raise_msg(KILN_ERR_INVALID, "schedule: 'cosine' or 'step'");
       goto done;
@@ -115,7 +126,8 @@ PyObject *kp_fit(PyObject *self, PyObject *args, PyObject *kw) {
   }
   const char *names[MAX_DATA];
   size_t n = kiln_trainer_num_inputs(t);
-  for (size_t i = 0; i < n && i < MAX_DATA; i++) names[i] = kiln_trainer_input_name(t, i);
+  for (size_t i = 0; i < n && i < MAX_DATA; i++)
+    names[i] = kiln_trainer_input_name(t, i);
   int rc = n > MAX_DATA ? -1 : tensors_from(ctx, data, names, n, dt, "data");
   nd = rc == 0 ? n : 0;
   if (rc == 0 && val != Py_None) {
@@ -127,8 +139,10 @@ PyObject *kp_fit(PyObject *self, PyObject *args, PyObject *kw) {
   if (rc < 0) {
     if (!PyErr_Occurred()) kp_raise_msg(KILN_ERR_INVALID, "kiln.fit: too many inputs");
     /* the tensors made before the failure */
-    for (size_t i = 0; i < n && i < MAX_DATA; i++) kiln_tensor_destroy(dt[i]), dt[i] = NULL;
-    for (size_t i = 0; i < n && i < MAX_DATA; i++) kiln_tensor_destroy(vt[i]), vt[i] = NULL;
+    for (size_t i = 0; i < n && i < MAX_DATA; i++)
+      kiln_tensor_destroy(dt[i]), dt[i] = NULL;
+    for (size_t i = 0; i < n && i < MAX_DATA; i++)
+      kiln_tensor_destroy(vt[i]), vt[i] = NULL;
     goto done;
   }
   Py_BEGIN_ALLOW_THREADS
@@ -143,8 +157,10 @@ PyObject *kp_fit(PyObject *self, PyObject *args, PyObject *kw) {
 done:
   kiln_fit_result_free(&r);
   kiln_params_destroy(init);
-  for (size_t i = 0; i < nd; i++) kiln_tensor_destroy(dt[i]);
-  for (size_t i = 0; i < nv; i++) kiln_tensor_destroy(vt[i]);
+  for (size_t i = 0; i < nd; i++)
+    kiln_tensor_destroy(dt[i]);
+  for (size_t i = 0; i < nv; i++)
+    kiln_tensor_destroy(vt[i]);
   kiln_ctx_destroy(ctx);
   return out;
 }

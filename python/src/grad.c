@@ -14,8 +14,7 @@
 enum { MAX_DATA = 32 };
 
 typedef struct kp_gradfn {
-  PyObject_HEAD
-  kiln_ctx *ctx;
+  PyObject_HEAD kiln_ctx *ctx;
   kiln_grad_fn *f;
   PyThread_type_lock lock;
 } kp_gradfn;
@@ -72,10 +71,13 @@ static PyObject *gradfn_call(kp_gradfn *self, PyObject *args, PyObject *kw) {
     if (s != KILN_OK) snprintf(msg, sizeof msg, "%s", kiln_ctx_error(self->ctx));
     PyThread_release_lock(self->lock);
     Py_END_ALLOW_THREADS
-    if (s != KILN_OK) kp_raise_msg(s, msg);
-    else out = Py_BuildValue("(dN)", loss, kp_params_to(grads));
+    if (s != KILN_OK)
+      kp_raise_msg(s, msg);
+    else
+      out = Py_BuildValue("(dN)", loss, kp_params_to(grads));
   }
-  for (size_t i = 0; i < n && i < MAX_DATA; i++) kiln_tensor_destroy(in[i]);
+  for (size_t i = 0; i < n && i < MAX_DATA; i++)
+    kiln_tensor_destroy(in[i]);
   kiln_params_destroy(p);
   kiln_params_destroy(grads);
   kiln_ctx_destroy(ctx);
@@ -121,8 +123,12 @@ PyObject *kp_value_and_grad(PyObject *self_, PyObject *args, PyObject *kw) {
     Py_DECREF(self);
     return PyErr_NoMemory();
   }
-  kiln_train_spec spec = {.model = layer->layer, .n_inputs = (size_t)PyList_GET_SIZE(inputs),
-                          .inputs = in, .loss = loss, .masked = masked, .dtype = (kiln_dtype)ft};
+  kiln_train_spec spec = {.model = layer->layer,
+                          .n_inputs = (size_t)PyList_GET_SIZE(inputs),
+                          .inputs = in,
+                          .loss = loss,
+                          .masked = masked,
+                          .dtype = (kiln_dtype)ft};
   kiln_status s = kiln_value_and_grad_create(self->ctx, &spec, train, &self->f);
   if (s != KILN_OK) {
     kp_raise(self->ctx, s);
@@ -135,8 +141,7 @@ PyObject *kp_value_and_grad(PyObject *self_, PyObject *args, PyObject *kw) {
 /* ------------------------------------------------------------- optimizer states */
 
 typedef struct kp_optstate {
-  PyObject_HEAD
-  kiln_ctx *ctx;
+  PyObject_HEAD kiln_ctx *ctx;
   kiln_opt_state *st;
   PyThread_type_lock lock;
 } kp_optstate;

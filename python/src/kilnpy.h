@@ -63,14 +63,12 @@ PyObject *kp_params_to(const kiln_params *p);
 /* ------------------------------------------------------------- layer.c */
 
 typedef struct kp_layer {
-  PyObject_HEAD
-  kiln_layer *layer;
+  PyObject_HEAD kiln_layer *layer;
 } kp_layer;
 extern PyTypeObject kp_layer_type;
 
 typedef struct kp_graph {
-  PyObject_HEAD
-  kiln_ctx *ctx; /* the graph's context, owned */
+  PyObject_HEAD kiln_ctx *ctx; /* the graph's context, owned */
   kiln_graph *graph;
 } kp_graph;
 extern PyTypeObject kp_graph_type;

@@ -26,14 +26,17 @@ static kiln_arg *pool_items(arg_pool *p, Py_ssize_t n) {
 }
 
 static void pool_free(arg_pool *p) {
-  for (int i = 0; i < p->n; i++) PyMem_Free(p->blocks[i]);
+  for (int i = 0; i < p->n; i++)
+    PyMem_Free(p->blocks[i]);
   p->n = 0;
 }
 
 static int to_arg(PyObject *o, kiln_arg *a, arg_pool *pool, const char *ctor, int depth) {
   memset(a, 0, sizeof *a);
-  if (o == Py_None) a->kind = KILN_ARG_NONE;
-  else if (PyBool_Check(o)) a->kind = KILN_ARG_BOOL, a->b = o == Py_True;
+  if (o == Py_None)
+    a->kind = KILN_ARG_NONE;
+  else if (PyBool_Check(o))
+    a->kind = KILN_ARG_BOOL, a->b = o == Py_True;
   else if (PyLong_Check(o) || (!PyFloat_Check(o) && PyIndex_Check(o))) {
     a->kind = KILN_ARG_INT;
     a->i = PyLong_AsLongLong(o);
@@ -98,13 +101,16 @@ PyObject *kp_call_ctor(PyObject *self, PyObject *args) {
   Py_ssize_t it = 0, i = 0;
   PyObject *key, *value;
   while (rc == 0 && PyDict_Next(kw, &it, &key, &value)) {
-    if (!(names[i] = PyUnicode_AsUTF8(key))) rc = -1;
-    else rc = to_arg(value, &k[i++], &pool, name, 0);
+    if (!(names[i] = PyUnicode_AsUTF8(key)))
+      rc = -1;
+    else
+      rc = to_arg(value, &k[i++], &pool, name, 0);
   }
   PyObject *out = NULL;
   if (rc == 0) {
     kiln_ctx *ctx = kiln_ctx_create();
-    if (!ctx) out = PyErr_NoMemory();
+    if (!ctx)
+      out = PyErr_NoMemory();
     else {
       kiln_layer *l = kiln_layer_call_args(ctx, name, (size_t)npos, p, (size_t)nkw, names, k);
       out = l ? layer_wrap(l) : kp_raise(ctx, KILN_OK);
@@ -122,8 +128,10 @@ PyObject *kp_catalogue(PyObject *self, PyObject *args) {
   for (size_t i = 0; list && i < n; i++) {
     PyObject *e = Py_BuildValue("(sss)", kiln_catalogue_name(i), kiln_catalogue_signature(i),
                                 kiln_catalogue_doc(i));
-    if (!e) Py_CLEAR(list);
-    else PyList_SET_ITEM(list, (Py_ssize_t)i, e);
+    if (!e)
+      Py_CLEAR(list);
+    else
+      PyList_SET_ITEM(list, (Py_ssize_t)i, e);
   }
   return list;
 }
@@ -230,12 +238,16 @@ static PyObject *value_info(const kiln_graph *g, kiln_value v) {
   PyObject *dims = PyList_New((Py_ssize_t)rank);
   for (size_t i = 0; dims && i < rank; i++) {
     kiln_dim d = kiln_value_dim(g, v, i);
-    PyObject *o = d >= 0 ? PyLong_FromLongLong(d) : PyUnicode_FromString(kiln_dim_symbol_name(g, d));
-    if (!o) Py_CLEAR(dims);
-    else PyList_SET_ITEM(dims, (Py_ssize_t)i, o);
+    PyObject *o =
+        d >= 0 ? PyLong_FromLongLong(d) : PyUnicode_FromString(kiln_dim_symbol_name(g, d));
+    if (!o)
+      Py_CLEAR(dims);
+    else
+      PyList_SET_ITEM(dims, (Py_ssize_t)i, o);
   }
   const char *name = kiln_value_name(g, v);
-  return dims ? Py_BuildValue("(ssN)", name ? name : "", kp_dtype_numpy(kiln_value_dtype(g, v)), dims)
+  return dims ? Py_BuildValue("(ssN)", name ? name : "", kp_dtype_numpy(kiln_value_dtype(g, v)),
+                              dims)
               : NULL;
 }
 
@@ -243,16 +255,25 @@ static PyObject *graph_values(kp_graph *self, int results) {
   size_t n = results ? kiln_graph_num_results(self->graph) : kiln_graph_num_params(self->graph);
   PyObject *list = PyList_New((Py_ssize_t)n);
   for (size_t i = 0; list && i < n; i++) {
-    kiln_value v = results ? kiln_graph_get_result(self->graph, i) : kiln_graph_get_param(self->graph, i);
+    kiln_value v =
+        results ? kiln_graph_get_result(self->graph, i) : kiln_graph_get_param(self->graph, i);
     PyObject *e = value_info(self->graph, v);
-    if (!e) Py_CLEAR(list);
-    else PyList_SET_ITEM(list, (Py_ssize_t)i, e);
+    if (!e)
+      Py_CLEAR(list);
+    else
+      PyList_SET_ITEM(list, (Py_ssize_t)i, e);
   }
   return list;
 }
 
-static PyObject *graph_inputs(kp_graph *self, void *c) { (void)c; return graph_values(self, 0); }
-static PyObject *graph_outputs(kp_graph *self, void *c) { (void)c; return graph_values(self, 1); }
+static PyObject *graph_inputs(kp_graph *self, void *c) {
+  (void)c;
+  return graph_values(self, 0);
+}
+static PyObject *graph_outputs(kp_graph *self, void *c) {
+  (void)c;
+  return graph_values(self, 1);
+}
 
 static PyObject *graph_str(kp_graph *self) {
   char *text = NULL;
@@ -289,16 +310,21 @@ static PyObject *model_inputs(const kiln_model_file *m) {
   for (size_t i = 0; list && i < n; i++) {
     PyObject *dims = PyList_New((Py_ssize_t)in[i].rank);
     for (size_t d = 0; dims && d < in[i].rank; d++) {
-      PyObject *o = in[i].syms && in[i].syms[d] ? PyUnicode_FromString(in[i].syms[d])
-                                                 : PyLong_FromLongLong(in[i].dims ? in[i].dims[d] : 0);
-      if (!o) Py_CLEAR(dims);
-      else PyList_SET_ITEM(dims, (Py_ssize_t)d, o);
+      PyObject *o = in[i].syms && in[i].syms[d]
+                        ? PyUnicode_FromString(in[i].syms[d])
+                        : PyLong_FromLongLong(in[i].dims ? in[i].dims[d] : 0);
+      if (!o)
+        Py_CLEAR(dims);
+      else
+        PyList_SET_ITEM(dims, (Py_ssize_t)d, o);
     }
     PyObject *e = dims ? Py_BuildValue("(sssN)", in[i].name, kind_names[in[i].kind],
                                        kp_dtype_numpy(in[i].dtype), dims)
                        : NULL;
-    if (!e) Py_CLEAR(list);
-    else PyList_SET_ITEM(list, (Py_ssize_t)i, e);
+    if (!e)
+      Py_CLEAR(list);
+    else
+      PyList_SET_ITEM(list, (Py_ssize_t)i, e);
   }
   return list;
 }
@@ -317,7 +343,8 @@ PyObject *kp_load(PyObject *self, PyObject *args) {
   kiln_ctx *ctx = kiln_ctx_create();
   PyObject *out = NULL;
   kiln_status s = KILN_OK;
-  if (!ctx) out = PyErr_NoMemory();
+  if (!ctx)
+    out = PyErr_NoMemory();
   else if (ends_with(path, ".kiln")) {
     kiln_model_file *m = NULL;
     Py_BEGIN_ALLOW_THREADS
@@ -335,7 +362,8 @@ PyObject *kp_load(PyObject *self, PyObject *args) {
   } else if (ends_with(path, ".kir") || ends_with(path, ".onnx")) {
     kiln_graph *g = NULL;
     Py_BEGIN_ALLOW_THREADS
-    s = ends_with(path, ".kir") ? kiln_graph_parse_file(ctx, path, &g) : kiln_onnx_import(ctx, path, &g);
+    s = ends_with(path, ".kir") ? kiln_graph_parse_file(ctx, path, &g)
+                                : kiln_onnx_import(ctx, path, &g);
     Py_END_ALLOW_THREADS
     if (s == KILN_OK) {
       PyObject *graph = kp_graph_wrap(ctx, g);
@@ -366,8 +394,9 @@ int kp_model_inputs(PyObject *inputs, kiln_model_input *in, int64_t (*dims)[KILN
     int t = kp_dtype_from_name(dt);
     if (t < 0) return -1;
     in[i].dtype = (kiln_dtype)t;
-    in[i].kind = !strcmp(kind, "graph") ? KILN_INPUT_GRAPH : !strcmp(kind, "mask") ? KILN_INPUT_MASK
-                                                                                   : KILN_INPUT_TENSOR;
+    in[i].kind = !strcmp(kind, "graph")  ? KILN_INPUT_GRAPH
+                 : !strcmp(kind, "mask") ? KILN_INPUT_MASK
+                                         : KILN_INPUT_TENSOR;
     in[i].rank = (size_t)PyList_GET_SIZE(dl);
     if (in[i].rank > KILN_MAX_RANK) {
       kp_raise_msg(KILN_ERR_INVALID, "an input of rank above 8");
@@ -438,12 +467,15 @@ PyObject *kp_graph_edges(PyObject *self, PyObject *args) {
   else {
     kiln_ctx *ctx = kiln_ctx_create();
     kiln_tensor *ts = NULL, *td = NULL;
-    kiln_status st = ctx ? kiln_graph_edges(ctx, s.buf.buf, d.buf.buf, ns, n, undirected,
-                                            self_loops, &ts, &td)
-                         : KILN_ERR_NOMEM;
-    if (st == KILN_OK) out = Py_BuildValue("(NN)", kp_array_from_tensor(ts), kp_array_from_tensor(td));
-    else if (ctx) kp_raise(ctx, st);
-    else PyErr_NoMemory();
+    kiln_status st =
+        ctx ? kiln_graph_edges(ctx, s.buf.buf, d.buf.buf, ns, n, undirected, self_loops, &ts, &td)
+            : KILN_ERR_NOMEM;
+    if (st == KILN_OK)
+      out = Py_BuildValue("(NN)", kp_array_from_tensor(ts), kp_array_from_tensor(td));
+    else if (ctx)
+      kp_raise(ctx, st);
+    else
+      PyErr_NoMemory();
     kiln_tensor_destroy(ts), kiln_tensor_destroy(td);
     if (ctx) kiln_ctx_destroy(ctx);
   }

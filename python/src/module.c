@@ -19,13 +19,26 @@ PyObject *kp_raise_msg(kiln_status s, const char *msg) {
   PyObject *cls = err_base;
   switch (s) {
   case KILN_ERR_INVALID:
-  case KILN_ERR_TYPE: cls = err_invalid; break;
-  case KILN_ERR_PARSE: cls = err_parse; break;
-  case KILN_ERR_IO: cls = err_io; break;
-  case KILN_ERR_UNSUPPORTED: cls = err_unsupported; break;
-  case KILN_ERR_RUNTIME: cls = err_run; break;
-  case KILN_ERR_NOMEM: cls = err_nomem; break;
-  case KILN_OK: break;
+  case KILN_ERR_TYPE:
+    cls = err_invalid;
+    break;
+  case KILN_ERR_PARSE:
+    cls = err_parse;
+    break;
+  case KILN_ERR_IO:
+    cls = err_io;
+    break;
+  case KILN_ERR_UNSUPPORTED:
+    cls = err_unsupported;
+    break;
+  case KILN_ERR_RUNTIME:
+    cls = err_run;
+    break;
+  case KILN_ERR_NOMEM:
+    cls = err_nomem;
+    break;
+  case KILN_OK:
+    break;
   }
   PyErr_SetString(cls, msg && msg[0] ? msg : kiln_status_name(s));
   return NULL;
@@ -42,8 +55,8 @@ PyObject *kp_raise(kiln_ctx *ctx, kiln_status s) {
 
 static const char *const numpy_names[KILN_DTYPE_COUNT] = {
     [KILN_F64] = "float64", [KILN_F32] = "float32", [KILN_F16] = "float16",
-    [KILN_BF16] = "uint16",  [KILN_I64] = "int64",   [KILN_I32] = "int32",
-    [KILN_I8] = "int8",      [KILN_U8] = "uint8",    [KILN_BOOL] = "bool"};
+    [KILN_BF16] = "uint16", [KILN_I64] = "int64",   [KILN_I32] = "int32",
+    [KILN_I8] = "int8",     [KILN_U8] = "uint8",    [KILN_BOOL] = "bool"};
 
 const char *kp_dtype_numpy(kiln_dtype t) {
   return (unsigned)t < KILN_DTYPE_COUNT ? numpy_names[t] : "?";
@@ -54,8 +67,10 @@ int kp_dtype_from_name(const char *name) {
     if (t != KILN_BF16 && (!strcmp(name, numpy_names[t]) || !strcmp(name, kiln_dtype_name(t))))
       return t;
   if (!strcmp(name, "bfloat16")) return KILN_BF16;
-  PyErr_Format(err_invalid, "unknown dtype '%s' (float64, float32, float16, bfloat16, int64, "
-               "int32, int8, uint8, bool)", name);
+  PyErr_Format(err_invalid,
+               "unknown dtype '%s' (float64, float32, float16, bfloat16, int64, "
+               "int32, int8, uint8, bool)",
+               name);
   return -1;
 }
 
@@ -63,17 +78,27 @@ int kp_dtype_from_format(const char *fmt, Py_ssize_t itemsize) {
   if (!fmt) fmt = "B";
   if (*fmt == '<' || *fmt == '=' || *fmt == '@') fmt++;
   if (fmt[0] && !fmt[1]) switch (fmt[0]) {
-    case 'd': return KILN_F64;
-    case 'f': return KILN_F32;
-    case 'e': return KILN_F16;
-    case 'q': case 'l': if (itemsize == 8) return KILN_I64; break;
-    case 'i': if (itemsize == 4) return KILN_I32; break;
-    case 'b': return KILN_I8;
-    case 'B': return KILN_U8;
-    case '?': return KILN_BOOL;
+    case 'd':
+      return KILN_F64;
+    case 'f':
+      return KILN_F32;
+    case 'e':
+      return KILN_F16;
+    case 'q':
+    case 'l':
+      if (itemsize == 8) return KILN_I64;
+      break;
+    case 'i':
+      if (itemsize == 4) return KILN_I32;
+      break;
+    case 'b':
+      return KILN_I8;
+    case 'B':
+      return KILN_U8;
+    case '?':
+      return KILN_BOOL;
     }
-  PyErr_Format(err_invalid, "Kiln has no dtype for buffer format '%s' (%zd bytes)", fmt,
-               itemsize);
+  PyErr_Format(err_invalid, "Kiln has no dtype for buffer format '%s' (%zd bytes)", fmt, itemsize);
   return -1;
 }
 
@@ -97,14 +122,15 @@ int kp_view_get(PyObject *obj, const char *what, kp_view *v) {
   v->held = 1;
   int t = kp_dtype_from_format(v->buf.format, v->buf.itemsize);
   if (t < 0 || v->buf.ndim > KILN_MAX_RANK) {
-    if (t >= 0) PyErr_Format(err_invalid, "%s: rank %d is above Kiln's %d", what, v->buf.ndim,
-                             KILN_MAX_RANK);
+    if (t >= 0)
+      PyErr_Format(err_invalid, "%s: rank %d is above Kiln's %d", what, v->buf.ndim, KILN_MAX_RANK);
     kp_view_release(v);
     return -1;
   }
   v->dtype = (kiln_dtype)t;
   v->rank = (size_t)v->buf.ndim;
-  for (size_t i = 0; i < v->rank; i++) v->dims[i] = v->buf.shape[i];
+  for (size_t i = 0; i < v->rank; i++)
+    v->dims[i] = v->buf.shape[i];
   return 0;
 }
 
@@ -117,7 +143,8 @@ void kp_view_release(kp_view *v) {
 PyObject *kp_array_new(kiln_dtype t, size_t rank, const int64_t *dims, void **data) {
   PyObject *shape = PyTuple_New((Py_ssize_t)rank);
   if (!shape) return NULL;
-  for (size_t i = 0; i < rank; i++) PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(dims[i]));
+  for (size_t i = 0; i < rank; i++)
+    PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(dims[i]));
   PyObject *arr = PyObject_CallFunction(np_empty, "Os", shape, kp_dtype_numpy(t));
   Py_DECREF(shape);
   if (!arr) return NULL;
@@ -134,7 +161,8 @@ PyObject *kp_array_new(kiln_dtype t, size_t rank, const int64_t *dims, void **da
 PyObject *kp_array_from_tensor(const kiln_tensor *t) {
   int64_t dims[KILN_MAX_RANK];
   size_t rank = kiln_tensor_rank(t);
-  for (size_t i = 0; i < rank; i++) dims[i] = kiln_tensor_dim(t, i);
+  for (size_t i = 0; i < rank; i++)
+    dims[i] = kiln_tensor_dim(t, i);
   void *data;
   PyObject *arr = kp_array_new(kiln_tensor_dtype(t), rank, dims, &data);
   if (arr && kiln_tensor_nbytes(t)) memcpy(data, kiln_tensor_cdata(t), kiln_tensor_nbytes(t));
@@ -146,7 +174,8 @@ kiln_tensor *kp_tensor_from(kiln_ctx *ctx, PyObject *obj, const char *what) {
   if (kp_view_get(obj, what, &v) < 0) return NULL;
   kiln_tensor *t = NULL;
   kiln_status s = kiln_tensor_create(ctx, v.dtype, v.rank, v.dims, &t);
-  if (s == KILN_OK && kiln_tensor_nbytes(t)) memcpy(kiln_tensor_data(t), v.buf.buf, kiln_tensor_nbytes(t));
+  if (s == KILN_OK && kiln_tensor_nbytes(t))
+    memcpy(kiln_tensor_data(t), v.buf.buf, kiln_tensor_nbytes(t));
   kp_view_release(&v);
   if (s != KILN_OK) kp_raise(ctx, s);
   return s == KILN_OK ? t : NULL;
@@ -166,7 +195,8 @@ kiln_params *kp_params_from(kiln_ctx *ctx, PyObject *pairs) {
     PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
     const char *name;
     PyObject *arr;
-    if (!PyArg_ParseTuple(item, "sO;parameters: expected (name, array) pairs", &name, &arr)) goto fail;
+    if (!PyArg_ParseTuple(item, "sO;parameters: expected (name, array) pairs", &name, &arr))
+      goto fail;
     kiln_tensor *t = kp_tensor_from(ctx, arr, name);
     if (!t) goto fail;
     if ((s = kiln_params_add(p, name, t)) != KILN_OK) {
@@ -188,8 +218,10 @@ PyObject *kp_params_to(const kiln_params *p) {
   for (size_t i = 0; list && i < n; i++) {
     PyObject *arr = kp_array_from_tensor(kiln_params_tensor(p, i));
     PyObject *pair = arr ? Py_BuildValue("(sN)", kiln_params_name(p, i), arr) : NULL;
-    if (!pair) Py_CLEAR(list);
-    else PyList_SET_ITEM(list, (Py_ssize_t)i, pair);
+    if (!pair)
+      Py_CLEAR(list);
+    else
+      PyList_SET_ITEM(list, (Py_ssize_t)i, pair);
   }
   return list;
 }
@@ -248,7 +280,8 @@ static PyObject *kp_save_params(PyObject *self, PyObject *args) {
   kiln_ctx *ctx = kiln_ctx_create();
   kiln_params *p = ctx ? kp_params_from(ctx, pairs) : NULL;
   PyObject *out = NULL;
-  if (!ctx) PyErr_NoMemory();
+  if (!ctx)
+    PyErr_NoMemory();
   else if (p) {
     kiln_status s = kiln_safetensors_write(ctx, PyBytes_AS_STRING(pathobj), p);
     out = s == KILN_OK ? Py_NewRef(Py_None) : kp_raise(ctx, s);
@@ -266,7 +299,8 @@ static PyObject *kp_load_params(PyObject *self, PyObject *args) {
   kiln_ctx *ctx = kiln_ctx_create();
   kiln_params *p = NULL;
   PyObject *out = NULL;
-  if (!ctx) PyErr_NoMemory();
+  if (!ctx)
+    PyErr_NoMemory();
   else {
     kiln_status s = kiln_safetensors_read(ctx, PyBytes_AS_STRING(pathobj), &p);
     out = s == KILN_OK ? kp_params_to(p) : kp_raise(ctx, s);
@@ -293,8 +327,8 @@ static PyMethodDef methods[] = {
      "graph_edges(src, dst, n, undirected, self_loops): the edge lists of kiln.graph."},
     {"load_so", kp_load_so, METH_VARARGS, "load_so(path, name): a SharedObject."},
     {"fit", (PyCFunction)(void (*)(void))kp_fit, METH_VARARGS | METH_KEYWORDS, "fit(...)."},
-    {"value_and_grad", (PyCFunction)(void (*)(void))kp_value_and_grad,
-     METH_VARARGS | METH_KEYWORDS, "value_and_grad(layer, inputs, loss, dtype, train, masked)."},
+    {"value_and_grad", (PyCFunction)(void (*)(void))kp_value_and_grad, METH_VARARGS | METH_KEYWORDS,
+     "value_and_grad(layer, inputs, loss, dtype, train, masked)."},
     {"opt_state", kp_opt_state, METH_VARARGS, "opt_state(opt_text, params, clip=0)."},
     {"devices", kp_devices, METH_NOARGS, "kiln_devices_describe's text."},
     {"save_params", kp_save_params, METH_VARARGS, "save_params(path, pairs): safetensors."},
@@ -302,9 +336,15 @@ static PyMethodDef methods[] = {
     {"check", kp_check, METH_VARARGS, "check(device, tol): (report, worst difference)."},
     {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kiln",
-                                    "Kiln's C API for kiln/__init__.py (docs/python.md).", -1,
-                                    methods, NULL, NULL, NULL, NULL};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT,
+                                    "_kiln",
+                                    "Kiln's C API for kiln/__init__.py (docs/python.md).",
+                                    -1,
+                                    methods,
+                                    NULL,
+                                    NULL,
+                                    NULL,
+                                    NULL};
 
 static PyObject *new_error(PyObject *m, const char *name, PyObject *base2, const char *doc) {
   char full[64];
@@ -325,7 +365,8 @@ PyMODINIT_FUNC PyInit__kiln(void) {
   if (!np_empty || !np_contig) return NULL;
   PyObject *m = PyModule_Create(&module);
   if (!m) return NULL;
-  if (!(err_base = new_error(m, "Error", NULL, "A failure Kiln reported (the base class)."))) return NULL;
+  if (!(err_base = new_error(m, "Error", NULL, "A failure Kiln reported (the base class).")))
+    return NULL;
   err_invalid = new_error(m, "InvalidArgumentError", PyExc_ValueError,
                           "A bad argument: a value, shape or dtype that does not fit.");
   err_parse = new_error(m, "ParseError", PyExc_ValueError, "A malformed model or IR file.");
@@ -335,13 +376,14 @@ PyMODINIT_FUNC PyInit__kiln(void) {
   err_run = new_error(m, "RunError", PyExc_ValueError,
                       "A run that failed on its inputs (a wrong shape, an index out of range).");
   err_nomem = new_error(m, "OutOfMemoryError", PyExc_MemoryError, "Kiln ran out of memory.");
-  if (!err_invalid || !err_parse || !err_io || !err_unsupported || !err_run || !err_nomem) return NULL;
+  if (!err_invalid || !err_parse || !err_io || !err_unsupported || !err_run || !err_nomem)
+    return NULL;
   if (kp_run_info_init(m) < 0) return NULL;
   PyTypeObject *types[] = {&kp_layer_type, &kp_graph_type,  &kp_compiled_type,
                            &kp_so_type,    &kp_gradfn_type, &kp_optstate_type};
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-    if (PyType_Ready(types[i]) < 0 || PyModule_AddObjectRef(m, strrchr(types[i]->tp_name, '.') + 1,
-                                                            (PyObject *)types[i]) < 0)
+    if (PyType_Ready(types[i]) < 0 ||
+        PyModule_AddObjectRef(m, strrchr(types[i]->tp_name, '.') + 1, (PyObject *)types[i]) < 0)
       return NULL;
   return m;
 }
