@@ -13,7 +13,8 @@
 
 static PyObject *err_base, *err_invalid, *err_parse, *err_io, *err_unsupported, *err_run,
     *err_nomem;
-static PyObject *np_empty, *np_contig; /* numpy.empty, numpy.ascontiguousarray */
+/* numpy.empty, numpy.ascontiguousarray, numpy.from_dlpack (numpy >= 1.23; else NULL) */
+static PyObject *np_empty, *np_contig, *np_from_dlpack;
 
 PyObject *kp_raise_msg(kiln_status s, const char *msg) {
   PyObject *cls = err_base;
@@ -108,9 +109,16 @@ int kp_view_get(PyObject *obj, const char *what, kp_view *v) {
   memset(v, 0, sizeof *v);
   int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT;
   if (PyObject_GetBuffer(obj, &v->buf, flags) < 0) {
-    /* Not a C-contiguous buffer (a transposed view, a list): numpy makes one, once. */
+    /* Not a C-contiguous buffer: a DLPack tensor (torch) is viewed by numpy without a copy; a
+     * transposed view or a list is made contiguous by numpy, once. */
     PyErr_Clear();
-    v->owner = PyObject_CallOneArg(np_contig, obj);
+    PyObject *src = NULL;
+    if (np_from_dlpack && PyObject_HasAttrString(obj, "__dlpack__")) {
+      src = PyObject_CallOneArg(np_from_dlpack, obj);
+      if (!src) PyErr_Clear();
+    }
+    v->owner = PyObject_CallOneArg(np_contig, src ? src : obj);
+    Py_XDECREF(src);
     if (!v->owner || PyObject_GetBuffer(v->owner, &v->buf, flags) < 0) {
       Py_CLEAR(v->owner);
       PyErr_Clear();
@@ -361,6 +369,8 @@ PyMODINIT_FUNC PyInit__kiln(void) {
   if (!numpy) return NULL;
   np_empty = PyObject_GetAttrString(numpy, "empty");
   np_contig = PyObject_GetAttrString(numpy, "ascontiguousarray");
+  np_from_dlpack = PyObject_GetAttrString(numpy, "from_dlpack");
+  if (!np_from_dlpack) PyErr_Clear();
   Py_DECREF(numpy);
   if (!np_empty || !np_contig) return NULL;
   PyObject *m = PyModule_Create(&module);

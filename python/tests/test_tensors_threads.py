@@ -1,4 +1,5 @@
 """Arrays in and out: zero-copy reads, DLPack with torch, errors, and 8 threads on one model."""
+import os
 import threading
 
 import numpy as np
@@ -128,3 +129,25 @@ def test_gil_is_released_while_a_model_runs():
     # With the GIL held through the call this thread would run only at its edges (a switch
     # interval after it starts, and after it returns): none in its middle half.
     assert t1 - t0 > 0.05 and len(inside) > 100, (t1 - t0, len(inside))
+
+
+def test_dlpack_only_input(compiled, moons):
+    """An object that offers nothing but __dlpack__ (as JAX or CuPy CPU arrays do)."""
+    f, _ = compiled
+    _, (Xt, _) = moons
+
+    class OnlyDLPack:
+        def __init__(self, t):
+            self.t = t
+
+        def __dlpack__(self, stream=None):
+            return self.t.__dlpack__()
+
+        def __dlpack_device__(self):
+            return self.t.__dlpack_device__()
+
+    g = kiln.compile(kiln.load(os.path.join(os.path.dirname(__file__), "..", "..", "examples",
+                                            "mlp.kir")))  # a Graph: its C callable directly
+    x = np.ones((3, 4), np.float32)
+    assert np.array_equal(g(OnlyDLPack(torch.from_numpy(x)))[0], g(x)[0])
+    assert np.array_equal(f(OnlyDLPack(torch.from_numpy(Xt))), f(Xt))
