@@ -35,10 +35,17 @@ static bool convert(kiln_ctx *ctx, kir_arena *arena, const char *ctor, const kil
                     kl_arg *out, int depth) {
   *out = kl_none();
   switch (a->kind) {
-  case KILN_ARG_NONE: return true;
-  case KILN_ARG_INT: *out = kl_int(a->i); return true;
-  case KILN_ARG_FLOAT: *out = kl_float(a->f); return true;
-  case KILN_ARG_BOOL: *out = kl_bool(a->b != 0); return true;
+  case KILN_ARG_NONE:
+    return true;
+  case KILN_ARG_INT:
+    *out = kl_int(a->i);
+    return true;
+  case KILN_ARG_FLOAT:
+    *out = kl_float(a->f);
+    return true;
+  case KILN_ARG_BOOL:
+    *out = kl_bool(a->b != 0);
+    return true;
   case KILN_ARG_STR:
     if (!a->s) break;
     *out = kl_str(a->s);
@@ -78,7 +85,8 @@ KILN_API kiln_layer *kiln_layer_call_args(kiln_ctx *ctx, const char *ctor, size_
   kl_arg p[64], k[64];
   kl_layer *out = NULL;
   bool ok = true;
-  for (size_t i = 0; ok && i < npos; i++) ok = convert(ctx, &arena, ctor, &pos[i], &p[i], 0);
+  for (size_t i = 0; ok && i < npos; i++)
+    ok = convert(ctx, &arena, ctor, &pos[i], &p[i], 0);
   for (size_t i = 0; ok && i < nkw; i++) {
     ok = kw_names[i] != NULL && convert(ctx, &arena, ctor, &kw[i], &k[i], 0);
     if (!kw_names[i]) kir_fail(ctx, KILN_ERR_INVALID, "%s: a keyword without a name", ctor);

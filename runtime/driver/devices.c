@@ -23,10 +23,10 @@
 #include "codegen/llvm_cpu.h"
 #include "ir/kir.h"
 #include "kiln/tensor.h"
-#include "runtime/exec/rt.h"
 #include "runtime/device/cuda.h"
 #include "runtime/device/hip.h"
 #include "runtime/device/vulkan.h"
+#include "runtime/exec/rt.h"
 
 /* The "model name" of the first processor in /proc/cpuinfo, or "" if there is none. */
 static void cpu_model_name(char *buf, size_t n) {
@@ -85,7 +85,7 @@ static void vulkan_devices(FILE *out) {
     char name[32];
     snprintf(name, sizeof name, "vulkan:%d", i);
     fprintf(out, "%-7s %-6s %s, f64 %s\n", name, "vulkan", kvk_device_name(d),
-           kvk_device_has_f64(d) ? "yes" : "no");
+            kvk_device_has_f64(d) ? "yes" : "no");
     kvk_device_close(d);
   }
   kiln_ctx_destroy(ctx);

@@ -10,14 +10,14 @@
 #include "kiln/kiln.h"
 
 static int failures;
-#define CHECK(cond, ...)                                                                          \
-  do {                                                                                            \
-    if (!(cond)) {                                                                                \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                 \
-      printf(__VA_ARGS__);                                                                        \
-      printf("\n");                                                                               \
-      failures++;                                                                                 \
-    }                                                                                             \
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                  \
+      printf(__VA_ARGS__);                                                                         \
+      printf("\n");                                                                                \
+      failures++;                                                                                  \
+    }                                                                                              \
   } while (0)
 
 static kiln_arg arg_int(int64_t v) { return (kiln_arg){.kind = KILN_ARG_INT, .i = v}; }
