@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # setup.sh — installs the Debian packages that Kiln and its coming issues need.
 #
-#   tools/setup.sh            what building, running and testing need (CI runs this)
+#   tools/setup.sh            what building, running and testing need (CI runs this), and the
+#                             venv build-python-venv/ (Debian's python3 with scikit-build-core
+#                             from PyPI) where test python.pip_install runs `pip install ./python`
 #   tools/setup.sh --bench    also what bench/ needs: Debian's PyTorch 1.13 and torchvision (a
 #                             peer, and the ONNX exports of bench/run.sh and bench/onnx_models.sh)
 #                             and matplotlib (charts), then the pip peers in a virtual environment
@@ -11,7 +13,8 @@
 #
 # Idempotent and quick when everything is there: it asks dpkg which packages
 # are missing and only then runs `apt-get update` and `apt-get install`
-# (and with --bench, imports the pip peers in the venv and only then runs pip).
+# (and imports scikit-build-core in build-python-venv/, and with --bench the pip peers in
+# build-bench-venv/, and only then runs pip).
 # Runs as root, or through sudo when it is available. The HIP packages are
 # installed only where the distribution offers them (apt-cache shows a
 # candidate), and failing to install them is a warning, not an error: a HIP
@@ -29,12 +32,16 @@ required=(
   python3-onnx libonnx-testdata                       # onnx.proto for protoc-c; ONNX conformance tests
   libcjson-dev                                        # safetensors headers (JSON)
   valgrind
+  pkg-config                                          # test install.packages (kiln.pc)
+  python3-dev python3-pytest python3-torch python3-venv python3-pip  # the Python package (python/):
+                                                      # Python.h, its pytest suite, torch for its
+                                                      # DLPack and numerics tests, the pip venv
 )
 optional=(libamdhip64-dev rocm-device-libs)           # the HIP target
-# `setup.sh --bench`: what bench/ needs besides (the peers and the chart; not needed by the tests):
-# python3-venv and python3-pip make the venv below, python3-dev's Python.h is what torch.compile's
-# C++ kernels include on the CPU
-bench=(python3-torch python3-torchvision python3-matplotlib python3-venv python3-pip python3-dev)
+# `setup.sh --bench`: what bench/ needs besides (the peers and the chart; not needed by the tests).
+# (bench/ also uses python3-venv and python3-pip, which make its venv, python3-dev, whose Python.h
+# torch.compile's C++ kernels include on the CPU, and python3-torch: the tests need them too.)
+bench=(python3-torchvision python3-matplotlib)  # (python3-torch, -venv, -pip, -dev: required above)
 with_bench=false
 [[ ${1:-} == --bench ]] && with_bench=true && required+=("${bench[@]}")
 # The pip peers of bench/ live in a venv of Debian's python3 (not the python3 on PATH, which
@@ -50,6 +57,27 @@ print("torch %s, torchvision %s, transformers %s, onnxruntime %s, onnx %s, numpy
       % (torch.__version__, torchvision.__version__, transformers.__version__,
          onnxruntime.__version__, onnx.__version__, numpy.__version__))
 sys.exit(int(torch.__version__.split(".")[0]) < 2)'
+
+# The venv that test python.pip_install runs `pip install ./python` in: Debian's python3 with its
+# numpy and torch (--system-site-packages), and scikit-build-core (the package's build backend,
+# which Debian 12 does not package) from PyPI.
+py_venv=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build-python-venv
+python_venv() {
+  local py=$py_venv/bin/python
+  if [[ -x $py ]] && "$py" -c "import scikit_build_core" 2>/dev/null; then
+    return 0
+  fi
+  if [[ ! -x $py ]]; then
+    echo "setup.sh: creating the Python package's venv $py_venv (/usr/bin/python3 -m venv)"
+    /usr/bin/python3 -m venv --system-site-packages "$py_venv" ||
+      { echo "setup.sh: /usr/bin/python3 -m venv $py_venv failed" >&2; exit 1; }
+  fi
+  echo "setup.sh: pip-installing scikit-build-core into $py_venv"
+  "$py" -m pip install --disable-pip-version-check "scikit-build-core>=0.10" ||
+    { echo "setup.sh: pip could not install scikit-build-core into $py_venv (pip's error" \
+        "above; PyPI must be reachable)" >&2
+      exit 1; }
+}
 
 # (Outputs are captured before grep -q looks at them: with pipefail, a writer
 # killed by SIGPIPE when grep stops early would fail the test.)
@@ -110,6 +138,7 @@ mapfile -t missing < <(missing_of "${required[@]}")
 mapfile -t missing_optional < <(hip_available && missing_of "${optional[@]}" || true)
 if [[ ${#missing[@]} -eq 0 && ${#missing_optional[@]} -eq 0 ]]; then
   echo "setup.sh: all packages are installed"
+  python_venv
   $with_bench && bench_pip
   exit 0
 fi
@@ -131,5 +160,6 @@ if [[ ${#still[@]} -gt 0 ]]; then
   echo "setup.sh: still missing after apt-get: ${still[*]}" >&2
   exit 1
 fi
+python_venv
 $with_bench && bench_pip
 echo "setup.sh: done"

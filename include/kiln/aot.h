@@ -13,6 +13,8 @@
  *                 void *const *outputs);
  *   const char *NAME_error(const NAME_model *m);
  *   void NAME_destroy(NAME_model *m);
+ *   const char *NAME_signature(void);  (a line per input, "in x f32[N, 4]", then per output,
+ *                                       "out f32[N, 3]": for loaders without the header)
  *
  * Return values are kiln_status codes (0: success). One instance may be
  * used by one thread at a time; separate instances run in parallel.

@@ -75,6 +75,8 @@ KILN_API void kiln_compiled_destroy(kiln_compiled *c);
 
 KILN_API size_t kiln_compiled_num_inputs(const kiln_compiled *c);
 KILN_API size_t kiln_compiled_num_outputs(const kiln_compiled *c);
+/* The device it runs on, as kiln_run_info names it ("cpu", "vulkan:0", "cuda:1"; never "auto"). */
+KILN_API void kiln_compiled_device(const kiln_compiled *c, char *buf, size_t size);
 /* Threads that run the kernels, the caller's included. */
 KILN_API int kiln_compiled_num_threads(const kiln_compiled *c);
 /*

@@ -103,6 +103,50 @@ KILN_API kiln_status kiln_layer_check_params(kiln_ctx *ctx, const kiln_layer *mo
  * layers/layers.h kl_mk for the format letters. */
 KILN_API kiln_layer *kiln_layer_call(kiln_ctx *ctx, const char *ctor, const char *fmt, ...);
 
+/* ------------------------------------------------------------ the catalogue, for bindings */
+
+/*
+ * Constructor i of the catalogue (layers/catalogue.def, in its order): its name, its signature
+ * ("n_in:int n_out:int bias:bool=true init:str=he", the format catalogue.def describes) and its
+ * line of docs; NULL for i >= kiln_catalogue_count(). Language bindings generate their
+ * constructors from this list (python/, docs/python.md).
+ */
+KILN_API size_t kiln_catalogue_count(void);
+KILN_API const char *kiln_catalogue_name(size_t i);
+KILN_API const char *kiln_catalogue_signature(size_t i);
+KILN_API const char *kiln_catalogue_doc(size_t i);
+
+typedef enum kiln_arg_kind {
+  KILN_ARG_NONE,
+  KILN_ARG_INT,
+  KILN_ARG_FLOAT,
+  KILN_ARG_BOOL,
+  KILN_ARG_STR,   /* also an activation by name ("relu") */
+  KILN_ARG_LIST,  /* items[0..n): any kinds (ints, strings, layers, dag nodes) */
+  KILN_ARG_LAYER  /* borrowed: the call does not consume it */
+} kiln_arg_kind;
+
+typedef struct kiln_arg {
+  kiln_arg_kind kind;
+  int64_t i;                    /* INT */
+  double f;                     /* FLOAT */
+  int b;                        /* BOOL */
+  const char *s;                /* STR */
+  const struct kiln_arg *items; /* LIST */
+  size_t n;                     /* LIST */
+  kiln_layer *layer;            /* LAYER */
+} kiln_arg;
+
+/*
+ * Calls constructor `ctor` with positional arguments pos[0..npos) and keywords
+ * kw_names[i] = kw[i], as a .kiln file calls it: the same checks ("linear(): missing argument
+ * 'n_out'"), defaults and layers. Layers in the arguments are borrowed (the caller releases
+ * them). NULL, with the message on ctx, on failure.
+ */
+KILN_API kiln_layer *kiln_layer_call_args(kiln_ctx *ctx, const char *ctor, size_t npos,
+                                          const kiln_arg *pos, size_t nkw,
+                                          const char *const *kw_names, const kiln_arg *kw);
+
 /* ------------------------------------------------------------ model files */
 
 /*

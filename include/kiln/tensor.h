@@ -76,6 +76,14 @@ typedef struct kiln_run_options {
 KILN_API kiln_status kiln_graph_run_on(kiln_graph *g, const kiln_run_options *opt, size_t n_in,
                                        kiln_tensor *const *inputs, size_t n_out,
                                        kiln_tensor **outputs, kiln_run_info *info);
+/*
+ * What this machine offers to run models on (`kiln devices`), as a malloc'ed text (free()):
+ * one line per device, "NAME KIND DETAIL" ("cpu cpu Intel Xeon ..., avx2 fma, 2 threads, OpenBLAS
+ * 0.3.21 (Haswell)", "vulkan:0 vulkan llvmpipe ..., f64 yes"), and for a GPU kind without a
+ * device one line "KIND: why" ("cuda: no CUDA device (libcuda.so.1 not found)").
+ */
+KILN_API kiln_status kiln_devices_describe(kiln_ctx *ctx, char **text);
+
 /* kiln_graph_run_on with `backend` on the CPU. */
 KILN_API kiln_status kiln_graph_run(kiln_graph *g, kiln_backend backend, size_t n_in,
                                     kiln_tensor *const *inputs, size_t n_out,

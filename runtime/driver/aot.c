@@ -20,12 +20,16 @@
  * table, and the same five entry points are written over runtime/device/device.h;
  * the .so links libkiln_gpurt.a instead (docs/aot-gpu.md).
  *
- * The generated C includes Kiln's own headers, so the compiler needs Kiln's
- * source tree and libkiln_rt.a: they are found next to the build that made
- * this library (KILN_SOURCE_DIR, KILN_LIB_DIR), or where the environment
- * variables of the same names say.
+ * The generated C includes Kiln's own headers, so the compiler needs them and
+ * libkiln_rt.a: where the options (or the environment variables
+ * KILN_SOURCE_DIR, KILN_LIB_DIR) say; else an installed Kiln's copy of them
+ * (`cmake --install`: LIBDIR/kiln/aot/ and LIBDIR/libkiln_rt.a), found from
+ * the file this code was loaded from (libkiln.so in LIBDIR, or a program in
+ * BINDIR); else the build that made this library; else the install prefix
+ * it was configured with (docs/install.md).
  */
 #include <ctype.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -53,6 +57,73 @@ extern char **environ;
 #ifndef KILN_LIB_DIR
 #define KILN_LIB_DIR "."
 #endif
+/* The install layout relative to the prefix (CMake's GNUInstallDirs), and the configured prefix. */
+#ifndef KILN_INSTALL_LIBDIR
+#define KILN_INSTALL_LIBDIR "lib"
+#endif
+#ifndef KILN_INSTALL_FULL_LIBDIR
+#define KILN_INSTALL_FULL_LIBDIR "/usr/local/lib"
+#endif
+
+typedef struct aot_dirs {
+  char src[4096]; /* -I SRC (the internal headers) and -I SRC/include (the public ones) */
+  char lib[4096]; /* libkiln_rt.a, libkiln_gpurt.a */
+} aot_dirs;
+
+/* out = a + b; false when it does not fit. */
+static bool path_join(char *out, size_t size, const char *a, const char *b) {
+  int n = snprintf(out, size, "%s%s", a, b);
+  return n >= 0 && (size_t)n < size;
+}
+
+/* True when LIB/libkiln_rt.a and SRC/runtime/exec/rt.h are both there. */
+static bool aot_dirs_try(aot_dirs *d, const char *src, const char *lib) {
+  char rt[4096], hdr[4096];
+  if (!path_join(rt, sizeof rt, lib, "/libkiln_rt.a") ||
+      !path_join(hdr, sizeof hdr, src, "/runtime/exec/rt.h") || access(rt, R_OK) ||
+      access(hdr, R_OK))
+    return false;
+  return path_join(d->src, sizeof d->src, src, "") && path_join(d->lib, sizeof d->lib, lib, "");
+}
+
+/* An installed kit beside the file this function was loaded from: IMAGE in LIBDIR or in BINDIR. */
+static bool aot_dirs_installed(aot_dirs *d) {
+  Dl_info info;
+  char dir[4096], src[4096], lib[4096];
+  if (!dladdr((void *)aot_dirs_installed, &info) || !info.dli_fname) return false;
+  /* A program started through PATH is named by its bare argv[0]: /proc/self/exe names it. */
+  ssize_t n;
+  if (strchr(info.dli_fname, '/')) {
+    if (!realpath(info.dli_fname, dir)) return false;
+  } else if ((n = readlink("/proc/self/exe", dir, sizeof dir - 1)) < 0) {
+    return false;
+  } else {
+    dir[n] = 0;
+  }
+  char *slash = strrchr(dir, '/');
+  if (!slash) return false;
+  *slash = 0;
+  if (path_join(src, sizeof src, dir, "/kiln/aot") && aot_dirs_try(d, src, dir))
+    return true; /* libkiln.so in LIBDIR */
+  return path_join(lib, sizeof lib, dir, "/../" KILN_INSTALL_LIBDIR) && /* a program in BINDIR */
+         path_join(src, sizeof src, lib, "/kiln/aot") && aot_dirs_try(d, src, lib);
+}
+
+static kiln_status aot_dirs_find(kiln_ctx *ctx, const kiln_options *o, aot_dirs *d) {
+  if (o->source_dir || o->lib_dir) {
+    if (path_join(d->src, sizeof d->src, o->source_dir ? o->source_dir : KILN_SOURCE_DIR, "") &&
+        path_join(d->lib, sizeof d->lib, o->lib_dir ? o->lib_dir : KILN_LIB_DIR, ""))
+      return KILN_OK;
+    return kir_fail(ctx, KILN_ERR_INVALID, "kiln compile: KILN_SOURCE_DIR or KILN_LIB_DIR is too long");
+  }
+  if (aot_dirs_installed(d) || aot_dirs_try(d, KILN_SOURCE_DIR, KILN_LIB_DIR) ||
+      aot_dirs_try(d, KILN_INSTALL_FULL_LIBDIR "/kiln/aot", KILN_INSTALL_FULL_LIBDIR))
+    return KILN_OK;
+  return kir_fail(ctx, KILN_ERR_IO,
+                  "kiln compile: neither an installed Kiln (%s/kiln/aot) nor its build tree (%s) "
+                  "has Kiln's runtime headers and libkiln_rt.a (set KILN_SOURCE_DIR and KILN_LIB_DIR)",
+                  KILN_INSTALL_FULL_LIBDIR, KILN_LIB_DIR);
+}
 
 static bool valid_identifier(const char *s) {
   if (!s[0] || !(isalpha((unsigned char)s[0]) || s[0] == '_')) return false;
@@ -65,6 +136,27 @@ static void put_type_comment(FILE *f, const kir_module *m, const kir_type *t) {
   char buf[256];
   kir_format_type(m, t, buf, sizeof buf);
   fputs(buf, f);
+}
+
+/*
+ * NAME_signature(): the inputs and outputs, one per line, "in NAME TYPE" then "out TYPE"
+ * ("in x f32[N, 4]\nout f32[N, 3]\n"), for callers that load a .so without its header
+ * (kiln.load_so in python/, docs/python.md).
+ */
+static void write_signature(FILE *c, const char *name, const kir_graph *g, const bool *bound) {
+  char buf[256];
+  fprintf(c, "\nEXPORT const char *%s_signature(void) {\n  return \"", name);
+  for (uint32_t p = 0; p < g->nparams; p++) {
+    const kir_value *v = &g->values[g->params[p]];
+    if (bound[p]) continue;
+    kir_format_type(g->mod, &v->type, buf, sizeof buf);
+    fprintf(c, "in %s %s\\n", v->name && valid_identifier(v->name) ? v->name : "_", buf);
+  }
+  for (uint32_t r = 0; r < g->nresults; r++) {
+    kir_format_type(g->mod, &g->values[g->results[r]].type, buf, sizeof buf);
+    fprintf(c, "out %s\\n", buf);
+  }
+  fprintf(c, "\";\n}\n");
 }
 
 /* The entry points: a thin C layer over runtime/exec/rt.h. */
@@ -222,6 +314,8 @@ static kiln_status write_header(kiln_ctx *ctx, const char *path, const char *nam
   fprintf(h, "int %s_run(%s_model *m, const void *const *inputs, const int64_t *const *input_dims,\n"
              "          void *const *outputs);\n", name, name);
   fprintf(h, "const char *%s_error(const %s_model *m);\n", name, name);
+  fprintf(h, "/* The inputs and outputs, a line each: \"in NAME TYPE\", then \"out TYPE\". */\n");
+  fprintf(h, "const char *%s_signature(void);\n", name);
   fprintf(h, "void %s_destroy(%s_model *m);\n\n#ifdef __cplusplus\n}\n#endif\n#endif\n", name, name);
   bool bad = ferror(h);
   if (fclose(h) || bad) return kir_fail(ctx, KILN_ERR_IO, "%s: write failed", path);
@@ -380,12 +474,13 @@ static kiln_status link_so(kiln_ctx *ctx, const kiln_aot_options *opt, const cha
                            const char *obj, bool gpu) {
   kiln_options o;
   kir_options_resolve(kir_ctx_opts(ctx), opt->options, &o);
-  const char *src_dir = o.source_dir ? o.source_dir : KILN_SOURCE_DIR;
+  aot_dirs dirs;
+  kiln_status found = aot_dirs_find(ctx, &o, &dirs);
+  if (found) return found;
   char inc_src[4200], inc_api[4200], rtlib[4200];
-  snprintf(inc_src, sizeof inc_src, "-I%s", src_dir);
-  snprintf(inc_api, sizeof inc_api, "-I%s/include", src_dir);
-  snprintf(rtlib, sizeof rtlib, "%s/%s", o.lib_dir ? o.lib_dir : KILN_LIB_DIR,
-           gpu ? "libkiln_gpurt.a" : "libkiln_rt.a");
+  snprintf(inc_src, sizeof inc_src, "-I%s", dirs.src);
+  snprintf(inc_api, sizeof inc_api, "-I%s/include", dirs.src);
+  snprintf(rtlib, sizeof rtlib, "%s/%s", dirs.lib, gpu ? "libkiln_gpurt.a" : "libkiln_rt.a");
   if (access(rtlib, R_OK))
     return kir_fail(ctx, KILN_ERR_IO, "kiln compile: %s is missing (set KILN_LIB_DIR)", rtlib);
   const char *cc = opt->cc ? opt->cc : o.cc ? o.cc : "cc";
@@ -417,6 +512,7 @@ static kiln_status compile_gpu(kiln_ctx *ctx, const kiln_aot_options *opt, const
   uint32_t entry = 0;
   if (s == KILN_OK) s = kcg_aot_write_c_gpu(ctx, prog, tprefix, &images, blob, c, b, &entry);
   if (s == KILN_OK) write_gpu_entry_points(c, name, tprefix, entry, kind, g, bound);
+  if (s == KILN_OK) write_signature(c, name, g, bound);
   bool werr = c && fclose(c) != 0;
   werr |= b && fclose(b) != 0;
   if (s == KILN_OK && werr) s = kir_fail(ctx, KILN_ERR_IO, "%s: write failed", csrc);
@@ -533,6 +629,7 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
   uint32_t entry = 0;
   s = kcg_aot_write_c(ctx, prog, tprefix, kprefix, blob, c, b, &entry);
   if (s == KILN_OK) write_entry_points(c, name, tprefix, entry, g, bound);
+  if (s == KILN_OK) write_signature(c, name, g, bound);
   bool werr = fclose(c) != 0;
   werr |= fclose(b) != 0;
   if (s == KILN_OK && werr) s = kir_fail(ctx, KILN_ERR_IO, "%s: write failed", csrc);

@@ -172,6 +172,12 @@ KILN_API kiln_status kiln_compile(kiln_graph *g, const kiln_compile_options *opt
   return KILN_OK;
 }
 
+KILN_API void kiln_compiled_device(const kiln_compiled *c, char *buf, size_t size) {
+  if (!buf || !size) return;
+  if (c->dprog) krt_device_spec(c->dev, buf, size);
+  else snprintf(buf, size, "cpu");
+}
+
 KILN_API size_t kiln_compiled_num_inputs(const kiln_compiled *c) { return c->prog->nparams; }
 KILN_API size_t kiln_compiled_num_outputs(const kiln_compiled *c) { return c->prog->nresults; }
 KILN_API int kiln_compiled_num_threads(const kiln_compiled *c) {

@@ -1,0 +1,98 @@
+/*
+ * catalogue_api.c — the layer catalogue for language bindings (include/kiln/layers.h).
+ *
+ * A binding (python/, docs/python.md) offers every constructor of layers/catalogue.def without
+ * writing one wrapper each: it lists the catalogue (name, signature, docs) and calls a
+ * constructor by name with positional and keyword arguments, as a .kiln file does. The public
+ * kiln_arg values are copied into the internal kl_arg form and handed to kl_call(), so the
+ * checks, defaults and messages are those of every other route.
+ */
+#include <string.h>
+
+#include "layers/layers.h"
+
+KILN_API size_t kiln_catalogue_count(void) { return kl_ctor_count(); }
+
+KILN_API const char *kiln_catalogue_name(size_t i) {
+  const kl_ctor *c = kl_ctor_at(i);
+  return c ? c->name : NULL;
+}
+
+KILN_API const char *kiln_catalogue_signature(size_t i) {
+  const kl_ctor *c = kl_ctor_at(i);
+  return c ? c->sig : NULL;
+}
+
+KILN_API const char *kiln_catalogue_doc(size_t i) {
+  const kl_ctor *c = kl_ctor_at(i);
+  return c ? c->doc : NULL;
+}
+
+enum { MAX_DEPTH = 16 };
+
+/* out = a in kl_arg form; list items come from `arena`. False (with ctx's message) on failure. */
+static bool convert(kiln_ctx *ctx, kir_arena *arena, const char *ctor, const kiln_arg *a,
+                    kl_arg *out, int depth) {
+  *out = kl_none();
+  switch (a->kind) {
+  case KILN_ARG_NONE:
+    return true;
+  case KILN_ARG_INT:
+    *out = kl_int(a->i);
+    return true;
+  case KILN_ARG_FLOAT:
+    *out = kl_float(a->f);
+    return true;
+  case KILN_ARG_BOOL:
+    *out = kl_bool(a->b != 0);
+    return true;
+  case KILN_ARG_STR:
+    if (!a->s) break;
+    *out = kl_str(a->s);
+    return true;
+  case KILN_ARG_LAYER:
+    if (!a->layer) break;
+    *out = kl_layer_arg(a->layer);
+    return true;
+  case KILN_ARG_LIST: {
+    if (depth >= MAX_DEPTH || a->n > UINT32_MAX || (a->n && !a->items)) break;
+    kl_arg *items = kir_arena_alloc(arena, (a->n ? a->n : 1) * sizeof *items);
+    if (!items) {
+      kir_fail(ctx, KILN_ERR_NOMEM, "%s: out of memory", ctor);
+      return false;
+    }
+    for (size_t k = 0; k < a->n; k++)
+      if (!convert(ctx, arena, ctor, &a->items[k], &items[k], depth + 1)) return false;
+    out->kind = KL_A_LIST;
+    out->items = items;
+    out->n = (uint32_t)a->n;
+    return true;
+  }
+  }
+  kir_fail(ctx, KILN_ERR_INVALID, "%s: a malformed argument (kind %d)", ctor, (int)a->kind);
+  return false;
+}
+
+KILN_API kiln_layer *kiln_layer_call_args(kiln_ctx *ctx, const char *ctor, size_t npos,
+                                          const kiln_arg *pos, size_t nkw,
+                                          const char *const *kw_names, const kiln_arg *kw) {
+  if (!ctor || (npos && !pos) || (nkw && (!kw || !kw_names)) || npos > 64 || nkw > 64) {
+    kir_fail(ctx, KILN_ERR_INVALID, "kiln_layer_call_args: bad arguments");
+    return NULL;
+  }
+  kir_arena arena;
+  memset(&arena, 0, sizeof arena);
+  kl_arg p[64], k[64];
+  kl_layer *out = NULL;
+  bool ok = true;
+  for (size_t i = 0; ok && i < npos; i++)
+    ok = convert(ctx, &arena, ctor, &pos[i], &p[i], 0);
+  for (size_t i = 0; ok && i < nkw; i++) {
+    ok = kw_names[i] != NULL && convert(ctx, &arena, ctor, &kw[i], &k[i], 0);
+    if (!kw_names[i]) kir_fail(ctx, KILN_ERR_INVALID, "%s: a keyword without a name", ctor);
+  }
+  if (ok && kl_call(ctx, ctor, (uint32_t)npos, p, (uint32_t)nkw, kw_names, k, &out) != KILN_OK)
+    out = NULL;
+  kir_arena_free(&arena);
+  return out;
+}

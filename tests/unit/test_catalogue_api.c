@@ -1,0 +1,87 @@
+/*
+ * test_catalogue_api.c — the catalogue for bindings (include/kiln/layers.h): the list matches
+ * layers/catalogue.def, and kiln_layer_call_args builds the same layers, with the same
+ * messages, as the typed C constructors.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln/kiln.h"
+
+static int failures;
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                  \
+      printf(__VA_ARGS__);                                                                         \
+      printf("\n");                                                                                \
+      failures++;                                                                                  \
+    }                                                                                              \
+  } while (0)
+
+static kiln_arg arg_int(int64_t v) { return (kiln_arg){.kind = KILN_ARG_INT, .i = v}; }
+static kiln_arg arg_str(const char *s) { return (kiln_arg){.kind = KILN_ARG_STR, .s = s}; }
+static kiln_arg arg_layer(kiln_layer *l) { return (kiln_arg){.kind = KILN_ARG_LAYER, .layer = l}; }
+
+static char *summary(kiln_ctx *ctx, const kiln_layer *l) {
+  char *s = NULL;
+  if (!l || kiln_layer_summary(ctx, l, &s)) return NULL;
+  return s;
+}
+
+int main(void) {
+  kiln_ctx *ctx = kiln_ctx_create();
+  /* The list: every name once, with a signature and a doc line. */
+  size_t n = kiln_catalogue_count();
+  CHECK(n > 50, "only %zu constructors", n);
+  int seen_linear = 0, seen_dag = 0;
+  for (size_t i = 0; i < n; i++) {
+    const char *name = kiln_catalogue_name(i);
+    CHECK(name && kiln_catalogue_signature(i) && kiln_catalogue_doc(i), "entry %zu", i);
+    seen_linear += name && !strcmp(name, "linear");
+    seen_dag += name && !strcmp(name, "dag");
+  }
+  CHECK(seen_linear == 1 && seen_dag == 1, "linear %d, dag %d", seen_linear, seen_dag);
+  CHECK(!kiln_catalogue_name(n) && !kiln_catalogue_signature(n), "past the end");
+  CHECK(!strcmp(kiln_catalogue_signature(0), "n_in:int n_out:int bias:bool=true init:str=he"),
+        "linear's signature: %s", kiln_catalogue_signature(0));
+
+  /* sequential([linear(4, 8, init="glorot"), activation("gelu"), linear(8, 3)]) both ways. */
+  kiln_arg a1[] = {arg_int(4), arg_int(8)}, kwv[] = {arg_str("glorot")};
+  const char *kwn[] = {"init"};
+  kiln_layer *l1 = kiln_layer_call_args(ctx, "linear", 2, a1, 1, kwn, kwv);
+  kiln_arg a2[] = {arg_str("gelu")};
+  kiln_layer *l2 = kiln_layer_call_args(ctx, "activation", 1, a2, 0, NULL, NULL);
+  kiln_arg a3[] = {arg_int(8), arg_int(3)};
+  kiln_layer *l3 = kiln_layer_call_args(ctx, "linear", 2, a3, 0, NULL, NULL);
+  CHECK(l1 && l2 && l3, "constructors: %s", kiln_ctx_error(ctx));
+  kiln_arg items[] = {arg_layer(l1), arg_layer(l2), arg_layer(l3)};
+  kiln_arg list = {.kind = KILN_ARG_LIST, .items = items, .n = 3};
+  kiln_layer *seq = kiln_layer_call_args(ctx, "sequential", 1, &list, 0, NULL, NULL);
+  kiln_layer_release(l1), kiln_layer_release(l2), kiln_layer_release(l3);
+  kiln_layer *ref_items[] = {kiln_linear(ctx, 4, 8, 1, "glorot"), kiln_activation(ctx, "gelu"),
+                             kiln_linear(ctx, 8, 3, 1, NULL)};
+  kiln_layer *ref = kiln_sequential(ctx, 3, ref_items);
+  char *s1 = summary(ctx, seq), *s2 = summary(ctx, ref);
+  CHECK(s1 && s2 && !strcmp(s1, s2), "summaries differ:\n%s\n%s", s1 ? s1 : "-", s2 ? s2 : "-");
+  free(s1), free(s2);
+  kiln_layer_release(seq), kiln_layer_release(ref);
+
+  /* The catalogue's own messages. */
+  kiln_layer *bad = kiln_layer_call_args(ctx, "linear", 1, a1, 0, NULL, NULL);
+  CHECK(!bad && strstr(kiln_ctx_error(ctx), "n_out"), "missing n_out: %s", kiln_ctx_error(ctx));
+  kiln_arg wrong[] = {arg_int(4), arg_str("three")};
+  bad = kiln_layer_call_args(ctx, "linear", 2, wrong, 0, NULL, NULL);
+  CHECK(!bad && strstr(kiln_ctx_error(ctx), "int"), "type: %s", kiln_ctx_error(ctx));
+  bad = kiln_layer_call_args(ctx, "no_such_layer", 0, NULL, 0, NULL, NULL);
+  CHECK(!bad && kiln_ctx_error(ctx)[0], "unknown constructor");
+  kiln_arg null_layer = {.kind = KILN_ARG_LAYER};
+  bad = kiln_layer_call_args(ctx, "residual", 1, &null_layer, 0, NULL, NULL);
+  CHECK(!bad && strstr(kiln_ctx_error(ctx), "malformed"), "NULL layer: %s", kiln_ctx_error(ctx));
+
+  kiln_ctx_destroy(ctx);
+  if (failures) return 1;
+  printf("test_catalogue_api: OK (%zu constructors)\n", n);
+  return 0;
+}
