@@ -137,24 +137,43 @@ static kiln_status collect(ke_eval *e, const kf_node *at, const kv *v, kiln_valu
   return KILN_OK;
 }
 
-/* v with every graph value res[i] replaced by the host tensor outs[i]. */
-static kiln_status bring_back(ke_eval *e, const kf_node *at, kv *v, const kiln_value *res,
-                              kiln_tensor **outs, uint32_t n) {
-  if (v->k == KV_TENSOR) {
-    for (uint32_t i = 0; i < n; i++)
-      if (res[i] == v->t) {
-        *v = mk_host(outs[i]);
-        return KILN_OK;
-      }
-    return ke_fail_at(e, at, "internal error: a tensor left the traced graph");
+/* Whether leaf v is one of the n keys (its index in *i). */
+typedef bool leaf_match(const kv *v, const void *keys, uint32_t n, uint32_t *i);
+
+static bool graph_value_at(const kv *v, const void *keys, uint32_t n, uint32_t *i) {
+  const kiln_value *res = keys;
+  for (*i = 0; v->k == KV_TENSOR && *i < n; ++*i)
+    if (res[*i] == v->t) return true;
+  return false;
+}
+
+static bool host_at(const kv *v, const void *keys, uint32_t n, uint32_t *i) {
+  kiln_tensor *const *hosts = keys;
+  for (*i = 0; v->k == KV_HOST && *i < n; ++*i)
+    if (hosts[*i] == v->host) return true;
+  return false;
+}
+
+/*
+ * The tree v (lists and records, copied where they change) with each leaf of kind `leaf` that
+ * match finds among the n keys replaced by the host tensor to[i]; a leaf of that kind it does
+ * not find is the internal error `lost`.
+ */
+static kiln_status map_leaves(ke_eval *e, const kf_node *at, kv *v, int leaf, leaf_match *match,
+                              const void *keys, kiln_tensor **to, uint32_t n, const char *lost) {
+  uint32_t i;
+  if ((int)v->k == leaf) {
+    if (!match(v, keys, n, &i)) return ke_fail_at(e, at, "internal error: %s", lost);
+    *v = mk_host(to[i]);
+    return KILN_OK;
   }
   if (v->k != KV_LIST && v->k != KV_RECORD) return KILN_OK;
   uint32_t k = v->k == KV_LIST ? v->list.n : v->rec.n;
   kv *items = ke_alloc(e, k * sizeof *items);
   if (!items) return ke_nomem(e, at);
   if (k) memcpy(items, v->k == KV_LIST ? v->list.items : v->rec.items, k * sizeof *items);
-  for (uint32_t i = 0; i < k; i++) {
-    kiln_status s = bring_back(e, at, &items[i], res, outs, n);
+  for (i = 0; i < k; i++) {
+    kiln_status s = map_leaves(e, at, &items[i], leaf, match, keys, to, n, lost);
     if (s != KILN_OK) return s;
   }
   if (v->k == KV_LIST)
@@ -162,6 +181,13 @@ static kiln_status bring_back(ke_eval *e, const kf_node *at, kv *v, const kiln_v
   else
     v->rec.items = items;
   return KILN_OK;
+}
+
+/* v with every graph value res[i] replaced by the host tensor outs[i]. */
+static kiln_status bring_back(ke_eval *e, const kf_node *at, kv *v, const kiln_value *res,
+                              kiln_tensor **outs, uint32_t n) {
+  return map_leaves(e, at, v, KV_TENSOR, graph_value_at, res, outs, n,
+                    "a tensor left the traced graph");
 }
 
 /* Runs graph g (parameters: L's host tensors) and keeps its n results. */
@@ -383,29 +409,8 @@ kiln_status kprog_params_in(ke_eval *e, const kf_node *at, const kv *v) {
 
 /* The tree v with each of its tensors hosts[i] (i < n) replaced by grads[i]. */
 kiln_status kprog_grad_tree(ke_eval *e, const kf_node *at, kv *v, kiln_tensor **hosts,
-                                  kiln_tensor **grads, uint32_t n) {
-  if (v->k == KV_HOST) {
-    for (uint32_t i = 0; i < n; i++)
-      if (hosts[i] == v->host) {
-        *v = mk_host(grads[i]);
-        return KILN_OK;
-      }
-    return ke_fail_at(e, at, "internal error: a parameter without a gradient");
-  }
-  if (v->k != KV_LIST && v->k != KV_RECORD) return KILN_OK;
-  uint32_t k = v->k == KV_LIST ? v->list.n : v->rec.n;
-  kv *items = ke_alloc(e, k * sizeof *items);
-  if (!items) return ke_nomem(e, at);
-  if (k) memcpy(items, v->k == KV_LIST ? v->list.items : v->rec.items, k * sizeof *items);
-  for (uint32_t i = 0; i < k; i++) {
-    kiln_status s = kprog_grad_tree(e, at, &items[i], hosts, grads, n);
-    if (s != KILN_OK) return s;
-  }
-  if (v->k == KV_LIST)
-    v->list.items = items;
-  else
-    v->rec.items = items;
-  return KILN_OK;
+                            kiln_tensor **grads, uint32_t n) {
+  return map_leaves(e, at, v, KV_HOST, host_at, hosts, grads, n, "a parameter without a gradient");
 }
 
 static const char *grad_name(const kv *f) {
