@@ -78,15 +78,6 @@ typedef struct rt_plan {
   uint32_t prof_base;    /* where its steps' profiles start in the model's (rt_profile.h) */
 } rt_plan;
 
-/* A constant B of a GEMM step packed for Kiln's GEMM (packed_b_get). */
-typedef struct packed_b {
-  const kcg_step *st;
-  const void *b;
-  krt_gemm_isa isa;
-  float *p;
-  struct packed_b *next;
-} packed_b;
-
 struct krt_model {
   const kcg_program *prog;
   const kcg_cpu_fn *fns;
@@ -109,8 +100,7 @@ struct krt_model {
   _Atomic uint64_t prof_runs;
   krt_conv_cache *conv_cache; /* constant weights of CONV steps, packed at their first run */
   bool gemm_pack;             /* constant B of f32 GEMM steps packed once (kiln_options.gemm_pack) */
-  pthread_mutex_t pack_mu;
-  struct packed_b *packed;    /* those packed B */
+  krt_gemm_pack_cache *packed; /* those packed B */
   kir_budget budget; /* what one run's arena and results may take (ir/budget.h) */
 };
 
@@ -239,9 +229,9 @@ kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_c
   m->budget = kir_memory_budget(NULL, &o);
   atomic_init(&m->prof_runs, 0);
   m->gemm_pack = kir_switch_on(o.gemm_pack, true) && o.gemm != KILN_GEMM_BLAS;
-  pthread_mutex_init(&m->pack_mu, NULL);
   if ((kir_switch_on(o.profile, false) && !(m->prof = calloc(krt_profile_size(prog) + 1u, sizeof *m->prof))) ||
-      !(m->conv_cache = krt_conv_cache_create())) {
+      !(m->conv_cache = krt_conv_cache_create()) || !(m->packed = krt_gemm_pack_cache_create())) {
+    krt_conv_cache_destroy(m->conv_cache);
     free(m->prof);
     free(m);
     return krt_fail(ctx, KILN_ERR_NOMEM, "out of memory");
@@ -288,12 +278,7 @@ void krt_model_destroy(krt_model *m) {
   if (m->prof) krt_profile_print(m->prog, m->prof, atomic_load(&m->prof_runs), m->pool, stderr);
   free(m->prof);
   krt_conv_cache_destroy(m->conv_cache);
-  for (struct packed_b *e = m->packed, *next; e; e = next) {
-    next = e->next;
-    free(e->p);
-    free(e);
-  }
-  pthread_mutex_destroy(&m->pack_mu);
+  krt_gemm_pack_cache_destroy(m->packed);
   free_workspace(atomic_exchange(&m->spare, NULL));
   free_names(m);
   free(m);
@@ -900,35 +885,6 @@ static bool use_blas(const krt_model *m, const kcg_gemm *g, int64_t M, int64_t N
 }
 
 /* One batch's product through Kiln's own GEMM (f32, operands maybe bf16). */
-/*
- * A constant B packed once for Kiln's GEMM, per (step, B, GEMM path): BLAS packs B on every
- * call, and at batch 1 a transformer's products have 128 rows against a weight of millions of
- * elements, so packing was a fifth of each (Kiln's GEMM at 128 x 3072 x 768: 82 GFLOP/s, at
- * 1024 x 3072 x 768: 102; docs/cpu-runtime.md, "Constant weights packed once").
- */
-/* d's B packed (the model's copy), or NULL: not a packing product, or out of memory. */
-static const float *packed_b_get(krt_model *m, const kcg_step *st, const krt_gemm_desc *d) {
-  size_t n = krt_gemm_packed_b_floats(d);
-  if (!n) return NULL;
-  krt_gemm_isa isa = krt_gemm_isa_active();
-  pthread_mutex_lock(&m->pack_mu);
-  packed_b *e = m->packed;
-  while (e && (e->st != st || e->b != d->b || e->isa != isa))
-    e = e->next;
-  if (!e && (e = calloc(1, sizeof *e))) {
-    if ((e->p = malloc(n * sizeof(float))) && krt_gemm_pack_b(d, e->p)) {
-      *e = (packed_b){st, d->b, isa, e->p, m->packed};
-      m->packed = e;
-    } else {
-      free(e->p);
-      free(e);
-      e = NULL;
-    }
-  }
-  pthread_mutex_unlock(&m->pack_mu);
-  return e ? e->p : NULL;
-}
-
 static kiln_status kiln_gemm(krt_workspace *w, const kcg_gemm *g, const char *a, const char *b,
                              char *c, int64_t M, int64_t N, int64_t K, const kcg_step *pack) {
   krt_gemm_desc d = {.trans_a = g->trans_a, .trans_b = g->trans_b, .m = M, .n = N, .k = K,
@@ -937,7 +893,7 @@ static kiln_status kiln_gemm(krt_workspace *w, const kcg_gemm *g, const char *a,
                      .bf16_dot = w->m->bf16_dot,
                      .a_type = g->a_bf16 ? KRT_GEMM_BF16 : KRT_GEMM_F32,
                      .b_type = g->b_bf16 ? KRT_GEMM_BF16 : KRT_GEMM_F32};
-  if (pack) d.b_packed = packed_b_get(w->m, pack, &d);
+  if (pack) d.b_packed = krt_gemm_pack_cache_get(w->m->packed, pack, &d);
   return krt_gemm(w->m->pool, &d) ? KILN_OK : krt_fail(w->ctx, KILN_ERR_NOMEM, "out of memory");
 }
 

@@ -40,6 +40,7 @@
 #include "rt_gemm_cpu.h"
 
 #include <immintrin.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -704,6 +705,58 @@ bool krt_gemm_pack_b(const krt_gemm_desc *d, float *dst) {
     pack(&j, d->b, d->b_type, !d->trans_b, d->ldb, 0, d->n, pc, min64(kc, j.ku - pc), j.kern->nr,
          dst + pc * npad);
   return true;
+}
+
+typedef struct packed_b {
+  const void *key, *b;
+  krt_gemm_isa isa;
+  float *p;
+  struct packed_b *next;
+} packed_b;
+
+struct krt_gemm_pack_cache {
+  pthread_mutex_t mu;
+  packed_b *list;
+};
+
+krt_gemm_pack_cache *krt_gemm_pack_cache_create(void) {
+  krt_gemm_pack_cache *c = calloc(1, sizeof *c);
+  if (c) pthread_mutex_init(&c->mu, NULL);
+  return c;
+}
+
+void krt_gemm_pack_cache_destroy(krt_gemm_pack_cache *c) {
+  if (!c) return;
+  for (packed_b *e = c->list, *next; e; e = next) {
+    next = e->next;
+    free(e->p);
+    free(e);
+  }
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+const float *krt_gemm_pack_cache_get(krt_gemm_pack_cache *c, const void *key,
+                                     const krt_gemm_desc *d) {
+  size_t n = krt_gemm_packed_b_floats(d);
+  if (!n) return NULL;
+  krt_gemm_isa isa = krt_gemm_isa_active();
+  pthread_mutex_lock(&c->mu);
+  packed_b *e = c->list;
+  while (e && (e->key != key || e->b != d->b || e->isa != isa))
+    e = e->next;
+  if (!e && (e = calloc(1, sizeof *e))) {
+    if ((e->p = malloc(n * sizeof(float))) && krt_gemm_pack_b(d, e->p)) {
+      *e = (packed_b){key, d->b, isa, e->p, c->list};
+      c->list = e;
+    } else {
+      free(e->p);
+      free(e);
+      e = NULL;
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  return e ? e->p : NULL;
 }
 
 /*

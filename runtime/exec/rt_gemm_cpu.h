@@ -83,6 +83,17 @@ bool krt_gemm(krt_pool *pool, const krt_gemm_desc *d);
  */
 size_t krt_gemm_packed_b_floats(const krt_gemm_desc *d);
 bool krt_gemm_pack_b(const krt_gemm_desc *d, float *dst);
+/*
+ * A model's constant B packed once, like its convolutions' weights (krt_conv_cache): the first
+ * krt_gemm_pack_cache_get for (key, B, the path in use) packs d's B, later ones return that copy;
+ * NULL when d's B is not packed (krt_gemm_packed_b_floats) or out of memory. Safe from several
+ * threads. Why: docs/cpu-runtime.md, "Constant weights packed once".
+ */
+typedef struct krt_gemm_pack_cache krt_gemm_pack_cache;
+krt_gemm_pack_cache *krt_gemm_pack_cache_create(void); /* NULL if out of memory */
+void krt_gemm_pack_cache_destroy(krt_gemm_pack_cache *c);
+const float *krt_gemm_pack_cache_get(krt_gemm_pack_cache *c, const void *key,
+                                     const krt_gemm_desc *d);
 
 /* The best path this CPU supports, and the one krt_gemm uses now. */
 krt_gemm_isa krt_gemm_isa_best(void);
