@@ -577,10 +577,12 @@ int krt_conv_force_isa(int isa) {
 }
 
 void krt_conv_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float *x, const float *wp,
-                  float *xp, float *y, const kcg_epilogue *epi, const float *bias) {
+                  float *xp, float *y, const kcg_epilogue *epi, const float *bias,
+                  bool kiln_gemm) {
   if (B <= 0) return;
   if (cv->mode == KCG_CONV_WINOGRAD) {
-    krt_winograd_run(pool, cv, B, x, wp, xp, y, epi, bias, (forced ? forced : best_isa()) == 3);
+    krt_winograd_run(pool, cv, B, x, wp, xp, y, epi, bias, (forced ? forced : best_isa()) == 3,
+                     kiln_gemm);
     return;
   }
   pack_job pj = {cv, x, xp};

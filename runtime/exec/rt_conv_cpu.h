@@ -38,9 +38,10 @@ size_t krt_conv_xpack_floats(const kcg_conv *cv, int64_t B);
 void krt_conv_pack_w(krt_pool *pool, const kcg_conv *cv, const float *w, float *wp);
 /* y = conv(x, w) for a batch of B, wp packed by krt_conv_pack_w, xp scratch of
    krt_conv_xpack_floats(cv, B) floats; then, unless epi is NULL or off, the epilogue on each
-   tile as it is written (bias: its buffer). */
+   tile as it is written (bias: its buffer). A WINOGRAD step's products run on Kiln's GEMM when
+   `kiln_gemm` (the model's choice for its f32 GEMM steps), else on OpenBLAS. */
 void krt_conv_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float *x, const float *wp,
-                  float *xp, float *y, const kcg_epilogue *epi, const float *bias);
+                  float *xp, float *y, const kcg_epilogue *epi, const float *bias, bool kiln_gemm);
 /*
  * The packed forms of constant weights, for one model: the first krt_conv_cache_get for a
  * (step, weight) packs it, later ones return that copy. Safe from several threads.

@@ -1059,7 +1059,7 @@ static kiln_status run_conv(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
     return krt_fail(w->ctx, KILN_ERR_NOMEM, "out of memory packing a convolution's weight");
   }
   krt_conv_run(w->m->pool, cv, B, x, wp, pl->addr[st->args[3]], pl->addr[st->args[2]], &st->epi,
-               epi_bias(pl, st));
+               epi_bias(pl, st), w->m->gemm_kiln);
   return KILN_OK;
 }
 

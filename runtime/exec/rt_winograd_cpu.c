@@ -17,8 +17,8 @@
  * matrix product, so one image is
  *
  *   V[16][C][T]   the input transform (T tiles);
- *   M[k] = U[k] · V[k]   16 GEMMs of [O, C] · [C, T] (OpenBLAS, one thread each, split over the
- *                 pool by k);
+ *   M[k] = U[k] · V[k]   16 GEMMs of [O, C] · [C, T] (OpenBLAS or, where the model runs its
+ *                 f32 GEMM steps on Kiln's GEMM, that; one thread each, split over the pool by k);
  *   y = Aᵀ M A    the output transform, then the step's epilogue on each plane.
  *
  * A 3×3 convolution takes 9 multiply-adds an output per input channel; this takes 16 per 4
@@ -97,6 +97,7 @@ typedef struct ijob {
   const float *bias;
   int64_t first; /* y's flat index of this image's first element */
   bool avx512;   /* the transforms' AVX-512 path */
+  bool kiln_gemm; /* the 16 products on Kiln's GEMM rather than OpenBLAS */
 } ijob;
 
 /* Tiles a row of them is transformed in at a time (the row buffers live on the stack). */
@@ -262,9 +263,15 @@ static void in_chunk(void *arg, int64_t lo, int64_t hi) {
 static void gemm_chunk(void *arg, int64_t lo, int64_t hi) {
   const ijob *j = arg;
   int64_t O = j->cv->o, C = j->cv->c, T = tiles(j->cv);
-  for (int64_t k = lo; k < hi; k++)
+  for (int64_t k = lo; k < hi; k++) {
+    if (j->kiln_gemm) {
+      krt_gemm_desc d = {.m = O, .n = T, .k = C, .a = j->u + k * O * C, .b = j->v + k * C * T,
+                         .c = j->m + k * O * T, .lda = C, .ldb = T, .ldc = T};
+      if (krt_gemm(NULL, &d)) continue; /* out of memory for its panels: OpenBLAS packs its own */
+    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)O, (int)T, (int)C, 1.0f,
                 j->u + k * O * C, (int)C, j->v + k * C * T, (int)T, 0.0f, j->m + k * O * T, (int)T);
+  }
 }
 
 /* The output transform and the epilogue of output channels [lo, hi). */
@@ -301,7 +308,7 @@ static void out_chunk(void *arg, int64_t lo, int64_t hi) {
 
 void krt_winograd_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float *x,
                       const float *u, float *scratch, float *y, const kcg_epilogue *epi,
-                      const float *bias, bool avx512) {
+                      const float *bias, bool avx512, bool kiln_gemm) {
   int64_t T = tiles(cv);
   for (int64_t b = 0; b < B; b++) {
     ijob j = {cv,
@@ -313,7 +320,8 @@ void krt_winograd_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float
               epi && epi->on ? epi : NULL,
               bias,
               b * cv->o * cv->ho * cv->wo,
-              avx512};
+              avx512,
+              kiln_gemm};
     krt_parallel_for(pool, cv->c, in_chunk, &j);
     krt_parallel_for(pool, 16, gemm_chunk, &j);
     krt_parallel_for(pool, cv->o, out_chunk, &j);

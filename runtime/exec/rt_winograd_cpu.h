@@ -22,9 +22,10 @@ size_t krt_winograd_scratch_floats(const kcg_conv *cv);
 void krt_winograd_pack_w(krt_pool *pool, const kcg_conv *cv, const float *w, float *u);
 /* y = conv(x, w) for a batch of B, u from krt_winograd_pack_w, scratch of
    krt_winograd_scratch_floats; then, unless epi is NULL or off, the epilogue on each plane. The
-   transforms use AVX-512 when `avx512` (the CPU must have it), else portable C. */
+   transforms use AVX-512 when `avx512` (the CPU must have it), else portable C; the products
+   Kiln's GEMM when `kiln_gemm`, else OpenBLAS. */
 void krt_winograd_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float *x,
                       const float *u, float *scratch, float *y, const kcg_epilogue *epi,
-                      const float *bias, bool avx512);
+                      const float *bias, bool avx512, bool kiln_gemm);
 
 #endif

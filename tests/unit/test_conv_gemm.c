@@ -327,15 +327,20 @@ static uint32_t conv_steps(kiln_ctx *ctx, kiln_graph *g, uint32_t *per_run, uint
   return n;
 }
 
-/* Compiles g and compares nruns runs of its first nres results with want, on every code path. */
+/* Compiles g and compares nruns runs of its first nres results with want, on every code path
+   (and, for a Winograd step, with its products on OpenBLAS and on Kiln's GEMM). */
 static void check_blocked(kiln_ctx *ctx, kiln_graph *g, kiln_tensor **in, int nin,
                           kiln_tensor *const *want, int nres, const double *tol, int nruns,
-                          const char *what) {
-  for (int isa = 1; isa <= krt_conv_force_isa(0); isa++) {
+                          const char *what, bool winograd) {
+  static const char *const gemms[] = {"blas", "kiln"};
+  for (int path = 0; path < 2 * krt_conv_force_isa(0); path++) {
+    int isa = path / 2 + 1;
+    if (path % 2 && !winograd) continue;
     krt_conv_force_isa(isa);
+    setenv("KILN_GEMM", gemms[path % 2], 1);
     kiln_compiled *cc = NULL;
     char w2[96];
-    snprintf(w2, sizeof w2, "%s, path %d", what, isa);
+    snprintf(w2, sizeof w2, "%s, path %d, %s GEMM", what, isa, gemms[path % 2]);
     if (kiln_compile(g, NULL, &cc) != KILN_OK) {
       printf("FAIL %s: compile: %s\n", w2, kiln_ctx_error(ctx));
       failures++;
@@ -352,6 +357,7 @@ static void check_blocked(kiln_ctx *ctx, kiln_graph *g, kiln_tensor **in, int ni
     }
     kiln_compiled_destroy(cc);
     krt_conv_force_isa(0);
+    unsetenv("KILN_GEMM");
   }
 }
 
@@ -401,9 +407,9 @@ static void run_blocked_case(int ci, const conv_case *c) {
                    1e-5 * sqrt((double)(c->o * c->kh * c->kw)),
                    1e-5 * sqrt((double)(c->b * ho * wo))};
   snprintf(what, sizeof what, "blocked case %d", ci);
-  check_blocked(ctx, g, in, 3, want, 3, tol, 1, what);
+  check_blocked(ctx, g, in, 3, want, 3, tol, 1, what, c->winograd);
   snprintf(what, sizeof what, "blocked case %d, constant weight", ci);
-  check_blocked(ctx, gc, in, 1, wantc, 1, tol, 2, what);
+  check_blocked(ctx, gc, in, 1, wantc, 1, tol, 2, what, c->winograd);
 done:
   for (int i = 0; i < 3; i++) {
     kiln_tensor_destroy(in[i]);
