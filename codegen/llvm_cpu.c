@@ -27,6 +27,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -40,6 +41,7 @@
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Transforms/PassBuilder.h>
 
+#include "kernel_cache.h"
 #include "llvm_render.h"
 
 struct kcg_cpu_module {
@@ -308,6 +310,31 @@ typedef struct unit {
   LLVMMemoryBufferRef obj;
 } unit;
 
+/*
+ * The key of m in the kernel cache (kernel_cache.h): the settings that make its machine code from
+ * its IR, then the IR. NULL (no cache) when the caller names no cache folder, or asks for the IR
+ * printed (that needs the module optimised here).
+ */
+static char *cache_key(const unit *u, LLVMModuleRef m, size_t *len) {
+  if (!u->opt || !u->opt->cache_dir || u->opt->dump_ir) return NULL;
+  char pipeline[64];
+  snprintf(pipeline, sizeof pipeline, "level %d%s, jit", (int)u->t->level,
+           u->t->quick ? " quick" : "");
+  char *head = kcg_cache_key_header(pipeline), *ir = head ? LLVMPrintModuleToString(m) : NULL;
+  char *key = NULL;
+  if (ir) {
+    size_t hl = strlen(head), il = strlen(ir);
+    if ((key = malloc(hl + il + 1))) {
+      memcpy(key, head, hl);
+      memcpy(key + hl, ir, il + 1);
+      *len = hl + il;
+    }
+  }
+  free(head);
+  LLVMDisposeMessage(ir);
+  return key;
+}
+
 static void *compile_unit(void *arg) {
   unit *u = arg;
   LLVMContextRef c = LLVMContextCreate();
@@ -315,16 +342,27 @@ static void *compile_unit(void *arg) {
   LLVMModuleRef m = NULL;
   kiln_status s = make_tm(&u->ctx, u->t, false, &tm);
   if (!s) s = render(&u->ctx, c, tm, u->t, u->kernels, u->n, u->base, NULL, u->names, &m);
-  if (!s) {
+  size_t key_len = 0, obj_len = 0;
+  char *key = s ? NULL : cache_key(u, m, &key_len);
+  void *cached = key ? kcg_cache_load(u->opt->cache_dir, key, key_len, &obj_len) : NULL;
+  if (cached) {
+    u->obj = LLVMCreateMemoryBufferWithMemoryRangeCopy(cached, obj_len, "kiln kernel cache");
+    LLVMDisposeModule(m);
+  } else if (!s) {
     s = optimise(&u->ctx, m, tm, u->t, u->opt, &u->ir);
     char *msg = NULL;
     if (!s && LLVMTargetMachineEmitToMemoryBuffer(tm, m, LLVMObjectFile, &msg, &u->obj)) {
       u->obj = NULL;
       s = kir_fail(&u->ctx, KILN_ERR_RUNTIME, "llvm: code generation failed: %s", msg ? msg : "");
     }
+    if (!s && key)
+      kcg_cache_store(u->opt->cache_dir, key, key_len, LLVMGetBufferStart(u->obj),
+                      LLVMGetBufferSize(u->obj));
     LLVMDisposeMessage(msg);
     LLVMDisposeModule(m);
   }
+  free(cached);
+  free(key);
   if (tm) LLVMDisposeTargetMachine(tm);
   LLVMContextDispose(c);
   u->status = s;
@@ -339,15 +377,28 @@ static uint32_t host_threads(void) {
   return n > 0 ? (uint32_t)n : 1;
 }
 
-/* How many units: one per thread, at least two kernels each, at most 16. */
-static uint32_t unit_count(uint32_t n, const kcg_cpu_options *opt) {
-  uint32_t nu = opt && opt->threads > 0 ? (uint32_t)opt->threads : host_threads();
+static uint64_t weight(const kcg_kernel *k) { return k ? 16u + k->nexprs + 4u * k->nstmts : 1; }
+
+/*
+ * How many units: about one per UNIT_WEIGHT of kernels (at most 16), whatever the threads, so a
+ * model's units — and so their keys in the kernel cache — are the same on any machine.
+ */
+#define UNIT_WEIGHT 512
+static uint32_t unit_count(kcg_kernel *const *kernels, uint32_t n) {
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < n; i++)
+    total += weight(kernels[i]);
+  uint64_t nu = (total + UNIT_WEIGHT - 1) / UNIT_WEIGHT;
   if (nu > 16) nu = 16;
   if (nu > (n + 1) / 2) nu = (n + 1) / 2;
-  return nu ? nu : 1;
+  return nu ? (uint32_t)nu : 1;
 }
 
-static uint64_t weight(const kcg_kernel *k) { return k ? 16u + k->nexprs + 4u * k->nstmts : 1; }
+/* How many threads compile: one per available core (or opt->threads), at most one per unit. */
+static uint32_t thread_count(uint32_t nu, const kcg_cpu_options *opt) {
+  uint32_t nt = opt && opt->threads > 0 ? (uint32_t)opt->threads : host_threads();
+  return nt < nu ? nt : nu;
+}
 
 /* Cuts the kernels into `nu` contiguous runs of about equal weight; returns how many are used. */
 static uint32_t split(kcg_kernel *const *kernels, uint32_t n, char **names, unit *units,
@@ -371,17 +422,32 @@ static uint32_t split(kcg_kernel *const *kernels, uint32_t n, char **names, unit
   return u + 1;
 }
 
-/* Compiles every unit, units 1.. on threads of their own; the first failure is reported. */
-static kiln_status compile_units(kiln_ctx *ctx, unit *units, uint32_t nu) {
+/* The units, taken in turn by whichever thread is free. */
+typedef struct unit_queue {
+  unit *units;
+  uint32_t n;
+  _Atomic uint32_t next;
+} unit_queue;
+
+static void *compile_queue(void *arg) {
+  unit_queue *q = arg;
+  for (uint32_t u; (u = atomic_fetch_add(&q->next, 1)) < q->n;)
+    compile_unit(&q->units[u]);
+  return NULL;
+}
+
+/* Compiles every unit on nt threads (this one and nt - 1 others); the first failure is reported. */
+static kiln_status compile_units(kiln_ctx *ctx, unit *units, uint32_t nu, uint32_t nt) {
   pthread_t th[16];
   bool started[16] = {false};
-  for (uint32_t u = 1; u < nu; u++)
-    started[u] = !pthread_create(&th[u], NULL, compile_unit, &units[u]);
-  for (uint32_t u = 0; u < nu; u++)
-    if (!started[u]) compile_unit(&units[u]);
+  unit_queue q = {units, nu, 0};
+  for (uint32_t t = 1; t < nt && t < 16; t++)
+    started[t] = !pthread_create(&th[t], NULL, compile_queue, &q);
+  compile_queue(&q);
   kiln_status s = KILN_OK;
+  for (uint32_t t = 1; t < 16; t++)
+    if (started[t]) pthread_join(th[t], NULL);
   for (uint32_t u = 0; u < nu; u++) {
-    if (started[u]) pthread_join(th[u], NULL);
     print_ir(units[u].opt, units[u].ir);
     if (units[u].status && !s) s = kir_fail(ctx, units[u].status, "%s", units[u].ctx.msg);
   }
@@ -485,7 +551,7 @@ kiln_status kcg_cpu_jit(kiln_ctx *ctx, kcg_kernel *const *kernels, uint32_t n,
   uint32_t *which = calloc(n + 1, sizeof *which);
   kcg_cpu_fn *ufns = calloc(n + 1, sizeof *ufns);
   uint32_t m = uniq && which && ufns ? distinct(kernels, n, uniq, which) : 0;
-  uint32_t nu = unit_count(m, opt);
+  uint32_t nu = unit_count(uniq, m);
   kcg_cpu_module *mod = calloc(1, sizeof *mod);
   char **names = calloc(n + 1, sizeof *names);
   unit *units = calloc(nu, sizeof *units);
@@ -496,7 +562,7 @@ kiln_status kcg_cpu_jit(kiln_ctx *ctx, kcg_kernel *const *kernels, uint32_t n,
     for (uint32_t u = 0; u < nu; u++)
       units[u].t = &t, units[u].opt = opt;
     nu = split(uniq, m, names, units, nu);
-    s = compile_units(ctx, units, nu);
+    s = compile_units(ctx, units, nu, thread_count(nu, opt));
     if (!s) s = link_units(ctx, &t, units, nu, names, m, mod, ufns);
     for (uint32_t u = 0; u < nu; u++)
       if (units[u].obj) LLVMDisposeMemoryBuffer(units[u].obj);

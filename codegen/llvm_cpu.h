@@ -49,6 +49,9 @@ typedef struct kcg_cpu_options {
      its kernels over several): for tests and debugging. */
   FILE *dump_ir;
   bool dump_unoptimized;
+  /* kcg_cpu_jit reads and writes compiled modules in this folder (kernel_cache.h); NULL: no
+     cache. Not used while the IR is printed. */
+  const char *cache_dir;
 } kcg_cpu_options;
 
 /* JIT-compiled kernels; owns their machine code. */

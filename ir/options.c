@@ -103,6 +103,8 @@ void kir_options_env(kiln_options *o) {
   o->source_dir = var("KILN_SOURCE_DIR");
   o->lib_dir = var("KILN_LIB_DIR");
   o->memory_limit = kir_env_memory_limit();
+  o->kernel_cache = on_off("KILN_KERNEL_CACHE");
+  o->cache_dir = var("KILN_CACHE_DIR");
 }
 
 /* Every field of `over` that is not its default replaces o's. */
@@ -114,7 +116,7 @@ static void overlay(kiln_options *o, const kiln_options *over) {
   SET(aot_bf16_weights); SET(gemm); SET(blas_split); SET(gemm_threshold); SET(memory_plan); SET(gemm_bf16_dot);
   SET(attention_avx512); SET(num_threads); SET(profile); SET(vk_storage16); SET(vk_attention_steps);
   SET(vulkan_library); SET(cuda_library); SET(nvrtc_library); SET(hip_library); SET(hip_arch);
-  SET(cc); SET(source_dir); SET(lib_dir); SET(memory_limit);
+  SET(cc); SET(source_dir); SET(lib_dir); SET(memory_limit); SET(kernel_cache); SET(cache_dir);
 #undef SET
 }
 

@@ -86,6 +86,10 @@ typedef struct kiln_options {
                                    results); 0: the machine's physical memory, -1: no budget;
                                    KILN_MEMORY_LIMIT (a number of bytes, with K, M, G or T for
                                    powers of 1024, or "none") */
+  /* The JIT's on-disk cache of compiled kernels (docs/compile.md, "Kernel cache"). */
+  kiln_switch kernel_cache;     /* default on; KILN_KERNEL_CACHE=0 turns it off */
+  const char *cache_dir;        /* its folder; NULL: $XDG_CACHE_HOME/kiln, else ~/.cache/kiln;
+                                   KILN_CACHE_DIR */
 } kiln_options;
 
 /* What the KILN_* environment variables set now (a value a variable cannot mean is ignored). */

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/kernel_cache.h"
 #include "codegen/llvm_cpu.h"
 #include "ir/kir.h"
 #include "passes/pipeline.h"
@@ -155,8 +156,10 @@ KILN_API kiln_status kiln_compile(kiln_graph *g, const kiln_compile_options *opt
     s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   if (!s && c->prog->nkernels) {
     /* The public levels are kcg_opt_level's, in the same order. */
+    char dir[4096];
     kcg_cpu_options co = {.cpu = opt->cpu, .features = opt->features,
-                          .opt_level = (kcg_opt_level)opt->opt_level, .dump_ir = opt->dump_ir};
+                          .opt_level = (kcg_opt_level)opt->opt_level, .dump_ir = opt->dump_ir,
+                          .cache_dir = kcg_cache_dir(&po.opts, dir, sizeof dir) ? dir : NULL};
     s = kcg_cpu_jit(ctx, c->prog->kernels, c->prog->nkernels, &co, &c->code, c->fns);
   }
   int threads = opt->num_threads ? opt->num_threads : po.opts.num_threads;

@@ -28,7 +28,10 @@ static void test_env(void) {
   static const char *const vars[] = {"KILN_ATTENTION_TILING", "KILN_CANONICALIZE", "KILN_FUSION",
                                      "KILN_GEMM", "KILN_GEMM_THRESHOLD", "KILN_NUM_THREADS",
                                      "KILN_VK_NO_STORAGE16", "KILN_ATTENTION_ISA",
-                                     "KILN_CONV_GEMM_MIN", "KILN_VULKAN", "KILN_GEMM_BF16"};
+                                     "KILN_CONV_GEMM_MIN", "KILN_VULKAN", "KILN_GEMM_BF16",
+                                     "KILN_KERNEL_CACHE", "KILN_CACHE_DIR"};
+  const char *cache = getenv("KILN_CACHE_DIR"); /* tools/test.sh's, put back at the end */
+  char *saved_cache = cache ? strdup(cache) : NULL;
   for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
   kiln_options o;
   kiln_options_from_env(&o);
@@ -45,6 +48,8 @@ static void test_env(void) {
   setenv("KILN_CONV_GEMM_MIN", "-5", 1);
   setenv("KILN_VULKAN", "/nowhere/libvulkan.so", 1);
   setenv("KILN_GEMM_BF16", "dot", 1);
+  setenv("KILN_KERNEL_CACHE", "0", 1);
+  setenv("KILN_CACHE_DIR", "/nowhere/cache", 1);
   kiln_options_from_env(&o);
   CHECK(o.attention_tiling == KILN_SWITCH_OFF && o.canonicalize == KILN_SWITCH_OFF);
   CHECK(o.fusion == KILN_SWITCH_ON && o.gemm == KILN_GEMM_BLAS);
@@ -53,6 +58,7 @@ static void test_env(void) {
   CHECK(o.attention_avx512 == KILN_SWITCH_OFF && o.conv_gemm_min == -1);
   CHECK(o.vulkan_library && !strcmp(o.vulkan_library, "/nowhere/libvulkan.so"));
   CHECK(o.gemm_bf16_dot == KILN_SWITCH_ON);
+  CHECK(o.kernel_cache == KILN_SWITCH_OFF && o.cache_dir && !strcmp(o.cache_dir, "/nowhere/cache"));
   /* values that mean nothing leave the defaults */
   setenv("KILN_FUSION", "maybe", 1);
   setenv("KILN_NUM_THREADS", "zero", 1);
@@ -62,6 +68,8 @@ static void test_env(void) {
   CHECK(o.fusion == KILN_SWITCH_DEFAULT && o.num_threads == 0 && o.gemm == KILN_GEMM_DEFAULT);
   CHECK(o.gemm_threshold == 0);
   for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
+  if (saved_cache) setenv("KILN_CACHE_DIR", saved_cache, 1);
+  free(saved_cache);
 }
 
 static void test_precedence(void) {
