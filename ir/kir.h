@@ -115,6 +115,10 @@ typedef enum kir_attr_kind {
 } kir_attr_kind;
 
 typedef struct kir_graph kir_graph;
+/* The graph's module as text (kiln_graph_print's), a list attribute of more than `elide`
+   elements printed as elided(n) (0: every element; such text does not parse back). */
+kiln_status kir_graph_print(const kir_graph *g, uint32_t elide, FILE *f);
+kiln_status kir_graph_to_string(const kir_graph *g, uint32_t elide, char **out);
 
 typedef struct kir_attr {
   uint32_t n;           /* length of ints / floats */

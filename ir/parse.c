@@ -340,6 +340,11 @@ static bool parse_elem(parser *p, const kir_op_desc *d, const kir_attr_spec *s, 
 
 static bool parse_list(parser *p, const kir_op_desc *d, const kir_attr_spec *s, list *l,
                        kir_attr *a) {
+  if (cur(p)->kind == KIR_TOK_IDENT && kir_tok_is(cur(p), "elided"))
+    return fail_at(p, cur(p), KILN_ERR_PARSE,
+                   "attribute '%s' of %s was elided when this IR was printed (`kiln ir "
+                   "--full-constants` prints every element)",
+                   s->name, d->name);
   if (!accept(p, KIR_TOK_LBRACKET)) return fail_kind(p, d, s);
   l->n = 0;
   if (!accept(p, KIR_TOK_RBRACKET)) {

@@ -251,6 +251,7 @@ typedef struct printer {
   char **gname;      /* printed name of order[i] */
   uint32_t ngraphs;
   char **val; /* per value of the graph being printed */
+  uint32_t elide; /* a list attribute of more elements is printed elided(n); 0: all printed */
 } printer;
 
 static const char *want_sym(const void *obj, uint32_t i) {
@@ -336,6 +337,12 @@ static void print_attr_value(printer *p, const kir_attr_spec *s, const kir_attr 
   case KIR_ATTR_INTS:
   case KIR_ATTR_DIMS:
   case KIR_ATTR_FLOATS:
+    if (p->elide && a->n > p->elide && s->kind != KIR_ATTR_DIMS) {
+      sb_str(b, "elided(");
+      sb_int(b, a->n);
+      sb_str(b, ")");
+      break;
+    }
     sb_str(b, "[");
     for (uint32_t i = 0; i < a->n; i++) {
       if (i) sb_str(b, ", ");
@@ -457,8 +464,8 @@ static bool plan_module(printer *p) {
          assign_names(NAME_SYMBOL, m, m->nsyms, want_sym, "S%u", p->sym);
 }
 
-static kiln_status print_module(const kir_graph *g, char **out, size_t *len) {
-  printer p = {.m = g->mod};
+static kiln_status print_module(const kir_graph *g, uint32_t elide, char **out, size_t *len) {
+  printer p = {.m = g->mod, .elide = elide};
   bool ok = plan_module(&p);
   for (uint32_t i = 0; ok && i < p.ngraphs; i++) {
     if (i) sb_str(&p.out, "\n");
@@ -476,22 +483,30 @@ static kiln_status print_module(const kir_graph *g, char **out, size_t *len) {
   return KILN_OK;
 }
 
-KILN_API kiln_status kiln_graph_to_string(const kiln_graph *g, char **out) {
+kiln_status kir_graph_to_string(const kir_graph *g, uint32_t elide, char **out) {
   size_t len = 0;
   if (!out) return KILN_ERR_INVALID;
   *out = NULL;
   if (!g) return KILN_ERR_INVALID;
-  return print_module(g, out, &len);
+  return print_module(g, elide, out, &len);
 }
 
-KILN_API kiln_status kiln_graph_print(const kiln_graph *g, FILE *f) {
+kiln_status kir_graph_print(const kir_graph *g, uint32_t elide, FILE *f) {
   char *s = NULL;
   size_t len = 0;
   if (!g || !f) return KILN_ERR_INVALID;
-  kiln_status st = print_module(g, &s, &len);
+  kiln_status st = print_module(g, elide, &s, &len);
   if (st != KILN_OK) return st;
   size_t w = fwrite(s, 1, len, f);
   free(s);
   if (w != len) return kir_fail(g->mod->ctx, KILN_ERR_IO, "cannot write the graph's text");
   return KILN_OK;
+}
+
+KILN_API kiln_status kiln_graph_to_string(const kiln_graph *g, char **out) {
+  return kir_graph_to_string(g, 0, out);
+}
+
+KILN_API kiln_status kiln_graph_print(const kiln_graph *g, FILE *f) {
+  return kir_graph_print(g, 0, f);
 }

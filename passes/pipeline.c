@@ -161,19 +161,21 @@ static kiln_status failed(kir_graph *g) {
   return s != KILN_OK ? s : g->mod->status != KILN_OK ? g->mod->status : KILN_ERR_INVALID;
 }
 
-/* Prints `after` under `title` when it differs from `before` (or always), else a line saying so. */
-static kiln_status print_after(kir_graph *before, kir_graph *after, const pass *p, FILE *out) {
+/* Prints `after` under `title` when it differs from `before` (or always), else a line saying so;
+   whether it differs is decided on the whole text, constants included. */
+static kiln_status print_after(kir_graph *before, kir_graph *after, const pass *p,
+                               uint32_t elide, FILE *out) {
   if (p->print_always) {
     fprintf(out, "// ---- after %s\n", p->title);
-    return kiln_graph_print(after, out);
+    return kir_graph_print(after, elide, out);
   }
   char *a = NULL, *b = NULL;
-  kiln_status s = kiln_graph_to_string(before, &a);
-  if (!s) s = kiln_graph_to_string(after, &b);
+  kiln_status s = kir_graph_to_string(before, 0, &a);
+  if (!s) s = kir_graph_to_string(after, 0, &b);
   if (!s) {
     bool same = !strcmp(a, b);
     fprintf(out, "// ---- after %s%s\n", p->title, same ? ": unchanged" : "");
-    if (!same) fputs(b, out);
+    if (!same) s = kir_graph_print(after, elide, out);
   }
   free(a);
   free(b);
@@ -195,7 +197,7 @@ kiln_status kp_pipeline_run(const char *name, kir_graph *g, const kp_pipeline_op
   kiln_status s = KILN_OK;
   if (print) {
     fprintf(print, "// ---- after parse\n");
-    s = kiln_graph_print(g, print);
+    s = kir_graph_print(g, po->print_elide, print);
   }
   kir_graph *cur = g;
   for (size_t i = 0; !s && i < COUNT(pl->passes) && pl->passes[i]; i++) {
@@ -215,7 +217,7 @@ kiln_status kp_pipeline_run(const char *name, kir_graph *g, const kp_pipeline_op
       kir_fail(ctx, s, "pass %s broke the IR: %s", p->name, first);
     }
 #endif
-    if (!s && print) s = print_after(cur, next, p, print);
+    if (!s && print) s = print_after(cur, next, p, po->print_elide, print);
     if (cur != g) kiln_graph_destroy(cur);
     cur = next;
   }
@@ -247,7 +249,7 @@ kiln_status kp_print_result(const char *name, kir_graph *g, const kp_pipeline_op
   kiln_status s = kp_pipeline_run(name, g, po, &lg);
   if (s) return s;
   resolve(name, &pl, buf, sizeof buf);
-  s = kiln_graph_print(lg, out);
+  s = kir_graph_print(lg, po->print_elide, out);
   if (!s && pl.fuses && !find_pipeline(name)) s = print_groups(lg, po, out);
   kiln_graph_destroy(lg);
   return s;

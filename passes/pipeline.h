@@ -44,6 +44,7 @@ typedef struct kp_pipeline_options {
   const bool *wrt;        /* autodiff: one flag per parameter of the entry */
   uint32_t loss_result;   /* autodiff: the scalar result differentiated */
   FILE *print_after_all;  /* if set: the graph before the first pass and after each one */
+  uint32_t print_elide;   /* printed graphs: list attributes of more elements elided (0: none) */
 } kp_pipeline_options;
 
 /* The options for a run on g's context: `call` (may be NULL) over the context's and the environment's. */

@@ -73,6 +73,7 @@ typedef struct ir_job {
   kp_precision precision;
   const char *pipeline;
   bool after_all, mlir, steps;
+  uint32_t elide; /* list attributes of more elements printed elided (0: all) */
 } ir_job;
 
 /* One graph: the precision policy, then what the flags ask for; a message on failure. */
@@ -86,11 +87,12 @@ static int run_job(kiln_ctx *ctx, kiln_graph *g, const ir_job *j) {
   }
   kp_pipeline_options po;
   kp_pipeline_options_init(&po, g, NULL);
+  po.print_elide = j->elide;
   kiln_status s = j->mlir                         ? kcg_emit_mlir(g, stdout)
                   : j->steps                      ? print_steps(g, &po)
                   : j->after_all || j->pipeline ? print_pipeline(g, j->pipeline ? j->pipeline : "cpu",
                                                                  &po, j->after_all)
-                                                  : kiln_graph_print(g, stdout);
+                                                  : kir_graph_print(g, j->elide, stdout);
   if (s != KILN_OK) status = cli_error("%s", kiln_ctx_error(ctx));
   kiln_graph_destroy(g);
   return status;
@@ -142,7 +144,8 @@ static int run_split(kiln_ctx *ctx, const char *path, const ir_job *j) {
 
 int cmd_ir(int argc, char **argv) {
   cli_parser p = {.cmd = "ir", .argc = argc, .argv = argv, .i = 1};
-  enum { O_DTYPE, O_TRAIN, O_AFTER_ALL, O_PRECISION, O_EMIT, O_PIPELINE, O_PASSES, O_SPLIT };
+  enum { O_DTYPE, O_TRAIN, O_AFTER_ALL, O_PRECISION, O_EMIT, O_PIPELINE, O_PASSES, O_SPLIT,
+         O_FULL };
   static const cli_option opts[] = {[O_DTYPE] = {"--dtype", NULL, true},
                                     [O_TRAIN] = {"--train", NULL, false},
                                     [O_AFTER_ALL] = {"--print-after-all", NULL, false},
@@ -151,12 +154,13 @@ int cmd_ir(int argc, char **argv) {
                                     [O_PIPELINE] = {"--pipeline", NULL, true},
                                     [O_PASSES] = {"--passes", NULL, true},
                                     [O_SPLIT] = {"--split-input-file", NULL, false},
+                                    [O_FULL] = {"--full-constants", NULL, false},
                                     {0}};
   kp_precision precision = KP_PREC_FP32;
   const char *model = NULL, *pipeline = NULL, *v;
   kiln_dtype dtype = KILN_DTYPE_COUNT;
   bool train = false, kiln_only = false, after_all = false, mlir = false, steps = false;
-  bool split = false, passes = false;
+  bool split = false, passes = false, full = false;
   int k;
   while ((k = cli_next(&p, opts, &v)) != CLI_END) {
     switch (k) {
@@ -198,6 +202,7 @@ int cmd_ir(int argc, char **argv) {
       pipeline = v, passes = true;
       break;
     case O_SPLIT: split = true; break;
+    case O_FULL: full = true; break;
     case CLI_ARG:
       if (model) return cli_usage_error("ir", "unexpected argument '%s'", v);
       model = v;
@@ -215,7 +220,9 @@ int cmd_ir(int argc, char **argv) {
 
   kiln_ctx *ctx = kiln_ctx_create();
   if (!ctx) return cli_error("out of memory");
-  ir_job job = {precision, pipeline, after_all, mlir, steps};
+  /* A model's weights as text are its size many times over (resnet50: gigabytes), as in MLIR,
+     whose printer elides resource blobs; `--full-constants` for text that parses back. */
+  ir_job job = {precision, pipeline, after_all, mlir, steps, full ? 0 : 64};
   int status;
   if (split) {
     status = run_split(ctx, model, &job);

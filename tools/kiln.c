@@ -105,7 +105,7 @@ static const cli_command commands[] = {
      "  -o P        the safetensors file to write"},
     {"ir", cmd_ir, "MODEL.kir|MODEL.kiln [--dtype f32|f64|f16|bf16] [--train] [--pipeline NAME] "
                    "[--passes A,B,...] [--print-after-all] [--split-input-file] [--precision P] "
-                   "[--emit kir|mlir|steps]",
+                   "[--emit kir|mlir|steps] [--full-constants]",
      "print the canonical IR of a model",
      "Parses MODEL.kir and prints it in canonical form on stdout. A .kiln model file is\n"
      "built into its graph: the model's parameters by path, then its inputs.\n"
@@ -126,7 +126,10 @@ static const cli_command commands[] = {
      "  --emit mlir  the legalized graph as an MLIR module (func, arith, math, linalg, tensor;\n"
      "              docs/mlir.md), checked by MLIR's verifier\n"
      "  --emit steps the steps of the CPU program `kiln compile` and `run` lower it to: kernels,\n"
-     "              GEMM steps with their dtype and bf16 marks (docs/precision.md)"},
+     "              GEMM steps with their dtype and bf16 marks (docs/precision.md)\n"
+     "  --full-constants  every element of every constant; by default a list attribute of more\n"
+     "              than 64 elements (a model's weights) prints as elided(N), which does not\n"
+     "              parse back"},
     {"run", cmd_run, "MODEL.kir --input NAME=FILE.npy ... -o DIR "
                      "[--backend auto|compiled|eager] [--device D] [--print] "
                      "[--params P.safetensors] "
