@@ -17,7 +17,9 @@
  *             KC rank-1 updates, then added to (first KC block: stored in) C
  *
  * Panels are zero-padded to whole tiles, so the micro-kernel never sees an
- * edge; a partial tile of C goes through a small buffer. In bf16 mode the
+ * edge; a partial tile of C goes through a small buffer, or on AVX-512 (f32)
+ * through an edge kernel of as few rows (4, 8, 12) and vectors as cover it,
+ * which reads and writes C through masks. In bf16 mode the
  * packed unit is a pair of bf16 along k (one 32-bit lane): vdpbf16ps
  * multiplies a broadcast pair of A by 16 pairs of B and adds both products
  * into 16 f32 lanes, so KC counts pairs there and an odd k is padded with a
@@ -80,6 +82,13 @@ float krt_bf16_to_f32(uint16_t h) {
 typedef void (*ukr_fn)(int64_t kc, const void *a, const void *b, int64_t ldb, float *c,
                        int64_t ldc, bool acc);
 
+/*
+ * A tile at an edge of C: `rows` ≤ MR rows of packed A (units `as` apart along k) times `cols`
+ * ≤ NR columns of B, computed on as few rows and vectors as cover them and stored through masks.
+ */
+typedef void (*edge_fn)(int64_t kc, const float *a, int64_t as, const float *b, int64_t ldb,
+                        float *c, int64_t ldc, bool acc, int rows, int cols);
+
 typedef struct gemm_kernel {
   krt_gemm_isa isa;
   int mr, nr;
@@ -87,6 +96,7 @@ typedef struct gemm_kernel {
   bool pairs;         /* packed unit: a bf16 pair along k */
   ukr_fn ukr;
   ukr_fn ukr_hb;      /* the same reading B's rows where they lie as bf16 (widened: exact) */
+  edge_fn edge;       /* f32 tiles at C's edges, or NULL: the full tile through a buffer */
 } gemm_kernel;
 
 static void ukr_scalar(int64_t kc, const void *ap, const void *bp, int64_t ldb, float *c,
@@ -255,23 +265,73 @@ TARGET_AVX512BF16 static void ukr_avx512_bf16(int64_t kc, const void *ap, const 
   }
   STORE_TILE512(MR)
 }
+/*
+ * AVX-512 edge tiles: MR rows (4, 8 or 12) of NV 16-lane vectors. B's panels are zero-padded to
+ * whole tiles, so the loads read whole vectors; C is read and written through the masks. A
+ * resnet50 layer of 64 output channels is 5 tiles of 12 and one of 4 rows, not 6 of 12; 196
+ * pixels are 6 tiles of 32 and one vector, not 7 tiles of 32.
+ */
+#define DEFINE_EDGE512(NAME, MR, NV)                                                            \
+  TARGET_AVX512 static void NAME(int64_t kc, const float *a, int64_t as, const float *b,         \
+                                 int64_t ldb, float *c, int64_t ldc, bool acc, int rows,         \
+                                 int cols) {                                                     \
+    __m512 r[MR][NV];                                                                            \
+    _Pragma("GCC unroll 12") for (int i = 0; i < MR; i++)                                       \
+      for (int v = 0; v < NV; v++) r[i][v] = _mm512_setzero_ps();                                \
+    for (int64_t p = 0; p < kc; p++, a += as, b += ldb) {                                        \
+      __m512 bv[NV];                                                                             \
+      for (int v = 0; v < NV; v++) bv[v] = _mm512_loadu_ps(b + 16 * v);                          \
+      _Pragma("GCC unroll 12") for (int i = 0; i < MR; i++) {                                   \
+        __m512 av = _mm512_set1_ps(a[i]);                                                        \
+        for (int v = 0; v < NV; v++) r[i][v] = _mm512_fmadd_ps(av, bv[v], r[i][v]);              \
+      }                                                                                          \
+    }                                                                                            \
+    int tail = cols - 16 * (NV - 1);                                                             \
+    __mmask16 last = tail >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << tail) - 1);             \
+    _Pragma("GCC unroll 12") for (int i = 0; i < MR; i++) {                                     \
+      if (i >= rows) break;                                                                        \
+      float *ci = c + i * ldc;                                                                   \
+      for (int v = 0; v < NV; v++) {                                                             \
+        __mmask16 m = v == NV - 1 ? last : (__mmask16)0xffff;                                    \
+        __m512 x = r[i][v];                                                                      \
+        if (acc) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, ci + 16 * v));                     \
+        _mm512_mask_storeu_ps(ci + 16 * v, m, x);                                                \
+      }                                                                                          \
+    }                                                                                            \
+  }
+
+DEFINE_EDGE512(edge512_4x1, 4, 1)
+DEFINE_EDGE512(edge512_8x1, 8, 1)
+DEFINE_EDGE512(edge512_12x1, 12, 1)
+DEFINE_EDGE512(edge512_4x2, 4, 2)
+DEFINE_EDGE512(edge512_8x2, 8, 2)
+DEFINE_EDGE512(edge512_12x2, 12, 2)
+
+static void edge_avx512(int64_t kc, const float *a, int64_t as, const float *b, int64_t ldb,
+                        float *c, int64_t ldc, bool acc, int rows, int cols) {
+  static const edge_fn fns[3][2] = {{edge512_4x1, edge512_4x2},
+                                    {edge512_8x1, edge512_8x2},
+                                    {edge512_12x1, edge512_12x2}};
+  fns[rows <= 4 ? 0 : rows <= 8 ? 1 : 2][cols > 16](kc, a, as, b, ldb, c, ldc, acc, rows, cols);
+}
 #endif
 
 static const gemm_kernel kernels_f32[KRT_GEMM_ISA_COUNT] = {
     [KRT_GEMM_ISA_SCALAR] = {KRT_GEMM_ISA_SCALAR, 4, 16, 256, 1024, 512, false, ukr_scalar,
-                             ukr_scalar_hb},
+                             ukr_scalar_hb, NULL},
 #ifdef KRT_X86
-    [KRT_GEMM_ISA_AVX2] = {KRT_GEMM_ISA_AVX2, 6, 16, 256, 1536, 512, false, ukr_avx2, ukr_avx2_hb},
+    [KRT_GEMM_ISA_AVX2] = {KRT_GEMM_ISA_AVX2, 6, 16, 256, 1536, 512, false, ukr_avx2, ukr_avx2_hb,
+                           NULL},
     [KRT_GEMM_ISA_AVX512] = {KRT_GEMM_ISA_AVX512, 12, 32, 384, 1536, 480, false, ukr_avx512,
-                             ukr_avx512_hb},
+                             ukr_avx512_hb, edge_avx512},
     [KRT_GEMM_ISA_AVX512_BF16] = {KRT_GEMM_ISA_AVX512_BF16, 12, 32, 384, 1536, 480, false,
-                                  ukr_avx512, ukr_avx512_hb},
+                                  ukr_avx512, ukr_avx512_hb, edge_avx512},
 #endif
 };
 
 #ifdef KRT_X86
 static const gemm_kernel kernel_bf16 = {KRT_GEMM_ISA_AVX512_BF16, 12, 32, 256, 1536, 480, true,
-                                        ukr_avx512_bf16, NULL};
+                                        ukr_avx512_bf16, NULL, NULL};
 #endif
 
 /* ------------------------------------------------------------- dispatch */
@@ -535,6 +595,11 @@ static void tile(const gemm_job *j, int64_t ulen, const char *ap, const char *bp
   ukr_fn ukr = hb ? kn->ukr_hb : kn->ukr;
   if (rows == kn->mr && cols == kn->nr) {
     ukr(ulen, ap, bp, ldb, c, j->ldc, acc);
+    return;
+  }
+  if (kn->edge && !hb && !j->round && !kn->pairs) {
+    kn->edge(ulen, (const float *)ap, kn->mr, (const float *)bp, ldb, c, j->ldc, acc, (int)rows,
+             (int)cols);
     return;
   }
   float t[MAX_MR * MAX_NR];

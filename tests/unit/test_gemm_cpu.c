@@ -178,6 +178,13 @@ static void test_isa(krt_pool *pool, krt_gemm_isa isa) {
       {20, 40, 50, false, false, false, false, false, true, 2},
       {1700, 40, 20, false, false, false, false, false, false, 0},
       {1700, 40, 21, false, false, true, true, true, false, 0},
+      /* convolutions' edges: rows left over a tile of 12 (4 and 8: edge kernels of 4 and 8
+         rows) and columns over a tile of 32 (4, 16, 17: one vector, masked), added across a
+         k block */
+      {64, 196, 100, false, false, false, false, false, false, 0},
+      {80, 49, 500, false, false, false, false, false, false, 0},
+      {40, 784, 24, false, false, false, false, false, false, 0},
+      {112, 113, 672, false, false, false, false, false, false, 0},
       /* up to 64 rows with whole tiles along n: B read where it lies (an RNN step), at row
          strides of 4 KiB, padded, and across a k block; one row more packs B again */
       {32, 1024, 256, false, false, false, false, false, false, 0},
