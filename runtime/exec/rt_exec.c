@@ -886,7 +886,8 @@ static bool use_blas(const krt_model *m, const kcg_gemm *g, int64_t M, int64_t N
 
 /* One batch's product through Kiln's own GEMM (f32, operands maybe bf16). */
 static kiln_status kiln_gemm(krt_workspace *w, const kcg_gemm *g, const char *a, const char *b,
-                             char *c, int64_t M, int64_t N, int64_t K, const kcg_step *pack) {
+                             char *c, int64_t M, int64_t N, int64_t K, const kcg_step *pack,
+                             const krt_blas_epi *ep, int64_t first) {
   krt_gemm_desc d = {.trans_a = g->trans_a, .trans_b = g->trans_b, .m = M, .n = N, .k = K,
                      .a = a, .b = b, .c = c, .lda = g->trans_a ? M : K,
                      .ldb = g->trans_b ? K : N, .ldc = N, .bf16 = g->bf16,
@@ -894,6 +895,7 @@ static kiln_status kiln_gemm(krt_workspace *w, const kcg_gemm *g, const char *a,
                      .a_type = g->a_bf16 ? KRT_GEMM_BF16 : KRT_GEMM_F32,
                      .b_type = g->b_bf16 ? KRT_GEMM_BF16 : KRT_GEMM_F32};
   if (pack) d.b_packed = krt_gemm_pack_cache_get(w->m->packed, pack, &d);
+  if (ep) d.epi = ep->e, d.epi_bias = ep->bias, d.epi_first = first;
   return krt_gemm(w->m->pool, &d) ? KILN_OK : krt_fail(w->ctx, KILN_ERR_NOMEM, "out of memory");
 }
 
@@ -979,17 +981,21 @@ static kiln_status gemm_product(krt_workspace *w, rt_plan *pl, const kcg_step *s
     return KILN_OK;
   }
   int64_t cidx[KIR_MAX_RANK] = {0};
-  *epi_done = !kiln;
+  /* Kiln's GEMM applies the epilogue to each row panel as it finishes it, where it can */
+  bool col = kiln && one_column(w->m, g, N);
+  krt_gemm_desc probe = {.trans_b = g->trans_b, .m = M, .n = N, .k = K, .ldc = N, .epi = ep.e};
+  *epi_done = !kiln || (!col && krt_gemm_fuses_epilogue(&probe));
   for (size_t i = 0; i < count; i++) {
     size_t ao = krt_batch_offset(cidx, g->nbatch, g->a_rank, g->a_batch, sz, (size_t)(M * K)) * aes;
     size_t bo = krt_batch_offset(cidx, g->nbatch, g->b_rank, g->b_batch, sz, (size_t)(K * N)) * bes;
     size_t co = i * (size_t)M * (size_t)N * es;
-    if (kiln && one_column(w->m, g, N)) {
+    if (col) {
       kcg_gemm row = {.dtype = KILN_F32, .trans_b = true};
-      kiln_status s = kiln_gemm(w, &row, b + bo, a + ao, c + co, 1, M, K, NULL);
+      kiln_status s = kiln_gemm(w, &row, b + bo, a + ao, c + co, 1, M, K, NULL, NULL, 0);
       if (s) return s;
     } else if (kiln) {
-      kiln_status s = kiln_gemm(w, g, a + ao, b + bo, c + co, M, N, K, pack ? st : NULL);
+      kiln_status s = kiln_gemm(w, g, a + ao, b + bo, c + co, M, N, K, pack ? st : NULL,
+                                *epi_done ? &ep : NULL, (int64_t)(i * (size_t)M * (size_t)N));
       if (s) return s;
     } else {
       krt_blas_gemm(w->m->blas_split ? w->m->pool : NULL, g, a + ao, b + bo, c + co, M, N, K, &ep,

@@ -489,6 +489,7 @@ typedef struct gemm_job {
   float *c;         /* f32 result (the caller's C, or a temporary when C is bf16) */
   int64_t ldc;
   bool split_m;     /* threads take ranges of rows (else of columns) */
+  bool epi;         /* d->epi applied by gemm_range (krt_gemm_fuses_epilogue) */
   int nthreads;
   _Atomic bool oom;
 } gemm_job;
@@ -649,11 +650,16 @@ static bool gemm_range(gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t 
           bp = (char *)(packed + pc * npad + jc * ulen);
         else if (!direct_b)
           pack(j, d->b, d->b_type, !d->trans_b, d->ldb, jc, nlen, pc, ulen, kn->nr, bp);
-        for (int64_t ir = 0; ir < mlen; ir += kn->mr)
+        for (int64_t ir = 0; ir < mlen; ir += kn->mr) {
           for (int64_t jr = 0; jr < nlen; jr += kn->nr)
             tile(j, ulen, ap + ir * ulen * 4, direct_b ? bsrc + jr * bes : bp + jr * ulen * 4,
                  direct_b ? d->ldb : kn->nr, direct_b && hb, j->c + (ic + ir) * j->ldc + jc + jr,
                  min64(kn->mr, mlen - ir), min64(kn->nr, nlen - jr), pc > 0);
+          if (j->epi && pc + ulen == j->ku) /* these rows are done: the epilogue while in cache */
+            for (int64_t r = ic + ir; r < ic + min64(ir + kn->mr, mlen); r++)
+              krt_epilogue(d->epi, d->epi_bias, j->c + r * j->ldc + jc,
+                           d->epi_first + r * j->ldc + jc, nlen);
+        }
       }
     }
   }
@@ -716,7 +722,7 @@ bool krt_gemm(krt_pool *pool, const krt_gemm_desc *d) {
   if (d->k <= 0) {
     for (int64_t i = 0; i < d->m; i++) memset(c + i * ldc, 0, (size_t)d->n * sizeof *c);
   } else {
-    gemm_job j = {.d = d, .c = c, .ldc = ldc};
+    gemm_job j = {.d = d, .c = c, .ldc = ldc, .epi = krt_gemm_fuses_epilogue(d)};
     j.kern = pick_kernel(d, &j.round);
     j.b_packed = d->b_packed && !j.kern->pairs && !j.round ? d->b_packed : NULL;
     j.ku = j.kern->pairs ? (d->k + 1) / 2 : d->k;
@@ -744,6 +750,11 @@ bool krt_gemm(krt_pool *pool, const krt_gemm_desc *d) {
     free(c);
   }
   return ok;
+}
+
+bool krt_gemm_fuses_epilogue(const krt_gemm_desc *d) {
+  return d->epi && d->epi->on && d->c_type == KRT_GEMM_F32 && d->ldc == d->n && d->k > 0 &&
+         !dot_path(d);
 }
 
 /* Whether krt_gemm packs d's B with the kernel `kn` (its f32 path: no pairs, no rounding). */

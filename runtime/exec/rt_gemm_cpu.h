@@ -63,6 +63,12 @@ typedef struct krt_gemm_desc {
   bool bf16;             /* bf16 mode even for f32 operands (implied by a bf16 operand) */
   kiln_switch bf16_dot;  /* bf16 on AVX512-BF16 dot products: ON, OFF, or DEFAULT (AMD: on) */
   const float *b_packed; /* B already packed by krt_gemm_pack_b for this descriptor, or NULL */
+  /* A step's epilogue, applied to each row panel of C as the last k block leaves it in cache,
+     where krt_gemm_fuses_epilogue(d) (else ignored: the caller applies it after); epi_first is
+     the flat index of C[0][0] in the epilogue's result. */
+  const kcg_epilogue *epi;
+  const float *epi_bias;
+  int64_t epi_first;
 } krt_gemm_desc;
 
 /*
@@ -71,6 +77,9 @@ typedef struct krt_gemm_desc {
  * unspecified). m, n or k of 0 is allowed (k = 0 gives zeros).
  */
 bool krt_gemm(krt_pool *pool, const krt_gemm_desc *d);
+/* Whether krt_gemm applies d->epi itself: f32 C stored whole (ldc = n), k > 0, and not the dot
+   products of a few rows against B^T. */
+bool krt_gemm_fuses_epilogue(const krt_gemm_desc *d);
 
 /*
  * B packed ahead, for a B that many products share (a constant weight): krt_gemm then reads its
