@@ -54,6 +54,11 @@ static bool convert(kiln_ctx *ctx, kir_arena *arena, const char *ctor, const kil
     if (!a->layer) break;
     *out = kl_layer_arg(a->layer);
     return true;
+  case KILN_ARG_FN:
+    if (!a->fn) break;
+    out->kind = KL_A_FN;
+    out->fn = (kl_fn *)a->fn;
+    return true;
   case KILN_ARG_LIST: {
     if (depth >= MAX_DEPTH || a->n > UINT32_MAX || (a->n && !a->items)) break;
     kl_arg *items = kir_arena_alloc(arena, (a->n ? a->n : 1) * sizeof *items);

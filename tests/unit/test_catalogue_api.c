@@ -1,7 +1,8 @@
 /*
  * test_catalogue_api.c — the catalogue for bindings (include/kiln/layers.h): the list matches
  * layers/catalogue.def, and kiln_layer_call_args builds the same layers, with the same
- * messages, as the typed C constructors.
+ * messages, as the typed C constructors; a binding's function of tensors (kiln_fn_create) as an
+ * activation.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,22 @@ static int failures;
 static kiln_arg arg_int(int64_t v) { return (kiln_arg){.kind = KILN_ARG_INT, .i = v}; }
 static kiln_arg arg_str(const char *s) { return (kiln_arg){.kind = KILN_ARG_STR, .s = s}; }
 static kiln_arg arg_layer(kiln_layer *l) { return (kiln_arg){.kind = KILN_ARG_LAYER, .layer = l}; }
+
+/* kiln_fn_create: 2 * tanh(x), and a function that fails. */
+static int freed;
+static void count_free(void *c) {
+  (void)c;
+  freed++;
+}
+static kiln_value twice_tanh(kiln_graph *g, void *c, size_t n, const kiln_value *a) {
+  (void)c;
+  if (n != 1) return KILN_NO_VALUE;
+  return kiln_mul(g, kiln_unary(g, "tanh", a[0]), kiln_scalar(g, kiln_value_dtype(g, a[0]), 2));
+}
+static kiln_value broken(kiln_graph *g, void *c, size_t n, const kiln_value *a) {
+  (void)g, (void)c, (void)n, (void)a;
+  return KILN_NO_VALUE;
+}
 
 static char *summary(kiln_ctx *ctx, const kiln_layer *l) {
   char *s = NULL;
@@ -79,6 +96,36 @@ int main(void) {
   kiln_arg null_layer = {.kind = KILN_ARG_LAYER};
   bad = kiln_layer_call_args(ctx, "residual", 1, &null_layer, 0, NULL, NULL);
   CHECK(!bad && strstr(kiln_ctx_error(ctx), "malformed"), "NULL layer: %s", kiln_ctx_error(ctx));
+
+  /* A function of tensors as dense's activation: built into the graph, freed with the layer. */
+  kiln_fn *fn = kiln_fn_create(ctx, 1, twice_tanh, NULL, count_free, "2 tanh");
+  kiln_arg da[] = {arg_int(2), arg_int(3)}, dk[] = {{.kind = KILN_ARG_FN, .fn = fn}};
+  const char *dkn[] = {"act"};
+  kiln_layer *dense = fn ? kiln_layer_call_args(ctx, "dense", 2, da, 1, dkn, dk) : NULL;
+  kiln_fn_release(fn);
+  CHECK(dense && freed == 0, "dense(act=fn): %s", kiln_ctx_error(ctx));
+  int64_t xd[2] = {4, 2};
+  kiln_model_input in = {
+      .name = "x", .kind = KILN_INPUT_TENSOR, .dtype = KILN_F32, .rank = 2, .dims = xd};
+  kiln_graph *g = NULL;
+  char *text = NULL;
+  CHECK(dense && kiln_layer_build(ctx, dense, 1, &in, NULL, &g) == KILN_OK &&
+            kiln_graph_to_string(g, &text) == KILN_OK && strstr(text, "tanh"),
+        "build: %s", kiln_ctx_error(ctx));
+  free(text);
+  kiln_graph_destroy(g);
+  kiln_layer_release(dense);
+  CHECK(freed == 1, "the closure freed %d times", freed);
+  fn = kiln_fn_create(ctx, 1, broken, NULL, NULL, "broken");
+  kiln_arg ak[] = {{.kind = KILN_ARG_FN, .fn = fn}};
+  kiln_layer *act = fn ? kiln_layer_call_args(ctx, "activation", 1, ak, 0, NULL, NULL) : NULL;
+  kiln_fn_release(fn);
+  g = NULL;
+  CHECK(act && kiln_layer_build(ctx, act, 1, &in, NULL, &g) != KILN_OK && !g &&
+            strstr(kiln_ctx_error(ctx), "the function 'broken' failed"),
+        "a failing function: %s", kiln_ctx_error(ctx));
+  kiln_layer_release(act);
+  CHECK(!kiln_fn_create(ctx, 1, NULL, NULL, NULL, "x"), "a NULL callback");
 
   kiln_ctx_destroy(ctx);
   if (failures) return 1;

@@ -435,7 +435,16 @@ static void test_optimizer_choice(kiln_ctx *ctx) {
   CHECK(moved > 1e-5 && moved < 2e-3); /* Adam's first step is about lr = 1e-3 per weight */
 }
 
-/* A loss written in the model file's language gives the built-in loss's value and gradients. */
+/* mean(|p - y|) written with the graph builder, for kiln_fn_create. */
+static kiln_value c_mae(kiln_graph *g, void *closure, size_t n, const kiln_value *a) {
+  (void)closure;
+  if (n != 2) return KILN_NO_VALUE;
+  kiln_value d = kiln_unary(g, "abs", kiln_binary(g, "sub", a[0], a[1]));
+  return kiln_reduce(g, "reduce_mean", d, 2, (const int64_t[]){0, 1}, 0);
+}
+
+/* A loss written in the model file's language, or as a C function (kiln_fn_create, what a
+ * binding's callable becomes), gives the built-in loss's value and gradients. */
 static void test_file_loss(kiln_ctx *ctx) {
   const char *text = "input x: f64[N, 3]\n"
                      "let my_loss = fn(p, y) => mean(abs(p - y))\n"
@@ -456,21 +465,27 @@ static void test_file_loss(kiln_ctx *ctx) {
   kiln_train_spec a = {.model = kiln_model_file_layer(m), .n_inputs = kiln_model_file_num_inputs(m),
                        .inputs = kiln_model_file_inputs(m), .loss_fn = kiln_model_file_fn(m, "my_loss"),
                        .dtype = KILN_F64, .backend = KILN_BACKEND_COMPILED};
-  kiln_train_spec b = a;
+  kiln_train_spec b = a, c = a;
   b.loss_fn = NULL, b.loss = "mae";
-  kiln_grad_fn *fa = NULL, *fb = NULL;
+  c.loss_fn = kiln_fn_create(ctx, 2, c_mae, NULL, NULL, "c_mae"); /* a binding's function */
+  kiln_grad_fn *fa = NULL, *fb = NULL, *fc = NULL;
   CHECK(kiln_value_and_grad_create(ctx, &a, 0, &fa) == KILN_OK);
   CHECK(kiln_value_and_grad_create(ctx, &b, 0, &fb) == KILN_OK);
+  CHECK(c.loss_fn && kiln_value_and_grad_create(ctx, &c, 0, &fc) == KILN_OK);
   kiln_tensor *data[2] = {x, y};
-  double la = 0, lb = 1;
-  kiln_params *ga = NULL, *gb = NULL;
-  if (fa && fb) {
+  double la = 0, lb = 1, lc = 2;
+  kiln_params *ga = NULL, *gb = NULL, *gc = NULL;
+  if (fa && fb && fc) {
     CHECK(kiln_value_and_grad(fa, p, 2, data, 0, &la, &ga) == KILN_OK);
     CHECK(kiln_value_and_grad(fb, p, 2, data, 0, &lb, &gb) == KILN_OK);
+    CHECK(kiln_value_and_grad(fc, p, 2, data, 0, &lc, &gc) == KILN_OK);
   } else {
     fprintf(stderr, "file loss: %s\n", kiln_ctx_error(ctx));
   }
-  CHECK(fabs(la - lb) <= 1e-15 && la > 0);
+  CHECK(fabs(la - lb) <= 1e-15 && fabs(lc - lb) <= 1e-15 && la > 0);
+  kiln_params_destroy(gc);
+  kiln_grad_fn_destroy(fc);
+  kiln_fn_release((kiln_fn *)c.loss_fn);
   double worst = 0;
   for (size_t i = 0; ga && gb && i < kiln_params_count(ga); i++)
     for (size_t e = 0; e < kiln_tensor_numel(kiln_params_tensor(ga, i)); e++)
