@@ -1,0 +1,121 @@
+"""kiln.value_and_grad(fn), kiln.grad(fn), kiln.jit(fn): a Python function of Kiln ops traced
+into a Kiln graph (python/src/trace.c), differentiated (kiln_graph_grad), compiled (kiln_compile)
+and run on numpy arrays with the GIL released (docs/python.md).
+
+A function is traced once per signature (the tree structure, shapes and dtypes of its
+arguments); the compiled callable is cached under it. Arguments are trees of nested dicts, lists
+and tuples whose leaves are arrays (or Python numbers, float64 scalars).
+"""
+import threading
+
+import numpy as np
+
+from . import _kiln
+from ._kiln import InvalidArgumentError, Tensor
+
+
+def _tree_flatten(x, leaves):
+    """Appends x's leaves to `leaves`; returns its structure (hashable)."""
+    if isinstance(x, dict):
+        keys = list(x.keys())
+        return ("dict", tuple(keys), tuple(_tree_flatten(x[k], leaves) for k in keys))
+    if isinstance(x, (list, tuple)):
+        kind = "list" if isinstance(x, list) else "tuple"
+        return (kind, len(x), tuple(_tree_flatten(v, leaves) for v in x))
+    leaves.append(x)
+    return None
+
+
+def _tree_unflatten(spec, it):
+    if spec is None:
+        return next(it)
+    kind, keys, kids = spec
+    if kind == "dict":
+        return {k: _tree_unflatten(s, it) for k, s in zip(keys, kids)}
+    vals = [_tree_unflatten(s, it) for s in kids]
+    return vals if kind == "list" else tuple(vals)
+
+
+def _leaf_array(x):
+    if isinstance(x, (bool, int, float)):
+        return np.asarray(x, dtype=np.float64)
+    from . import _array  # numpy, buffer protocol, DLPack (torch bfloat16 as uint16)
+    return _array(x, "an argument")
+
+
+class _Traced:
+    """fn traced, differentiated with respect to the arguments in `argnums` (mode "vg", "g") or
+    not at all (mode "jit"), compiled once per signature."""
+
+    def __init__(self, fn, argnums, mode, backend):
+        self._fn, self._mode, self._backend = fn, mode, backend
+        self._single = isinstance(argnums, int)
+        self._argnums = (argnums,) if self._single else tuple(argnums)
+        self._cache = {}
+        self._lock = threading.Lock()
+        name = getattr(fn, "__name__", "fn")
+        self.__name__ = f"{mode}({name})"
+        self.__doc__ = getattr(fn, "__doc__", None)
+
+    def _trace(self, specs, arrays):
+        g = _kiln.trace_graph(getattr(self._fn, "__name__", "fn").strip("<>") or "fn")
+        args, leaf = [], 0
+        for a, spec in enumerate(specs):
+            ts = []
+            for _ in range(_count(spec)):
+                x = arrays[leaf]
+                ts.append(_kiln.trace_param(g, f"a{a}.{len(ts)}", x.dtype.name, list(x.shape)))
+                leaf += 1
+            args.append(_tree_unflatten(spec, iter(ts)))
+        out = self._fn(*args)
+        if self._mode == "jit":
+            res = []
+            out_spec = _tree_flatten(out, res)
+            _kiln.trace_end(g, res)
+            return _kiln.compile(g, [None] * len(arrays), self._backend), out_spec
+        if not isinstance(out, Tensor):
+            raise TypeError(f"kiln.{'value_and_grad' if self._mode == 'vg' else 'grad'}: the "
+                            f"function returned a {type(out).__name__}, not a kiln tensor (it "
+                            "must compute its loss with Kiln's ops on its arguments)")
+        if out.ndim != 0:
+            raise InvalidArgumentError(
+                f"kiln.{'value_and_grad' if self._mode == 'vg' else 'grad'}: the function must "
+                f"return a scalar loss, got {out.dtype}{list(out.shape)} (reduce it, e.g. .mean())")
+        _kiln.trace_end(g, [out])
+        wrt = []
+        for a, spec in enumerate(specs):
+            wrt += [a in self._argnums] * _count(spec)
+        gg = _kiln.grad_graph(g, wrt)
+        return _kiln.compile(gg, [None] * len(arrays), self._backend), None
+
+    def __call__(self, *args):
+        for a in self._argnums:
+            if a >= len(args):
+                raise TypeError(f"{self.__name__}: argnums {a} but {len(args)} arguments")
+        leaves, specs = [], []
+        for x in args:
+            specs.append(_tree_flatten(x, leaves))
+        arrays = [_leaf_array(x) for x in leaves]
+        key = (tuple(specs), tuple((x.dtype.str, x.shape) for x in arrays))
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._trace(specs, arrays)
+            with self._lock:
+                self._cache[key] = entry
+        c, out_spec = entry
+        outs = c(*arrays)
+        outs = list(outs) if isinstance(outs, tuple) else [outs]
+        if self._mode == "jit":
+            return _tree_unflatten(out_spec, iter(outs))
+        loss, grads = outs[0], iter(outs[1:])  # the gradients in argument order
+        by_arg = {a: _tree_unflatten(specs[a], grads) for a in sorted(set(self._argnums))}
+        g = by_arg[self._argnums[0]] if self._single else tuple(by_arg[a] for a in self._argnums)
+        if self._mode == "g":
+            return g
+        return float(loss), g
+
+
+def _count(spec):
+    if spec is None:
+        return 1
+    return sum(_count(s) for s in spec[2])

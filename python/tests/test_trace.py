@@ -1,0 +1,216 @@
+"""kiln.value_and_grad / grad / jit over Python functions of Kiln ops (python/src/trace.c,
+kiln/_trace.py): values and gradients against torch.autograd in float64 on fresh random inputs
+and against finite differences; the signature cache; Kiln's own errors."""
+import numpy as np
+import pytest
+import torch
+
+import kiln
+from kiln import ops
+
+rng = np.random.default_rng()  # fresh inputs every run
+
+
+def t(a):
+    return torch.tensor(np.asarray(a), dtype=torch.float64, requires_grad=True)
+
+
+def close(a, b, tol=1e-10):
+    b = b.detach().numpy() if isinstance(b, torch.Tensor) else b
+    np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+def mlp_loss(p, x, y):
+    h = x
+    for layer in p["layers"][:-1]:
+        h = ops.relu(h @ layer["W"] + layer["b"])
+    out = h @ p["layers"][-1]["W"] + p["layers"][-1]["b"]
+    return ((out - y) ** 2).mean()
+
+
+def test_mlp_by_hand_against_torch():
+    sizes = [3, 16, 8, 2]
+    p = {"layers": [{"W": rng.normal(size=(a, b)) / np.sqrt(a), "b": rng.normal(size=b) * 0.1}
+                    for a, b in zip(sizes, sizes[1:])]}
+    x, y = rng.normal(size=(10, 3)), rng.normal(size=(10, 2))
+    loss, g = kiln.value_and_grad(mlp_loss)(p, x, y)
+    tp = [{"W": t(layer["W"]), "b": t(layer["b"])} for layer in p["layers"]]
+    h = torch.tensor(x)
+    for layer in tp[:-1]:
+        h = torch.relu(h @ layer["W"] + layer["b"])
+    ref = ((h @ tp[-1]["W"] + tp[-1]["b"] - torch.tensor(y)) ** 2).mean()
+    ref.backward()
+    assert isinstance(loss, float)
+    close(loss, ref)
+    assert isinstance(g, dict) and isinstance(g["layers"], list) and len(g["layers"]) == 3
+    for gl, tl in zip(g["layers"], tp):
+        close(gl["W"], tl["W"].grad)
+        close(gl["b"], tl["b"].grad)
+
+
+def test_softmax_cross_entropy_against_torch():
+    W, b = rng.normal(size=(5, 4)), rng.normal(size=4)
+    x, labels = rng.normal(size=(12, 5)), rng.integers(0, 4, 12)
+
+    def xent(p, x, labels):
+        logits = x @ p[0] + p[1]
+        return -(ops.log_softmax(logits, axis=-1) * ops.one_hot(labels, 4, "float64")).sum(1).mean()
+
+    loss, (gW, gb) = kiln.value_and_grad(xent)((W, b), x, labels)
+    tW, tb = t(W), t(b)
+    ref = torch.nn.functional.cross_entropy(torch.tensor(x) @ tW + tb, torch.tensor(labels))
+    ref.backward()
+    close(loss, ref)
+    close(gW, tW.grad)
+    close(gb, tb.grad)
+    # softmax by its own op, probabilities summing to one
+    probs = kiln.jit(lambda z: ops.softmax(z, -1))(x)
+    close(probs, torch.softmax(torch.tensor(x), -1))
+
+
+def test_matmul_power_broadcast_reductions():
+    a, c = rng.normal(size=(6, 3)), rng.normal(size=(4, 3))
+    w = rng.uniform(0.5, 2.0, size=(4,))
+
+    def f(a, c, w):
+        d = a.reshape(6, 1, 3) - c.reshape(1, 4, 3)      # broadcasting: [6, 4, 3]
+        sq = (d ** 2).sum(axis=-1)                          # [6, 4]
+        k = ops.exp(-sq / w)                                # broadcast [4] over rows
+        gram = (a @ a.T) ** 3 / 10.0                        # @, .T, ** 3 (pow)
+        return k.mean() + gram.max(axis=1).sum() * 0.01 + (2.0 - k).min() + a[1:4, ::2].sum()
+
+    vals, grads = kiln.value_and_grad(f, argnums=(0, 1, 2))(a, c, w)
+    ta, tc, tw = t(a), t(c), t(w)
+    d = ta.reshape(6, 1, 3) - tc.reshape(1, 4, 3)
+    k = torch.exp(-(d ** 2).sum(-1) / tw)
+    ref = (k.mean() + ((ta @ ta.T) ** 3 / 10.0).max(1).values.sum() * 0.01 + (2.0 - k).min()
+           + ta[1:4, ::2].sum())
+    ref.backward()
+    close(vals, ref)
+    for g, r in zip(grads, (ta, tc, tw)):
+        close(g, r.grad, 1e-9)
+
+
+def test_finite_differences():
+    x = rng.normal(size=(3, 4))
+
+    def f(x):
+        return (ops.tanh(x) * ops.sigmoid(x * 2.0) + ops.log1p(x * x)).sum() / (1.0 + (x ** 2).mean())
+
+    g = kiln.grad(f)(x)
+    fx = kiln.jit(f)
+    eps = 1e-6
+    for i in range(3):
+        for j in range(4):
+            xp, xm = x.copy(), x.copy()
+            xp[i, j] += eps
+            xm[i, j] -= eps
+            fd = (float(fx(xp)) - float(fx(xm))) / (2 * eps)
+            assert abs(fd - g[i, j]) < 1e-6, (i, j, fd, g[i, j])
+
+
+def test_jit_trees_cache_and_comparisons():
+    calls = []
+
+    def f(d):
+        calls.append(1)
+        x = d["x"]
+        return {"pos": ops.where(x > 0, x, 0.0), "n": (x > 0).astype("float32").sum(),
+                "cat": ops.concat([x, -x], axis=1)}
+
+    f32 = kiln.jit(f)
+    x = rng.normal(size=(4, 3)).astype(np.float32)
+    out = f32({"x": x})
+    np.testing.assert_array_equal(out["pos"], np.maximum(x, 0))
+    assert out["n"] == (x > 0).sum() and out["cat"].shape == (4, 6)
+    f32({"x": x * 2})
+    assert len(calls) == 1                  # same signature: traced once
+    f32({"x": x[:2]})
+    f32({"x": x.astype(np.float64)})
+    assert len(calls) == 3                  # a new shape, a new dtype: traced again
+
+
+def test_grad_of_params_only_and_float32():
+    p = [rng.normal(size=(3, 2)).astype(np.float32)]
+    x = rng.normal(size=(5, 3)).astype(np.float32)
+    g = kiln.grad(lambda p, x: (x @ p[0]).sum())(p, x)
+    assert isinstance(g, list) and g[0].dtype == np.float32
+    np.testing.assert_allclose(g[0], np.repeat(x.sum(0)[:, None], 2, 1), rtol=1e-5)
+
+
+def test_errors_carry_kilns_message():
+    x = np.ones((3, 4))
+    with pytest.raises(ValueError, match="matmul: contracted dims differ"):
+        kiln.value_and_grad(lambda x: (x @ x).sum())(x)     # [3,4] @ [3,4]
+    with pytest.raises(ValueError) as e:
+        kiln.value_and_grad(lambda x, y: (x + y).sum())(x, np.ones((2, 4)))
+    print("broadcast mismatch:", e.value)
+    with pytest.raises(ValueError, match="scalar"):
+        kiln.value_and_grad(lambda x: x * 2)(x)
+    with pytest.raises(TypeError, match="float"):
+        kiln.value_and_grad(lambda x: 1.0)(x)
+    with pytest.raises(TypeError, match="truth value"):
+        kiln.jit(lambda x: x if x > 0 else -x)(x)
+    with pytest.raises(kiln.InvalidArgumentError):
+        kiln.jit(lambda x: x.sum(axis=5))(x)
+    with pytest.raises(IndexError):
+        kiln.jit(lambda x: x[7])(x)
+    kept = []
+    kiln.jit(lambda x: kept.append(x) or x * 1.0)(x)
+    assert "Tensor" in repr(kept[0])
+
+
+# ------------------------------------------------ Python functions where the catalogue takes one
+
+def test_python_activation_in_layers():
+    x = rng.normal(size=(5, 4))
+    m = kiln.layers.dense(4, 3, act=lambda h: ops.tanh(h) * 2.0)
+    p = m.init(seed=1, dtype="float64")
+    close(m(p, x), 2 * np.tanh(x @ p["W"] + p["b"]))
+    seq = kiln.layers.sequential([kiln.layers.linear(4, 3),
+                                  kiln.layers.activation(lambda h: h * ops.sigmoid(h))])
+    p = seq.init(seed=2, dtype="float64")
+    h = x @ p[0]["W"] + p[0]["b"]
+    close(seq(p, x), h / (1 + np.exp(-h)))
+
+
+def test_python_loss_in_fit_and_value_and_grad():
+    x, y = rng.normal(size=(32, 3)), rng.normal(size=(32, 2))
+    m = kiln.layers.mlp([3, 8, 2])
+    p = m.init(seed=0, dtype="float64")
+    named = kiln.fit(m, p, x, y, loss="mse", opt=kiln.sgd(lr=0.1), epochs=3, verbose=False)
+    mine = kiln.fit(m, p, x, y, loss=lambda pred, tgt: ((pred - tgt) ** 2).mean(),
+                    opt=kiln.sgd(lr=0.1), epochs=3, verbose=False)
+    close(np.array(mine.history), np.array(named.history), 1e-12)
+    l1, g1 = kiln.value_and_grad(m, "mae")(p, x, y)
+    l2, g2 = kiln.value_and_grad(m, lambda pr, tg: ops.abs(pr - tg).mean())(p, x, y)
+    close(l1, l2, 1e-12)
+    close(g1[0]["W"], g2[0]["W"], 1e-12)
+
+
+def test_python_function_errors_reach_the_user():
+    def bad(pred, tgt):
+        raise KeyError("mine")
+
+    m = kiln.layers.linear(3, 2)
+    with pytest.raises(KeyError, match="mine"):
+        kiln.fit(m, m.init(), np.ones((4, 3), np.float32), np.ones((4, 2), np.float32), loss=bad,
+                 epochs=1, verbose=False)
+    with pytest.raises(TypeError, match="not a kiln tensor"):
+        kiln.fit(m, m.init(), np.ones((4, 3), np.float32), np.ones((4, 2), np.float32),
+                 loss=lambda a, b: 0.5, epochs=1, verbose=False)
+
+
+# ------------------------------------------------ bfloat16 as uint16 bit patterns
+
+def test_bf16_travels_as_uint16():
+    x = torch.randn(4, 3, dtype=torch.float32)
+    xb = x.to(torch.bfloat16)
+    bits = xb.view(torch.int16).numpy().view(np.uint16)
+    up = kiln.jit(lambda b: b.astype("float32"))
+    np.testing.assert_array_equal(up(bits), xb.float().numpy())       # uint16 in
+    np.testing.assert_array_equal(up(xb), xb.float().numpy())         # torch bf16 via DLPack
+    down = kiln.jit(lambda f: f.astype("bfloat16"))(x.numpy())         # uint16 out
+    assert down.dtype == np.uint16
+    back = torch.from_dlpack(down.view(np.int16)).view(torch.bfloat16)
+    assert torch.equal(back, xb)
