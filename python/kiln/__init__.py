@@ -493,8 +493,9 @@ def fit(model, params, X, y=None, loss="mse", opt=None, epochs=10, batch_size=No
     loss: "mse", "mae", "huber", "cross_entropy" (integer labels), "bce" (logits), "vae", or a
     Python function (pred, target) -> scalar of Kiln ops (kiln.ops), traced into the training
     step; its target has the prediction's dtype and shape.
-    opt: kiln.adam(lr=...) and the others (default adam(1e-3)). schedule: kiln.cosine_lr(...)
-    or kiln.step_lr(...). clip: the global gradient norm. val: [X_val, y_val]. verbose: a
+    opt: kiln.adam(lr=...) and the others (default adam(1e-3)). schedule: kiln.cosine_lr(...),
+    kiln.step_lr(...) or a Python function of the step (0, 1, ...) returning its learning rate,
+    called on the host before every step. clip: the global gradient norm. val: [X_val, y_val]. verbose: a
     progress line about ten times a run on stderr. Float arrays are converted to the
     parameters' dtype. Returns a FitResult."""
     pairs = _flatten(params)

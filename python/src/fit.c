@@ -58,8 +58,8 @@ int kp_loss_arg(kiln_ctx *ctx, PyObject *loss, kiln_train_spec *spec) {
  * inputs: the model's inputs as kiln.build takes them; data and val: dicts of arrays by the
  * trainer's input names (each tensor input's name, GRAPH.src, GRAPH.dst, GRAPH.batch, "target",
  * "loss_mask"); loss: a name or a Python function (pred, target) -> scalar (kp_loss_arg); schedule:
- * None, ('cosine', total, warmup) or ('step', step_size, gamma). Returns (params, history,
- * val_history).
+ * None, ('cosine', total, warmup), ('step', step_size, gamma) or a Python function step -> rate.
+ * Returns (params, history, val_history).
  */
 PyObject *kp_fit(PyObject *self, PyObject *args, PyObject *kw) {
   (void)self;
@@ -110,7 +110,12 @@ PyObject *kp_fit(PyObject *self, PyObject *args, PyObject *kw) {
     kp_raise(ctx, s);
     goto done;
   }
-  if (schedule != Py_None) {
+  if (PyCallable_Check(schedule)) {
+    /* a Python function of the step, called on the host before every step (borrowed: fit holds
+     * `schedule` for the whole call) */
+    fo.schedule =
+        (kiln_schedule){.kind = KILN_SCHEDULE_FN, .fn = kp_schedule_call, .closure = schedule};
+  } else if (schedule != Py_None) {
     const char *kind;
     long long a = 0;
     double b = 0;

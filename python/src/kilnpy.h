@@ -118,6 +118,8 @@ PyObject *kp_grad_graph(PyObject *self, PyObject *args);
 PyObject *kp_tensor_new(kp_graph *gr, kiln_value v);
 /* A kiln_fn calling `callable` with Tensors (nparams of them; 0: any); NULL with an exception. */
 kiln_fn *kp_fn_from(kiln_ctx *ctx, PyObject *callable, size_t nparams);
+/* kiln_schedule's fn for a Python callable (closure) of the step: its float, NaN if it raised. */
+double kp_schedule_call(int64_t step, void *closure);
 /* Raises the exception a callable raised inside Kiln on this thread, if any: 1, else 0. */
 int kp_take_pending(void);
 /* numpy.ascontiguousarray(o, dtype=float64) */

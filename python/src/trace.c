@@ -15,8 +15,10 @@
  * step, with the GIL taken back for it: its Tensors wrap the graph Kiln lends it, which they
  * must not outlive (a Graph whose `graph` is NULL refuses further ops). An exception the
  * callable raises is kept for the calling thread and raised again by kp_raise when the Kiln call
- * fails, so the user sees their own error.
+ * fails, so the user sees their own error. A learning-rate schedule given as a Python function
+ * (kp_schedule_call) runs the same way, on the host before every step of kiln_fit.
  */
+#include <math.h>
 #include <string.h>
 
 #include "kilnpy.h"
@@ -629,6 +631,25 @@ int kp_take_pending(void) {
   return 1;
 }
 
+/* Keeps the exception being raised for kp_take_pending (the GIL held). */
+static void keep_pending(void) {
+  Py_XDECREF(pending_type), Py_XDECREF(pending_value), Py_XDECREF(pending_tb);
+  PyErr_Fetch(&pending_type, &pending_value, &pending_tb);
+}
+
+double kp_schedule_call(int64_t step, void *closure) {
+  PyGILState_STATE st = PyGILState_Ensure();
+  PyObject *r = PyObject_CallFunction((PyObject *)closure, "L", (long long)step);
+  double lr = r ? PyFloat_AsDouble(r) : -1;
+  if (PyErr_Occurred()) {
+    keep_pending();
+    lr = NAN; /* kiln_fit stops; kp_raise raises the callable's exception */
+  }
+  Py_XDECREF(r);
+  PyGILState_Release(st);
+  return lr;
+}
+
 static kiln_value call_py(kiln_graph *g, void *closure, size_t n, const kiln_value *args) {
   PyGILState_STATE st = PyGILState_Ensure();
   kp_graph *gr = (kp_graph *)kp_graph_borrow(g);
@@ -647,10 +668,7 @@ static kiln_value call_py(kiln_graph *g, void *closure, size_t n, const kiln_val
   else if (r)
     PyErr_Format(PyExc_TypeError, "kiln: the function %R returned a %s, not a kiln tensor",
                  (PyObject *)closure, Py_TYPE(r)->tp_name);
-  if (v == KILN_NO_VALUE && PyErr_Occurred()) {
-    Py_XDECREF(pending_type), Py_XDECREF(pending_value), Py_XDECREF(pending_tb);
-    PyErr_Fetch(&pending_type, &pending_value, &pending_tb);
-  }
+  if (v == KILN_NO_VALUE && PyErr_Occurred()) keep_pending();
   Py_XDECREF(r);
   Py_XDECREF(targs);
   if (gr) gr->graph = NULL; /* its Tensors must not outlive the call */

@@ -214,3 +214,25 @@ def test_bf16_travels_as_uint16():
     assert down.dtype == np.uint16
     back = torch.from_dlpack(down.view(np.int16)).view(torch.bfloat16)
     assert torch.equal(back, xb)
+
+
+def test_python_schedule_in_fit():
+    x, y = rng.normal(size=(16, 3)), rng.normal(size=(16, 2))
+    m = kiln.layers.linear(3, 2)
+    p = m.init(seed=0, dtype="float64")
+    steps = []
+    r = kiln.fit(m, p, x, y, opt=kiln.sgd(lr=0.5), epochs=3, batch_size=8, verbose=False,
+                 schedule=lambda s: steps.append(s) or 0.0)
+    assert steps == list(range(6))
+    close(r.params["W"], p["W"], 0)        # rate 0 at every step: nothing moves
+    halves = kiln.fit(m, p, x, y, opt=kiln.sgd(lr=0.5), epochs=3, batch_size=8, verbose=False,
+                      schedule=lambda s: 0.05 * 0.5 ** s)
+    ref = kiln.fit(m, p, x, y, opt=kiln.sgd(lr=0.05), epochs=3, batch_size=8, verbose=False,
+                   schedule=kiln.step_lr(1, 0.5))
+    close(halves.params["W"], ref.params["W"], 1e-12)
+
+    def bad(step):
+        raise RuntimeError("schedule broke")
+
+    with pytest.raises(RuntimeError, match="schedule broke"):
+        kiln.fit(m, p, x, y, epochs=1, verbose=False, schedule=bad)

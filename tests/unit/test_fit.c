@@ -387,8 +387,19 @@ static void test_own_loop(kiln_ctx *ctx) {
   kiln_tensor_destroy(x), kiln_tensor_destroy(y);
 }
 
-/* The largest change of any parameter from `p0` after one epoch of kiln_fit under `opt`. */
-static double one_step_change(kiln_ctx *ctx, const kiln_optimizer *opt) {
+static double zero_lr(int64_t step, void *closure) {
+  *(int64_t *)closure += 1 + step; /* step 0 first */
+  return 0;
+}
+static double nan_lr(int64_t step, void *closure) {
+  (void)step, (void)closure;
+  return NAN;
+}
+
+/* The largest change of any parameter from `p0` after one epoch of kiln_fit under `opt` (and
+ * schedule `sc`, NULL: none); -1 when fit fails. */
+static double one_step_change(kiln_ctx *ctx, const kiln_optimizer *opt,
+                              const kiln_schedule *sc) {
   enum { N = 8 };
   int64_t xd[2] = {N, 3}, yd[2] = {N, 2};
   kiln_tensor *x = tensor(ctx, KILN_F64, 2, xd), *y = tensor(ctx, KILN_F64, 2, yd);
@@ -404,6 +415,7 @@ static double one_step_change(kiln_ctx *ctx, const kiln_optimizer *opt) {
   double change = -1;
   kiln_tensor *data[2] = {x, y};
   kiln_fit_options fo = {.epochs = 1, .seed = 1};
+  if (sc) fo.schedule = *sc;
   kiln_fit_result r = {0};
   if (kiln_fit(ctx, &spec, p0, 2, data, &fo, &r) == KILN_OK) {
     const kiln_params *pt = r.params;
@@ -428,11 +440,22 @@ static double one_step_change(kiln_ctx *ctx, const kiln_optimizer *opt) {
 static void test_optimizer_choice(kiln_ctx *ctx) {
   kiln_optimizer sgd0 = kiln_optimizer_default(KILN_OPTIM_SGD), zeroed = {0};
   sgd0.lr = 0;
-  double still = one_step_change(ctx, &sgd0), moved = one_step_change(ctx, &zeroed);
+  double still = one_step_change(ctx, &sgd0, NULL), moved = one_step_change(ctx, &zeroed, NULL);
   printf("one epoch: sgd lr 0 moves the parameters by %.3g, the default optimizer by %.3g\n", still,
          moved);
   CHECK(still == 0);
   CHECK(moved > 1e-5 && moved < 2e-3); /* Adam's first step is about lr = 1e-3 per weight */
+  /* A schedule function (a binding's): called before each step with the step number; its rate is
+   * the step's (0: no move), and a NaN stops fit with a message. */
+  int64_t calls = 0;
+  kiln_schedule fn0 = {.kind = KILN_SCHEDULE_FN, .fn = zero_lr, .closure = &calls};
+  kiln_optimizer sgd = kiln_optimizer_default(KILN_OPTIM_SGD);
+  sgd.lr = 0.5;
+  double scheduled = one_step_change(ctx, &sgd, &fn0);
+  CHECK(scheduled == 0 && calls == 1);
+  kiln_schedule bad = {.kind = KILN_SCHEDULE_FN, .fn = nan_lr};
+  CHECK(one_step_change(ctx, &sgd, &bad) == -1 &&
+        strstr(kiln_ctx_error(ctx), "schedule gave nan at step 0"));
 }
 
 /* mean(|p - y|) written with the graph builder, for kiln_fn_create. */
