@@ -63,6 +63,22 @@ KILN_API kiln_status kiln_layer_build(kiln_ctx *ctx, const kiln_layer *model, si
                                       const kiln_model_input *inputs, const kiln_build_opts *opts,
                                       kiln_graph **out);
 
+/*
+ * `model` applied to values the caller already has in graph `g` (a binding's traced function:
+ * the Python package's model(p, x) inside kiln.value_and_grad): its parameters are the values
+ * params[i] named names[i] (paths as kiln_layer_init names them, in any order; each must have
+ * the shape the model declares and dtype opts->dtype, opts NULL: f32), its tensor inputs
+ * inputs[0..n_inputs) (several reach the model as a list). With opts->train, random layers draw
+ * from `seed`, an i64 scalar value of g (KILN_NO_VALUE: g gets a parameter "seed" as
+ * kiln_layer_build's graph does). Graph layers and the
+ * attention mask need kiln_layer_build. Writes up to `cap` results (a model returning a list
+ * has one per element) and returns their count, or -1 with the message on g's context.
+ */
+KILN_API int kiln_layer_apply(kiln_graph *g, const kiln_layer *model, const kiln_build_opts *opts,
+                              size_t n_params, const char *const *names, const kiln_value *params,
+                              size_t n_inputs, const kiln_value *inputs, kiln_value seed,
+                              size_t cap, kiln_value *out);
+
 /* ------------------------------------------------------------ graph data */
 
 /*

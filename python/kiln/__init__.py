@@ -83,18 +83,11 @@ def _tree(pairs):
     return listify(root)
 
 
-def _flatten(tree, prefix=""):
+def _flatten(tree):
     """The inverse of _tree: (name, array) pairs of every leaf."""
-    if isinstance(tree, dict):
-        items = tree.items()
-    elif isinstance(tree, (list, tuple)):
-        items = ((str(i), v) for i, v in enumerate(tree))
-    else:
-        return [(prefix[:-1], _array(tree, prefix[:-1]))]
-    out = []
-    for k, v in items:
-        out += _flatten(v, f"{prefix}{k}.")
-    return out
+    names, leaves = [], []
+    _trace._named_leaves(tree, "", names, leaves)
+    return [(n, _array(v, n)) for n, v in zip(names, leaves)]
 
 
 def _param_dtype(pairs, inputs=()):
@@ -155,7 +148,11 @@ class Model:
     def __call__(self, params, x, train=False, graph=None, mask=None, seed=0, backend="auto"):
         """Applies the model: x is an array (or a list of arrays for several inputs). Float
         inputs are converted to the parameters' dtype. Returns an array, or a list of arrays for
-        a model with several outputs. train=True turns dropout and sampling on (from `seed`)."""
+        a model with several outputs. train=True turns dropout and sampling on (from `seed`).
+        Inside a function traced by kiln.value_and_grad, grad or jit (params or x holding
+        kiln.Tensors) it adds the model to the trace instead and returns Tensors."""
+        if _trace.traced(params, x):
+            return _trace.apply_model(self, params, x, train, seed, graph, mask)
         pairs = _flatten(params)
         xs = [_array(a) for a in (x if isinstance(x, (list, tuple)) else [x])]
         dtype = _param_dtype(pairs, xs)

@@ -119,3 +119,44 @@ def _count(spec):
     if spec is None:
         return 1
     return sum(_count(s) for s in spec[2])
+
+
+def traced(*trees):
+    """Whether any leaf of the trees is a kiln.Tensor (a model called inside a traced function)."""
+    leaves = []
+    for t in trees:
+        _tree_flatten(t, leaves)
+    return any(isinstance(x, Tensor) for x in leaves)
+
+
+def _named_leaves(tree, prefix, names, values):
+    """(path, leaf) of every leaf, paths as kiln_layer_init names them ("0.W", "enc.b")."""
+    if isinstance(tree, dict):
+        items = tree.items()
+    elif isinstance(tree, (list, tuple)):
+        items = ((str(i), v) for i, v in enumerate(tree))
+    else:
+        names.append(prefix[:-1])
+        values.append(tree)
+        return
+    for k, v in items:
+        _named_leaves(v, f"{prefix}{k}.", names, values)
+
+
+def apply_model(model, params, x, train, seed, graph, mask):
+    """model(params, x) inside a traced function: the model built onto the trace's values
+    (kiln_layer_apply); its result a Tensor, or a list of them for several outputs."""
+    if graph is not None or mask is not None:
+        raise _kiln.UnsupportedError("a model called inside a traced function takes no graph= "
+                                     "or mask= (kiln_layer_apply builds onto tensor inputs only)")
+    names, values = [], []
+    _named_leaves(params, "", names, values)
+    xs = list(x) if isinstance(x, (list, tuple)) else [x]
+    dtype = next((v.dtype for v in values + xs
+                  if getattr(v, "dtype", None) is not None and str(v.dtype).startswith("float")),
+                 "float32")
+    if train and not isinstance(seed, Tensor):
+        seed = np.asarray(seed, dtype=np.int64)
+    outs = _kiln.layer_apply(model._layer, names, values, xs, str(dtype), bool(train),
+                             seed if train else None)
+    return outs[0] if len(outs) == 1 else outs

@@ -115,6 +115,7 @@ PyObject *kp_trace_param(PyObject *self, PyObject *args);
 PyObject *kp_trace_op(PyObject *self, PyObject *args);
 PyObject *kp_trace_end(PyObject *self, PyObject *args);
 PyObject *kp_grad_graph(PyObject *self, PyObject *args);
+PyObject *kp_layer_apply(PyObject *self, PyObject *args);
 PyObject *kp_tensor_new(kp_graph *gr, kiln_value v);
 /* A kiln_fn calling `callable` with Tensors (nparams of them; 0: any); NULL with an exception. */
 kiln_fn *kp_fn_from(kiln_ctx *ctx, PyObject *callable, size_t nparams);

@@ -387,6 +387,8 @@ static PyMethodDef methods[] = {
     {"trace_op", kp_trace_op, METH_VARARGS,
      "trace_op(op, operands, attrs=None, dtype=None): one instruction, as a Tensor."},
     {"trace_end", kp_trace_end, METH_VARARGS, "trace_end(graph, results): sets the results."},
+    {"layer_apply", kp_layer_apply, METH_VARARGS,
+     "layer_apply(layer, names, values, inputs, dtype, train=False, seed=None): Tensors."},
     {"grad_graph", kp_grad_graph, METH_VARARGS,
      "grad_graph(graph, wrt): the loss (result 0) and its gradients (kiln_graph_grad)."},
     {NULL, NULL, 0, NULL}};

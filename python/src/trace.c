@@ -619,6 +619,50 @@ PyObject *kp_grad_graph(PyObject *self, PyObject *args) {
   return kp_graph_share(gr, out);
 }
 
+/* layer_apply(layer, names, values, inputs, dtype, train=False, seed=None): kiln_layer_apply onto
+ * the graph of the first Tensor among values and inputs (numbers and arrays become constants of
+ * `dtype`); a list of Tensors, one per result. */
+PyObject *kp_layer_apply(PyObject *self, PyObject *args) {
+  (void)self;
+  kp_layer *layer;
+  PyObject *names, *values, *inputs, *seed = Py_None;
+  const char *dtype;
+  int train = 0;
+  if (!PyArg_ParseTuple(args, "O!O!O!O!s|pO", &kp_layer_type, &layer, &PyList_Type, &names,
+                        &PyList_Type, &values, &PyList_Type, &inputs, &dtype, &train, &seed))
+    return NULL;
+  Py_ssize_t np = PyList_GET_SIZE(values), nx = PyList_GET_SIZE(inputs);
+  int dt = kp_dtype_from_name(dtype);
+  if (dt < 0) return NULL;
+  kp_tensor *t = first_tensor(PySequence_Fast_ITEMS(values), np);
+  if (!t) t = first_tensor(PySequence_Fast_ITEMS(inputs), nx);
+  if (!t || PyList_GET_SIZE(names) != np || np > 256 || nx > 64 || !nx)
+    return PyErr_Format(PyExc_ValueError, "layer_apply: %s",
+                        t ? "one name per value, 256 at most, 1 to 64 inputs" : "no traced tensor");
+  const char *pn[256];
+  kiln_value pv[256], xv[64], sv = KILN_NO_VALUE, out[64];
+  for (Py_ssize_t i = 0; i < np; i++)
+    if (!(pn[i] = PyUnicode_AsUTF8(PyList_GET_ITEM(names, i))) ||
+        lift(t->graph, PyList_GET_ITEM(values, i), (kiln_dtype)dt, &pv[i]) < 0)
+      return NULL;
+  for (Py_ssize_t i = 0; i < nx; i++)
+    if (lift(t->graph, PyList_GET_ITEM(inputs, i), (kiln_dtype)dt, &xv[i]) < 0) return NULL;
+  if (seed != Py_None && lift(t->graph, seed, KILN_I64, &sv) < 0) return NULL;
+  kiln_build_opts bo = {.dtype = (kiln_dtype)dt, .train = train};
+  kiln_graph *g = t->graph->graph;
+  int n = kiln_layer_apply(g, layer->layer, &bo, (size_t)np, pn, pv, (size_t)nx, xv, sv, 64, out);
+  if (n < 0) return build_error(g);
+  PyObject *list = PyList_New(n);
+  for (int i = 0; list && i < n; i++) {
+    PyObject *o = kp_tensor_new(t->graph, out[i]);
+    if (!o)
+      Py_CLEAR(list);
+    else
+      PyList_SET_ITEM(list, i, o);
+  }
+  return list;
+}
+
 /* ------------------------------------------------------------- Python callables for Kiln */
 
 /* The exception a callable raised while Kiln built, for this thread's kp_raise. */

@@ -236,3 +236,36 @@ def test_python_schedule_in_fit():
 
     with pytest.raises(RuntimeError, match="schedule broke"):
         kiln.fit(m, p, x, y, epochs=1, verbose=False, schedule=bad)
+
+
+def test_model_inside_a_traced_function():
+    net = kiln.layers.mlp([3, 8, 4], act="tanh")
+    p = {"net": net.init(seed=3, dtype="float64"), "head": rng.normal(size=(4, 2))}
+    x, y = rng.normal(size=(6, 3)), rng.normal(size=(6, 2))
+
+    def loss(p, x, y):  # a catalogue model and a hand-written head, in one trace
+        return ((net(p["net"], x) @ p["head"] - y) ** 2).mean()
+
+    l, g = kiln.value_and_grad(loss)(p, x, y)
+    tp = [{"W": t(q["W"]), "b": t(q["b"])} for q in p["net"] if q]  # [linear, {}, linear]
+    th = t(p["head"])
+    ref = ((torch.tanh(torch.tensor(x) @ tp[0]["W"] + tp[0]["b"]) @ tp[1]["W"] + tp[1]["b"]) @ th
+           - torch.tensor(y)) ** 2
+    ref = ref.mean()
+    ref.backward()
+    close(l, ref)
+    close(g["head"], th.grad)
+    assert g["net"][1] == {}
+    for gq, tq in zip([g["net"][0], g["net"][2]], tp):
+        close(gq["W"], tq["W"].grad)
+        close(gq["b"], tq["b"].grad)
+    # the model's own value_and_grad agrees on the model alone
+    l1, g1 = kiln.value_and_grad(net, "mse")(p["net"], x, y[:, :1].repeat(4, 1))
+    l2, g2 = kiln.value_and_grad(lambda q, x, y: ((net(q, x) - y) ** 2).mean())(
+        p["net"], x, y[:, :1].repeat(4, 1))
+    close(l1, l2, 1e-12)
+    close(g1[2]["W"], g2[2]["W"], 1e-12)
+    with pytest.raises(kiln.InvalidArgumentError, match="no value for its parameter '2.b'"):
+        kiln.jit(lambda q, x: net(q, x))([p["net"][0], {}, {"W": p["net"][2]["W"]}], x)
+    with pytest.raises(kiln.UnsupportedError):
+        kiln.jit(lambda q, x: net(q, x, graph=kiln.graph([[0, 1]])))(p["net"], x)
