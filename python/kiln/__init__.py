@@ -543,14 +543,16 @@ class ValueAndGrad:
         return loss, _tree(grads)
 
 
-def value_and_grad(fn, loss="mse", train=False, argnums=0, backend="auto"):
+def value_and_grad(fn, loss="mse", train=False, argnums=0, has_aux=False, backend="auto"):
     """The value of a scalar function and its gradient, for a training loop of your own.
 
     fn a Python function of Kiln ops (kiln.ops, the operators of kiln.Tensor): the result
     f(params, *arrays) returns (loss as a float, d loss / d params) with the gradient a tree
     shaped like params (nested dicts, lists and tuples of arrays); argnums picks the argument
-    (or a tuple of them, the gradients then a tuple). fn is traced once per signature (tree
-    structure, shapes, dtypes), differentiated by Kiln (kiln_graph_grad), compiled and cached.
+    (or a tuple of them, the gradients then a tuple). has_aux=True: fn returns (loss, aux), aux
+    a tensor or tree of them, and the result is ((loss, aux), grads). fn is traced once per
+    signature (tree structure, shapes, dtypes), differentiated by Kiln (kiln_graph_grad),
+    compiled and cached.
 
     fn a Model: the loss of the model on a batch, f(params, X, y=None, graph=None, mask=None,
     seed=0); loss a name ("mse", "cross_entropy", ...) or a Python function (pred, target) ->
@@ -562,13 +564,13 @@ def value_and_grad(fn, loss="mse", train=False, argnums=0, backend="auto"):
         return ValueAndGrad(fn, loss, bool(train))
     if not callable(fn):
         raise TypeError(f"kiln.value_and_grad: a Model or a function, not {type(fn).__name__}")
-    return _trace._Traced(fn, argnums, "vg", backend)
+    return _trace._Traced(fn, argnums, "vg", backend, has_aux)
 
 
-def grad(fn, argnums=0, backend="auto"):
+def grad(fn, argnums=0, has_aux=False, backend="auto"):
     """d fn / d args[argnums] of a scalar Python function of Kiln ops (value_and_grad's gradient
-    alone), traced, differentiated and compiled once per signature."""
-    return _trace._Traced(fn, argnums, "g", backend)
+    alone), traced, differentiated and compiled once per signature; (grads, aux) with has_aux."""
+    return _trace._Traced(fn, argnums, "g", backend, has_aux)
 
 
 def jit(fn, backend="auto"):

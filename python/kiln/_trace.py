@@ -47,8 +47,8 @@ class _Traced:
     """fn traced, differentiated with respect to the arguments in `argnums` (mode "vg", "g") or
     not at all (mode "jit"), compiled once per signature."""
 
-    def __init__(self, fn, argnums, mode, backend):
-        self._fn, self._mode, self._backend = fn, mode, backend
+    def __init__(self, fn, argnums, mode, backend, has_aux=False):
+        self._fn, self._mode, self._backend, self._has_aux = fn, mode, backend, has_aux
         self._single = isinstance(argnums, int)
         self._argnums = (argnums,) if self._single else tuple(argnums)
         self._cache = {}
@@ -68,6 +68,13 @@ class _Traced:
                 leaf += 1
             args.append(_tree_unflatten(spec, iter(ts)))
         out = self._fn(*args)
+        aux, aux_spec = [], None
+        if self._has_aux:  # (loss, aux): aux's tensors are results after the loss
+            if not (isinstance(out, tuple) and len(out) == 2):
+                raise TypeError(f"{self.__name__}: has_aux=True wants the function to return "
+                                f"(loss, aux), not a {type(out).__name__}")
+            out, aux_tree = out
+            aux_spec = _tree_flatten(aux_tree, aux)
         if self._mode == "jit":
             res = []
             out_spec = _tree_flatten(out, res)
@@ -81,12 +88,12 @@ class _Traced:
             raise InvalidArgumentError(
                 f"kiln.{'value_and_grad' if self._mode == 'vg' else 'grad'}: the function must "
                 f"return a scalar loss, got {out.dtype}{list(out.shape)} (reduce it, e.g. .mean())")
-        _kiln.trace_end(g, [out])
+        _kiln.trace_end(g, [out] + aux)
         wrt = []
         for a, spec in enumerate(specs):
             wrt += [a in self._argnums] * _count(spec)
-        gg = _kiln.grad_graph(g, wrt)
-        return _kiln.compile(gg, [None] * len(arrays), self._backend), None
+        gg = _kiln.grad_graph(g, wrt)  # its results (the loss, aux), then the gradients
+        return _kiln.compile(gg, [None] * len(arrays), self._backend), (aux_spec, len(aux))
 
     def __call__(self, *args):
         for a in self._argnums:
@@ -107,9 +114,13 @@ class _Traced:
         outs = list(outs) if isinstance(outs, tuple) else [outs]
         if self._mode == "jit":
             return _tree_unflatten(out_spec, iter(outs))
-        loss, grads = outs[0], iter(outs[1:])  # the gradients in argument order
+        aux_spec, n_aux = out_spec
+        loss, grads = outs[0], iter(outs[1 + n_aux:])  # the gradients in argument order
         by_arg = {a: _tree_unflatten(specs[a], grads) for a in sorted(set(self._argnums))}
         g = by_arg[self._argnums[0]] if self._single else tuple(by_arg[a] for a in self._argnums)
+        if self._has_aux:
+            aux = _tree_unflatten(aux_spec, iter(outs[1:1 + n_aux]))
+            return (g, aux) if self._mode == "g" else ((float(loss), aux), g)
         if self._mode == "g":
             return g
         return float(loss), g

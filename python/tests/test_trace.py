@@ -269,3 +269,21 @@ def test_model_inside_a_traced_function():
         kiln.jit(lambda q, x: net(q, x))([p["net"][0], {}, {"W": p["net"][2]["W"]}], x)
     with pytest.raises(kiln.UnsupportedError):
         kiln.jit(lambda q, x: net(q, x, graph=kiln.graph([[0, 1]])))(p["net"], x)
+
+
+def test_has_aux():
+    W, x = rng.normal(size=(3, 2)), rng.normal(size=(5, 3))
+
+    def f(W, x):
+        z = x @ W
+        return (z ** 2).mean(), {"z": z, "max": z.max()}
+
+    (l, aux), g = kiln.value_and_grad(f, has_aux=True)(W, x)
+    close(aux["z"], x @ W)
+    close(aux["max"], (x @ W).max())
+    close(l, ((x @ W) ** 2).mean())
+    close(g, 2 * x.T @ (x @ W) / 10)
+    g2, aux2 = kiln.grad(f, has_aux=True)(W, x)
+    close(g2, g)
+    with pytest.raises(TypeError, match="has_aux"):
+        kiln.value_and_grad(lambda W, x: (x @ W).sum(), has_aux=True)(W, x)
