@@ -287,3 +287,61 @@ def test_has_aux():
     close(g2, g)
     with pytest.raises(TypeError, match="has_aux"):
         kiln.value_and_grad(lambda W, x: (x @ W).sum(), has_aux=True)(W, x)
+
+
+UNARY = {  # kiln.ops name: torch's function of the same op, differentiated on x in (0.1, 2)
+    "exp": torch.exp, "expm1": torch.expm1, "log": torch.log, "log1p": torch.log1p,
+    "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal, "sin": torch.sin,
+    "cos": torch.cos, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "erf": torch.erf,
+    "abs": torch.abs, "relu": torch.relu, "silu": torch.nn.functional.silu,
+    "gelu": torch.nn.functional.gelu, "softplus": torch.nn.functional.softplus,
+    "mish": torch.nn.functional.mish, "elu": torch.nn.functional.elu,
+    "square": torch.square,
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_each_unary_op_against_torch(name):
+    x = rng.uniform(0.1, 2.0, size=(4, 5))
+    w = rng.normal(size=(4, 5))
+    op = getattr(ops, name)
+    (l, y), g = kiln.value_and_grad(lambda x, w: ((op(x) * w).sum(), op(x)), has_aux=True)(x, w)
+    tx = t(x)
+    ref = UNARY[name](tx)
+    (ref * torch.tensor(w)).sum().backward()
+    close(y, ref, 1e-9)
+    close(g, tx.grad, 1e-9)
+
+
+def test_shape_ops_and_reductions_against_numpy():
+    x = rng.normal(size=(2, 3, 4))
+    idx = np.array([2, 0, 1], dtype=np.int64)
+    f = kiln.jit(lambda x, i: {
+        "sum": ops.sum(x, axis=(0, 2)), "mean": ops.mean(x, -1, keepdims=True),
+        "max": ops.max(x, 1), "min": x.min(), "prod": ops.prod(x, 0),
+        "argmax": ops.argmax(x, -1), "argmin": ops.argmin(x, 1),
+        "t": ops.transpose(x, (2, 0, 1)), "b": ops.broadcast_to(x[0, 0], (3, 4)),
+        "pad": ops.pad(x, [0, 1, 0], [0, 0, 2], 9.0), "take": ops.take(x, i, axis=1),
+        "cat": ops.concat([x, x * 2], axis=-1), "clip": ops.clip(x, -0.5, 0.5),
+        "where": ops.where(x > 0, x, -x), "max2": ops.maximum(x, 0.1), "pow": ops.power(ops.abs(x), 1.5),
+        "ln": ops.layer_norm(x, np.ones(4), np.zeros(4), axis=-1),
+        "sm": ops.softmax(x, axis=1)})
+    out = f(x, idx)
+    close(out["sum"], x.sum((0, 2)))
+    close(out["mean"], x.mean(-1, keepdims=True))
+    close(out["max"], x.max(1))
+    close(out["min"], x.min())
+    close(out["prod"], x.prod(0))
+    np.testing.assert_array_equal(out["argmax"], x.argmax(-1))
+    np.testing.assert_array_equal(out["argmin"], x.argmin(1))
+    close(out["t"], x.transpose(2, 0, 1))
+    close(out["b"], np.broadcast_to(x[0, 0], (3, 4)))
+    close(out["pad"], np.pad(x, [(0, 0), (1, 0), (0, 2)], constant_values=9.0))
+    close(out["take"], np.take(x, idx, axis=1))
+    close(out["cat"], np.concatenate([x, 2 * x], -1))
+    close(out["clip"], np.clip(x, -0.5, 0.5))
+    close(out["where"], np.abs(x))
+    close(out["max2"], np.maximum(x, 0.1))
+    close(out["pow"], np.abs(x) ** 1.5)
+    close(out["ln"], torch.nn.functional.layer_norm(torch.tensor(x), (4,)), 1e-9)
+    close(out["sm"], torch.softmax(torch.tensor(x), 1))
