@@ -345,3 +345,16 @@ def test_shape_ops_and_reductions_against_numpy():
     close(out["pow"], np.abs(x) ** 1.5)
     close(out["ln"], torch.nn.functional.layer_norm(torch.tensor(x), (4,)), 1e-9)
     close(out["sm"], torch.softmax(torch.tensor(x), 1))
+
+
+def test_one_value_and_grad_from_8_threads():
+    from concurrent.futures import ThreadPoolExecutor
+    W = rng.normal(size=(16, 4))
+    xs = [rng.normal(size=(32, 16)) for _ in range(8)]
+    vg = kiln.value_and_grad(lambda W, x: ops.tanh(x @ W).sum())
+    want = [vg(W, x) for x in xs]            # traced and compiled once, then run alone
+    with ThreadPoolExecutor(8) as pool:      # the compiled call releases the GIL
+        got = list(pool.map(lambda x: vg(W, x), xs * 4))
+    for (l, g), (wl, wg) in zip(got, want * 4):
+        assert l == wl
+        np.testing.assert_array_equal(g, wg)
