@@ -70,9 +70,9 @@ KILN_API kiln_status kiln_layer_build(kiln_ctx *ctx, const kiln_layer *model, si
  * the shape the model declares and dtype opts->dtype, opts NULL: f32), its tensor inputs
  * inputs[0..n_inputs) (several reach the model as a list). With opts->train, random layers draw
  * from `seed`, an i64 scalar value of g (KILN_NO_VALUE: g gets a parameter "seed" as
- * kiln_layer_build's graph does). Graph layers and the
- * attention mask need kiln_layer_build. Writes up to `cap` results (a model returning a list
- * has one per element) and returns their count, or -1 with the message on g's context.
+ * kiln_layer_build's graph does). Graph layers and the attention mask need kiln_layer_build.
+ * Writes up to `cap` results (a model returning a list has one per element) and returns their
+ * count, or -1 with the message on g's context.
  */
 KILN_API int kiln_layer_apply(kiln_graph *g, const kiln_layer *model, const kiln_build_opts *opts,
                               size_t n_params, const char *const *names, const kiln_value *params,
@@ -190,9 +190,10 @@ KILN_API const kiln_fn *kiln_model_file_fn(const kiln_model_file *m, const char 
 /*
  * A function of tensors written with the graph builder, for a binding's own functions (Python
  * callables, python/): an activation or lambda_layer's body (kiln_arg KILN_ARG_FN) or fit's loss
- * (kiln_train_spec.loss_fn). Called with `n` values of graph `g` (nparams of them; 0: any
- * number), it adds ops to g and returns its result, or KILN_NO_VALUE after a failure: the
- * graph's sticky error then says why, else Kiln reports "the function 'TEXT' failed".
+ * (kiln_train_spec.loss_fn). `nparams` is the number of values it takes (0: any), which the
+ * constructors check (an activation takes one). Called with `n` values of graph `g`, it adds ops
+ * to g and returns its result, or KILN_NO_VALUE after a failure: the graph's sticky error then
+ * says why, else Kiln reports "the function 'TEXT' failed".
  * free_closure (may be NULL) runs when the last reference goes. Reference-counted: the layers
  * and trainers that use it hold their own; the caller releases its one with kiln_fn_release.
  */
