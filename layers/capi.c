@@ -135,24 +135,64 @@ static kl_layer *call_end(call *c) {
 
 /* ----------------------------------------------------- C function layers */
 
-typedef struct tensor_fn {
-  kiln_tensor_fn fn;
+/* A C function: one tensor in (kiln_tensor_fn, the C constructors) or n (kiln_fn_create). */
+typedef struct c_fn {
+  kiln_tensor_fn fn1;
+  kiln_fn_callback fn;
   void *closure;
-} tensor_fn;
+  void (*free_closure)(void *);
+  char *text;
+} c_fn;
 
-static kiln_status call_tensor_fn(kl_build *b, void *closure, uint32_t nargs, const kl_val *args,
-                                  kl_val *out) {
-  const tensor_fn *f = closure;
-  if (nargs != 1 || args[0].is_list)
+enum { MAX_FN_ARGS = 16 };
+
+static void free_c_fn(void *p) {
+  c_fn *f = p;
+  if (f->free_closure) f->free_closure(f->closure);
+  free(f->text);
+  free(f);
+}
+
+static kiln_status call_c_fn(kl_build *b, void *closure, uint32_t nargs, const kl_val *args,
+                             kl_val *out) {
+  const c_fn *f = closure;
+  if (f->fn1 && (nargs != 1 || args[0].is_list))
     return kir_fail(b->ctx, KILN_ERR_TYPE, "a C function layer takes one tensor, got %s of %u",
                     nargs == 1 ? "a list" : "arguments", nargs == 1 ? args[0].n : nargs);
-  kiln_value y = f->fn(b->g, args[0].v, f->closure);
+  kiln_value v[MAX_FN_ARGS];
+  if (nargs > MAX_FN_ARGS)
+    return kir_fail(b->ctx, KILN_ERR_TYPE, "the function '%s' takes at most %d tensors, got %u",
+                    f->text, MAX_FN_ARGS, nargs);
+  for (uint32_t i = 0; i < nargs; i++) {
+    if (args[i].is_list)
+      return kir_fail(b->ctx, KILN_ERR_TYPE,
+                      "the function '%s' takes tensors, got a list of %u as argument %u", f->text,
+                      args[i].n, i + 1);
+    v[i] = args[i].v;
+  }
+  kiln_value y = f->fn1 ? f->fn1(b->g, v[0], f->closure) : f->fn(b->g, f->closure, nargs, v);
   kiln_status s = kl_check(b);
   if (s != KILN_OK) return s;
   if (y == KILN_NO_VALUE)
-    return kir_fail(b->ctx, KILN_ERR_INVALID, "a C function layer returned no value");
+    return f->fn1 ? kir_fail(b->ctx, KILN_ERR_INVALID, "a C function layer returned no value")
+                  : kir_fail(b->ctx, KILN_ERR_INVALID, "the function '%s' failed", f->text);
   *out = kl_tensor(y);
   return KILN_OK;
+}
+
+/* A kl_fn calling f (consumed); NULL with the message on ctx. */
+static kl_fn *new_c_fn(kiln_ctx *ctx, uint32_t nparams, c_fn f) {
+  c_fn *c = malloc(sizeof *c);
+  char *text = strdup(f.text ? f.text : "fn");
+  if (!c || !text) {
+    free(c), free(text);
+    if (f.free_closure) f.free_closure(f.closure);
+    kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+    return NULL;
+  }
+  *c = f;
+  c->text = text;
+  return kl_fn_new(ctx, nparams, call_c_fn, c, free_c_fn, text); /* frees c on failure */
 }
 
 /* A kl_fn calling `fn` (one reference, the caller's); NULL with the message on ctx. */
@@ -162,15 +202,23 @@ static kl_fn *wrap_fn(kiln_ctx *ctx, const char *ctor, kiln_tensor_fn fn, void *
     kir_fail(ctx, KILN_ERR_INVALID, "%s: the function is NULL", ctor);
     return NULL;
   }
-  tensor_fn *f = malloc(sizeof *f);
-  if (!f) {
-    kir_fail(ctx, KILN_ERR_NOMEM, "%s: out of memory", ctor);
+  return new_c_fn(ctx, 1, (c_fn){.fn1 = fn, .closure = closure, .text = (char *)text});
+}
+
+KILN_API kiln_fn *kiln_fn_create(kiln_ctx *ctx, size_t nparams, kiln_fn_callback call,
+                                 void *closure, void (*free_closure)(void *), const char *text) {
+  if (!call || nparams > MAX_FN_ARGS) {
+    if (free_closure) free_closure(closure);
+    kir_fail(ctx, KILN_ERR_INVALID, "kiln_fn_create: %s",
+             call ? "more than 16 parameters" : "the function is NULL");
     return NULL;
   }
-  f->fn = fn;
-  f->closure = closure;
-  return kl_fn_new(ctx, 1, call_tensor_fn, f, free, text ? text : "fn"); /* frees f on failure */
+  return new_c_fn(
+      ctx, (uint32_t)nparams,
+      (c_fn){.fn = call, .closure = closure, .free_closure = free_closure, .text = (char *)text});
 }
+
+KILN_API void kiln_fn_release(kiln_fn *f) { kl_fn_release(f); }
 
 static kl_arg fn_arg(kl_fn *f) {
   kl_arg a = kl_none();

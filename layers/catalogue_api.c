@@ -5,8 +5,11 @@
  * writing one wrapper each: it lists the catalogue (name, signature, docs) and calls a
  * constructor by name with positional and keyword arguments, as a .kiln file does. The public
  * kiln_arg values are copied into the internal kl_arg form and handed to kl_call(), so the
- * checks, defaults and messages are those of every other route.
+ * checks, defaults and messages are those of every other route. kiln_layer_apply builds a model
+ * onto values of the binding's own graph (a traced function calling a model) with the same
+ * kl_apply that kiln_layer_build uses.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "layers/layers.h"
@@ -54,6 +57,11 @@ static bool convert(kiln_ctx *ctx, kir_arena *arena, const char *ctor, const kil
     if (!a->layer) break;
     *out = kl_layer_arg(a->layer);
     return true;
+  case KILN_ARG_FN:
+    if (!a->fn) break;
+    out->kind = KL_A_FN;
+    out->fn = (kl_fn *)a->fn;
+    return true;
   case KILN_ARG_LIST: {
     if (depth >= MAX_DEPTH || a->n > UINT32_MAX || (a->n && !a->items)) break;
     kl_arg *items = kir_arena_alloc(arena, (a->n ? a->n : 1) * sizeof *items);
@@ -95,4 +103,72 @@ KILN_API kiln_layer *kiln_layer_call_args(kiln_ctx *ctx, const char *ctor, size_
     out = NULL;
   kir_arena_free(&arena);
   return out;
+}
+
+/* b->pvals[i] for every parameter of b->params from names/params, checked; ctx's message. */
+static kiln_status match_params(kl_build *b, size_t n, const char *const *names,
+                                const kiln_value *params) {
+  for (size_t j = 0; j < n; j++) {
+    bool known = false;
+    for (uint32_t i = 0; i < b->params.n && !known; i++)
+      known = !strcmp(names[j], b->params.p[i].path);
+    if (!known)
+      return kir_fail(b->ctx, KILN_ERR_INVALID, "model: '%s' is not a parameter of the model",
+                      names[j]);
+  }
+  for (uint32_t i = 0; i < b->params.n; i++) {
+    const kl_pinfo *p = &b->params.p[i];
+    size_t j = 0;
+    while (j < n && strcmp(names[j], p->path))
+      j++;
+    if (j == n)
+      return kir_fail(b->ctx, KILN_ERR_INVALID, "model: no value for its parameter '%s'", p->path);
+    bool fits =
+        kiln_value_dtype(b->g, params[j]) == b->dt && kiln_value_rank(b->g, params[j]) == p->rank;
+    for (uint32_t d = 0; fits && d < p->rank; d++)
+      fits = kiln_value_dim(b->g, params[j], d) == p->dims[d];
+    if (!fits)
+      return kir_fail(b->ctx, KILN_ERR_INVALID,
+                      "model: parameter '%s' is not %s of rank %u with the model's dims", p->path,
+                      kiln_dtype_name(b->dt), p->rank);
+    b->pvals[i] = params[j];
+  }
+  return KILN_OK;
+}
+
+KILN_API int kiln_layer_apply(kiln_graph *g, const kiln_layer *model, const kiln_build_opts *opts,
+                              size_t n_params, const char *const *names, const kiln_value *params,
+                              size_t n_inputs, const kiln_value *inputs, kiln_value seed,
+                              size_t cap, kiln_value *out) {
+  if (kiln_graph_status(g)) return -1;
+  kiln_ctx *ctx = kiln_graph_ctx(g);
+  if (!model || !n_inputs || n_inputs > 64 || !inputs || (n_params && (!names || !params))) {
+    kir_fail(ctx, KILN_ERR_INVALID, "kiln_layer_apply: bad arguments");
+    return -1;
+  }
+  kl_build b = {.ctx = ctx,
+                .g = g,
+                .dt = opts ? opts->dtype : KILN_F32,
+                .train = opts && opts->train,
+                .seed = seed,
+                .mask = KILN_NO_VALUE};
+  b.graph.src = b.graph.dst = b.graph.batch = KILN_NO_VALUE;
+  b.graph.nodes = kiln_value_rank(g, inputs[0]) ? kiln_value_dim(g, inputs[0], 0) : 1;
+  kiln_status s = kl_params_of(ctx, model, &b.params);
+  if (!s && !(b.pvals = calloc(b.params.n + 1, sizeof *b.pvals)))
+    s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  if (!s) s = match_params(&b, n_params, names, params);
+  kl_val x = kl_tensor(inputs[0]), y;
+  if (!s && n_inputs > 1) {
+    x = kl_list(&b, (uint32_t)n_inputs);
+    for (size_t i = 0; i < n_inputs && x.items; i++)
+      x.items[i] = kl_tensor(inputs[i]);
+  }
+  size_t n = 0;
+  if (!s && !(s = kl_check(&b)) && !(s = kl_apply(&b, model, "", x, &y)))
+    s = kl_flatten_results(&b, y, out, &n, cap);
+  free(b.pvals);
+  kl_plist_free(&b.params);
+  kir_arena_free(&b.arena);
+  return s ? -1 : (int)n;
 }

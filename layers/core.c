@@ -1112,14 +1112,14 @@ kiln_status kl_make_activation(kiln_ctx *ctx, const kl_arg *a, kl_layer **out) {
 
 /* ------------------------------------------------------------ model graph */
 
-static kiln_status flatten_results(kl_build *b, kl_val v, kiln_value *res, size_t *n, size_t cap) {
+kiln_status kl_flatten_results(kl_build *b, kl_val v, kiln_value *res, size_t *n, size_t cap) {
   if (!v.is_list) {
     if (*n == cap) return kir_fail(b->ctx, KILN_ERR_INVALID, "the model has too many outputs");
     res[(*n)++] = v.v;
     return KILN_OK;
   }
   for (uint32_t i = 0; i < v.n; i++) {
-    kiln_status s = flatten_results(b, v.items[i], res, n, cap);
+    kiln_status s = kl_flatten_results(b, v.items[i], res, n, cap);
     if (s) return s;
   }
   return KILN_OK;
@@ -1204,7 +1204,7 @@ kiln_status kl_build_graph(kiln_ctx *ctx, const kl_layer *model, size_t n_inputs
   if ((s = kl_check(&b)) || (s = kl_apply(&b, model, "", x, &y))) goto fail;
   kiln_value res[64];
   size_t nres = 0;
-  if ((s = flatten_results(&b, y, res, &nres, 64))) goto fail;
+  if ((s = kl_flatten_results(&b, y, res, &nres, 64))) goto fail;
   if ((s = kiln_graph_set_results(b.g, nres, res)) || (s = kiln_graph_verify(b.g))) goto fail;
   *out = b.g;
   b.g = NULL;

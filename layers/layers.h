@@ -266,6 +266,8 @@ struct kl_build {
   kir_arena arena;   /* kl_val lists, temporary strings */
 };
 
+/* The tensors of v, depth first, into res[*n..cap). */
+kiln_status kl_flatten_results(kl_build *b, kl_val v, kiln_value *res, size_t *n, size_t cap);
 /* Applies `l` to `in` with parameter path prefix `path` ("" or ending in '.'). */
 kiln_status kl_apply(kl_build *b, const kl_layer *l, const char *path, kl_val in, kl_val *out);
 /* Applies child `kid` under path + name + ".". */

@@ -7,15 +7,19 @@ python/tests/test_layers.py fails when the committed file differs from what this
 import os
 import sys
 
+# An activation or a layer argument may be a Python function of kiln.Tensor (kiln.ops).
 TYPES = {"int": "int", "float": "float", "bool": "bool", "str": "str", "ints": "Sequence[int]",
-         "strs": "Union[str, Sequence[str]]", "act": "str", "fn": "Any", "layer": "Union[Model, str]",
-         "layers": "Sequence[Union[Model, str]]", "list": "Sequence[Any]", "any": "Any"}
+         "strs": "Union[str, Sequence[str]]", "act": "Union[str, Callable[[Tensor], Tensor]]",
+         "fn": "Callable[..., Tensor]", "layer": "Union[Model, str, Callable[[Tensor], Tensor]]",
+         "layers": "Sequence[Union[Model, str, Callable[[Tensor], Tensor]]]",
+         "list": "Sequence[Any]", "any": "Any"}
 
 
 def stub_text(catalogue):
     from kiln.layers import _items, _value
     out = ['"""Type stubs of kiln.layers (written by python/gen_stubs.py from the catalogue)."""',
-           "from typing import Any, Optional, Sequence, Union", "", "from . import Model", ""]
+           "from typing import Any, Callable, Optional, Sequence, Union", "",
+           "from . import Model, Tensor", ""]
     for name, sig, doc in catalogue:
         args = []
         for item in _items(sig):

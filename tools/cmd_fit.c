@@ -291,9 +291,11 @@ static int run(const char *cmd, int argc, char **argv) {
     kiln_fit_options fo = {.epochs = o.epochs, .batch_size = o.batch_size, .seed = o.seed,
                            .verbose = !o.quiet, .n_val = o.has_val ? ndata : 0, .val = val};
     if (o.schedule && !strcmp(o.schedule, "cosine"))
-      fo.schedule = (kiln_schedule){KILN_SCHEDULE_COSINE, o.total, o.warmup, 0, 0};
+      fo.schedule =
+          (kiln_schedule){.kind = KILN_SCHEDULE_COSINE, .total = o.total, .warmup = o.warmup};
     else if (o.schedule && !strcmp(o.schedule, "step"))
-      fo.schedule = (kiln_schedule){KILN_SCHEDULE_STEP, 0, 0, o.step_size, o.gamma};
+      fo.schedule =
+          (kiln_schedule){.kind = KILN_SCHEDULE_STEP, .step_size = o.step_size, .gamma = o.gamma};
     if (kiln_fit(ctx, &spec, p, ndata, data, &fo, &res) ||
         kiln_safetensors_write(ctx, o.out, res.params))
       status = cli_error("%s", kiln_ctx_error(ctx));

@@ -574,6 +574,7 @@ static double schedule_lr(const kiln_schedule *sc, double base, int64_t step, in
   case KILN_SCHEDULE_COSINE:
     return kiln_cosine_lr(step, sc->total > 0 ? sc->total : total, base, sc->warmup);
   case KILN_SCHEDULE_STEP: return kiln_step_lr(step, base, sc->step_size, sc->gamma);
+  case KILN_SCHEDULE_FN: return sc->fn ? sc->fn(step, sc->closure) : NAN;
   default: return base;
   }
 }
@@ -640,6 +641,9 @@ kiln_status kiln_fit(kiln_ctx *ctx, const kiln_train_spec *spec, const kiln_para
       for (size_t i = 0; i < n_data; i++) use[i] = batch[i] ? batch[i] : data[i];
       double lr = schedule_lr(&o.schedule, t->spec.opt.lr, t->steps, total_steps);
       double loss = 0;
+      if (!s && !(lr >= 0))
+        s = kir_fail(ctx, KILN_ERR_INVALID, "fit(): the learning-rate schedule gave %g at step %lld",
+                     lr, (long long)t->steps);
       if (!s) s = kiln_trainer_step(t, n_data, use, lr, o.seed, &loss);
       for (size_t i = 0; i < n_data; i++) kiln_tensor_destroy(batch[i]), batch[i] = NULL;
       if (s) break;

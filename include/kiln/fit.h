@@ -28,7 +28,9 @@ extern "C" {
 typedef enum kiln_schedule_kind {
   KILN_SCHEDULE_CONSTANT, /* lr */
   KILN_SCHEDULE_COSINE,   /* kiln_cosine_lr(step, total, lr, warmup) */
-  KILN_SCHEDULE_STEP      /* kiln_step_lr(step, lr, step_size, gamma) */
+  KILN_SCHEDULE_STEP,     /* kiln_step_lr(step, lr, step_size, gamma) */
+  KILN_SCHEDULE_FN        /* fn(step, closure), called on the host before every step (a binding's
+                             function); a NaN or negative rate stops kiln_fit with an error */
 } kiln_schedule_kind;
 
 typedef struct kiln_schedule {
@@ -37,6 +39,8 @@ typedef struct kiln_schedule {
   int64_t warmup;    /* COSINE */
   int64_t step_size; /* STEP */
   double gamma;      /* STEP */
+  double (*fn)(int64_t step, void *closure); /* FN */
+  void *closure;                             /* FN */
 } kiln_schedule;
 
 typedef struct kiln_train_spec {

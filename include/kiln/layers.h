@@ -63,6 +63,22 @@ KILN_API kiln_status kiln_layer_build(kiln_ctx *ctx, const kiln_layer *model, si
                                       const kiln_model_input *inputs, const kiln_build_opts *opts,
                                       kiln_graph **out);
 
+/*
+ * `model` applied to values the caller already has in graph `g` (a binding's traced function:
+ * the Python package's model(p, x) inside kiln.value_and_grad): its parameters are the values
+ * params[i] named names[i] (paths as kiln_layer_init names them, in any order; each must have
+ * the shape the model declares and dtype opts->dtype, opts NULL: f32), its tensor inputs
+ * inputs[0..n_inputs) (several reach the model as a list). With opts->train, random layers draw
+ * from `seed`, an i64 scalar value of g (KILN_NO_VALUE: g gets a parameter "seed" as
+ * kiln_layer_build's graph does). Graph layers and the attention mask need kiln_layer_build.
+ * Writes up to `cap` results (a model returning a list has one per element) and returns their
+ * count, or -1 with the message on g's context.
+ */
+KILN_API int kiln_layer_apply(kiln_graph *g, const kiln_layer *model, const kiln_build_opts *opts,
+                              size_t n_params, const char *const *names, const kiln_value *params,
+                              size_t n_inputs, const kiln_value *inputs, kiln_value seed,
+                              size_t cap, kiln_value *out);
+
 /* ------------------------------------------------------------ graph data */
 
 /*
@@ -116,6 +132,9 @@ KILN_API const char *kiln_catalogue_name(size_t i);
 KILN_API const char *kiln_catalogue_signature(size_t i);
 KILN_API const char *kiln_catalogue_doc(size_t i);
 
+/* A function of tensors: a model file's `fn(...) => ...` or kiln_fn_create's (below). */
+typedef struct kl_fn kiln_fn;
+
 typedef enum kiln_arg_kind {
   KILN_ARG_NONE,
   KILN_ARG_INT,
@@ -123,7 +142,8 @@ typedef enum kiln_arg_kind {
   KILN_ARG_BOOL,
   KILN_ARG_STR,   /* also an activation by name ("relu") */
   KILN_ARG_LIST,  /* items[0..n): any kinds (ints, strings, layers, dag nodes) */
-  KILN_ARG_LAYER  /* borrowed: the call does not consume it */
+  KILN_ARG_LAYER, /* borrowed: the call does not consume it */
+  KILN_ARG_FN     /* a function of tensors (kiln_fn_create), borrowed: an activation, a lambda */
 } kiln_arg_kind;
 
 typedef struct kiln_arg {
@@ -135,6 +155,7 @@ typedef struct kiln_arg {
   const struct kiln_arg *items; /* LIST */
   size_t n;                     /* LIST */
   kiln_layer *layer;            /* LAYER */
+  const kiln_fn *fn;            /* FN */
 } kiln_arg;
 
 /*
@@ -164,8 +185,23 @@ KILN_API size_t kiln_model_file_num_inputs(const kiln_model_file *m);
 KILN_API const kiln_model_input *kiln_model_file_inputs(const kiln_model_file *m);
 /* A function the file binds with `let NAME = fn(...) => ...` (e.g. a loss for kiln_fit:
  * `let my_loss = fn(pred, y) => mean(abs(pred - y))`), or NULL. Owned by the file. */
-typedef struct kl_fn kiln_fn;
 KILN_API const kiln_fn *kiln_model_file_fn(const kiln_model_file *m, const char *name);
+
+/*
+ * A function of tensors written with the graph builder, for a binding's own functions (Python
+ * callables, python/): an activation or lambda_layer's body (kiln_arg KILN_ARG_FN) or fit's loss
+ * (kiln_train_spec.loss_fn). `nparams` is the number of values it takes (0: any), which the
+ * constructors check (an activation takes one). Called with `n` values of graph `g`, it adds ops
+ * to g and returns its result, or KILN_NO_VALUE after a failure: the graph's sticky error then
+ * says why, else Kiln reports "the function 'TEXT' failed".
+ * free_closure (may be NULL) runs when the last reference goes. Reference-counted: the layers
+ * and trainers that use it hold their own; the caller releases its one with kiln_fn_release.
+ */
+typedef kiln_value (*kiln_fn_callback)(kiln_graph *g, void *closure, size_t n,
+                                       const kiln_value *args);
+KILN_API kiln_fn *kiln_fn_create(kiln_ctx *ctx, size_t nparams, kiln_fn_callback call,
+                                 void *closure, void (*free_closure)(void *), const char *text);
+KILN_API void kiln_fn_release(kiln_fn *f);
 
 #include "layers_catalogue.h"
 

@@ -20,12 +20,12 @@ import numpy as np
 
 from . import _kiln
 from ._kiln import (Error, FileError, InvalidArgumentError, OutOfMemoryError, ParseError,
-                    RunError, RunInfo, UnsupportedError)
+                    RunError, RunInfo, Tensor, UnsupportedError)
 
 __version__ = _kiln.version()
 __all__ = [
     "Model", "Graph", "GraphData", "graph", "Compiled", "RunInfo", "FitResult", "Optimizer", "load", "compile", "aot",
-    "load_so", "fit", "value_and_grad", "ValueAndGrad", "OptimizerState", "predict", "summary", "count_params", "devices", "check", "save_params", "load_params", "sgd", "adam", "adamw",
+    "load_so", "fit", "value_and_grad", "grad", "jit", "Tensor", "ops", "ValueAndGrad", "OptimizerState", "predict", "summary", "count_params", "devices", "check", "save_params", "load_params", "sgd", "adam", "adamw",
     "rmsprop", "adagrad", "nadam", "radam", "cosine_lr", "step_lr", "Error",
     "InvalidArgumentError", "ParseError", "FileError", "UnsupportedError", "RunError",
     "OutOfMemoryError", "layers",
@@ -35,13 +35,17 @@ __all__ = [
 
 
 def _array(x, what="input"):
-    """x as a numpy array without a copy where possible (numpy, buffer protocol, __dlpack__)."""
+    """x as a numpy array without a copy where possible (numpy, buffer protocol, __dlpack__;
+    bfloat16 as uint16 bit patterns)."""
     if isinstance(x, np.ndarray):
         return x
     if hasattr(x, "__dlpack__"):
         try:
             return np.from_dlpack(x)
         except (RuntimeError, TypeError, BufferError) as e:  # a GPU tensor, a read-only one
+            bits = _kiln.bf16_bits(x)  # torch bfloat16: its bit patterns as uint16
+            if bits is not None:
+                return bits
             raise InvalidArgumentError(f"{what}: cannot read it through DLPack ({e})") from None
     return np.asarray(x)
 
@@ -79,18 +83,11 @@ def _tree(pairs):
     return listify(root)
 
 
-def _flatten(tree, prefix=""):
+def _flatten(tree):
     """The inverse of _tree: (name, array) pairs of every leaf."""
-    if isinstance(tree, dict):
-        items = tree.items()
-    elif isinstance(tree, (list, tuple)):
-        items = ((str(i), v) for i, v in enumerate(tree))
-    else:
-        return [(prefix[:-1], _array(tree, prefix[:-1]))]
-    out = []
-    for k, v in items:
-        out += _flatten(v, f"{prefix}{k}.")
-    return out
+    names, leaves = [], []
+    _trace._named_leaves(tree, "", names, leaves)
+    return [(n, _array(v, n)) for n, v in zip(names, leaves)]
 
 
 def _param_dtype(pairs, inputs=()):
@@ -151,7 +148,11 @@ class Model:
     def __call__(self, params, x, train=False, graph=None, mask=None, seed=0, backend="auto"):
         """Applies the model: x is an array (or a list of arrays for several inputs). Float
         inputs are converted to the parameters' dtype. Returns an array, or a list of arrays for
-        a model with several outputs. train=True turns dropout and sampling on (from `seed`)."""
+        a model with several outputs. train=True turns dropout and sampling on (from `seed`).
+        Inside a function traced by kiln.value_and_grad, grad or jit (params or x holding
+        kiln.Tensors) it adds the model to the trace instead and returns Tensors."""
+        if _trace.traced(params, x):
+            return _trace.apply_model(self, params, x, train, seed, graph, mask)
         pairs = _flatten(params)
         xs = [_array(a) for a in (x if isinstance(x, (list, tuple)) else [x])]
         dtype = _param_dtype(pairs, xs)
@@ -486,9 +487,12 @@ def fit(model, params, X, y=None, loss="mse", opt=None, epochs=10, batch_size=No
     targets y (X when None: autoencoders, VAEs), with shuffled mini-batches reproducible from
     `seed`; the training step (forward, loss, backward, optimizer) is compiled once.
 
-    loss: "mse", "mae", "huber", "cross_entropy" (integer labels), "bce" (logits), "vae".
-    opt: kiln.adam(lr=...) and the others (default adam(1e-3)). schedule: kiln.cosine_lr(...)
-    or kiln.step_lr(...). clip: the global gradient norm. val: [X_val, y_val]. verbose: a
+    loss: "mse", "mae", "huber", "cross_entropy" (integer labels), "bce" (logits), "vae", or a
+    Python function (pred, target) -> scalar of Kiln ops (kiln.ops), traced into the training
+    step; its target has the prediction's dtype and shape.
+    opt: kiln.adam(lr=...) and the others (default adam(1e-3)). schedule: kiln.cosine_lr(...),
+    kiln.step_lr(...) or a Python function of the step (0, 1, ...) returning its learning rate,
+    called on the host before every step. clip: the global gradient norm. val: [X_val, y_val]. verbose: a
     progress line about ten times a run on stderr. Float arrays are converted to the
     parameters' dtype. Returns a FitResult."""
     pairs = _flatten(params)
@@ -539,12 +543,41 @@ class ValueAndGrad:
         return loss, _tree(grads)
 
 
-def value_and_grad(model, loss="mse", train=False):
-    """The loss of `model` on a batch and its gradient with respect to every parameter, for a
-    training loop of your own: loss, grads = kiln.value_and_grad(model, "cross_entropy")(params,
-    xb, yb). train=True turns dropout on (from the call's seed). Pair it with an optimizer's
-    state: state = kiln.adam(lr=1e-2).init(params); params = state.update(params, grads)."""
-    return ValueAndGrad(model, loss, bool(train))
+def value_and_grad(fn, loss="mse", train=False, argnums=0, has_aux=False, backend="auto"):
+    """The value of a scalar function and its gradient, for a training loop of your own.
+
+    fn a Python function of Kiln ops (kiln.ops, the operators of kiln.Tensor): the result
+    f(params, *arrays) returns (loss as a float, d loss / d params) with the gradient a tree
+    shaped like params (nested dicts, lists and tuples of arrays); argnums picks the argument
+    (or a tuple of them, the gradients then a tuple). has_aux=True: fn returns (loss, aux), aux
+    a tensor or tree of them, and the result is ((loss, aux), grads). fn is traced once per
+    signature (tree structure, shapes, dtypes), differentiated by Kiln (kiln_graph_grad),
+    compiled and cached.
+
+    fn a Model: the loss of the model on a batch, f(params, X, y=None, graph=None, mask=None,
+    seed=0); loss a name ("mse", "cross_entropy", ...) or a Python function (pred, target) ->
+    scalar of Kiln ops; train=True turns dropout on (from the call's seed).
+
+    Pair it with an optimizer's state: state = kiln.adam(lr=1e-2).init(params);
+    params = state.update(params, grads)."""
+    if isinstance(fn, Model):
+        return ValueAndGrad(fn, loss, bool(train))
+    if not callable(fn):
+        raise TypeError(f"kiln.value_and_grad: a Model or a function, not {type(fn).__name__}")
+    return _trace._Traced(fn, argnums, "vg", backend, has_aux)
+
+
+def grad(fn, argnums=0, has_aux=False, backend="auto"):
+    """d fn / d args[argnums] of a scalar Python function of Kiln ops (value_and_grad's gradient
+    alone), traced, differentiated and compiled once per signature; (grads, aux) with has_aux."""
+    return _trace._Traced(fn, argnums, "g", backend, has_aux)
+
+
+def jit(fn, backend="auto"):
+    """fn, a Python function of Kiln ops on arrays, traced and compiled once per signature (the
+    tree structure, shapes and dtypes of its arguments); returns what fn returns (a tensor or a
+    tree of them) as numpy arrays."""
+    return _trace._Traced(fn, (), "jit", backend)
 
 
 class OptimizerState:
@@ -615,4 +648,5 @@ def check(device=None, tol=1e-6):
     return report
 
 
+from . import _trace, ops  # noqa: E402
 from . import layers  # noqa: E402  (the catalogue's constructors need Model)

@@ -1,12 +1,12 @@
 """Type stubs of kiln.layers (written by python/gen_stubs.py from the catalogue)."""
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
-from . import Model
+from . import Model, Tensor
 
 def linear(n_in: int, n_out: int, bias: bool = True, init: str = 'he') -> Model:
     """x @ W + b: [..., n_in] -> [..., n_out]"""
 
-def dense(n_in: int, n_out: int, act: Optional[str] = None) -> Model:
+def dense(n_in: int, n_out: int, act: Optional[Union[str, Callable[[Tensor], Tensor]]] = None) -> Model:
     """linear followed by an activation"""
 
 def bilinear(n1: int, n2: int, n_out: int) -> Model:
@@ -51,7 +51,7 @@ def mean_pool(axis: int = 1) -> Model:
 def multi_head_attention(d: int, heads: int = 4, causal: bool = False) -> Model:
     """self- or cross-attention"""
 
-def transformer_block(d: int, heads: int = 4, ff: Optional[int] = None, causal: bool = False, dropout: float = 0.0, activation: str = 'gelu') -> Model:
+def transformer_block(d: int, heads: int = 4, ff: Optional[int] = None, causal: bool = False, dropout: float = 0.0, activation: Union[str, Callable[[Tensor], Tensor]] = 'gelu') -> Model:
     """pre-norm transformer block"""
 
 def transformer_encoder(d: int, heads: int = 4, layers: int = 2, ff: Optional[int] = None, causal: bool = False, dropout: float = 0.0) -> Model:
@@ -72,7 +72,7 @@ def dropout_layer(p: float = 0.1) -> Model:
 def scale(d: int, shift: bool = True) -> Model:
     """x * s + t per feature"""
 
-def activation(fn: str) -> Model:
+def activation(fn: Union[str, Callable[[Tensor], Tensor]]) -> Model:
     """an activation by name or function"""
 
 def identity() -> Model:
@@ -81,7 +81,7 @@ def identity() -> Model:
 def select(i: int) -> Model:
     """element i of a list input"""
 
-def lambda_layer(fn: Any, name: str = 'lambda') -> Model:
+def lambda_layer(fn: Callable[..., Tensor], name: str = 'lambda') -> Model:
     """a function as a layer without parameters"""
 
 def add() -> Model:
@@ -93,19 +93,19 @@ def multiply() -> Model:
 def concatenate(axis: int = -1) -> Model:
     """concatenation of a list of inputs"""
 
-def sequential(layers: Sequence[Union[Model, str]]) -> Model:
+def sequential(layers: Sequence[Union[Model, str, Callable[[Tensor], Tensor]]]) -> Model:
     """applies the layers in order"""
 
-def residual(inner: Union[Model, str], pre_norm: Optional[Union[Model, str]] = None) -> Model:
+def residual(inner: Union[Model, str, Callable[[Tensor], Tensor]], pre_norm: Optional[Union[Model, str, Callable[[Tensor], Tensor]]] = None) -> Model:
     """x + inner(norm(x))"""
 
-def parallel(branches: Sequence[Union[Model, str]], combine: str = 'concat') -> Model:
+def parallel(branches: Sequence[Union[Model, str, Callable[[Tensor], Tensor]]], combine: str = 'concat') -> Model:
     """every branch on the same input, combined"""
 
 def dag(nodes: Sequence[Any], inputs: Union[str, Sequence[str]] = ['x'], output: Optional[Any] = None) -> Model:
     """any directed acyclic graph of layers"""
 
-def siamese(encoder: Union[Model, str], combine: str = 'concat', head: Optional[Union[Model, str]] = None) -> Model:
+def siamese(encoder: Union[Model, str, Callable[[Tensor], Tensor]], combine: str = 'concat', head: Optional[Union[Model, str, Callable[[Tensor], Tensor]]] = None) -> Model:
     """one encoder with shared weights on [a, b]"""
 
 def gcn(n_in: int, n_out: int, bias: bool = True) -> Model:
@@ -123,10 +123,10 @@ def gin(n_in: int, n_out: int, hidden: Optional[int] = None) -> Model:
 def graph_pool(how: str = 'mean') -> Model:
     """[N,D] -> [graphs,D] using the graph's batch"""
 
-def mlp(sizes: Sequence[int], act: str = 'relu', dropout: float = 0.0, norm: bool = False, out_act: Optional[str] = None) -> Model:
+def mlp(sizes: Sequence[int], act: Union[str, Callable[[Tensor], Tensor]] = 'relu', dropout: float = 0.0, norm: bool = False, out_act: Optional[Union[str, Callable[[Tensor], Tensor]]] = None) -> Model:
     """multi-layer perceptron"""
 
-def resnet_mlp(d_in: int, d_out: int, width: int = 64, blocks: int = 3, act: str = 'gelu') -> Model:
+def resnet_mlp(d_in: int, d_out: int, width: int = 64, blocks: int = 3, act: Union[str, Callable[[Tensor], Tensor]] = 'gelu') -> Model:
     """MLP with pre-norm residual blocks"""
 
 def cnn(in_channels: int, classes: int, image: int = 28, channels: Sequence[int] = [16, 32], dense_width: int = 64) -> Model:
@@ -141,10 +141,10 @@ def transformer_lm(vocab: int, d: int = 64, heads: int = 4, layers: int = 2, con
 def transformer_classifier(vocab: int, classes: int, d: int = 64, heads: int = 4, layers: int = 2, context: int = 128) -> Model:
     """transformer sequence classifier"""
 
-def autoencoder(d_in: int, latent: int, hidden: Sequence[int] = [64], act: str = 'relu') -> Model:
+def autoencoder(d_in: int, latent: int, hidden: Sequence[int] = [64], act: Union[str, Callable[[Tensor], Tensor]] = 'relu') -> Model:
     """returns [reconstruction, code]"""
 
-def vae(d_in: int, latent: int, hidden: Sequence[int] = [64], act: str = 'relu') -> Model:
+def vae(d_in: int, latent: int, hidden: Sequence[int] = [64], act: Union[str, Callable[[Tensor], Tensor]] = 'relu') -> Model:
     """returns [reconstruction, mu, logvar]"""
 
 def gcn_net(n_in: int, hidden: int, classes: int, layers: int = 2, dropout: float = 0.5) -> Model:

@@ -39,13 +39,26 @@ static PyObject *doubles(const double *v, int64_t n) {
   return list;
 }
 
+int kp_loss_arg(kiln_ctx *ctx, PyObject *loss, kiln_train_spec *spec) {
+  spec->loss = NULL, spec->loss_fn = NULL;
+  if (!loss || loss == Py_None) return 0;
+  if (PyUnicode_Check(loss)) return (spec->loss = PyUnicode_AsUTF8(loss)) ? 0 : -1;
+  if (!PyCallable_Check(loss)) {
+    PyErr_Format(PyExc_TypeError, "loss: a name or a function (pred, target) -> scalar, not %s",
+                 Py_TYPE(loss)->tp_name);
+    return -1;
+  }
+  return (spec->loss_fn = kp_fn_from(ctx, loss, 2)) ? 0 : -1;
+}
+
 /*
  * fit(layer, params, inputs, data, loss='mse', opt='adam', epochs=10, batch_size=0, seed=0,
  *     clip=0.0, schedule=None, val=None, verbose=True, dtype='float32', backend='auto',
  *     precision=None, device=None, masked=False)
  * inputs: the model's inputs as kiln.build takes them; data and val: dicts of arrays by the
  * trainer's input names (each tensor input's name, GRAPH.src, GRAPH.dst, GRAPH.batch, "target",
- * "loss_mask"); schedule: None, ('cosine', total, warmup) or ('step', step_size, gamma).
+ * "loss_mask"); loss: a name or a Python function (pred, target) -> scalar (kp_loss_arg); schedule:
+ * None, ('cosine', total, warmup), ('step', step_size, gamma) or a Python function step -> rate.
  * Returns (params, history, val_history).
  */
 PyObject *kp_fit(PyObject *self, PyObject *args, PyObject *kw) {
@@ -55,14 +68,14 @@ PyObject *kp_fit(PyObject *self, PyObject *args, PyObject *kw) {
                            "schedule",  "val",    "verbose",    "dtype", "backend",
                            "precision", "device", "masked",     NULL};
   kp_layer *layer;
-  PyObject *pairs, *inputs, *data, *schedule = Py_None, *val = Py_None;
-  const char *loss = "mse", *opt = "adam", *dtype = "float32", *backend = "auto";
+  PyObject *pairs, *inputs, *data, *schedule = Py_None, *val = Py_None, *loss = NULL;
+  const char *opt = "adam", *dtype = "float32", *backend = "auto";
   const char *precision = NULL, *device = NULL;
   long long epochs = 10, batch = 0;
   unsigned long long seed = 0;
   double clip = 0;
   int verbose = 1, masked = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OO!O!|ssLLKdOOpsszzp", kwlist, &kp_layer_type,
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OO!O!|OsLLKdOOpsszzp", kwlist, &kp_layer_type,
                                    &layer, &pairs, &PyList_Type, &inputs, &PyDict_Type, &data,
                                    &loss, &opt, &epochs, &batch, &seed, &clip, &schedule, &val,
                                    &verbose, &dtype, &backend, &precision, &device, &masked))
@@ -78,7 +91,6 @@ PyObject *kp_fit(PyObject *self, PyObject *args, PyObject *kw) {
   kiln_train_spec spec = {.model = layer->layer,
                           .n_inputs = (size_t)nin,
                           .inputs = in,
-                          .loss = loss,
                           .clip = clip,
                           .masked = masked,
                           .dtype = (kiln_dtype)ft,
@@ -91,13 +103,19 @@ PyObject *kp_fit(PyObject *self, PyObject *args, PyObject *kw) {
   kiln_fit_result r;
   memset(&r, 0, sizeof r);
   PyObject *out = NULL;
+  if (kp_loss_arg(ctx, loss, &spec) < 0) goto done;
   kiln_status s = kiln_optimizer_parse(ctx, opt, &spec.opt);
   if (s == KILN_OK) s = kiln_backend_parse(ctx, backend, &spec.backend);
   if (s != KILN_OK) {
     kp_raise(ctx, s);
     goto done;
   }
-  if (schedule != Py_None) {
+  if (PyCallable_Check(schedule)) {
+    /* a Python function of the step, called on the host before every step (borrowed: fit holds
+     * `schedule` for the whole call) */
+    fo.schedule =
+        (kiln_schedule){.kind = KILN_SCHEDULE_FN, .fn = kp_schedule_call, .closure = schedule};
+  } else if (schedule != Py_None) {
     const char *kind;
     long long a = 0;
     double b = 0;
@@ -155,6 +173,7 @@ PyObject *kp_fit(PyObject *self, PyObject *args, PyObject *kw) {
   out = Py_BuildValue("(NNN)", kp_params_to(r.params), doubles(r.history, r.epochs),
                       doubles(r.val_history, r.epochs));
 done:
+  kiln_fn_release((kiln_fn *)spec.loss_fn);
   kiln_fit_result_free(&r);
   kiln_params_destroy(init);
   for (size_t i = 0; i < nd; i++)

@@ -16,11 +16,13 @@ enum { MAX_DATA = 32 };
 typedef struct kp_gradfn {
   PyObject_HEAD kiln_ctx *ctx;
   kiln_grad_fn *f;
+  kiln_fn *loss_fn; /* a Python loss function, held while f may use it */
   PyThread_type_lock lock;
 } kp_gradfn;
 
 static void gradfn_dealloc(kp_gradfn *self) {
   kiln_grad_fn_destroy(self->f);
+  kiln_fn_release(self->loss_fn);
   kiln_ctx_destroy(self->ctx);
   if (self->lock) PyThread_free_lock(self->lock);
   PyObject_Free(self);
@@ -103,10 +105,10 @@ PyObject *kp_value_and_grad(PyObject *self_, PyObject *args, PyObject *kw) {
   (void)self_;
   static char *kwlist[] = {"layer", "inputs", "loss", "dtype", "train", "masked", NULL};
   kp_layer *layer;
-  PyObject *inputs;
-  const char *loss = "mse", *dtype = "float32";
+  PyObject *inputs, *loss = NULL;
+  const char *dtype = "float32";
   int train = 0, masked = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!|sspp", kwlist, &kp_layer_type, &layer,
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!|Ospp", kwlist, &kp_layer_type, &layer,
                                    &PyList_Type, &inputs, &loss, &dtype, &train, &masked))
     return NULL;
   kiln_model_input in[16];
@@ -117,6 +119,7 @@ PyObject *kp_value_and_grad(PyObject *self_, PyObject *args, PyObject *kw) {
   kp_gradfn *self = PyObject_New(kp_gradfn, &kp_gradfn_type);
   if (!self) return NULL;
   self->f = NULL;
+  self->loss_fn = NULL;
   self->ctx = kiln_ctx_create();
   self->lock = PyThread_allocate_lock();
   if (!self->ctx || !self->lock) {
@@ -126,9 +129,13 @@ PyObject *kp_value_and_grad(PyObject *self_, PyObject *args, PyObject *kw) {
   kiln_train_spec spec = {.model = layer->layer,
                           .n_inputs = (size_t)PyList_GET_SIZE(inputs),
                           .inputs = in,
-                          .loss = loss,
                           .masked = masked,
                           .dtype = (kiln_dtype)ft};
+  if (kp_loss_arg(self->ctx, loss, &spec) < 0) {
+    Py_DECREF(self);
+    return NULL;
+  }
+  self->loss_fn = (kiln_fn *)spec.loss_fn;
   kiln_status s = kiln_value_and_grad_create(self->ctx, &spec, train, &self->f);
   if (s != KILN_OK) {
     kp_raise(self->ctx, s);

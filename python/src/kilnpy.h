@@ -10,6 +10,7 @@
  *   compiled.c  Compiled (a JIT-compiled or eager model), aot and load_so
  *   fit.c       fit
  *   grad.c      value_and_grad and optimizer states (training loops written in Python)
+ *   trace.c     Tensor: Python functions of Kiln ops traced into graphs; callables as kiln_fn
  *
  * Arrays come in through the buffer protocol: a C-contiguous buffer of the right type is read in
  * place, never copied (numpy arrays; DLPack tensors become numpy arrays in kiln/__init__.py).
@@ -68,12 +69,16 @@ typedef struct kp_layer {
 extern PyTypeObject kp_layer_type;
 
 typedef struct kp_graph {
-  PyObject_HEAD kiln_ctx *ctx; /* the graph's context, owned */
-  kiln_graph *graph;
+  PyObject_HEAD kiln_ctx *ctx; /* the graph's context: owned unless `base` is set */
+  kiln_graph *graph;           /* owned unless `borrowed`; NULL once a borrowed trace ends */
+  PyObject *base;              /* the Graph whose context this one shares (or None), or NULL */
+  int borrowed;                /* a graph Kiln lends a Python callable while it builds */
 } kp_graph;
 extern PyTypeObject kp_graph_type;
 
-PyObject *kp_graph_wrap(kiln_ctx *ctx, kiln_graph *g); /* takes both */
+PyObject *kp_graph_wrap(kiln_ctx *ctx, kiln_graph *g);   /* takes both */
+PyObject *kp_graph_share(kp_graph *base, kiln_graph *g); /* takes g, shares base's context */
+PyObject *kp_graph_borrow(kiln_graph *g);                /* neither is taken */
 PyObject *kp_call_ctor(PyObject *self, PyObject *args);
 PyObject *kp_catalogue(PyObject *self, PyObject *args);
 PyObject *kp_load(PyObject *self, PyObject *args);
@@ -95,8 +100,30 @@ PyObject *kp_load_so(PyObject *self, PyObject *args);
 /* ------------------------------------------------------------- fit.c, grad.c */
 
 PyObject *kp_fit(PyObject *self, PyObject *args, PyObject *kw);
+/* spec->loss or spec->loss_fn from a loss name or a Python callable (pred, target) -> scalar;
+ * the caller releases spec->loss_fn. 0, or -1 with an exception. */
+int kp_loss_arg(kiln_ctx *ctx, PyObject *loss, kiln_train_spec *spec);
 extern PyTypeObject kp_gradfn_type, kp_optstate_type;
 PyObject *kp_value_and_grad(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *kp_opt_state(PyObject *self, PyObject *args);
+
+/* ------------------------------------------------------------- trace.c */
+
+extern PyTypeObject kp_tensor_type;
+PyObject *kp_trace_graph(PyObject *self, PyObject *args);
+PyObject *kp_trace_param(PyObject *self, PyObject *args);
+PyObject *kp_trace_op(PyObject *self, PyObject *args);
+PyObject *kp_trace_end(PyObject *self, PyObject *args);
+PyObject *kp_grad_graph(PyObject *self, PyObject *args);
+PyObject *kp_layer_apply(PyObject *self, PyObject *args);
+PyObject *kp_tensor_new(kp_graph *gr, kiln_value v);
+/* A kiln_fn calling `callable` with Tensors (nparams of them; 0: any); NULL with an exception. */
+kiln_fn *kp_fn_from(kiln_ctx *ctx, PyObject *callable, size_t nparams);
+/* kiln_schedule's fn for a Python callable (closure) of the step: its float, NaN if it raised. */
+double kp_schedule_call(int64_t step, void *closure);
+/* Raises the exception a callable raised inside Kiln on this thread, if any: 1, else 0. */
+int kp_take_pending(void);
+/* numpy.ascontiguousarray(o, dtype=float64) */
+PyObject *kp_as_f64(PyObject *o);
 
 #endif

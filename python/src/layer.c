@@ -16,6 +16,9 @@
 typedef struct arg_pool {
   void *blocks[64];
   int n;
+  kiln_fn *fns[16]; /* Python callables made functions of tensors (trace.c) */
+  int nfns;
+  kiln_ctx *ctx;
 } arg_pool;
 
 static kiln_arg *pool_items(arg_pool *p, Py_ssize_t n) {
@@ -28,7 +31,9 @@ static kiln_arg *pool_items(arg_pool *p, Py_ssize_t n) {
 static void pool_free(arg_pool *p) {
   for (int i = 0; i < p->n; i++)
     PyMem_Free(p->blocks[i]);
-  p->n = 0;
+  for (int i = 0; i < p->nfns; i++)
+    kiln_fn_release(p->fns[i]); /* the layers that took them hold their own references */
+  p->n = p->nfns = 0;
 }
 
 static int to_arg(PyObject *o, kiln_arg *a, arg_pool *pool, const char *ctor, int depth) {
@@ -65,10 +70,16 @@ static int to_arg(PyObject *o, kiln_arg *a, arg_pool *pool, const char *ctor, in
     a->kind = KILN_ARG_LIST;
     a->items = items;
     a->n = (size_t)n;
+  } else if (PyCallable_Check(o) && pool->nfns < 16) {
+    /* a Python function of kiln tensors: an activation, a lambda_layer's body */
+    a->kind = KILN_ARG_FN;
+    if (!(a->fn = pool->fns[pool->nfns] = kp_fn_from(pool->ctx, o, 0))) return -1;
+    pool->nfns++;
   } else {
-    PyErr_Format(PyExc_TypeError,
-                 "%s(): cannot pass a %s (use ints, floats, bools, strings, layers and lists)",
-                 ctor, Py_TYPE(o)->tp_name);
+    PyErr_Format(
+        PyExc_TypeError,
+        "%s(): cannot pass a %s (use ints, floats, bools, strings, layers, functions and lists)",
+        ctor, Py_TYPE(o)->tp_name);
     return -1;
   }
   return 0;
@@ -94,7 +105,8 @@ PyObject *kp_call_ctor(PyObject *self, PyObject *args) {
   if (npos > 32 || nkw > 32) return PyErr_Format(PyExc_TypeError, "%s(): too many arguments", name);
   kiln_arg p[32], k[32];
   const char *names[32];
-  arg_pool pool = {.n = 0};
+  arg_pool pool = {.n = 0, .nfns = 0, .ctx = kiln_ctx_create()};
+  if (!pool.ctx) return PyErr_NoMemory();
   int rc = 0;
   for (Py_ssize_t i = 0; rc == 0 && i < npos; i++)
     rc = to_arg(PyTuple_GET_ITEM(pos, i), &p[i], &pool, name, 0);
@@ -108,16 +120,11 @@ PyObject *kp_call_ctor(PyObject *self, PyObject *args) {
   }
   PyObject *out = NULL;
   if (rc == 0) {
-    kiln_ctx *ctx = kiln_ctx_create();
-    if (!ctx)
-      out = PyErr_NoMemory();
-    else {
-      kiln_layer *l = kiln_layer_call_args(ctx, name, (size_t)npos, p, (size_t)nkw, names, k);
-      out = l ? layer_wrap(l) : kp_raise(ctx, KILN_OK);
-      kiln_ctx_destroy(ctx);
-    }
+    kiln_layer *l = kiln_layer_call_args(pool.ctx, name, (size_t)npos, p, (size_t)nkw, names, k);
+    out = l ? layer_wrap(l) : kp_raise(pool.ctx, KILN_OK);
   }
   pool_free(&pool);
+  kiln_ctx_destroy(pool.ctx);
   return out;
 }
 
@@ -214,21 +221,32 @@ PyTypeObject kp_layer_type = {
 
 /* ------------------------------------------------------------- Graph */
 
-PyObject *kp_graph_wrap(kiln_ctx *ctx, kiln_graph *g) {
+static PyObject *graph_new(kiln_ctx *ctx, kiln_graph *g, PyObject *base, int borrowed) {
   kp_graph *self = PyObject_New(kp_graph, &kp_graph_type);
   if (!self) {
-    kiln_graph_destroy(g);
-    kiln_ctx_destroy(ctx);
+    if (!borrowed) kiln_graph_destroy(g);
+    if (!base) kiln_ctx_destroy(ctx);
     return NULL;
   }
   self->ctx = ctx;
   self->graph = g;
+  self->base = base ? Py_NewRef(base) : NULL;
+  self->borrowed = borrowed;
   return (PyObject *)self;
 }
 
+PyObject *kp_graph_wrap(kiln_ctx *ctx, kiln_graph *g) { return graph_new(ctx, g, NULL, 0); }
+
+PyObject *kp_graph_share(kp_graph *base, kiln_graph *g) {
+  return graph_new(base->ctx, g, (PyObject *)base, 0);
+}
+
+PyObject *kp_graph_borrow(kiln_graph *g) { return graph_new(kiln_graph_ctx(g), g, Py_None, 1); }
+
 static void graph_dealloc(kp_graph *self) {
-  kiln_graph_destroy(self->graph);
-  kiln_ctx_destroy(self->ctx);
+  if (!self->borrowed) kiln_graph_destroy(self->graph);
+  if (!self->base) kiln_ctx_destroy(self->ctx);
+  Py_XDECREF(self->base);
   PyObject_Free(self);
 }
 

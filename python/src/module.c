@@ -46,10 +46,18 @@ PyObject *kp_raise_msg(kiln_status s, const char *msg) {
 }
 
 PyObject *kp_raise(kiln_ctx *ctx, kiln_status s) {
-  if (PyErr_Occurred()) return NULL; /* a Python error (from a conversion) comes first */
+  if (PyErr_Occurred()) return NULL;  /* a Python error (from a conversion) comes first */
+  if (kp_take_pending()) return NULL; /* then one a Python callable raised inside Kiln */
   if (s == KILN_OK) s = kiln_ctx_status(ctx);
   if (s == KILN_OK) s = KILN_ERR_RUNTIME;
   return kp_raise_msg(s, kiln_ctx_error(ctx));
+}
+
+PyObject *kp_as_f64(PyObject *o) {
+  PyObject *args = Py_BuildValue("(Os)", o, "float64");
+  PyObject *out = args ? PyObject_Call(np_contig, args, NULL) : NULL;
+  Py_XDECREF(args);
+  return out;
 }
 
 /* ------------------------------------------------------------- dtypes */
@@ -64,9 +72,8 @@ const char *kp_dtype_numpy(kiln_dtype t) {
 }
 
 int kp_dtype_from_name(const char *name) {
-  for (int t = 0; t < KILN_DTYPE_COUNT; t++)
-    if (t != KILN_BF16 && (!strcmp(name, numpy_names[t]) || !strcmp(name, kiln_dtype_name(t))))
-      return t;
+  for (int t = 0; t < KILN_DTYPE_COUNT; t++) /* "uint16" is bf16's numpy name */
+    if (!strcmp(name, numpy_names[t]) || !strcmp(name, kiln_dtype_name(t))) return t;
   if (!strcmp(name, "bfloat16")) return KILN_BF16;
   PyErr_Format(err_invalid,
                "unknown dtype '%s' (float64, float32, float16, bfloat16, int64, "
@@ -92,6 +99,9 @@ int kp_dtype_from_format(const char *fmt, Py_ssize_t itemsize) {
     case 'i':
       if (itemsize == 4) return KILN_I32;
       break;
+    case 'H': /* bfloat16's bit patterns: numpy has no bfloat16 */
+      if (itemsize == 2) return KILN_BF16;
+      break;
     case 'b':
       return KILN_I8;
     case 'B':
@@ -105,6 +115,32 @@ int kp_dtype_from_format(const char *fmt, Py_ssize_t itemsize) {
 
 /* ------------------------------------------------------------- arrays */
 
+/* A torch bfloat16 tensor (numpy has no bfloat16, so np.from_dlpack refuses it) as a uint16
+ * array of its bit patterns, without a copy: obj.view(torch.int16) through DLPack, viewed as
+ * uint16. NULL (no exception) for anything else. */
+static PyObject *bf16_bits(PyObject *obj) {
+  PyObject *dt = PyObject_GetAttrString(obj, "dtype");
+  PyObject *s = dt ? PyObject_Str(dt) : NULL, *out = NULL;
+  const char *name = s ? PyUnicode_AsUTF8(s) : NULL;
+  if (name && !strcmp(name, "torch.bfloat16")) {
+    PyObject *mods = PyImport_GetModuleDict(), *tm = PyDict_GetItemString(mods, "torch");
+    PyObject *i16 = tm ? PyObject_GetAttrString(tm, "int16") : NULL;
+    PyObject *view = i16 ? PyObject_CallMethod(obj, "view", "O", i16) : NULL;
+    PyObject *arr = view ? PyObject_CallOneArg(np_from_dlpack, view) : NULL;
+    out = arr ? PyObject_CallMethod(arr, "view", "s", "uint16") : NULL;
+    Py_XDECREF(i16), Py_XDECREF(view), Py_XDECREF(arr);
+  }
+  Py_XDECREF(dt), Py_XDECREF(s);
+  PyErr_Clear();
+  return out;
+}
+
+static PyObject *kp_bf16_bits(PyObject *self, PyObject *obj) {
+  (void)self;
+  PyObject *out = np_from_dlpack ? bf16_bits(obj) : NULL;
+  return out ? out : Py_NewRef(Py_None);
+}
+
 int kp_view_get(PyObject *obj, const char *what, kp_view *v) {
   memset(v, 0, sizeof *v);
   int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT;
@@ -116,6 +152,7 @@ int kp_view_get(PyObject *obj, const char *what, kp_view *v) {
     if (np_from_dlpack && PyObject_HasAttrString(obj, "__dlpack__")) {
       src = PyObject_CallOneArg(np_from_dlpack, obj);
       if (!src) PyErr_Clear();
+      if (!src) src = bf16_bits(obj);
     }
     v->owner = PyObject_CallOneArg(np_contig, src ? src : obj);
     Py_XDECREF(src);
@@ -342,6 +379,18 @@ static PyMethodDef methods[] = {
     {"save_params", kp_save_params, METH_VARARGS, "save_params(path, pairs): safetensors."},
     {"load_params", kp_load_params, METH_VARARGS, "load_params(path): (name, array) pairs."},
     {"check", kp_check, METH_VARARGS, "check(device, tol): (report, worst difference)."},
+    {"bf16_bits", kp_bf16_bits, METH_O,
+     "bf16_bits(tensor): a torch bfloat16 tensor's bit patterns as a uint16 array, else None."},
+    {"trace_graph", kp_trace_graph, METH_VARARGS, "trace_graph(name): an empty Graph."},
+    {"trace_param", kp_trace_param, METH_VARARGS,
+     "trace_param(graph, name, dtype, shape): a parameter, as a Tensor."},
+    {"trace_op", kp_trace_op, METH_VARARGS,
+     "trace_op(op, operands, attrs=None, dtype=None): one instruction, as a Tensor."},
+    {"trace_end", kp_trace_end, METH_VARARGS, "trace_end(graph, results): sets the results."},
+    {"layer_apply", kp_layer_apply, METH_VARARGS,
+     "layer_apply(layer, names, values, inputs, dtype, train=False, seed=None): Tensors."},
+    {"grad_graph", kp_grad_graph, METH_VARARGS,
+     "grad_graph(graph, wrt): the loss (result 0) and its gradients (kiln_graph_grad)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT,
@@ -389,11 +438,14 @@ PyMODINIT_FUNC PyInit__kiln(void) {
   if (!err_invalid || !err_parse || !err_io || !err_unsupported || !err_run || !err_nomem)
     return NULL;
   if (kp_run_info_init(m) < 0) return NULL;
-  PyTypeObject *types[] = {&kp_layer_type, &kp_graph_type,  &kp_compiled_type,
-                           &kp_so_type,    &kp_gradfn_type, &kp_optstate_type};
+  PyTypeObject *types[] = {&kp_layer_type,  &kp_graph_type,    &kp_compiled_type, &kp_so_type,
+                           &kp_gradfn_type, &kp_optstate_type, &kp_tensor_type};
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
     if (PyType_Ready(types[i]) < 0 ||
         PyModule_AddObjectRef(m, strrchr(types[i]->tp_name, '.') + 1, (PyObject *)types[i]) < 0)
       return NULL;
+  /* numpy defers to Tensor's reflected operators (array * tensor) instead of looping over it */
+  if (PyDict_SetItemString(kp_tensor_type.tp_dict, "__array_ufunc__", Py_None) < 0) return NULL;
+  PyType_Modified(&kp_tensor_type);
   return m;
 }

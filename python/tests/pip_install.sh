@@ -23,3 +23,6 @@ grep -Eq '^accuracy (0[.]9[5-9]|1[.]0)' out.txt
 echo "== examples/python/inference.py"
 "$venv/bin/python" "$src/examples/python/inference.py" two_moons.so | tee out.txt
 grep -q "8 threads agree: True" out.txt
+echo "== examples/python/value_and_grad.py"
+"$venv/bin/python" "$src/examples/python/value_and_grad.py" | tee out.txt
+grep -Eq '^accuracy (0[.]9[5-9]|1[.]0)' out.txt

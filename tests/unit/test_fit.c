@@ -387,8 +387,19 @@ static void test_own_loop(kiln_ctx *ctx) {
   kiln_tensor_destroy(x), kiln_tensor_destroy(y);
 }
 
-/* The largest change of any parameter from `p0` after one epoch of kiln_fit under `opt`. */
-static double one_step_change(kiln_ctx *ctx, const kiln_optimizer *opt) {
+static double zero_lr(int64_t step, void *closure) {
+  *(int64_t *)closure += 1 + step; /* step 0 first */
+  return 0;
+}
+static double nan_lr(int64_t step, void *closure) {
+  (void)step, (void)closure;
+  return NAN;
+}
+
+/* The largest change of any parameter from `p0` after one epoch of kiln_fit under `opt` (and
+ * schedule `sc`, NULL: none); -1 when fit fails. */
+static double one_step_change(kiln_ctx *ctx, const kiln_optimizer *opt,
+                              const kiln_schedule *sc) {
   enum { N = 8 };
   int64_t xd[2] = {N, 3}, yd[2] = {N, 2};
   kiln_tensor *x = tensor(ctx, KILN_F64, 2, xd), *y = tensor(ctx, KILN_F64, 2, yd);
@@ -404,6 +415,7 @@ static double one_step_change(kiln_ctx *ctx, const kiln_optimizer *opt) {
   double change = -1;
   kiln_tensor *data[2] = {x, y};
   kiln_fit_options fo = {.epochs = 1, .seed = 1};
+  if (sc) fo.schedule = *sc;
   kiln_fit_result r = {0};
   if (kiln_fit(ctx, &spec, p0, 2, data, &fo, &r) == KILN_OK) {
     const kiln_params *pt = r.params;
@@ -428,14 +440,34 @@ static double one_step_change(kiln_ctx *ctx, const kiln_optimizer *opt) {
 static void test_optimizer_choice(kiln_ctx *ctx) {
   kiln_optimizer sgd0 = kiln_optimizer_default(KILN_OPTIM_SGD), zeroed = {0};
   sgd0.lr = 0;
-  double still = one_step_change(ctx, &sgd0), moved = one_step_change(ctx, &zeroed);
+  double still = one_step_change(ctx, &sgd0, NULL), moved = one_step_change(ctx, &zeroed, NULL);
   printf("one epoch: sgd lr 0 moves the parameters by %.3g, the default optimizer by %.3g\n", still,
          moved);
   CHECK(still == 0);
   CHECK(moved > 1e-5 && moved < 2e-3); /* Adam's first step is about lr = 1e-3 per weight */
+  /* A schedule function (a binding's): called before each step with the step number; its rate is
+   * the step's (0: no move), and a NaN stops fit with a message. */
+  int64_t calls = 0;
+  kiln_schedule fn0 = {.kind = KILN_SCHEDULE_FN, .fn = zero_lr, .closure = &calls};
+  kiln_optimizer sgd = kiln_optimizer_default(KILN_OPTIM_SGD);
+  sgd.lr = 0.5;
+  double scheduled = one_step_change(ctx, &sgd, &fn0);
+  CHECK(scheduled == 0 && calls == 1);
+  kiln_schedule bad = {.kind = KILN_SCHEDULE_FN, .fn = nan_lr};
+  CHECK(one_step_change(ctx, &sgd, &bad) == -1 &&
+        strstr(kiln_ctx_error(ctx), "schedule gave nan at step 0"));
 }
 
-/* A loss written in the model file's language gives the built-in loss's value and gradients. */
+/* mean(|p - y|) written with the graph builder, for kiln_fn_create. */
+static kiln_value c_mae(kiln_graph *g, void *closure, size_t n, const kiln_value *a) {
+  (void)closure;
+  if (n != 2) return KILN_NO_VALUE;
+  kiln_value d = kiln_unary(g, "abs", kiln_binary(g, "sub", a[0], a[1]));
+  return kiln_reduce(g, "reduce_mean", d, 2, (const int64_t[]){0, 1}, 0);
+}
+
+/* A loss written in the model file's language, or as a C function (kiln_fn_create, what a
+ * binding's callable becomes), gives the built-in loss's value and gradients. */
 static void test_file_loss(kiln_ctx *ctx) {
   const char *text = "input x: f64[N, 3]\n"
                      "let my_loss = fn(p, y) => mean(abs(p - y))\n"
@@ -456,21 +488,27 @@ static void test_file_loss(kiln_ctx *ctx) {
   kiln_train_spec a = {.model = kiln_model_file_layer(m), .n_inputs = kiln_model_file_num_inputs(m),
                        .inputs = kiln_model_file_inputs(m), .loss_fn = kiln_model_file_fn(m, "my_loss"),
                        .dtype = KILN_F64, .backend = KILN_BACKEND_COMPILED};
-  kiln_train_spec b = a;
+  kiln_train_spec b = a, c = a;
   b.loss_fn = NULL, b.loss = "mae";
-  kiln_grad_fn *fa = NULL, *fb = NULL;
+  c.loss_fn = kiln_fn_create(ctx, 2, c_mae, NULL, NULL, "c_mae"); /* a binding's function */
+  kiln_grad_fn *fa = NULL, *fb = NULL, *fc = NULL;
   CHECK(kiln_value_and_grad_create(ctx, &a, 0, &fa) == KILN_OK);
   CHECK(kiln_value_and_grad_create(ctx, &b, 0, &fb) == KILN_OK);
+  CHECK(c.loss_fn && kiln_value_and_grad_create(ctx, &c, 0, &fc) == KILN_OK);
   kiln_tensor *data[2] = {x, y};
-  double la = 0, lb = 1;
-  kiln_params *ga = NULL, *gb = NULL;
-  if (fa && fb) {
+  double la = 0, lb = 1, lc = 2;
+  kiln_params *ga = NULL, *gb = NULL, *gc = NULL;
+  if (fa && fb && fc) {
     CHECK(kiln_value_and_grad(fa, p, 2, data, 0, &la, &ga) == KILN_OK);
     CHECK(kiln_value_and_grad(fb, p, 2, data, 0, &lb, &gb) == KILN_OK);
+    CHECK(kiln_value_and_grad(fc, p, 2, data, 0, &lc, &gc) == KILN_OK);
   } else {
     fprintf(stderr, "file loss: %s\n", kiln_ctx_error(ctx));
   }
-  CHECK(fabs(la - lb) <= 1e-15 && la > 0);
+  CHECK(fabs(la - lb) <= 1e-15 && fabs(lc - lb) <= 1e-15 && la > 0);
+  kiln_params_destroy(gc);
+  kiln_grad_fn_destroy(fc);
+  kiln_fn_release((kiln_fn *)c.loss_fn);
   double worst = 0;
   for (size_t i = 0; ga && gb && i < kiln_params_count(ga); i++)
     for (size_t e = 0; e < kiln_tensor_numel(kiln_params_tensor(ga, i)); e++)
