@@ -38,6 +38,7 @@ typedef struct run_opts {
   uint64_t seed;
   kp_precision precision; /* docs/precision.md */
   long repeat;            /* --repeat: timed runs of the compiled model after the first */
+  bool frozen[MAX_INPUTS]; /* inputs an ONNX model took at import (load_onnx), no parameters */
 } run_opts;
 
 /* Where a graph parameter's value comes from besides an --input (slot values). */
@@ -203,6 +204,7 @@ static int bind_inputs(const kiln_graph *g, const kiln_model_file *m, const kiln
   for (size_t p = 0; p < n; p++) slot[p] = UNBOUND;
   for (size_t i = 0; i < o->ninputs; i++) {
     size_t len, p;
+    if (o->frozen[i]) continue;
     const char *name = binding_name(o->input_name[i], &len);
     char pn[128];
     for (p = 0; p < n; p++) {
@@ -428,6 +430,54 @@ static int run_program(kiln_ctx *ctx, const run_opts *o) {
   return status;
 }
 
+/*
+ * An ONNX model whose graph inputs decide shapes (Reshape's shape, Slice's starts, TopK's k,
+ * ...) imports only with their values (kiln_onnx_import_frozen). Each import that names such an
+ * input ("('NAME') must be known at import") is tried again with the --input given for NAME, as
+ * ONNX Runtime and TensorRT take their shape tensors' values at run time; the graph is then
+ * specialised to those values, and those inputs are no parameters of it (o->frozen).
+ */
+static int load_onnx(kiln_ctx *ctx, run_opts *o, kiln_graph **out) {
+  kiln_onnx_frozen fz[MAX_INPUTS];
+  kiln_tensor *vals[MAX_INPUTS] = {0};
+  size_t nfz = 0;
+  int status = 0;
+  for (;;) {
+    if (kiln_onnx_import_frozen(ctx, o->model, nfz, fz, out) == KILN_OK) break;
+    const char *msg = kiln_ctx_error(ctx), *end = strstr(msg, "') must be known at import");
+    const char *start = end ? end : msg;
+    while (start > msg && start[-1] != '\'') start--;
+    size_t len = end && start > msg ? (size_t)(end - start) : 0, i = 0;
+    for (; len && i < o->ninputs; i++) {
+      size_t n;
+      const char *name = binding_name(o->input_name[i], &n);
+      if (n == len && !strncmp(name, start, len) && !o->frozen[i]) break;
+    }
+    if (!len || i == o->ninputs) {
+      status = len ? cli_error("%s; give its value with --input %.*s=FILE.npy", msg, (int)len,
+                               start)
+                   : cli_error("%s", msg);
+      break;
+    }
+    if (kiln_npy_read(ctx, o->input_file[i], &vals[nfz]) != KILN_OK) {
+      status = cli_error("%s", kiln_ctx_error(ctx));
+      break;
+    }
+    o->frozen[i] = true;
+    fz[nfz].name = strndup(start, len);
+    fz[nfz].value = vals[nfz];
+    if (!fz[nfz++].name) {
+      status = cli_error("out of memory");
+      break;
+    }
+  }
+  for (size_t k = 0; k < nfz; k++) {
+    free((char *)fz[k].name);
+    kiln_tensor_destroy(vals[k]);
+  }
+  return status;
+}
+
 int cmd_run(int argc, char **argv) {
   run_opts o = {.backend = KILN_BACKEND_AUTO, .device = "cpu", .dtype = KILN_DTYPE_COUNT};
   int r = parse_args(argc, argv, &o);
@@ -448,7 +498,8 @@ int cmd_run(int argc, char **argv) {
   kiln_graph *g = NULL;
   kiln_model_file *m = NULL;
   kiln_params *params = NULL;
-  int status = cli_load_model(ctx, o.model, o.dtype, o.train, &g, &m);
+  int status = cli_is_onnx_file(o.model) ? load_onnx(ctx, &o, &g)
+                                          : cli_load_model(ctx, o.model, o.dtype, o.train, &g, &m);
   if (!status && o.params && kiln_safetensors_read(ctx, o.params, &params) != KILN_OK)
     status = cli_error("%s", kiln_ctx_error(ctx));
   /* A .kiln model's parameters must all be there, by path and shape, and nothing else. */
