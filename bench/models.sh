@@ -107,7 +107,7 @@ for t in "${tags[@]}"; do
   run "$t" ort "$py" bench/models.py ort "$tmp" "$t"
   if bench_has torch2; then
     run "$t" torch "$py" bench/models.py torch "$tmp" "$t"
-    # inductor's on-disk caches off: its compile time cold, as Kiln's (which has no cache)
+    # inductor's on-disk caches off: its compile time cold, as Kiln's (bench/peers.sh)
     run "$t" torchc env TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 "$py" bench/models.py torchc "$tmp" "$t"
   fi
   run "$t" kiln-compile "$py" bench/models.py kiln-compile "$tmp" "$t" "$kiln" &&

@@ -22,6 +22,10 @@
 # matplotlib (the charts).
 # A peer that is not there never turns into a silently missing column.
 
+# Kiln's compile times are measured cold, like the peers' (torch.compile's caches are off too):
+# the JIT's on-disk kernel cache (docs/compile.md) is off unless the caller set it.
+export KILN_KERNEL_CACHE=${KILN_KERNEL_CACHE:-0}
+
 bench_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bench_script=${0##*/}
 bench_debian_py=/usr/bin/python3

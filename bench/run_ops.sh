@@ -3,6 +3,7 @@
 # workload per op family, plus the JIT compile time of a 50-op graph.
 # Writes bench/results/<date>-ops.md with the machine and the command.
 set -euo pipefail
+export KILN_KERNEL_CACHE=${KILN_KERNEL_CACHE:-0} # the compile time cold (docs/compile.md, "Kernel cache")
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j2 --target bench_ops >/dev/null

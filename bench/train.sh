@@ -20,6 +20,7 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j2 --target bench_train >/dev/null
 # Both sides get the same threads: Kiln's pool, OpenBLAS (Kiln's large matrix products),
 # and torch.set_num_threads (intra-op) with OpenMP/MKL capped too.
+export KILN_KERNEL_CACHE=${KILN_KERNEL_CACHE:-0} # compile times cold (docs/compile.md, "Kernel cache")
 export KILN_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads \
        MKL_NUM_THREADS=$threads
 torch_version=$(/usr/bin/python3 -c 'import torch; print(torch.__version__)')
