@@ -982,14 +982,32 @@ static void free_values(ox *im) {
   free(im->slots);
 }
 
-Onnx__ModelProto *ox_decode_model(kiln_ctx *ctx, const void *buf, size_t len, const char *name) {
-  Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
-  if (!m) {
-    char why[512];
-    ox_wire_explain(&onnx__model_proto__descriptor, buf, len, why, sizeof why);
-    kir_fail(ctx, KILN_ERR_PARSE, "%s: not a valid ONNX model: %s", name, why);
+/*
+ * buf decoded by protobuf-c as a message of desc — only after ox_wire_check
+ * has found it sound and nested at most OX_WIRE_MAX_DEPTH deep, since
+ * protobuf-c's decoder recurses without a limit (issue 22 item 1). `what`
+ * names the message in errors.
+ */
+static ProtobufCMessage *ox_unpack(kiln_ctx *ctx, const ProtobufCMessageDescriptor *desc,
+                                   const void *buf, size_t len, const char *name,
+                                   const char *what) {
+  char why[512];
+  if (!ox_wire_check(desc, buf, len, why, sizeof why)) {
+    kir_fail(ctx, KILN_ERR_PARSE, "%s: not a valid %s: %s", name, what, why);
+    return NULL;
   }
+  ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, len, buf);
+  if (!m)
+    kir_fail(ctx, KILN_ERR_PARSE,
+             "%s: not a valid %s: protobuf-c rejected its %zu bytes, though their structure is "
+             "sound (an invalid value, such as an enum or a bool out of range)",
+             name, what, len);
   return m;
+}
+
+Onnx__ModelProto *ox_decode_model(kiln_ctx *ctx, const void *buf, size_t len, const char *name) {
+  return (Onnx__ModelProto *)ox_unpack(ctx, &onnx__model_proto__descriptor, buf, len, name,
+                                       "ONNX model");
 }
 
 static bool find_opset(ox *im, const Onnx__ModelProto *m) {
@@ -1115,12 +1133,9 @@ KILN_API kiln_status kiln_onnx_read_tensor_mem(kiln_ctx *ctx, const void *buf, s
   if (!ctx || !out || (!buf && len)) return KILN_ERR_INVALID;
   *out = NULL;
   if (!name) name = "<memory>";
-  Onnx__TensorProto *t = onnx__tensor_proto__unpack(NULL, len, buf);
-  if (!t) {
-    char why[512];
-    ox_wire_explain(&onnx__tensor_proto__descriptor, buf, len, why, sizeof why);
-    return kir_fail(ctx, KILN_ERR_PARSE, "%s: not a valid ONNX TensorProto: %s", name, why);
-  }
+  Onnx__TensorProto *t = (Onnx__TensorProto *)ox_unpack(ctx, &onnx__tensor_proto__descriptor, buf,
+                                                        len, name, "ONNX TensorProto");
+  if (!t) return KILN_ERR_PARSE;
   ox im = {.ctx = ctx, .name = name};
   ox_const c;
   kiln_status s = KILN_OK;

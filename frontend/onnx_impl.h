@@ -6,8 +6,8 @@
  *                constant folding
  *   onnx_ops*.c  the op tables: one function per ONNX op type, each emitting
  *                Kiln IR through the public builder API (see onnx_ops.h)
- *   onnx_wire.c  when protobuf-c rejects a file, a walk of the wire format
- *                that says at which byte and in which field it broke
+ *   onnx_wire.c  a bounded walk of the wire format before protobuf-c decodes
+ *                it, that says at which byte and in which field it broke
  *
  * A value the importer knows at import time (an initializer, a Constant, a
  * Shape, or a node folded because all its inputs were known) is an ox_const
@@ -120,8 +120,12 @@ Onnx__ModelProto *ox_decode_model(kiln_ctx *ctx, const void *buf, size_t len, co
 
 /* ---- the wire-format walk (onnx_wire.c) ---- */
 
-/* Writes why `buf` is not a valid message of `desc` ("byte 17: ...") into msg. */
-void ox_wire_explain(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
-                     char *msg, size_t cap);
+/* Messages nested deeper than this are refused before protobuf-c (which recurses) sees them. */
+#define OX_WIRE_MAX_DEPTH 100
+
+/* Whether `buf` is structurally a message of `desc` nested at most OX_WIRE_MAX_DEPTH deep; if
+   not, writes why ("byte 17 (in graph.node): ...") into msg. */
+bool ox_wire_check(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
+                   char *msg, size_t cap);
 
 #endif
