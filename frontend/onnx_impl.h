@@ -62,6 +62,7 @@ typedef struct ox_node {
   kiln_value inv[OX_MAX_IO];  /* inputs already in g, or KILN_NO_VALUE */
   kiln_value out[OX_MAX_IO];
   ox_const *cout[OX_MAX_IO];
+  uint64_t read; /* bit k: the converter read attribute k (ox_attr); the rest are refused */
 } ox_node;
 
 typedef bool (*ox_op_fn)(ox_node *n);
@@ -92,13 +93,19 @@ const ox_const *ox_known(const ox_node *n, size_t k);
 /* Is output k wanted (present with a non-empty name)? */
 bool ox_wants(const ox_node *n, size_t k);
 
-const Onnx__AttributeProto *ox_attr(const ox_node *n, const char *name);
-int64_t ox_attr_i(const ox_node *n, const char *name, int64_t def);
-double ox_attr_f(const ox_node *n, const char *name, double def);
+/* The attribute `name`, or NULL; either way it counts as read. After a node's converter, an
+   attribute it never asked for is an error of the node (issue 22 item 8), so a converter asks for
+   every attribute whose value it relies on, even one it only checks for the default. */
+const Onnx__AttributeProto *ox_attr(ox_node *n, const char *name);
+int64_t ox_attr_i(ox_node *n, const char *name, int64_t def);
+double ox_attr_f(ox_node *n, const char *name, double def);
 /* The attribute's string, or `def`. */
-const char *ox_attr_s(const ox_node *n, const char *name, const char *def);
+const char *ox_attr_s(ox_node *n, const char *name, const char *def);
 /* INTS attribute: count in *cnt (0 and NULL if absent). */
-const int64_t *ox_attr_ints(const ox_node *n, const char *name, size_t *cnt);
+const int64_t *ox_attr_ints(ox_node *n, const char *name, size_t *cnt);
+/* Marks the attributes `names` (NULL-terminated) read: ones whose value cannot change the graph
+   Kiln imports (a seed, a training-only ratio, the order of an output Kiln refuses). */
+void ox_attrs_accept(ox_node *n, const char *const *names);
 
 /* Decodes a TensorProto into *c (arrays malloc'ed); `what` names it in messages. */
 bool ox_tensor_decode(ox *im, const Onnx__TensorProto *t, const char *what, ox_const *c);

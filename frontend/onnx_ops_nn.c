@@ -48,6 +48,7 @@ static bool op_gemm(ox_node *n) {
   kiln_value a = ox_in(n, 0), b = ox_in(n, 1);
   if (a == KILN_NO_VALUE || b == KILN_NO_VALUE) return false;
   double alpha = ox_attr_f(n, "alpha", 1.0), beta = ox_attr_f(n, "beta", 1.0);
+  ox_attr_i(n, "broadcast", 0); /* before opset 7: C broadcasts as numpy's rules say anyway */
   kiln_attr at[2] = {kiln_attr_bool("transpose_a", ox_attr_i(n, "transA", 0) != 0),
                      kiln_attr_bool("transpose_b", ox_attr_i(n, "transB", 0) != 0)};
   kiln_value in[2] = {a, b};
@@ -91,7 +92,8 @@ static bool read_window(ox_node *n, kiln_value x, const int64_t *kernel, bool tr
   if (r != 3 && r != 4)
     return ox_fail(n, KILN_ERR_UNSUPPORTED, "input of rank %d (Kiln maps 1-D and 2-D windows)", r);
   w->sp = r - 2;
-  if (kernel) {
+  if (kernel) { /* the weights' shape; kernel_shape, when given, says the same */
+    ox_attr(n, "kernel_shape");
     w->k[0] = w->sp == 1 ? 1 : kernel[0];
     w->k[1] = kernel[w->sp - 1];
   } else if (!read_pair(n, "kernel_shape", w->sp, -1, w->k)) {
@@ -282,6 +284,7 @@ static bool pool(ox_node *n, bool max) {
   if (dilated && (!max || ox_attr_i(n, "ceil_mode", 0)))
     return ox_fail(n, KILN_ERR_UNSUPPORTED, "dilated AveragePool, or dilations with ceil_mode");
   if (max && ox_wants(n, 1)) return ox_fail(n, KILN_ERR_UNSUPPORTED, "MaxPool's Indices output");
+  if (max) ox_attrs_accept(n, (const char *const[]){"storage_order", NULL}); /* of Indices */
   bool include = ox_attr_i(n, "count_include_pad", 0) != 0;
   if (ox_attr_i(n, "ceil_mode", 0)) {
     if (!max && include)
@@ -407,7 +410,10 @@ static bool op_batch_norm(ox_node *n) {
   if (x == KILN_NO_VALUE) return false;
   int r = ox_vrank(n, x);
   if (r < 2) return ox_fail(n, KILN_ERR_PARSE, "input of rank %d", r);
-  double eps = ox_attr_f(n, "epsilon", 1e-5);
+  double eps = ox_attr_f(n, "epsilon", 1e-5), mom = ox_attr_f(n, "momentum", 0.9);
+  if (!ox_attr_i(n, "spatial", 1)) /* before opset 9: statistics per element, not per channel */
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "spatial=0");
+  ox_attrs_accept(n, (const char *const[]){"is_test", NULL}); /* before opset 7 */
   kiln_value scale = ox_in(n, 1), bias = ox_in(n, 2), mean = ox_in(n, 3), var = ox_in(n, 4);
   if (ox_attr_i(n, "training_mode", 0)) {
     /* the batch's statistics (population variance) normalize; the running
@@ -417,7 +423,6 @@ static bool op_batch_norm(ox_node *n) {
     int64_t axes[KILN_MAX_RANK] = {0};
     for (int k = 2; k < r; k++)
       axes[k - 1] = k;
-    double mom = ox_attr_f(n, "momentum", 0.9);
     kiln_value bm = kiln_reduce(G, "reduce_mean", x, (size_t)(r - 1), axes, 0);
     kiln_value c = kiln_binary(G, "sub", x, ox_per_channel(n, bm, r));
     kiln_value bv = kiln_reduce(G, "reduce_mean", kiln_mul(G, c, c), (size_t)(r - 1), axes, 0);
@@ -489,6 +494,7 @@ static bool op_layer_norm(ox_node *n) {
   if (x == KILN_NO_VALUE) return false;
   kiln_dim d[KILN_MAX_RANK];
   int r = ox_dims_of(n, x, d), axis;
+  ox_attrs_accept(n, (const char *const[]){"stash_type", NULL}); /* Kiln's norms stash in f32+ */
   if (!ox_norm_axis(n, ox_attr_i(n, "axis", -1), r, &axis)) return false;
   double eps = ox_attr_f(n, "epsilon", 1e-5);
   kiln_value gamma = ox_broadcast_to(n, ox_in(n, 1), r - axis, d + axis);

@@ -410,6 +410,8 @@ static bool op_resize(ox_node *n) {
   if (sz && sz->n == 0) sz = NULL;
   if (!sc == !sz) return ox_fail(n, KILN_ERR_PARSE, "needs exactly one of scales and sizes");
   double cubic_a = ox_attr_f(n, "cubic_coeff_a", -0.75);
+  /* used by tf_crop_and_resize only, which is refused above */
+  ox_attrs_accept(n, (const char *const[]){"extrapolation_value", NULL});
   bool exclude = ox_attr_i(n, "exclude_outside", 0) != 0;
   return resize_to(n, x, mode, coord, nearest, sc, sz, cubic_a, exclude);
 }

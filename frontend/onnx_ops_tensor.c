@@ -40,8 +40,9 @@ static bool reduce(ox_node *n, rkind kind) {
   bool given;
   if (!ox_axes_arg(n, 1, r, axes, &na, &given)) return false;
   int keep = ox_attr_i(n, "keepdims", 1) != 0;
+  bool noop = ox_attr_i(n, "noop_with_empty_axes", 0) != 0;
   if (!na) {
-    if (ox_attr_i(n, "noop_with_empty_axes", 0)) {
+    if (noop) {
       n->out[0] = x;
       return true;
     }
@@ -754,6 +755,7 @@ static bool op_constant(ox_node *n) {
   const Onnx__AttributeProto *a = n->p->n_attribute == 1 ? n->p->attribute[0] : NULL;
   if (!a) return ox_fail(n, KILN_ERR_PARSE, "needs exactly one attribute");
   const char *name = a->name ? a->name : "";
+  n->read = 1; /* the one attribute: an unknown name is refused below */
   ox_const *c = NULL;
   if (!strcmp(name, "value") && a->t) {
     if (!(c = calloc(1, sizeof *c))) return ox_fail(n, KILN_ERR_NOMEM, "out of memory");

@@ -5,6 +5,11 @@
  * Nesting: a 30 KB model of TypeProtos nested 4,500 deep, or of If subgraphs 3,000 deep,
  * overflowed the stack inside protobuf-c's recursive decoder; the wire walk now refuses them
  * before protobuf-c sees the bytes (and still lets a model nested 30 deep through).
+ *
+ * Attributes: one a converter does not read (unknown to ONNX, misspelt, or a form Kiln does not
+ * map) was ignored silently; now it is an error naming the node and the attribute, while the
+ * attributes exporters write with values that do not matter to an inference graph (Dropout's
+ * seed, BatchNormalization's momentum, the memory hints of old opsets) still import.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,9 +122,90 @@ static void test_nesting(kiln_ctx *ctx) {
   free(m.p);
 }
 
+/* ------------------------------------------------------------- attributes */
+
+static pb attr_float(const char *name, float v) {
+  pb a = {0};
+  f_str(&a, 1, name);
+  f_float(&a, 2, v);
+  f_int(&a, 20, 1);
+  return a;
+}
+
+static pb attr_str(const char *name, const char *v) {
+  pb a = {0};
+  f_str(&a, 1, name);
+  f_bytes(&a, 4, v, strlen(v)); /* an empty string: present, length 0 */
+  f_int(&a, 20, 3);
+  return a;
+}
+
+/* y = OP(x) over x: f32[1, 2] and, for each further name in `more`, an input f32[2]; `na`
+   attributes; at `opset`. */
+static pb node_model(const char *op, const char *const *more, pb *attrs, int na, int64_t opset) {
+  pb g = {0}, t;
+  const int64_t xd[2] = {1, 2}, vd[1] = {2};
+  const char *in[8] = {"x"};
+  int nin = 1;
+  t = value_info("x", 2, xd, NULL);
+  f_msg(&g, 11, &t);
+  for (; more && *more; more++) {
+    t = value_info(*more, 1, vd, NULL);
+    f_msg(&g, 11, &t);
+    in[nin++] = *more;
+  }
+  t = value_info("y", 2, xd, NULL);
+  f_msg(&g, 12, &t);
+  t = node(op, in, (const char *[]){"y", NULL}, attrs, na);
+  f_msg(&g, 1, &t);
+  return model(&g, opset);
+}
+
+static void test_attributes(kiln_ctx *ctx) {
+  pb a[3] = {attr_float("alhpa", 0.5f)}, m = node_model("Relu", NULL, a, 1, 13);
+  expect(ctx, &m, KILN_ERR_UNSUPPORTED,
+         "node with output 'y' (Relu, opset 13): attribute 'alhpa' is not one Kiln reads for "
+         "Relu");
+  free(m.p);
+  a[0] = attr_float("alpha", 0.5f);
+  a[1] = attr_float("alpha", 0.25f);
+  m = node_model("LeakyRelu", NULL, a, 2, 13);
+  expect(ctx, &m, KILN_ERR_PARSE, "attribute 'alpha' is given twice");
+  free(m.p);
+  a[0] = attr_int("broadcast", 1); /* an attribute of Add before opset 7 only */
+  m = node_model("Add", (const char *[]){"b", NULL}, a, 1, 13);
+  expect(ctx, &m, KILN_ERR_UNSUPPORTED, "attribute 'broadcast' is not one Kiln reads for Add");
+  free(m.p);
+  a[0] = attr_int("broadcast", 1);
+  a[1] = attr_int("axis", 1); /* B's dims are A's last: numpy's broadcasting */
+  m = node_model("Add", (const char *[]){"b", NULL}, a, 2, 6);
+  expect(ctx, &m, KILN_OK, NULL);
+  free(m.p);
+  a[0] = attr_int("broadcast", 1);
+  a[1] = attr_int("axis", 0); /* B along A's first axis */
+  m = node_model("Add", (const char *[]){"b", NULL}, a, 2, 6);
+  expect(ctx, &m, KILN_ERR_UNSUPPORTED, "broadcasting B (rank 1) from axis 0 of A (rank 2)");
+  free(m.p);
+  /* What exporters write beside the values that matter still imports. */
+  a[0] = attr_float("epsilon", 1e-5f);
+  a[1] = attr_float("momentum", 0.9f);
+  m = node_model("BatchNormalization", (const char *[]){"s", "b", "mean", "var", NULL}, a, 2, 15);
+  expect(ctx, &m, KILN_OK, NULL);
+  free(m.p);
+  a[0] = attr_int("seed", 7);
+  m = node_model("Dropout", NULL, a, 1, 13);
+  expect(ctx, &m, KILN_OK, NULL);
+  free(m.p);
+  a[0] = attr_int("consumed_inputs", 0);
+  m = node_model("Relu", NULL, a, 1, 5);
+  expect(ctx, &m, KILN_OK, NULL);
+  free(m.p);
+}
+
 int main(void) {
   kiln_ctx *ctx = kiln_ctx_create();
   test_nesting(ctx);
+  test_attributes(ctx);
   kiln_ctx_destroy(ctx);
   if (!failures) printf("test_onnx_hostile: all checks passed\n");
   return test_status(failures);
