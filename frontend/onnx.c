@@ -631,7 +631,7 @@ const char *ox_attr_s(ox_node *n, const char *name, const char *def) {
   /* Attribute strings are bytes; the ones Kiln reads are short ASCII words. */
   static _Thread_local char buf[64];
   size_t len = a->s.len < sizeof buf - 1 ? a->s.len : sizeof buf - 1;
-  memcpy(buf, a->s.data, len);
+  if (len) memcpy(buf, a->s.data, len); /* an empty string's data may be NULL */
   buf[len] = 0;
   return buf;
 }

@@ -10,6 +10,11 @@
  * map) was ignored silently; now it is an error naming the node and the attribute, while the
  * attributes exporters write with values that do not matter to an inference graph (Dropout's
  * seed, BatchNormalization's momentum, the memory hints of old opsets) still import.
+ *
+ * Undefined behaviour (seen under UBSan): an Einsum whose equation is the empty string
+ * memcpy'd from NULL; a MaxPool padded by 2^40 imports (its output is 2^41 x 2^41), but lowering
+ * it multiplied the padded plane's sides, 2^82: it is refused at compile time now, as a value
+ * no compiled buffer may hold.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,10 +207,48 @@ static void test_attributes(kiln_ctx *ctx) {
   free(m.p);
 }
 
+/* ---------------------------------------------------- undefined behaviour */
+
+static void test_empty_einsum(kiln_ctx *ctx) {
+  pb a = attr_str("equation", ""), m = node_model("Einsum", NULL, &a, 1, 13);
+  expect(ctx, &m, KILN_ERR_PARSE, "an equation term of 0 axes for an input of rank 2");
+  free(m.p);
+}
+
+static pb attr_ints4(const char *name, int64_t v) {
+  const int64_t four[4] = {v, v, v, v};
+  return attr_ints(name, 4, four);
+}
+
+static void test_huge_pads(kiln_ctx *ctx) {
+  pb g = {0}, t, a[2] = {attr_ints("kernel_shape", 2, (const int64_t[]){2, 2}),
+                         attr_ints4("pads", (int64_t)1 << 40)};
+  const int64_t d[4] = {1, 1, 4, 4};
+  t = value_info("x", 4, d, NULL);
+  f_msg(&g, 11, &t);
+  t = value_info("y", 4, d, NULL);
+  f_msg(&g, 12, &t);
+  t = node("MaxPool", (const char *[]){"x", NULL}, (const char *[]){"y", NULL}, a, 2);
+  f_msg(&g, 1, &t);
+  pb m = model(&g, 13);
+  kiln_graph *gr = NULL;
+  kiln_compiled *c = NULL;
+  CHECK_STATUS(ctx, kiln_onnx_import_mem(ctx, m.p, m.n, "pads.onnx", NULL, &gr), KILN_OK);
+  if (gr) {
+    CHECK_STATUS(ctx, kiln_compile(gr, NULL, &c), KILN_ERR_UNSUPPORTED);
+    CHECK(!c && strstr(kiln_ctx_error(ctx), "spans more than 2^50 bytes"));
+  }
+  kiln_compiled_destroy(c);
+  kiln_graph_destroy(gr);
+  free(m.p);
+}
+
 int main(void) {
   kiln_ctx *ctx = kiln_ctx_create();
   test_nesting(ctx);
   test_attributes(ctx);
+  test_empty_einsum(ctx);
+  test_huge_pads(ctx);
   kiln_ctx_destroy(ctx);
   if (!failures) printf("test_onnx_hostile: all checks passed\n");
   return test_status(failures);
