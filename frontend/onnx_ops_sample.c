@@ -118,7 +118,8 @@ static bool op_grid_sample(ox_node *n) {
           : !strcmp(mode, "bicubic")  ? 2
                                       : -1;
   if (m < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "mode '%s'", mode);
-  kiln_dim flat = d[0] * d[1] * d[2] * d[3], nc[4] = {d[0], d[1], 1, 1};
+  kiln_dim flat, nc[4] = {d[0], d[1], 1, 1};
+  if (!ox_dims_product(n, d, 0, 4, &flat)) return false;
   s.flat = ox_reshape(n, kiln_cast(G, x, KILN_F64), 1, &flat);
   kiln_value ni = ox_iota_i64(n, 4, nc, 0), ci = ox_iota_i64(n, 4, nc, 1);
   s.nc = kiln_mul(G, kiln_add(G, kiln_mul(G, ni, kiln_scalar(G, KILN_I64, (double)d[1])), ci),

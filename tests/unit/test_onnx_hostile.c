@@ -14,7 +14,10 @@
  * Undefined behaviour (seen under UBSan): an Einsum whose equation is the empty string
  * memcpy'd from NULL; a MaxPool padded by 2^40 imports (its output is 2^41 x 2^41), but lowering
  * it multiplied the padded plane's sides, 2^82: it is refused at compile time now, as a value
- * no compiled buffer may hold.
+ * no compiled buffer may hold. fuzz_onnx's mutator found a graph input of dims [2, 4096, 2^62]
+ * whose product overflowed in Hardmax's flattening (ox_dims_product): such an input is refused,
+ * and a value of such dims made inside the graph (ConstantOfShape) is refused where it is
+ * flattened.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,12 +246,41 @@ static void test_huge_pads(kiln_ctx *ctx) {
   free(m.p);
 }
 
+static void test_dims_product(kiln_ctx *ctx) {
+  const int64_t d[3] = {2, 4096, (int64_t)1 << 62};
+  pb g = {0}, t = value_info("x", 3, d, NULL), a = attr_int("axis", 2);
+  f_msg(&g, 11, &t);
+  t = value_info("y", 3, d, NULL);
+  f_msg(&g, 12, &t);
+  t = node("Hardmax", (const char *[]){"x", NULL}, (const char *[]){"y", NULL}, &a, 1);
+  f_msg(&g, 1, &t);
+  pb m = model(&g, 11);
+  expect(ctx, &m, KILN_ERR_UNSUPPORTED,
+         "graph input 'x': its dims' product overflows 64 bits at dim 2 (4611686018427387904)");
+  free(m.p);
+  const int64_t shape[3] = {(int64_t)1 << 62, 4096, 2};
+  g = (pb){0};
+  t = tensor_i64("s", 3, shape);
+  f_msg(&g, 5, &t);
+  t = node("ConstantOfShape", (const char *[]){"s", NULL}, (const char *[]){"c", NULL}, NULL, 0);
+  f_msg(&g, 1, &t);
+  a = attr_int("axis", 2);
+  t = node("Hardmax", (const char *[]){"c", NULL}, (const char *[]){"y", NULL}, &a, 1);
+  f_msg(&g, 1, &t);
+  t = value_info("y", 3, shape, NULL);
+  f_msg(&g, 12, &t);
+  m = model(&g, 11);
+  expect(ctx, &m, KILN_ERR_UNSUPPORTED, "(Hardmax, opset 11): the product of dims 0 to 1 overflows");
+  free(m.p);
+}
+
 int main(void) {
   kiln_ctx *ctx = kiln_ctx_create();
   test_nesting(ctx);
   test_attributes(ctx);
   test_empty_einsum(ctx);
   test_huge_pads(ctx);
+  test_dims_product(ctx);
   kiln_ctx_destroy(ctx);
   if (!failures) printf("test_onnx_hostile: all checks passed\n");
   return test_status(failures);
