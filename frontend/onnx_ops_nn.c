@@ -358,9 +358,14 @@ static bool op_max_unpool(ox_node *n) {
   for (int k = 0; k < r; k++) {
     if (d[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
     od[k] = d[k];
-    if (k >= 2) {
+    if (k >= 2) { /* (d - 1) * stride + kernel - pads, each step checked: attributes are any int64 */
       int s = k - 2;
-      od[k] = (d[k] - 1) * (st ? st[s] : 1) + kern[s] - (pads ? pads[s] + pads[s + sp] : 0);
+      int64_t pad = 0;
+      if (__builtin_mul_overflow(d[k] - 1, st ? st[s] : 1, &od[k]) ||
+          __builtin_add_overflow(od[k], kern[s], &od[k]) ||
+          (pads && __builtin_add_overflow(pads[s], pads[s + sp], &pad)) ||
+          __builtin_sub_overflow(od[k], pad, &od[k]))
+        return ox_fail(n, KILN_ERR_PARSE, "output dim %d overflows 64 bits", k);
     }
     if (od[k] < 1) return ox_fail(n, KILN_ERR_PARSE, "output dim %d is %lld", k, (long long)od[k]);
     if (os && os[k] != od[k]) {
@@ -370,8 +375,8 @@ static bool op_max_unpool(ox_node *n) {
       hi[k] = os[k] - od[k];
       extra = true;
     }
-    total *= od[k];
-    numel *= d[k];
+    if (__builtin_mul_overflow(total, od[k], &total) || __builtin_mul_overflow(numel, d[k], &numel))
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "the output's size overflows 64 bits");
   }
   kiln_dim flat = total, cnt = numel;
   kiln_value zeros = ox_broadcast_to(n, ox_scalar_like(n, x, 0), 1, &flat);

@@ -17,7 +17,8 @@
  * no compiled buffer may hold. fuzz_onnx's mutator found a graph input of dims [2, 4096, 2^62]
  * whose product overflowed in Hardmax's flattening (ox_dims_product): such an input is refused,
  * and a value of such dims made inside the graph (ConstantOfShape) is refused where it is
- * flattened.
+ * flattened. It found MaxUnpool's output size overflowing next (an empty input of [2^62, 1, 0,
+ * 5]), and its window arithmetic over attributes would too (strides of 2^62).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -274,6 +275,33 @@ static void test_dims_product(kiln_ctx *ctx) {
   free(m.p);
 }
 
+/* y = MaxUnpool(x, i) over x and i of dims xd, with kernel_shape [3, 3] and strides st. */
+static pb max_unpool(const int64_t *xd, int64_t stride) {
+  pb g = {0}, t, a[2] = {attr_ints("kernel_shape", 2, (const int64_t[]){3, 3}),
+                         attr_ints("strides", 2, (const int64_t[]){stride, stride})};
+  t = value_info("x", 4, xd, NULL);
+  f_msg(&g, 11, &t);
+  t = value_info_t("i", T_INT64, 4, xd, NULL);
+  f_msg(&g, 11, &t);
+  t = node("MaxUnpool", (const char *[]){"x", "i", NULL}, (const char *[]){"y", NULL}, a, 2);
+  f_msg(&g, 1, &t);
+  t = value_info("y", 4, xd, NULL);
+  f_msg(&g, 12, &t);
+  return model(&g, 11);
+}
+
+static void test_max_unpool_sizes(kiln_ctx *ctx) {
+  pb m = max_unpool((const int64_t[]){(int64_t)1 << 62, 1, 0, 5}, 1);
+  expect(ctx, &m, KILN_ERR_UNSUPPORTED, "(MaxUnpool, opset 11): the output's size overflows 64 bits");
+  free(m.p);
+  m = max_unpool((const int64_t[]){1, 1, 3, 3}, (int64_t)1 << 62);
+  expect(ctx, &m, KILN_ERR_PARSE, "(MaxUnpool, opset 11): output dim 2 overflows 64 bits");
+  free(m.p);
+  m = max_unpool((const int64_t[]){1, 1, 3, 3}, 2); /* (3 - 1) * 2 + 3 = 7 */
+  expect(ctx, &m, KILN_OK, NULL);
+  free(m.p);
+}
+
 int main(void) {
   kiln_ctx *ctx = kiln_ctx_create();
   test_nesting(ctx);
@@ -281,6 +309,7 @@ int main(void) {
   test_empty_einsum(ctx);
   test_huge_pads(ctx);
   test_dims_product(ctx);
+  test_max_unpool_sizes(ctx);
   kiln_ctx_destroy(ctx);
   if (!failures) printf("test_onnx_hostile: all checks passed\n");
   return test_status(failures);
