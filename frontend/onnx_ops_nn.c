@@ -72,6 +72,34 @@ typedef struct window {
   int64_t out_pad[2];
 } window;
 
+/*
+ * The window's numbers and the input's static spatial dims at most 2^30
+ * (kernel, stride and dilation at least 1, pads and output_padding at least
+ * 0): the geometry below multiplies two of them and adds a few products, so
+ * it stays far inside 64 bits. Attributes may hold any int64; the fuzzer's
+ * 2^62 overflowed such arithmetic elsewhere (issue 22).
+ */
+#define OX_WINDOW_MAX ((int64_t)1 << 30)
+
+static bool window_in_range(ox_node *n, kiln_value x, const window *w) {
+  static const char *const what[] = {"kernel_shape", "strides", "dilations", "output_padding"};
+  const int64_t *v[] = {w->k, w->s, w->d, w->out_pad};
+  for (int i = 0; i < 4; i++)
+    for (int a = 0; a < 2; a++)
+      if (v[i][a] < (i < 3 ? 1 : 0) || v[i][a] > OX_WINDOW_MAX)
+        return ox_fail(n, KILN_ERR_UNSUPPORTED, "%s %lld is outside [%d, 2^30]", what[i],
+                       (long long)v[i][a], i < 3 ? 1 : 0);
+  for (int a = 0; a < 4; a++)
+    if (w->pad[a] < 0 || w->pad[a] > OX_WINDOW_MAX)
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "pads %lld is outside [0, 2^30]",
+                     (long long)w->pad[a]);
+  for (int a = 2; a < ox_vrank(n, x); a++)
+    if (ox_vdim(n, x, a) > OX_WINDOW_MAX)
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "spatial dim %d is %lld, more than 2^30", a,
+                     (long long)ox_vdim(n, x, a));
+  return true;
+}
+
 static bool read_pair(ox_node *n, const char *name, int sp, int64_t def, int64_t out[2]) {
   size_t c;
   const int64_t *v = ox_attr_ints(n, name, &c);
@@ -115,6 +143,7 @@ static bool read_window(ox_node *n, kiln_value x, const int64_t *kernel, bool tr
     else
       memcpy(w->pad, p, 4 * sizeof *p);
   }
+  if (!window_in_range(n, x, w)) return false;
   const char *ap = ox_attr_s(n, "auto_pad", "NOTSET");
   if (!strcmp(ap, "VALID")) {
     memset(w->pad, 0, sizeof w->pad);

@@ -601,15 +601,17 @@ static bool op_depth_to_space(ox_node *n) {
   kiln_dim d[KILN_MAX_RANK];
   if (ox_dims_of(n, x, d) != 4) return ox_fail(n, KILN_ERR_PARSE, "needs rank 4");
   int64_t b = ox_attr_i(n, "blocksize", 0);
-  if (b < 1 || d[1] < 0 || d[1] % (b * b))
+  if (b < 1 || b > ((int64_t)1 << 30) || d[1] < 0 || d[1] % (b * b)) /* b * b in 64 bits */
     return ox_fail(n, KILN_ERR_PARSE, "blocksize %lld", (long long)b);
   bool crd = !strcmp(ox_attr_s(n, "mode", "DCR"), "CRD");
   kiln_dim c = d[1] / (b * b);
   kiln_dim t[6] = {d[0], b, b, c, d[2], d[3]}, t2[6] = {d[0], c, b, b, d[2], d[3]};
   static const int64_t dcr[6] = {0, 3, 4, 1, 5, 2}, crdp[6] = {0, 1, 4, 2, 5, 3};
   kiln_value y = kiln_transpose(G, ox_reshape(n, x, 6, crd ? t2 : t), 6, crd ? crdp : dcr);
-  kiln_dim o[4] = {d[0], c, d[2] < 0 ? -1 : d[2] * b, d[3] < 0 ? -1 : d[3] * b};
-  if (o[2] < 0 || o[3] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic spatial dims");
+  kiln_dim o[4] = {d[0], c, -1, -1};
+  if (d[2] < 0 || d[3] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic spatial dims");
+  if (__builtin_mul_overflow(d[2], b, &o[2]) || __builtin_mul_overflow(d[3], b, &o[3]))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "the output's dims overflow 64 bits");
   n->out[0] = ox_reshape(n, y, 4, o);
   return true;
 }
@@ -619,13 +621,15 @@ static bool op_space_to_depth(ox_node *n) {
   if (x == KILN_NO_VALUE) return false;
   kiln_dim d[KILN_MAX_RANK];
   if (ox_dims_of(n, x, d) != 4) return ox_fail(n, KILN_ERR_PARSE, "needs rank 4");
-  int64_t b = ox_attr_i(n, "blocksize", 0);
+  int64_t b = ox_attr_i(n, "blocksize", 0), c;
   if (b < 1 || d[2] < 0 || d[3] < 0 || d[2] % b || d[3] % b || d[1] < 0)
     return ox_fail(n, KILN_ERR_PARSE, "blocksize %lld", (long long)b);
+  if (__builtin_mul_overflow(d[1], b, &c) || __builtin_mul_overflow(c, b, &c))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "the output's channels overflow 64 bits");
   kiln_dim t[6] = {d[0], d[1], d[2] / b, b, d[3] / b, b};
   static const int64_t perm[6] = {0, 3, 5, 1, 2, 4};
   kiln_value y = kiln_transpose(G, ox_reshape(n, x, 6, t), 6, perm);
-  kiln_dim o[4] = {d[0], d[1] * b * b, d[2] / b, d[3] / b};
+  kiln_dim o[4] = {d[0], c, d[2] / b, d[3] / b};
   n->out[0] = ox_reshape(n, y, 4, o);
   return true;
 }
