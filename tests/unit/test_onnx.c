@@ -859,7 +859,7 @@ static void conform_suite(kiln_ctx *ctx, const char *suite, summary *s, bool ver
     names[n++] = strdup(e->d_name);
   }
   closedir(d);
-  qsort(names, n, sizeof *names, cmp_str);
+  if (n) qsort(names, n, sizeof *names, cmp_str); /* names is NULL when the filter keeps none */
   for (size_t k = 0; k < n; k++) {
     char dir[600];
     snprintf(dir, sizeof dir, "%s/%s", root, names[k]);
