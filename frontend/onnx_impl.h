@@ -6,6 +6,8 @@
  *                constant folding
  *   onnx_ops*.c  the op tables: one function per ONNX op type, each emitting
  *                Kiln IR through the public builder API (see onnx_ops.h)
+ *   onnx_attrs.c a node's attributes: typed reads, and the check that every
+ *                one was read
  *   onnx_wire.c  a bounded walk of the wire format before protobuf-c decodes
  *                it, that says at which byte and in which field it broke
  *
@@ -106,6 +108,8 @@ const int64_t *ox_attr_ints(ox_node *n, const char *name, size_t *cnt);
 /* Marks the attributes `names` (NULL-terminated) read: ones whose value cannot change the graph
    Kiln imports (a seed, a training-only ratio, the order of an output Kiln refuses). */
 void ox_attrs_accept(ox_node *n, const char *const *names);
+/* After the converter: false (the node's error set) if an attribute was not read (onnx_attrs.c). */
+bool ox_attrs_all_read(ox_node *n);
 
 /* Decodes a TensorProto into *c (arrays malloc'ed); `what` names it in messages. */
 bool ox_tensor_decode(ox *im, const Onnx__TensorProto *t, const char *what, ox_const *c);
