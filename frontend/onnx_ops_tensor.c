@@ -431,7 +431,8 @@ static bool op_gather_elements(ox_node *n) {
   for (int k = r - 1; k >= 0; k--) {
     if (xd[k] < 0 || id[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
     stride[k] = total;
-    total *= xd[k];
+    if (__builtin_mul_overflow(total, xd[k], &total))
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "the input's size overflows 64 bits");
   }
   kiln_value i64 = kiln_cast(G, idx, KILN_I64);
   i64 = ox_select3(n, kiln_binary(G, "lt", i64, kiln_scalar(G, KILN_I64, 0)),

@@ -19,7 +19,9 @@
  * whose product overflowed in Hardmax's flattening (ox_dims_product): such an input is refused,
  * and a value of such dims made inside the graph (ConstantOfShape) is refused where it is
  * flattened. It found MaxUnpool's output size overflowing next (an empty input of [2^62, 1, 0,
- * 5]), and its window arithmetic over attributes would too (strides of 2^62).
+ * 5]), and its window arithmetic over attributes would too (strides of 2^62); then
+ * GatherElements' strides over an empty input of [0, 2^62, 18] (inputs are refused when their
+ * non-zero dims overflow, values made in the graph where the strides are computed).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -309,7 +311,7 @@ static pb max_unpool(const int64_t *xd, int64_t stride) {
 }
 
 static void test_max_unpool_sizes(kiln_ctx *ctx) {
-  pb m = max_unpool((const int64_t[]){(int64_t)1 << 62, 1, 0, 5}, 1);
+  pb m = max_unpool((const int64_t[]){(int64_t)1 << 61, 1, 0, 1}, 1); /* output 2^61 x 2 x 3 */
   expect(ctx, &m, KILN_ERR_UNSUPPORTED, "(MaxUnpool, opset 11): the output's size overflows 64 bits");
   free(m.p);
   m = max_unpool((const int64_t[]){1, 1, 3, 3}, (int64_t)1 << 62);
@@ -317,6 +319,35 @@ static void test_max_unpool_sizes(kiln_ctx *ctx) {
   free(m.p);
   m = max_unpool((const int64_t[]){1, 1, 3, 3}, 2); /* (3 - 1) * 2 + 3 = 7 */
   expect(ctx, &m, KILN_OK, NULL);
+  free(m.p);
+}
+
+static void test_gather_elements_strides(kiln_ctx *ctx) {
+  const int64_t d[3] = {0, (int64_t)1 << 62, 18}, id[3] = {0, 1, 1};
+  pb g = {0}, t = value_info("x", 3, d, NULL);
+  f_msg(&g, 11, &t);
+  t = value_info("y", 3, id, NULL);
+  f_msg(&g, 12, &t);
+  t = node("Relu", (const char *[]){"x", NULL}, (const char *[]){"y", NULL}, NULL, 0);
+  f_msg(&g, 1, &t);
+  pb m = model(&g, 13);
+  expect(ctx, &m, KILN_ERR_UNSUPPORTED, "graph input 'x': its dims' product overflows 64 bits");
+  free(m.p);
+  g = (pb){0};
+  t = tensor_i64("s", 3, d);
+  f_msg(&g, 5, &t);
+  t = value_info_t("i", T_INT64, 3, id, NULL);
+  f_msg(&g, 11, &t);
+  t = node("ConstantOfShape", (const char *[]){"s", NULL}, (const char *[]){"c", NULL}, NULL, 0);
+  f_msg(&g, 1, &t);
+  t = node("GatherElements", (const char *[]){"c", "i", NULL}, (const char *[]){"y", NULL}, NULL,
+           0);
+  f_msg(&g, 1, &t);
+  t = value_info("y", 3, id, NULL);
+  f_msg(&g, 12, &t);
+  m = model(&g, 13);
+  expect(ctx, &m, KILN_ERR_UNSUPPORTED,
+         "(GatherElements, opset 13): the input's size overflows 64 bits");
   free(m.p);
 }
 
@@ -328,6 +359,7 @@ int main(void) {
   test_huge_pads(ctx);
   test_dims_product(ctx);
   test_max_unpool_sizes(ctx);
+  test_gather_elements_strides(ctx);
   kiln_ctx_destroy(ctx);
   if (!failures) printf("test_onnx_hostile: all checks passed\n");
   return test_status(failures);
