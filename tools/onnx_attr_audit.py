@@ -5,7 +5,7 @@ Since issue 22 an attribute a converter does not read (ox_attr and its typed for
 of the node, so an attribute that ONNX defines for an op and Kiln's converter never names refuses
 every model that writes it, even with its default value. This lists them: for each op type in the
 tables of frontend/onnx_ops_*.c, the attributes of every opset's schema (python3-onnx) that no
-ox_attr* call names in the op's function or the static functions it calls in the same file, or
+ox_attr* call (or ox_attrs_accept list) names in the op's function or the static functions it calls in the same file, or
 in the helpers of onnx_ops_common.c. Read by eye: a listed attribute is either one the converter
 should read (and check), or a form Kiln does not support, refused by design. Needs Debian's
 python3-onnx (/usr/bin/python3). Exit status 0 always; prints one line per op with a gap.
@@ -18,8 +18,13 @@ import sys
 import onnx.defs
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-ATTR = re.compile(r'ox_attr\w*\(\s*n\s*,\s*"([^"]+)"')
-FUNC = re.compile(r"^(?:static\s+)?[\w\s\*]+?\b(\w+)\(([^;{]*)\)\s*\{", re.M)
+# ox_attr*(n, "name") and the helpers that read an attribute they are given by name
+# (read_pair(n, "strides", ...), scalar_attr(n, "value", ...)): any call with n and a string.
+ATTR = re.compile(r'\w+\(\s*n\s*,\s*"([^"]+)"')
+# Read for every op (ox_attrs_all_read, onnx_attrs.c): consumed_inputs before opset 6.
+GENERIC = {"consumed_inputs"}
+FUNC = re.compile(r"^(?:static )?[A-Za-z_][\w \*]*?\b(\w+)\(([^;{]*)\)\s*\{", re.M)
+ACCEPT = re.compile(r"ox_attrs_accept\(\s*n\s*,\s*\(const char \*const\[\]\)\{([^}]*)\}")
 CALL = re.compile(r"\b(\w+)\(")
 ENTRY = re.compile(r'\{"(\w+)",\s*(\w+),')
 
@@ -51,6 +56,8 @@ def main():
                     continue
                 seen.add(g)
                 names |= set(ATTR.findall(funcs[g]))
+                for group in ACCEPT.findall(funcs[g]):
+                    names |= set(re.findall(r'"([^"]+)"', group))
                 todo += CALL.findall(funcs[g])
             schema = set()
             for version in range(1, 19):
@@ -58,7 +65,7 @@ def main():
                     schema |= set(onnx.defs.get_schema(op, version).attributes)
                 except onnx.defs.SchemaError:
                     pass
-            missing = sorted(schema - names)
+            missing = sorted(schema - names - GENERIC)
             if missing:
                 gaps += 1
                 print(f"{op}: {', '.join(missing)}")
