@@ -301,10 +301,11 @@ static bool op_split(ox_node *n) {
   }
   if (sz && c != n->nout)
     return ox_fail(n, KILN_ERR_PARSE, "%zu split sizes for %zu outputs", c, n->nout);
-  int64_t chunk = (dim + (int64_t)n->nout - 1) / (int64_t)(n->nout ? n->nout : 1), at = 0;
+  /* dim / parts rounded up, and sums compared by difference: dim and sizes may be near 2^63 */
+  int64_t parts = n->nout ? (int64_t)n->nout : 1, chunk = dim / parts + (dim % parts != 0), at = 0;
   for (size_t k = 0; k < n->nout; k++) {
-    int64_t len = sz ? sz[k] : (at + chunk > dim ? dim - at : chunk);
-    if (len < 0 || at + len > dim) return ox_fail(n, KILN_ERR_PARSE, "split sizes exceed the axis");
+    int64_t len = sz ? sz[k] : (chunk > dim - at ? dim - at : chunk);
+    if (len < 0 || len > dim - at) return ox_fail(n, KILN_ERR_PARSE, "split sizes exceed the axis");
     n->out[k] = ox_slice_axis(n, x, axis, at, at + len);
     at += len;
   }

@@ -351,6 +351,26 @@ static void test_gather_elements_strides(kiln_ctx *ctx) {
   free(m.p);
 }
 
+/* Split of an axis of INT64_MAX into two (the fuzzer's: dim + parts - 1 overflowed), and sizes
+   whose sum passes 2^63. */
+static void test_split_sizes(kiln_ctx *ctx) {
+  const int64_t d[1] = {INT64_MAX}, two[2] = {INT64_MAX, 1};
+  for (int given = 0; given < 2; given++) {
+    pb g = {0}, t = value_info("x", 1, d, NULL), a = attr_ints("split", 2, two);
+    f_msg(&g, 11, &t);
+    t = node("Split", (const char *[]){"x", NULL}, (const char *[]){"y", "z", NULL}, &a,
+             given);
+    if (!given) free(a.p);
+    f_msg(&g, 1, &t);
+    t = value_info("y", 1, d, NULL);
+    f_msg(&g, 12, &t);
+    pb m = model(&g, 11);
+    expect(ctx, &m, given ? KILN_ERR_PARSE : KILN_OK,
+           given ? "(Split, opset 11): split sizes exceed the axis" : NULL);
+    free(m.p);
+  }
+}
+
 int main(void) {
   kiln_ctx *ctx = kiln_ctx_create();
   test_nesting(ctx);
@@ -360,6 +380,7 @@ int main(void) {
   test_dims_product(ctx);
   test_max_unpool_sizes(ctx);
   test_gather_elements_strides(ctx);
+  test_split_sizes(ctx);
   kiln_ctx_destroy(ctx);
   if (!failures) printf("test_onnx_hostile: all checks passed\n");
   return test_status(failures);
