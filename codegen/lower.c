@@ -209,9 +209,36 @@ static bool unsupported(kcg_lower_state *st, const kir_op_desc *d, kir_dtype t) 
                     kiln_dtype_name(t));
 }
 
+/*
+ * Whether the static dims of t span at most 2^50 bytes, what the executor's
+ * buffers may hold (runtime/exec/rt_exec.c). The kernels' index arithmetic
+ * multiplies static dims at lowering (a MaxPool over a plane padded by 2^40
+ * had h * w = 2^82: signed overflow, issue 22 item 6); a value past the
+ * bound could never run, so it is refused before any of it is lowered.
+ * Symbolic dims are checked against the same bound at run time.
+ */
+static bool fits_buffer(const kir_type *t) {
+  int64_t n = (int64_t)kiln_dtype_size(t->dtype);
+  for (int i = 0; i < t->rank; i++)
+    if (!KIR_DIM_IS_SYM(t->dims[i]) &&
+        (__builtin_mul_overflow(n, t->dims[i], &n) || n > (int64_t)1 << 50))
+      return false;
+  return true;
+}
+
 /* Refuses an instruction the kernels cannot serve, before anything is built for it. */
 static bool check_inst(kcg_lower_state *st, const kir_graph *g, const kir_inst *inst) {
   const kir_op_desc *d = kir_op(inst->op);
+  for (uint32_t i = 0; i < inst->nin + inst->nout; i++) {
+    const kir_type *t = &g->values[i < inst->nin ? inst->in[i] : inst->out[i - inst->nin]].type;
+    if (fits_buffer(t)) continue;
+    char ty[200];
+    kir_format_type(g->mod, t, ty, sizeof ty);
+    return state_fail(st, KILN_ERR_UNSUPPORTED,
+                      "op '%s': a value of %s spans more than 2^50 bytes, more than a compiled "
+                      "buffer may hold",
+                      d->name, ty);
+  }
   for (uint32_t i = 0; i < inst->nin; i++)
     if (!dtype_supported(d, inst->op, g->values[inst->in[i]].type.dtype))
       return unsupported(st, d, g->values[inst->in[i]].type.dtype);

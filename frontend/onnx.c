@@ -560,59 +560,6 @@ kiln_value ox_in(ox_node *n, size_t k) {
   return n->inv[k] = v->v;
 }
 
-const Onnx__AttributeProto *ox_attr(const ox_node *n, const char *name) {
-  for (size_t k = 0; k < n->p->n_attribute; k++)
-    if (!strcmp(S(n->p->attribute[k]->name), name)) return n->p->attribute[k];
-  return NULL;
-}
-
-/*
- * The attribute `name` when it has type `want`. One of another declared type
- * (a FLOAT `group`, an INT `alpha`) is an error of the node — the import stops
- * after the node's converter (im->err) — rather than read as absent, which
- * gave the default silently (issue 22 item 8). An UNDEFINED type (writers
- * before ONNX 1.1) is taken as the field that is set.
- */
-static const Onnx__AttributeProto *typed_attr(const ox_node *n, const char *name,
-                                              Onnx__AttributeProto__AttributeType want) {
-  static const char *const names[] = {"UNDEFINED", "FLOAT", "INT", "STRING", "TENSOR", "GRAPH",
-                                      "FLOATS", "INTS", "STRINGS"};
-  const Onnx__AttributeProto *a = ox_attr(n, name);
-  if (!a || a->type == want || a->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED)
-    return a;
-  unsigned t = (unsigned)a->type;
-  ox_fail((ox_node *)n, KILN_ERR_PARSE, "attribute '%s' is of type %s, expected %s", name,
-          t < sizeof names / sizeof names[0] ? names[t] : "?", names[want]);
-  return NULL;
-}
-
-int64_t ox_attr_i(const ox_node *n, const char *name, int64_t def) {
-  const Onnx__AttributeProto *a = typed_attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
-  return a && a->has_i ? a->i : def;
-}
-
-double ox_attr_f(const ox_node *n, const char *name, double def) {
-  const Onnx__AttributeProto *a = typed_attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
-  return a && a->has_f ? a->f : def;
-}
-
-const char *ox_attr_s(const ox_node *n, const char *name, const char *def) {
-  const Onnx__AttributeProto *a = typed_attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
-  if (!a || !a->has_s) return def;
-  /* Attribute strings are bytes; the ones Kiln reads are short ASCII words. */
-  static _Thread_local char buf[64];
-  size_t len = a->s.len < sizeof buf - 1 ? a->s.len : sizeof buf - 1;
-  memcpy(buf, a->s.data, len);
-  buf[len] = 0;
-  return buf;
-}
-
-const int64_t *ox_attr_ints(const ox_node *n, const char *name, size_t *cnt) {
-  const Onnx__AttributeProto *a = typed_attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
-  *cnt = a ? a->n_ints : 0;
-  return a && a->n_ints ? a->ints : NULL;
-}
-
 kiln_dtype ox_vdtype(const ox_node *n, kiln_value v) { return kiln_value_dtype(n->g, v); }
 int ox_vrank(const ox_node *n, kiln_value v) { return (int)kiln_value_rank(n->g, v); }
 kiln_dim ox_vdim(const ox_node *n, kiln_value v, int axis) {
@@ -812,6 +759,7 @@ static bool import_node(ox *im, const Onnx__NodeProto *p) {
                    S(p->op_type));
   if (p->n_input > OX_MAX_IO || p->n_output > OX_MAX_IO)
     return ox_fail(&n, KILN_ERR_UNSUPPORTED, "more than %d inputs or outputs", OX_MAX_IO);
+  if (p->n_attribute > 64) return ox_fail(&n, KILN_ERR_UNSUPPORTED, "more than 64 attributes");
   n.nin = p->n_input;
   n.nout = p->n_output;
   for (size_t k = 0; k < OX_MAX_IO; k++) n.inv[k] = n.out[k] = KILN_NO_VALUE;
@@ -835,6 +783,10 @@ static bool import_node(ox *im, const Onnx__NodeProto *p) {
       free_consts(&n, 0);
       return node_builder_failed(&n, kiln_graph_status(im->g));
     }
+  }
+  if (!ox_attrs_all_read(&n)) {
+    free_consts(&n, 0);
+    return false;
   }
   free_consts(&n, n.nout);
   bool ok = true;
@@ -919,12 +871,18 @@ static bool import_input(ox *im, const Onnx__ValueInfoProto *vi) {
     return fail(im, KILN_ERR_UNSUPPORTED, "graph input '%s': rank %zu is more than %d", name,
                 tt->shape->n_dim, KILN_MAX_RANK);
   kiln_dim dims[KILN_MAX_RANK];
+  int64_t elems = 1; /* of the static non-zero dims: past 2^63 no stride can be computed, even
+                        in a tensor that is empty */
   for (size_t k = 0; k < tt->shape->n_dim; k++) {
     const Onnx__TensorShapeProto__Dimension *d = tt->shape->dim[k];
     if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
       if (d->dim_value < 0)
         return fail(im, KILN_ERR_PARSE, "graph input '%s': dim %zu is negative (%lld)", name, k,
                     (long long)d->dim_value);
+      if (d->dim_value && __builtin_mul_overflow(elems, d->dim_value, &elems))
+        return fail(im, KILN_ERR_UNSUPPORTED,
+                    "graph input '%s': its dims' product overflows 64 bits at dim %zu (%lld)",
+                    name, k, (long long)d->dim_value);
       dims[k] = d->dim_value;
     } else {
       char sym[300];
@@ -982,14 +940,32 @@ static void free_values(ox *im) {
   free(im->slots);
 }
 
-Onnx__ModelProto *ox_decode_model(kiln_ctx *ctx, const void *buf, size_t len, const char *name) {
-  Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
-  if (!m) {
-    char why[512];
-    ox_wire_explain(&onnx__model_proto__descriptor, buf, len, why, sizeof why);
-    kir_fail(ctx, KILN_ERR_PARSE, "%s: not a valid ONNX model: %s", name, why);
+/*
+ * buf decoded by protobuf-c as a message of desc — only after ox_wire_check
+ * has found it sound and nested at most OX_WIRE_MAX_DEPTH deep, since
+ * protobuf-c's decoder recurses without a limit (issue 22 item 1). `what`
+ * names the message in errors.
+ */
+static ProtobufCMessage *ox_unpack(kiln_ctx *ctx, const ProtobufCMessageDescriptor *desc,
+                                   const void *buf, size_t len, const char *name,
+                                   const char *what) {
+  char why[512];
+  if (!ox_wire_check(desc, buf, len, why, sizeof why)) {
+    kir_fail(ctx, KILN_ERR_PARSE, "%s: not a valid %s: %s", name, what, why);
+    return NULL;
   }
+  ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, len, buf);
+  if (!m)
+    kir_fail(ctx, KILN_ERR_PARSE,
+             "%s: not a valid %s: protobuf-c rejected its %zu bytes, though their structure is "
+             "sound (an invalid value, such as an enum or a bool out of range)",
+             name, what, len);
   return m;
+}
+
+Onnx__ModelProto *ox_decode_model(kiln_ctx *ctx, const void *buf, size_t len, const char *name) {
+  return (Onnx__ModelProto *)ox_unpack(ctx, &onnx__model_proto__descriptor, buf, len, name,
+                                       "ONNX model");
 }
 
 static bool find_opset(ox *im, const Onnx__ModelProto *m) {
@@ -1115,12 +1091,9 @@ KILN_API kiln_status kiln_onnx_read_tensor_mem(kiln_ctx *ctx, const void *buf, s
   if (!ctx || !out || (!buf && len)) return KILN_ERR_INVALID;
   *out = NULL;
   if (!name) name = "<memory>";
-  Onnx__TensorProto *t = onnx__tensor_proto__unpack(NULL, len, buf);
-  if (!t) {
-    char why[512];
-    ox_wire_explain(&onnx__tensor_proto__descriptor, buf, len, why, sizeof why);
-    return kir_fail(ctx, KILN_ERR_PARSE, "%s: not a valid ONNX TensorProto: %s", name, why);
-  }
+  Onnx__TensorProto *t = (Onnx__TensorProto *)ox_unpack(ctx, &onnx__tensor_proto__descriptor, buf,
+                                                        len, name, "ONNX TensorProto");
+  if (!t) return KILN_ERR_PARSE;
   ox im = {.ctx = ctx, .name = name};
   ox_const c;
   kiln_status s = KILN_OK;

@@ -6,8 +6,10 @@
  *                constant folding
  *   onnx_ops*.c  the op tables: one function per ONNX op type, each emitting
  *                Kiln IR through the public builder API (see onnx_ops.h)
- *   onnx_wire.c  when protobuf-c rejects a file, a walk of the wire format
- *                that says at which byte and in which field it broke
+ *   onnx_attrs.c a node's attributes: typed reads, and the check that every
+ *                one was read
+ *   onnx_wire.c  a bounded walk of the wire format before protobuf-c decodes
+ *                it, that says at which byte and in which field it broke
  *
  * A value the importer knows at import time (an initializer, a Constant, a
  * Shape, or a node folded because all its inputs were known) is an ox_const
@@ -62,6 +64,7 @@ typedef struct ox_node {
   kiln_value inv[OX_MAX_IO];  /* inputs already in g, or KILN_NO_VALUE */
   kiln_value out[OX_MAX_IO];
   ox_const *cout[OX_MAX_IO];
+  uint64_t read; /* bit k: the converter read attribute k (ox_attr); the rest are refused */
 } ox_node;
 
 typedef bool (*ox_op_fn)(ox_node *n);
@@ -92,13 +95,21 @@ const ox_const *ox_known(const ox_node *n, size_t k);
 /* Is output k wanted (present with a non-empty name)? */
 bool ox_wants(const ox_node *n, size_t k);
 
-const Onnx__AttributeProto *ox_attr(const ox_node *n, const char *name);
-int64_t ox_attr_i(const ox_node *n, const char *name, int64_t def);
-double ox_attr_f(const ox_node *n, const char *name, double def);
+/* The attribute `name`, or NULL; either way it counts as read. After a node's converter, an
+   attribute it never asked for is an error of the node (issue 22 item 8), so a converter asks for
+   every attribute whose value it relies on, even one it only checks for the default. */
+const Onnx__AttributeProto *ox_attr(ox_node *n, const char *name);
+int64_t ox_attr_i(ox_node *n, const char *name, int64_t def);
+double ox_attr_f(ox_node *n, const char *name, double def);
 /* The attribute's string, or `def`. */
-const char *ox_attr_s(const ox_node *n, const char *name, const char *def);
+const char *ox_attr_s(ox_node *n, const char *name, const char *def);
 /* INTS attribute: count in *cnt (0 and NULL if absent). */
-const int64_t *ox_attr_ints(const ox_node *n, const char *name, size_t *cnt);
+const int64_t *ox_attr_ints(ox_node *n, const char *name, size_t *cnt);
+/* Marks the attributes `names` (NULL-terminated) read: ones whose value cannot change the graph
+   Kiln imports (a seed, a training-only ratio, the order of an output Kiln refuses). */
+void ox_attrs_accept(ox_node *n, const char *const *names);
+/* After the converter: false (the node's error set) if an attribute was not read (onnx_attrs.c). */
+bool ox_attrs_all_read(ox_node *n);
 
 /* Decodes a TensorProto into *c (arrays malloc'ed); `what` names it in messages. */
 bool ox_tensor_decode(ox *im, const Onnx__TensorProto *t, const char *what, ox_const *c);
@@ -120,8 +131,12 @@ Onnx__ModelProto *ox_decode_model(kiln_ctx *ctx, const void *buf, size_t len, co
 
 /* ---- the wire-format walk (onnx_wire.c) ---- */
 
-/* Writes why `buf` is not a valid message of `desc` ("byte 17: ...") into msg. */
-void ox_wire_explain(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
-                     char *msg, size_t cap);
+/* Messages nested deeper than this are refused before protobuf-c (which recurses) sees them. */
+#define OX_WIRE_MAX_DEPTH 100
+
+/* Whether `buf` is structurally a message of `desc` nested at most OX_WIRE_MAX_DEPTH deep; if
+   not, writes why ("byte 17 (in graph.node): ...") into msg. */
+bool ox_wire_check(const ProtobufCMessageDescriptor *desc, const uint8_t *buf, size_t len,
+                   char *msg, size_t cap);
 
 #endif

@@ -45,8 +45,9 @@ bool ox_dims_product(ox_node *n, const kiln_dim *d, int a, int b, kiln_dim *out)
     if (d[k] < 0) {
       sym = d[k];
       nsym++;
-    } else {
-      p *= d[k];
+    } else if (__builtin_mul_overflow(p, d[k], &p)) {
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "the product of dims %d to %d overflows 64 bits", a,
+                     b - 1);
     }
   }
   if (nsym == 0) {

@@ -19,13 +19,34 @@ static bool op_unary(ox_node *n) {
   return true;
 }
 
+/*
+ * Before opset 7, a binary op broadcast only with broadcast=1, B onto A
+ * from `axis` (default: B's dims are A's last ones). Kiln broadcasts as
+ * numpy does, which is that default; another axis is refused.
+ */
+static bool legacy_broadcast(ox_node *n) {
+  if (n->opset >= 7) return true;
+  ox_attr_i(n, "broadcast", 0);
+  if (!ox_attr(n, "axis")) return true;
+  kiln_value a = ox_in(n, 0), b = ox_in(n, 1);
+  if (a == KILN_NO_VALUE || b == KILN_NO_VALUE) return false;
+  int64_t axis = ox_attr_i(n, "axis", 0), ra = ox_vrank(n, a), rb = ox_vrank(n, b);
+  if (axis != ra - rb && axis != -rb)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED,
+                   "broadcasting B (rank %lld) from axis %lld of A (rank %lld)", (long long)rb,
+                   (long long)axis, (long long)ra);
+  return true;
+}
+
 static bool op_binary(ox_node *n) {
+  if (!legacy_broadcast(n)) return false;
   n->out[0] = kiln_binary(G, n->op->ir, ox_in(n, 0), ox_in(n, 1));
   return true;
 }
 
 /* Pow: the exponent may have another type; integer bases compute in f64. */
 static bool op_pow(ox_node *n) {
+  if (!legacy_broadcast(n)) return false;
   kiln_value x = ox_in(n, 0), y = ox_in(n, 1);
   if (x == KILN_NO_VALUE || y == KILN_NO_VALUE) return false;
   kiln_dtype t = ox_vdtype(n, x);
@@ -115,6 +136,9 @@ static bool op_identity(ox_node *n) {
 
 static bool op_dropout(ox_node *n) {
   kiln_value x = ox_in0(n);
+  /* an inference graph: the ratio of opsets before 12 and the seed do not matter; training_mode
+     (input 2) is checked below */
+  ox_attrs_accept(n, (const char *const[]){"ratio", "seed", "is_test", NULL});
   if (ox_has(n, 2)) { /* training_mode: only a ratio of 0 is deterministic */
     if (!ox_known(n, 2)) return ox_need_known(n, 2);
     if (ox_known(n, 2)->d[0] != 0) {

@@ -122,6 +122,7 @@ static bool op_topk(ox_node *n) {
   kiln_dim d[KILN_MAX_RANK];
   int r = ox_dims_of(n, x, d), axis;
   if (r + 1 > KILN_MAX_RANK) return ox_fail(n, KILN_ERR_UNSUPPORTED, "rank %d", r);
+  ox_attrs_accept(n, (const char *const[]){"sorted", NULL}); /* sorted=0: any order, sorted too */
   if (!ox_norm_axis(n, ox_attr_i(n, "axis", -1), r, &axis)) return false;
   int64_t k;
   if (n->opset < 10) {

@@ -48,6 +48,7 @@ static bool op_gemm(ox_node *n) {
   kiln_value a = ox_in(n, 0), b = ox_in(n, 1);
   if (a == KILN_NO_VALUE || b == KILN_NO_VALUE) return false;
   double alpha = ox_attr_f(n, "alpha", 1.0), beta = ox_attr_f(n, "beta", 1.0);
+  ox_attr_i(n, "broadcast", 0); /* before opset 7: C broadcasts as numpy's rules say anyway */
   kiln_attr at[2] = {kiln_attr_bool("transpose_a", ox_attr_i(n, "transA", 0) != 0),
                      kiln_attr_bool("transpose_b", ox_attr_i(n, "transB", 0) != 0)};
   kiln_value in[2] = {a, b};
@@ -71,6 +72,34 @@ typedef struct window {
   int64_t out_pad[2];
 } window;
 
+/*
+ * The window's numbers and the input's static spatial dims at most 2^30
+ * (kernel, stride and dilation at least 1, pads and output_padding at least
+ * 0): the geometry below multiplies two of them and adds a few products, so
+ * it stays far inside 64 bits. Attributes may hold any int64; the fuzzer's
+ * 2^62 overflowed such arithmetic elsewhere (issue 22).
+ */
+#define OX_WINDOW_MAX ((int64_t)1 << 30)
+
+static bool window_in_range(ox_node *n, kiln_value x, const window *w) {
+  static const char *const what[] = {"kernel_shape", "strides", "dilations", "output_padding"};
+  const int64_t *v[] = {w->k, w->s, w->d, w->out_pad};
+  for (int i = 0; i < 4; i++)
+    for (int a = 0; a < 2; a++)
+      if (v[i][a] < (i < 3 ? 1 : 0) || v[i][a] > OX_WINDOW_MAX)
+        return ox_fail(n, KILN_ERR_UNSUPPORTED, "%s %lld is outside [%d, 2^30]", what[i],
+                       (long long)v[i][a], i < 3 ? 1 : 0);
+  for (int a = 0; a < 4; a++)
+    if (w->pad[a] < 0 || w->pad[a] > OX_WINDOW_MAX)
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "pads %lld is outside [0, 2^30]",
+                     (long long)w->pad[a]);
+  for (int a = 2; a < ox_vrank(n, x); a++)
+    if (ox_vdim(n, x, a) > OX_WINDOW_MAX)
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "spatial dim %d is %lld, more than 2^30", a,
+                     (long long)ox_vdim(n, x, a));
+  return true;
+}
+
 static bool read_pair(ox_node *n, const char *name, int sp, int64_t def, int64_t out[2]) {
   size_t c;
   const int64_t *v = ox_attr_ints(n, name, &c);
@@ -91,7 +120,8 @@ static bool read_window(ox_node *n, kiln_value x, const int64_t *kernel, bool tr
   if (r != 3 && r != 4)
     return ox_fail(n, KILN_ERR_UNSUPPORTED, "input of rank %d (Kiln maps 1-D and 2-D windows)", r);
   w->sp = r - 2;
-  if (kernel) {
+  if (kernel) { /* the weights' shape; kernel_shape, when given, says the same */
+    ox_attr(n, "kernel_shape");
     w->k[0] = w->sp == 1 ? 1 : kernel[0];
     w->k[1] = kernel[w->sp - 1];
   } else if (!read_pair(n, "kernel_shape", w->sp, -1, w->k)) {
@@ -113,6 +143,7 @@ static bool read_window(ox_node *n, kiln_value x, const int64_t *kernel, bool tr
     else
       memcpy(w->pad, p, 4 * sizeof *p);
   }
+  if (!window_in_range(n, x, w)) return false;
   const char *ap = ox_attr_s(n, "auto_pad", "NOTSET");
   if (!strcmp(ap, "VALID")) {
     memset(w->pad, 0, sizeof w->pad);
@@ -282,6 +313,7 @@ static bool pool(ox_node *n, bool max) {
   if (dilated && (!max || ox_attr_i(n, "ceil_mode", 0)))
     return ox_fail(n, KILN_ERR_UNSUPPORTED, "dilated AveragePool, or dilations with ceil_mode");
   if (max && ox_wants(n, 1)) return ox_fail(n, KILN_ERR_UNSUPPORTED, "MaxPool's Indices output");
+  if (max) ox_attrs_accept(n, (const char *const[]){"storage_order", NULL}); /* of Indices */
   bool include = ox_attr_i(n, "count_include_pad", 0) != 0;
   if (ox_attr_i(n, "ceil_mode", 0)) {
     if (!max && include)
@@ -355,9 +387,14 @@ static bool op_max_unpool(ox_node *n) {
   for (int k = 0; k < r; k++) {
     if (d[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
     od[k] = d[k];
-    if (k >= 2) {
+    if (k >= 2) { /* (d - 1) * stride + kernel - pads, each step checked: attributes are any int64 */
       int s = k - 2;
-      od[k] = (d[k] - 1) * (st ? st[s] : 1) + kern[s] - (pads ? pads[s] + pads[s + sp] : 0);
+      int64_t pad = 0;
+      if (__builtin_mul_overflow(d[k] - 1, st ? st[s] : 1, &od[k]) ||
+          __builtin_add_overflow(od[k], kern[s], &od[k]) ||
+          (pads && __builtin_add_overflow(pads[s], pads[s + sp], &pad)) ||
+          __builtin_sub_overflow(od[k], pad, &od[k]))
+        return ox_fail(n, KILN_ERR_PARSE, "output dim %d overflows 64 bits", k);
     }
     if (od[k] < 1) return ox_fail(n, KILN_ERR_PARSE, "output dim %d is %lld", k, (long long)od[k]);
     if (os && os[k] != od[k]) {
@@ -367,8 +404,8 @@ static bool op_max_unpool(ox_node *n) {
       hi[k] = os[k] - od[k];
       extra = true;
     }
-    total *= od[k];
-    numel *= d[k];
+    if (__builtin_mul_overflow(total, od[k], &total) || __builtin_mul_overflow(numel, d[k], &numel))
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "the output's size overflows 64 bits");
   }
   kiln_dim flat = total, cnt = numel;
   kiln_value zeros = ox_broadcast_to(n, ox_scalar_like(n, x, 0), 1, &flat);
@@ -407,7 +444,10 @@ static bool op_batch_norm(ox_node *n) {
   if (x == KILN_NO_VALUE) return false;
   int r = ox_vrank(n, x);
   if (r < 2) return ox_fail(n, KILN_ERR_PARSE, "input of rank %d", r);
-  double eps = ox_attr_f(n, "epsilon", 1e-5);
+  double eps = ox_attr_f(n, "epsilon", 1e-5), mom = ox_attr_f(n, "momentum", 0.9);
+  if (!ox_attr_i(n, "spatial", 1)) /* before opset 9: statistics per element, not per channel */
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "spatial=0");
+  ox_attrs_accept(n, (const char *const[]){"is_test", NULL}); /* before opset 7 */
   kiln_value scale = ox_in(n, 1), bias = ox_in(n, 2), mean = ox_in(n, 3), var = ox_in(n, 4);
   if (ox_attr_i(n, "training_mode", 0)) {
     /* the batch's statistics (population variance) normalize; the running
@@ -417,7 +457,6 @@ static bool op_batch_norm(ox_node *n) {
     int64_t axes[KILN_MAX_RANK] = {0};
     for (int k = 2; k < r; k++)
       axes[k - 1] = k;
-    double mom = ox_attr_f(n, "momentum", 0.9);
     kiln_value bm = kiln_reduce(G, "reduce_mean", x, (size_t)(r - 1), axes, 0);
     kiln_value c = kiln_binary(G, "sub", x, ox_per_channel(n, bm, r));
     kiln_value bv = kiln_reduce(G, "reduce_mean", kiln_mul(G, c, c), (size_t)(r - 1), axes, 0);
@@ -489,6 +528,7 @@ static bool op_layer_norm(ox_node *n) {
   if (x == KILN_NO_VALUE) return false;
   kiln_dim d[KILN_MAX_RANK];
   int r = ox_dims_of(n, x, d), axis;
+  ox_attrs_accept(n, (const char *const[]){"stash_type", NULL}); /* Kiln's norms stash in f32+ */
   if (!ox_norm_axis(n, ox_attr_i(n, "axis", -1), r, &axis)) return false;
   double eps = ox_attr_f(n, "epsilon", 1e-5);
   kiln_value gamma = ox_broadcast_to(n, ox_in(n, 1), r - axis, d + axis);

@@ -204,6 +204,8 @@ static bool recurrent(ox_node *n, rnn_kind kind) {
   if (x == KILN_NO_VALUE || ox_in(n, 1) == KILN_NO_VALUE || ox_in(n, 2) == KILN_NO_VALUE)
     return false;
   rnn c = {.kind = kind, .gates = kind == K_RNN ? 1 : kind == K_GRU ? 3 : 4};
+  /* opset 1's output_sequence: Y is made when it is wanted */
+  ox_attrs_accept(n, (const char *const[]){"output_sequence", NULL});
   const char *dir = ox_attr_s(n, "direction", "forward");
   int dirs = !strcmp(dir, "bidirectional") ? 2 : 1;
   if (dirs == 1 && strcmp(dir, "forward") && strcmp(dir, "reverse"))

@@ -118,7 +118,8 @@ static bool op_grid_sample(ox_node *n) {
           : !strcmp(mode, "bicubic")  ? 2
                                       : -1;
   if (m < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "mode '%s'", mode);
-  kiln_dim flat = d[0] * d[1] * d[2] * d[3], nc[4] = {d[0], d[1], 1, 1};
+  kiln_dim flat, nc[4] = {d[0], d[1], 1, 1};
+  if (!ox_dims_product(n, d, 0, 4, &flat)) return false;
   s.flat = ox_reshape(n, kiln_cast(G, x, KILN_F64), 1, &flat);
   kiln_value ni = ox_iota_i64(n, 4, nc, 0), ci = ox_iota_i64(n, 4, nc, 1);
   s.nc = kiln_mul(G, kiln_add(G, kiln_mul(G, ni, kiln_scalar(G, KILN_I64, (double)d[1])), ci),
@@ -410,6 +411,8 @@ static bool op_resize(ox_node *n) {
   if (sz && sz->n == 0) sz = NULL;
   if (!sc == !sz) return ox_fail(n, KILN_ERR_PARSE, "needs exactly one of scales and sizes");
   double cubic_a = ox_attr_f(n, "cubic_coeff_a", -0.75);
+  /* used by tf_crop_and_resize only, which is refused above */
+  ox_attrs_accept(n, (const char *const[]){"extrapolation_value", NULL});
   bool exclude = ox_attr_i(n, "exclude_outside", 0) != 0;
   return resize_to(n, x, mode, coord, nearest, sc, sz, cubic_a, exclude);
 }

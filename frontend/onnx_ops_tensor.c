@@ -40,8 +40,9 @@ static bool reduce(ox_node *n, rkind kind) {
   bool given;
   if (!ox_axes_arg(n, 1, r, axes, &na, &given)) return false;
   int keep = ox_attr_i(n, "keepdims", 1) != 0;
+  bool noop = ox_attr_i(n, "noop_with_empty_axes", 0) != 0;
   if (!na) {
-    if (ox_attr_i(n, "noop_with_empty_axes", 0)) {
+    if (noop) {
       n->out[0] = x;
       return true;
     }
@@ -300,10 +301,11 @@ static bool op_split(ox_node *n) {
   }
   if (sz && c != n->nout)
     return ox_fail(n, KILN_ERR_PARSE, "%zu split sizes for %zu outputs", c, n->nout);
-  int64_t chunk = (dim + (int64_t)n->nout - 1) / (int64_t)(n->nout ? n->nout : 1), at = 0;
+  /* dim / parts rounded up, and sums compared by difference: dim and sizes may be near 2^63 */
+  int64_t parts = n->nout ? (int64_t)n->nout : 1, chunk = dim / parts + (dim % parts != 0), at = 0;
   for (size_t k = 0; k < n->nout; k++) {
-    int64_t len = sz ? sz[k] : (at + chunk > dim ? dim - at : chunk);
-    if (len < 0 || at + len > dim) return ox_fail(n, KILN_ERR_PARSE, "split sizes exceed the axis");
+    int64_t len = sz ? sz[k] : (chunk > dim - at ? dim - at : chunk);
+    if (len < 0 || len > dim - at) return ox_fail(n, KILN_ERR_PARSE, "split sizes exceed the axis");
     n->out[k] = ox_slice_axis(n, x, axis, at, at + len);
     at += len;
   }
@@ -430,7 +432,8 @@ static bool op_gather_elements(ox_node *n) {
   for (int k = r - 1; k >= 0; k--) {
     if (xd[k] < 0 || id[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
     stride[k] = total;
-    total *= xd[k];
+    if (__builtin_mul_overflow(total, xd[k], &total))
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "the input's size overflows 64 bits");
   }
   kiln_value i64 = kiln_cast(G, idx, KILN_I64);
   i64 = ox_select3(n, kiln_binary(G, "lt", i64, kiln_scalar(G, KILN_I64, 0)),
@@ -600,15 +603,17 @@ static bool op_depth_to_space(ox_node *n) {
   kiln_dim d[KILN_MAX_RANK];
   if (ox_dims_of(n, x, d) != 4) return ox_fail(n, KILN_ERR_PARSE, "needs rank 4");
   int64_t b = ox_attr_i(n, "blocksize", 0);
-  if (b < 1 || d[1] < 0 || d[1] % (b * b))
+  if (b < 1 || b > ((int64_t)1 << 30) || d[1] < 0 || d[1] % (b * b)) /* b * b in 64 bits */
     return ox_fail(n, KILN_ERR_PARSE, "blocksize %lld", (long long)b);
   bool crd = !strcmp(ox_attr_s(n, "mode", "DCR"), "CRD");
   kiln_dim c = d[1] / (b * b);
   kiln_dim t[6] = {d[0], b, b, c, d[2], d[3]}, t2[6] = {d[0], c, b, b, d[2], d[3]};
   static const int64_t dcr[6] = {0, 3, 4, 1, 5, 2}, crdp[6] = {0, 1, 4, 2, 5, 3};
   kiln_value y = kiln_transpose(G, ox_reshape(n, x, 6, crd ? t2 : t), 6, crd ? crdp : dcr);
-  kiln_dim o[4] = {d[0], c, d[2] < 0 ? -1 : d[2] * b, d[3] < 0 ? -1 : d[3] * b};
-  if (o[2] < 0 || o[3] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic spatial dims");
+  kiln_dim o[4] = {d[0], c, -1, -1};
+  if (d[2] < 0 || d[3] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic spatial dims");
+  if (__builtin_mul_overflow(d[2], b, &o[2]) || __builtin_mul_overflow(d[3], b, &o[3]))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "the output's dims overflow 64 bits");
   n->out[0] = ox_reshape(n, y, 4, o);
   return true;
 }
@@ -618,13 +623,15 @@ static bool op_space_to_depth(ox_node *n) {
   if (x == KILN_NO_VALUE) return false;
   kiln_dim d[KILN_MAX_RANK];
   if (ox_dims_of(n, x, d) != 4) return ox_fail(n, KILN_ERR_PARSE, "needs rank 4");
-  int64_t b = ox_attr_i(n, "blocksize", 0);
+  int64_t b = ox_attr_i(n, "blocksize", 0), c;
   if (b < 1 || d[2] < 0 || d[3] < 0 || d[2] % b || d[3] % b || d[1] < 0)
     return ox_fail(n, KILN_ERR_PARSE, "blocksize %lld", (long long)b);
+  if (__builtin_mul_overflow(d[1], b, &c) || __builtin_mul_overflow(c, b, &c))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "the output's channels overflow 64 bits");
   kiln_dim t[6] = {d[0], d[1], d[2] / b, b, d[3] / b, b};
   static const int64_t perm[6] = {0, 3, 5, 1, 2, 4};
   kiln_value y = kiln_transpose(G, ox_reshape(n, x, 6, t), 6, perm);
-  kiln_dim o[4] = {d[0], d[1] * b * b, d[2] / b, d[3] / b};
+  kiln_dim o[4] = {d[0], c, d[2] / b, d[3] / b};
   n->out[0] = ox_reshape(n, y, 4, o);
   return true;
 }
@@ -754,6 +761,7 @@ static bool op_constant(ox_node *n) {
   const Onnx__AttributeProto *a = n->p->n_attribute == 1 ? n->p->attribute[0] : NULL;
   if (!a) return ox_fail(n, KILN_ERR_PARSE, "needs exactly one attribute");
   const char *name = a->name ? a->name : "";
+  n->read = 1; /* the one attribute: an unknown name is refused below */
   ox_const *c = NULL;
   if (!strcmp(name, "value") && a->t) {
     if (!(c = calloc(1, sizeof *c))) return ox_fail(n, KILN_ERR_NOMEM, "out of memory");

@@ -225,15 +225,16 @@ static kiln_status reshape_apply(kl_build *b, const kl_layer *l, const char *pat
   shape[0] = kl_dim(b, in.v, 0);
   int64_t known = 1;
   int infer = -1;
+  bool over = false; /* dims of 2^40 each are allowed; their product may pass 2^63 */
   for (uint32_t i = 0; i < dims->n; i++) {
     shape[i + 1] = dims->items[i].i;
     if (shape[i + 1] < 0)
       infer = (int)i + 1;
     else
-      known *= shape[i + 1];
+      over |= __builtin_mul_overflow(known, shape[i + 1], &known);
   }
-  if (infer >= 0 && known > 0 && n % known == 0) shape[infer] = n / known;
-  if ((infer >= 0 && (known == 0 || n % known)) || (infer < 0 && known != n)) {
+  if (!over && infer >= 0 && known > 0 && n % known == 0) shape[infer] = n / known;
+  if (over || (infer >= 0 && (known == 0 || n % known)) || (infer < 0 && known != n)) {
     char buf[256];
     dims_str(dims, buf, sizeof buf);
     return kl_fail(b, l, "cannot reshape %lld elements per example into %s", (long long)n, buf);

@@ -159,6 +159,64 @@ static void write_signature(FILE *c, const char *name, const kir_graph *g, const
   fprintf(c, "\";\n}\n");
 }
 
+/*
+ * NAME_run_checked and NAME_output_dims_checked (issue 22 item 9): NAME_run
+ * takes each input's dims with no rank, so a caller that passes an array of
+ * fewer sizes than the header says has them read past its end. The checked
+ * forms take the counts of inputs and outputs and each input's rank (and the
+ * room in an output's dims), compare them with the model's, and refuse a
+ * mismatch with KILN_ERR_INVALID and a message in NAME_error before
+ * delegating to the unchecked entry points, written above for either target.
+ */
+static void write_checked_entry_points(FILE *c, const char *name, const kir_graph *g,
+                                       const bool *bound) {
+  uint32_t nin = 0;
+  fprintf(c, "\n#include <stdio.h>\n\nstatic const int %s_in_ranks[] = {", name);
+  for (uint32_t i = 0; i < g->nparams; i++)
+    if (!bound[i]) fprintf(c, "%s%u", nin++ ? ", " : "", g->values[g->params[i]].type.rank);
+  fprintf(c, "%s};\nstatic const int %s_out_ranks[] = {", nin ? "" : "0", name);
+  for (uint32_t r = 0; r < g->nresults; r++)
+    fprintf(c, "%s%u", r ? ", " : "", g->values[g->results[r]].type.rank);
+  fprintf(c, "%s};\n\n", g->nresults ? "" : "0");
+  fprintf(c,
+          "static int %s_check(struct %s_model *m, int n_inputs, const int *input_ranks) {\n"
+          "  if (!m) return KILN_ERR_INVALID;\n"
+          "  if (n_inputs != %u) {\n"
+          "    snprintf(m->ctx.msg, sizeof m->ctx.msg, \"%%d inputs given, the model takes %u\", n_inputs);\n"
+          "    return KILN_ERR_INVALID;\n  }\n"
+          "  if (n_inputs && !input_ranks) {\n"
+          "    snprintf(m->ctx.msg, sizeof m->ctx.msg, \"the array of input ranks is NULL\");\n"
+          "    return KILN_ERR_INVALID;\n  }\n"
+          "  for (int i = 0; i < n_inputs; i++)\n"
+          "    if (input_ranks[i] != %s_in_ranks[i]) {\n"
+          "      snprintf(m->ctx.msg, sizeof m->ctx.msg, \"input %%d has rank %%d, the model takes rank %%d\",\n"
+          "               i, input_ranks[i], %s_in_ranks[i]);\n"
+          "      return KILN_ERR_INVALID;\n    }\n"
+          "  return KILN_OK;\n}\n\n",
+          name, name, nin, nin, name, name);
+  fprintf(c,
+          "EXPORT int %s_run_checked(struct %s_model *m, int n_inputs, const void *const *inputs,\n"
+          "                          const int *input_ranks, const int64_t *const *input_dims,\n"
+          "                          int n_outputs, void *const *outputs) {\n"
+          "  int s = %s_check(m, n_inputs, input_ranks);\n"
+          "  if (s == KILN_OK && n_outputs != %u) {\n"
+          "    snprintf(m->ctx.msg, sizeof m->ctx.msg, \"%%d outputs given, the model has %u\", n_outputs);\n"
+          "    s = KILN_ERR_INVALID;\n  }\n"
+          "  return s != KILN_OK ? s : %s_run(m, inputs, input_dims, outputs);\n}\n\n",
+          name, name, name, g->nresults, g->nresults, name);
+  fprintf(c,
+          "EXPORT int %s_output_dims_checked(struct %s_model *m, int n_inputs, const int *input_ranks,\n"
+          "                                  const int64_t *const *input_dims, int r, int capacity,\n"
+          "                                  int64_t *dims) {\n"
+          "  int s = %s_check(m, n_inputs, input_ranks);\n"
+          "  if (s == KILN_OK && r >= 0 && r < %u && capacity < %s_out_ranks[r]) {\n"
+          "    snprintf(m->ctx.msg, sizeof m->ctx.msg, \"output %%d has rank %%d, dims holds %%d\", r,\n"
+          "             %s_out_ranks[r], capacity);\n"
+          "    s = KILN_ERR_INVALID;\n  }\n"
+          "  return s != KILN_OK ? s : %s_output_dims(m, input_dims, r, dims);\n}\n",
+          name, name, name, g->nresults, name, name, name);
+}
+
 /* The entry points: a thin C layer over runtime/exec/rt.h. */
 static void write_entry_points(FILE *c, const char *name, const char *prefix, uint32_t entry,
                                const kir_graph *g, const bool *bound) {
@@ -313,6 +371,16 @@ static kiln_status write_header(kiln_ctx *ctx, const char *path, const char *nam
           name, name);
   fprintf(h, "int %s_run(%s_model *m, const void *const *inputs, const int64_t *const *input_dims,\n"
              "          void *const *outputs);\n", name, name);
+  fprintf(h, "/* The same with the counts of inputs and outputs and each input's rank (and for\n"
+             "   output_dims, how many sizes dims holds) checked against the model's: a mismatch\n"
+             "   returns 1 with a message in %s_error, where the unchecked forms would read or\n"
+             "   write past the caller's arrays. */\n", name);
+  fprintf(h, "int %s_run_checked(%s_model *m, int n_inputs, const void *const *inputs,\n"
+             "                  const int *input_ranks, const int64_t *const *input_dims,\n"
+             "                  int n_outputs, void *const *outputs);\n", name, name);
+  fprintf(h, "int %s_output_dims_checked(%s_model *m, int n_inputs, const int *input_ranks,\n"
+             "                          const int64_t *const *input_dims, int r, int capacity,\n"
+             "                          int64_t *dims);\n", name, name);
   fprintf(h, "const char *%s_error(const %s_model *m);\n", name, name);
   fprintf(h, "/* The inputs and outputs, a line each: \"in NAME TYPE\", then \"out TYPE\". */\n");
   fprintf(h, "const char *%s_signature(void);\n", name);
@@ -513,6 +581,7 @@ static kiln_status compile_gpu(kiln_ctx *ctx, const kiln_aot_options *opt, const
   if (s == KILN_OK) s = kcg_aot_write_c_gpu(ctx, prog, tprefix, &images, blob, c, b, &entry);
   if (s == KILN_OK) write_gpu_entry_points(c, name, tprefix, entry, kind, g, bound);
   if (s == KILN_OK) write_signature(c, name, g, bound);
+  if (s == KILN_OK) write_checked_entry_points(c, name, g, bound);
   bool werr = c && fclose(c) != 0;
   werr |= b && fclose(b) != 0;
   if (s == KILN_OK && werr) s = kir_fail(ctx, KILN_ERR_IO, "%s: write failed", csrc);
@@ -630,6 +699,7 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
   s = kcg_aot_write_c(ctx, prog, tprefix, kprefix, blob, c, b, &entry);
   if (s == KILN_OK) write_entry_points(c, name, tprefix, entry, g, bound);
   if (s == KILN_OK) write_signature(c, name, g, bound);
+  if (s == KILN_OK) write_checked_entry_points(c, name, g, bound);
   bool werr = fclose(c) != 0;
   werr |= fclose(b) != 0;
   if (s == KILN_OK && werr) s = kir_fail(ctx, KILN_ERR_IO, "%s: write failed", csrc);

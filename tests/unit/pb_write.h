@@ -16,6 +16,7 @@ typedef struct pb {
 } pb;
 
 static inline void put(pb *b, const void *data, size_t len) {
+  if (!len) return; /* an empty nested message has no buffer: data may be NULL */
   if (b->n + len > b->cap) {
     b->cap = (b->n + len) * 2 + 64;
     b->p = realloc(b->p, b->cap);

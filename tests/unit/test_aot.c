@@ -25,6 +25,10 @@ typedef int (*dims_fn)(model *, const int64_t *const *, int, int64_t *);
 typedef int (*run_fn)(model *, const void *const *, const int64_t *const *, void *const *);
 typedef const char *(*error_fn)(const model *);
 typedef void (*destroy_fn)(model *);
+typedef int (*run_checked_fn)(model *, int, const void *const *, const int *,
+                              const int64_t *const *, int, void *const *);
+typedef int (*dims_checked_fn)(model *, int, const int *, const int64_t *const *, int, int,
+                               int64_t *);
 
 typedef struct api {
   create_fn create;
@@ -32,6 +36,8 @@ typedef struct api {
   run_fn run;
   error_fn error;
   destroy_fn destroy;
+  run_checked_fn run_checked;
+  dims_checked_fn dims_checked;
 } api;
 
 static int failures;
@@ -90,6 +96,8 @@ static bool load_api(void *so, const char *name, api *a) {
   LOAD(run, "run")
   LOAD(error, "error")
   LOAD(destroy, "destroy")
+  LOAD(run_checked, "run_checked")
+  LOAD(dims_checked, "output_dims_checked")
 #undef LOAD
   return true;
 }
@@ -207,6 +215,80 @@ static void check_wrong_shape(const api *a, kir_graph *g) {
   a->destroy(m);
 }
 
+/* Arguments of the right shape for g (symbolic dims 2) over one shared buffer. */
+typedef struct call_args {
+  int64_t dims[8][KIR_MAX_RANK], od[KIR_MAX_RANK];
+  const int64_t *dimp[8];
+  const void *in[8];
+  void *out[8];
+  int ranks[8];
+} call_args;
+
+static void fill_args(const kir_graph *g, call_args *c) {
+  static float buf[4096];
+  memset(c, 0, sizeof *c);
+  for (uint32_t p = 0; p < g->nparams; p++) {
+    const kir_type *t = &g->values[g->params[p]].type;
+    for (int d = 0; d < t->rank; d++) c->dims[p][d] = KIR_DIM_IS_SYM(t->dims[d]) ? 2 : t->dims[d];
+    c->dimp[p] = c->dims[p];
+    c->in[p] = buf;
+    c->ranks[p] = t->rank;
+  }
+  for (uint32_t r = 0; r < g->nresults; r++) c->out[r] = buf;
+}
+
+/*
+ * The checked entry points (issue 22 item 9): NAME_run reads as many sizes
+ * of input i as the model's rank, whatever the caller's array holds;
+ * NAME_run_checked takes the counts and ranks and refuses a mismatch with 1
+ * and a message, and runs the right call as NAME_run does.
+ */
+static void check_ranks(const api *a, kir_graph *g) {
+  model *m;
+  if (a->create(&m)) {
+    FAIL("create failed");
+    return;
+  }
+  call_args c;
+  fill_args(g, &c);
+  int nin = (int)g->nparams, nout = (int)g->nresults, *ranks = c.ranks;
+  const int64_t **dimp = c.dimp;
+  int64_t *od = c.od;
+  const void **in = c.in;
+  void **out = c.out;
+  int s = a->run_checked(m, nin, in, ranks, dimp, nout, out);
+  if (s) FAIL("run_checked with the right arguments: status %d, '%s'", s, a->error(m));
+  s = a->dims_checked(m, nin, ranks, dimp, 0, KIR_MAX_RANK, od);
+  if (s) FAIL("output_dims_checked with the right arguments: status %d, '%s'", s, a->error(m));
+  struct {
+    int nin, rank0, nout;
+    const int *ranks;
+    const char *want;
+  } bad[] = {{nin + 1, ranks[0], nout, ranks, "inputs given, the model takes"},
+             {nin - 1, ranks[0], nout, ranks, "inputs given, the model takes"},
+             {nin, ranks[0] - 1, nout, ranks, "input 0 has rank"},
+             {nin, ranks[0] + 5, nout, ranks, "input 0 has rank"},
+             {nin, ranks[0], nout, NULL, "the array of input ranks is NULL"},
+             {nin, ranks[0], nout + 1, ranks, "outputs given, the model has"}};
+  int rank0 = ranks[0];
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ranks[0] = bad[i].rank0;
+    s = a->run_checked(m, bad[i].nin, in, bad[i].ranks, dimp, bad[i].nout, out);
+    if (s != 1 || !strstr(a->error(m), bad[i].want))
+      FAIL("run_checked, bad case %zu: status %d, message '%s'", i, s, a->error(m));
+    s = a->dims_checked(m, bad[i].nin, bad[i].ranks, dimp, 0, KIR_MAX_RANK, od);
+    if (i < 5 && (s != 1 || !strstr(a->error(m), bad[i].want)))
+      FAIL("output_dims_checked, bad case %zu: status %d, message '%s'", i, s, a->error(m));
+    ranks[0] = rank0;
+  }
+  int r0 = g->values[g->results[0]].type.rank;
+  s = a->dims_checked(m, nin, ranks, dimp, 0, r0 - 1, od);
+  if (r0 && (s != 1 || !strstr(a->error(m), "output 0 has rank")))
+    FAIL("output_dims_checked, small dims: status %d, message '%s'", s, a->error(m));
+  if (a->run_checked(NULL, nin, in, ranks, dimp, nout, out) != 1) FAIL("run_checked(NULL model)");
+  a->destroy(m);
+}
+
 /*
  * Bad arguments at the .so boundary (issue 22 item 9): a NULL model, out
  * pointer, array of inputs, dims or outputs, or a NULL input or output with
@@ -219,18 +301,13 @@ static void check_bad_args(const api *a, kir_graph *g) {
     FAIL("create(NULL) returned 0, or create failed");
     return;
   }
-  static float buf[4096];
-  int64_t dims[8][KIR_MAX_RANK], od[KIR_MAX_RANK];
-  const int64_t *dimp[8];
-  const void *in[8] = {0};
-  void *out[8] = {0};
-  for (uint32_t p = 0; p < g->nparams; p++) {
-    const kir_type *t = &g->values[g->params[p]].type;
-    for (int d = 0; d < t->rank; d++) dims[p][d] = KIR_DIM_IS_SYM(t->dims[d]) ? 2 : t->dims[d];
-    dimp[p] = dims[p];
-    in[p] = buf;
-  }
-  for (uint32_t r = 0; r < g->nresults; r++) out[r] = buf;
+  call_args c;
+  fill_args(g, &c);
+  const int64_t **dimp = c.dimp;
+  int64_t *od = c.od;
+  const void **in = c.in;
+  void **out = c.out;
+  static float buf[4096]; /* a non-NULL pointer to put back */
   if (a->run(NULL, in, dimp, out) == 0) FAIL("run(NULL model) returned 0");
   if (a->dims(NULL, dimp, 0, od) == 0 || a->dims(m, dimp, 0, NULL) == 0)
     FAIL("output_dims with a NULL model or dims returned 0");
@@ -337,6 +414,7 @@ static void check_model(const char *name, const char *text, double tol) {
   }
   check_wrong_shape(&a, g);
   check_bad_args(&a, g);
+  check_ranks(&a, g);
   if (!strcmp(name, "mlp")) check_huge_batch(&a, g);
   pthread_t t[8];
   run_case rcs[8];

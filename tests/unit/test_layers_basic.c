@@ -842,6 +842,15 @@ static void test_apply_errors(kiln_ctx *ctx) {
               "reshape_layer: cannot reshape 30 elements per example into [5, 5]");
   apply_error(ctx, kl_mk(ctx, "reshape_layer", "i i", I(4), I(-1)), 1, x256,
               "reshape_layer: cannot reshape 30 elements per example into [4, -1]");
+  /* Dims of 2^40 are allowed, their product 2^80 is not (issue 22 item 6: signed overflow under
+     UBSan) */
+  apply_error(ctx, kl_mk(ctx, "reshape_layer", "i i", I(1ll << 40), I(1ll << 40)), 1, x256,
+              "reshape_layer: cannot reshape 30 elements per example into [1099511627776, "
+              "1099511627776]");
+  apply_error(ctx, kl_mk(ctx, "reshape_layer", "i i i", I(1ll << 40), I(1ll << 40), I(-1)), 1,
+              x256,
+              "reshape_layer: cannot reshape 30 elements per example into [1099511627776, "
+              "1099511627776, -1]");
   apply_error(ctx, kl_mk(ctx, "layer_norm_layer", "i", I(4)), 1, xbt,
               "layer_norm_layer: expects d=4 features on axis 2, got 6");
   apply_error(ctx, kl_mk(ctx, "batch_norm_layer", "i", I(6)), 1, xbt,
