@@ -309,7 +309,7 @@ static void test_lm(kiln_ctx *ctx) {
     spec.opt.lr = 3e-3;
     kiln_tensor *data[3] = {tok, tgt, m};
     kiln_fit_options fo = {.epochs = 60, .batch_size = 32, .seed = 9,
-                           .schedule = {KILN_SCHEDULE_COSINE, 0, 20, 0, 0}};
+                           .schedule = {.kind = KILN_SCHEDULE_COSINE, .warmup = 20}};
     kiln_fit_result r;
     kiln_status s = kiln_fit(ctx, &spec, p0, 3, data, &fo, &r);
     if (s) fprintf(stderr, "lm %s: %s\n", precs[k], kiln_ctx_error(ctx));

@@ -30,7 +30,8 @@ static kiln_tensor *random_tensor(kiln_ctx *ctx, size_t rank, const int64_t *dim
   if (kiln_tensor_create(ctx, KILN_F32, rank, dims, &t) != KILN_OK) return NULL;
   float *p = kiln_tensor_data(t);
   srand(seed);
-  for (size_t i = 0; i < kiln_tensor_numel(t); i++) p[i] = (float)rand() / RAND_MAX * 2.0f - 1.0f;
+  for (size_t i = 0; i < kiln_tensor_numel(t); i++)
+    p[i] = (float)((double)rand() / RAND_MAX * 2.0 - 1.0);
   return t;
 }
 
