@@ -623,10 +623,12 @@ static bool gemm_range(gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t 
    * copy all of it to use each element a few times, so the kernel reads B's
    * f32 rows where they lie, when every tile is whole along n. bf16 rows
    * (a bf16 GEMM's B, e.g. a bf16 convolution's columns) are widened as
-   * they are read, which is exact, so they need no rounding mode.
+   * they are read, which is exact, so they need no rounding mode. A B packed ahead is always
+   * read packed: a thread's share of a product of more rows can be this few (BERT's 128 rows on
+   * two threads: 72 and 56), and its panels are already paid for.
    */
   bool hb = d->b_type == KRT_GEMM_BF16 && kn->ukr_hb;
-  bool direct_b = m1 - m0 <= DIRECT_B_MAX_M && !kn->pairs && !d->trans_b &&
+  bool direct_b = !j->b_packed && m1 - m0 <= DIRECT_B_MAX_M && !kn->pairs && !d->trans_b &&
                   (n1 - n0) % kn->nr == 0 && (hb || (d->b_type == KRT_GEMM_F32 && !j->round));
   const float *packed = direct_b ? NULL : j->b_packed; /* B's panels, packed ahead */
   int64_t npad = round_up(d->n, kn->nr);
