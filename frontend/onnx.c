@@ -871,17 +871,17 @@ static bool import_input(ox *im, const Onnx__ValueInfoProto *vi) {
     return fail(im, KILN_ERR_UNSUPPORTED, "graph input '%s': rank %zu is more than %d", name,
                 tt->shape->n_dim, KILN_MAX_RANK);
   kiln_dim dims[KILN_MAX_RANK];
-  int64_t elems = 1; /* of the static non-zero dims: past 2^63 no stride can be computed, even
-                        in a tensor that is empty */
+  int64_t bytes = (int64_t)kiln_dtype_size(dt); /* of the static non-zero dims: past 2^63 no
+                                                   stride can be computed, even in an empty tensor */
   for (size_t k = 0; k < tt->shape->n_dim; k++) {
     const Onnx__TensorShapeProto__Dimension *d = tt->shape->dim[k];
     if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
       if (d->dim_value < 0)
         return fail(im, KILN_ERR_PARSE, "graph input '%s': dim %zu is negative (%lld)", name, k,
                     (long long)d->dim_value);
-      if (d->dim_value && __builtin_mul_overflow(elems, d->dim_value, &elems))
+      if (d->dim_value && __builtin_mul_overflow(bytes, d->dim_value, &bytes))
         return fail(im, KILN_ERR_UNSUPPORTED,
-                    "graph input '%s': its dims' product overflows 64 bits at dim %zu (%lld)",
+                    "graph input '%s': its size in bytes overflows 64 bits at dim %zu (%lld)",
                     name, k, (long long)d->dim_value);
       dims[k] = d->dim_value;
     } else {

@@ -101,10 +101,36 @@ static bool type_valid(kir_graph *g, const kir_type *t) {
   return true;
 }
 
+/*
+ * Whether the static non-zero dims of `t` multiply, times its element size, to
+ * a count of bytes that fits in an int64_t (symbolic dims count as 1, and so do
+ * 0 dims: an empty tensor still has strides). Every size and stride the passes,
+ * the planner and the runtime compute from a type is then exact.
+ */
+static bool type_fits(const kir_type *t) {
+  int64_t bytes = kiln_dtype_size(t->dtype) ? (int64_t)kiln_dtype_size(t->dtype) : 1;
+  for (int i = 0; i < t->rank; i++)
+    if (t->dims[i] > 0 && __builtin_mul_overflow(bytes, t->dims[i], &bytes)) return false;
+  return true;
+}
+
+/* The error of a type that is not type_fits: "f32[1099511627776, 1099511627776]". */
+static void fail_too_large(kir_graph *g, const char *what, const kir_type *t) {
+  char buf[256];
+  kir_format_type(g->mod, t, buf, sizeof buf);
+  kir_graph_fail(g, KILN_ERR_TYPE, "%s: %s has more than 2^63 bytes", what, buf);
+}
+
 uint32_t kir_add_param(kir_graph *g, const char *name, const kir_type *t) {
   if (g->mod->status != KILN_OK) return KILN_NO_VALUE;
   if (!type_valid(g, t)) {
     kir_graph_fail(g, KILN_ERR_INVALID, "parameter %s: invalid type", name ? name : "");
+    return KILN_NO_VALUE;
+  }
+  if (!type_fits(t)) {
+    char what[96];
+    snprintf(what, sizeof what, "parameter%s%s", name ? " " : "", name ? name : "");
+    fail_too_large(g, what, t);
     return KILN_NO_VALUE;
   }
   if (!kir_arena_grow(&g->mod->arena, (void **)&g->params, &g->capparams, g->nparams + 1,
@@ -179,6 +205,9 @@ int kir_add_inst(kir_graph *g, uint16_t op, uint32_t nin, const uint32_t *in,
   for (uint32_t i = 0; i < sc.nout; i++)
     if (!type_valid(g, &outtypes[i])) {
       kir_graph_fail(g, KILN_ERR_TYPE, "%s: result %u has an invalid type", d->name, i);
+      return -1;
+    } else if (!type_fits(&outtypes[i])) {
+      fail_too_large(g, d->name, &outtypes[i]);
       return -1;
     }
   if (!kir_arena_grow(&m->arena, (void **)&g->insts, &g->capinsts, g->ninsts + 1,
