@@ -6,7 +6,10 @@
  *
  * It needs only the generated header and shared object: no Kiln library, no
  * LLVM. The model takes x: f32[N, 4] for any N and returns logits and
- * probabilities, both f32[N, 3]. With an argument, it runs the model from
+ * probabilities, both f32[N, 3]. It calls the checked entry points, which
+ * take the count and rank of every input and the room for the dims they
+ * write, so that a mistake is an error code and message, not a stray read.
+ * With an argument, it runs the model from
  * that many threads at once, each with its own instance, and checks that
  * they all agree.
  */
@@ -31,16 +34,18 @@ static int run_once(float out[2][N * 3]) {
   }
   const int64_t x_dims[2] = {N, 4};
   const int64_t *dims[1] = {x_dims};
+  const int ranks[1] = {2};
   int64_t out_dims[2];
-  if ((s = mlp_output_dims(m, dims, 0, out_dims)) || out_dims[0] != N || out_dims[1] != 3) {
-    fprintf(stderr, "mlp_output_dims: %s\n", mlp_error(m));
+  if ((s = mlp_output_dims_checked(m, 1, ranks, dims, 0, 2, out_dims)) || out_dims[0] != N ||
+      out_dims[1] != 3) {
+    fprintf(stderr, "mlp_output_dims_checked: %s\n", mlp_error(m));
     mlp_destroy(m);
     return s ? s : 1;
   }
   const void *inputs[1] = {x};
   void *outputs[2] = {out[0], out[1]};
-  s = mlp_run(m, inputs, dims, outputs);
-  if (s) fprintf(stderr, "mlp_run failed: %s\n", mlp_error(m));
+  s = mlp_run_checked(m, 1, inputs, ranks, dims, 2, outputs);
+  if (s) fprintf(stderr, "mlp_run_checked failed: %s\n", mlp_error(m));
   mlp_destroy(m);
   return s;
 }
@@ -67,13 +72,16 @@ int main(int argc, char **argv) {
   if (mlp_create(&m)) return 1;
   const int64_t bad_dims[2] = {N, 5};
   const int64_t *dims[1] = {bad_dims};
+  const int ranks[1] = {2}, bad_ranks[1] = {1};
   const void *inputs[1] = {x};
   float junk[2][N * 3];
   void *outputs[2] = {junk[0], junk[1]};
-  int s = mlp_run(m, inputs, dims, outputs);
+  int s = mlp_run_checked(m, 1, inputs, ranks, dims, 2, outputs);
   printf("wrong shape [%d, 5]: error %d: %s\n", N, s, mlp_error(m));
+  int s2 = mlp_run_checked(m, 1, inputs, bad_ranks, dims, 2, outputs);
+  printf("wrong rank 1: error %d: %s\n", s2, mlp_error(m));
   mlp_destroy(m);
-  if (!s) return 1;
+  if (!s || !s2) return 1;
   int nthreads = argc > 1 ? atoi(argv[1]) : 0;
   if (nthreads > 0) {
     pthread_t *t = calloc((size_t)nthreads, sizeof *t);
