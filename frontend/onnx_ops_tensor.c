@@ -80,7 +80,13 @@ static bool reduce(ox_node *n, rkind kind) {
     n->out[0] = y;
     return true;
   }
+  /* bool (ReduceMax and ReduceMin from opset 20): any and all, as the max and min of 0/1 in
+     i32; over no elements the i32 reduction's identity (INT32_MIN, INT32_MAX) gives false for any
+     and true for all, as ONNX's reference */
+  bool boolean = ox_vdtype(n, x) == KILN_BOOL && (kind == R_MAX || kind == R_MIN);
+  if (boolean) t = kiln_cast(G, x, KILN_I32);
   kiln_value y = kiln_reduce(G, ops[kind], t, m, ax, keep);
+  if (boolean) y = kiln_binary(G, "gt", y, kiln_scalar(G, KILN_I32, 0));
   if (kind == R_L2) y = kiln_unary(G, "sqrt", y);
   if (kind == R_LOGSUM) y = kiln_unary(G, "log", y);
   n->out[0] = y;
