@@ -115,7 +115,10 @@ static void primary_op(const char *test, const char *ops, char *out, size_t cap)
   }
 }
 
+/* ONNX's tolerances, as its backend test runner (onnx/backend/test/runner) compares: |got - want|
+   <= atol + rtol |want| with atol 1e-7 and rtol 1e-3, or 2^-6 (two ulps) for bfloat16 outputs. */
 static bool close_enough(const kiln_tensor *got, const kiln_tensor *want, char *why, size_t cap) {
+  const double rtol = kiln_tensor_dtype(want) == KILN_BF16 ? 0x1p-6 : 1e-3;
   if (kiln_tensor_rank(got) != kiln_tensor_rank(want)) {
     snprintf(why, cap, "rank %zu, want %zu", kiln_tensor_rank(got), kiln_tensor_rank(want));
     return false;
@@ -130,7 +133,7 @@ static bool close_enough(const kiln_tensor *got, const kiln_tensor *want, char *
     double a = kiln_tensor_get(got, k), b = kiln_tensor_get(want, k);
     if (isnan(a) && isnan(b)) continue;
     if (a == b) continue;
-    if (!(fabs(a - b) <= 1e-7 + 1e-3 * fabs(b))) {
+    if (!(fabs(a - b) <= 1e-7 + rtol * fabs(b))) {
       snprintf(why, cap, "element %zu is %.9g, want %.9g", k, a, b);
       return false;
     }
