@@ -401,8 +401,7 @@ static size_t run_worker(kiln_ctx *ctx, const char *root, char **names, size_t f
     failures++;
     return n;
   }
-  fflush(stdout); /* else the child would print what the parent had buffered too */
-  fflush(stderr);
+  fflush(NULL); /* else the worker's exit would write what this process had buffered, again */
   pid_t pid = fork();
   if (pid < 0) {
     printf("  FAIL fork: %s\n", strerror(errno));
