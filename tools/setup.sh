@@ -4,11 +4,11 @@
 #   tools/setup.sh            what building, running and testing need (CI runs this), and the
 #                             venv build-python-venv/ (Debian's python3 with scikit-build-core
 #                             from PyPI) where test python.pip_install runs `pip install ./python`,
-#                             and ONNX's node tests of onnx $onnx_node_version (pinned below):
+#                             and the node tests of the onnx release pinned below (1.23.2):
 #                             pip's onnx and numpy in a venv of /usr/bin/python3 at
 #                             build-onnx-venv/, whose generators tools/onnx_node_data.py runs
-#                             once into build-onnx-node/onnx-$onnx_node_version/ (test
-#                             unit.test_onnx.node-$onnx_node_version; docs/onnx.md)
+#                             once into build-onnx-node/onnx-VERSION/ (test
+#                             unit.test_onnx.node-VERSION; docs/onnx.md, "Conformance")
 #   tools/setup.sh --bench    also what bench/ needs: Debian's PyTorch 1.13 and torchvision (a
 #                             peer, and the ONNX exports of bench/run.sh and bench/onnx_models.sh)
 #                             and matplotlib (charts), then the pip peers in a virtual environment
@@ -87,19 +87,24 @@ python_venv() {
 
 # ONNX's node tests as the onnx release below defines them: pip's wheel ships their generators,
 # not their data. tools/onnx_node_data.py writes them (seeded: the same bytes every time) into
-# build-onnx-node/onnx-VERSION/, once: a folder with its stamp is complete. tests/CMakeLists.txt
-# reads this line; tests/fixtures/onnx_conformance/node-VERSION.{pass,wrong} go with it.
+# build-onnx-node/onnx-VERSION/, once: a folder whose stamp names these versions is complete.
+# tests/CMakeLists.txt reads the first line below; tests/fixtures/onnx_conformance/
+# node-VERSION.{pass,wrong} go with it.
 onnx_node_version=1.23.2
-onnx_pins=("onnx==$onnx_node_version" "numpy==2.4.6")
+onnx_numpy_version=2.4.6
+onnx_pins=("onnx==$onnx_node_version" "numpy==$onnx_numpy_version")
 onnx_venv=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build-onnx-venv
 onnx_node_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build-onnx-node/onnx-$onnx_node_version
 onnx_node() {
   local py=$onnx_venv/bin/python t0=$SECONDS
-  if [[ -f $onnx_node_dir/stamp ]]; then
-    echo "setup.sh: ONNX's node tests are in $onnx_node_dir ($(cat "$onnx_node_dir/stamp"))"
+  local stamp
+  stamp=$(cat "$onnx_node_dir/stamp" 2>/dev/null || true)
+  if [[ $stamp == "onnx $onnx_node_version, numpy $onnx_numpy_version:"* ]]; then
+    echo "setup.sh: ONNX's node tests are in $onnx_node_dir ($stamp)"
     return 0
   fi
-  local check="import onnx, numpy, sys; sys.exit(onnx.__version__ != '$onnx_node_version')"
+  local check="import onnx, numpy, sys
+sys.exit((onnx.__version__, numpy.__version__) != ('$onnx_node_version', '$onnx_numpy_version'))"
   if ! { [[ -x $py ]] && "$py" -c "$check" 2>/dev/null; }; then
     if [[ ! -x $py ]]; then
       echo "setup.sh: creating the ONNX venv $onnx_venv (/usr/bin/python3 -m venv)"
