@@ -395,18 +395,17 @@ static bool read_record(int fd, record *r) {
    after the last test it finished; *status is its wait status. */
 static size_t run_worker(kiln_ctx *ctx, const char *root, char **names, size_t from, size_t n,
                          record *recs, int *status) {
-  int fd[2];
-  if (pipe(fd)) {
-    printf("  FAIL pipe: %s\n", strerror(errno));
-    failures++;
-    return n;
-  }
+  int fd[2] = {-1, -1};
   fflush(NULL); /* else the worker's exit would write what this process had buffered, again */
-  pid_t pid = fork();
-  if (pid < 0) {
-    printf("  FAIL fork: %s\n", strerror(errno));
-    failures++;
-    close(fd[0]), close(fd[1]);
+  pid_t pid = pipe(fd) ? -1 : fork();
+  if (pid < 0) { /* the tests left are not run: crashes, which fail the gate */
+    const char *err = strerror(errno);
+    for (size_t k = from; k < n; k++) {
+      recs[k].result = R_CRASH;
+      snprintf(recs[k].op, sizeof recs[k].op, "(not run)");
+      snprintf(recs[k].why, sizeof recs[k].why, "not run: no worker (%s)", err);
+    }
+    if (fd[0] >= 0) close(fd[0]), close(fd[1]);
     return n;
   }
   if (pid == 0) {
