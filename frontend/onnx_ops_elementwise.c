@@ -282,14 +282,37 @@ static bool op_clip(ox_node *n) {
   return true;
 }
 
+/* Mod with fmod = 0 on floats (opset 28 defines it; earlier opsets require fmod = 1 there):
+ * a - floor(a / b) * b with numpy's np.mod special cases, as ONNX's schema lists them: a zero
+ * result takes b's sign, and a finite a over an infinite b is a where a is 0 or has b's sign,
+ * else b (a or b NaN, a infinite or b zero give NaN from the formula). */
+static kiln_value float_mod(ox_node *n, kiln_value a, kiln_value b) {
+  kiln_value zero = kiln_scalar(G, KILN_F64, 0);
+  kiln_value q = kiln_unary(G, "floor", kiln_binary(G, "div", a, b));
+  kiln_value m = kiln_binary(G, "sub", a, kiln_mul(G, q, b));
+  kiln_value b_neg = kiln_binary(G, "lt", b, zero);
+  kiln_value b_inf = kiln_binary(G, "logical_and",
+                                 kiln_unary(G, "logical_not", kiln_unary(G, "is_finite", b)),
+                                 kiln_binary(G, "eq", b, b));
+  kiln_value a_over_inf = kiln_binary(G, "logical_and", kiln_unary(G, "is_finite", a), b_inf);
+  kiln_value differ = kiln_binary(G, "logical_xor", kiln_binary(G, "lt", a, zero), b_neg);
+  m = ox_select3(n, a_over_inf, ox_select3(n, differ, b, a), m);
+  kiln_value signed_zero = ox_select3(n, b_neg, kiln_scalar(G, KILN_F64, -0.0), zero);
+  return ox_select3(n, kiln_binary(G, "eq", m, zero), signed_zero, m);
+}
+
 static bool op_mod(ox_node *n) {
   kiln_value x = ox_in(n, 0), y = ox_in(n, 1);
   if (x == KILN_NO_VALUE || y == KILN_NO_VALUE) return false;
   kiln_dtype t = ox_vdtype(n, x);
   bool fmod = ox_attr_i(n, "fmod", 0) != 0;
-  if (!fmod && ox_is_float(t))
-    return ox_fail(n, KILN_ERR_PARSE, "fmod = 0 with a floating-point input");
+  if (!fmod && ox_is_float(t) && n->opset < 28)
+    return ox_fail(n, KILN_ERR_PARSE, "fmod = 0 with a floating-point input (before opset 28)");
   kiln_value a = kiln_cast(G, x, KILN_F64), b = kiln_cast(G, y, KILN_F64);
+  if (!fmod && ox_is_float(t)) {
+    n->out[0] = kiln_cast(G, float_mod(n, a, b), t);
+    return true;
+  }
   kiln_value q = kiln_binary(G, "div", a, b);
   if (fmod) /* trunc(q) */
     q = kiln_mul(G, kiln_unary(G, "sign", q), kiln_unary(G, "floor", kiln_unary(G, "abs", q)));

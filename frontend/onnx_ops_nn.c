@@ -567,7 +567,11 @@ static bool op_lp_norm(ox_node *n) {
     norm = kiln_reduce(G, "reduce_sum", kiln_unary(G, "abs", x), 1, &ax, 1);
   else
     return ox_fail(n, KILN_ERR_UNSUPPORTED, "p = %lld", (long long)p);
-  n->out[0] = kiln_binary(G, "div", x, norm);
+  /* a zero norm gives 0, not 0/0, as ONNX's reference (np.where(norm == 0, 0, x / norm)) */
+  kiln_value zero = ox_scalar_like(n, x, 0);
+  kiln_value is_zero = kiln_binary(G, "eq", norm, zero);
+  norm = ox_select3(n, is_zero, ox_scalar_like(n, x, 1), norm);
+  n->out[0] = ox_select3(n, is_zero, zero, kiln_binary(G, "div", x, norm));
   return true;
 }
 

@@ -179,6 +179,24 @@ static kiln_value const_like(ox_node *n, kiln_value x, int r, const kiln_dim *d,
   return kiln_op(G, "constant", 0, NULL, 3, a);
 }
 
+/* DFT's axis from opset 20: input 2, a scalar known at import, default -2 (the last axis before
+ * the real/imaginary one); a negative axis counts from the back of all r axes. */
+static bool dft_axis_input(ox_node *n, int r, int *axis) {
+  int64_t a = -2;
+  if (ox_has(n, 2)) {
+    const ox_const *c = ox_known(n, 2);
+    if (!c) return ox_need_known(n, 2);
+    if (c->n != 1) return ox_fail(n, KILN_ERR_PARSE, "axis holds %zu values, not 1", (size_t)c->n);
+    a = (int64_t)c->d[0];
+  }
+  if (a < 0) a += r;
+  if (a < 0 || a > r - 2)
+    return ox_fail(n, KILN_ERR_PARSE, "axis %lld is outside [-%d, -2] and [0, %d]",
+                   (long long)(a < 0 ? a - r : a), r, r - 2);
+  *axis = (int)a;
+  return true;
+}
+
 /* DFT (opset 17) as two matmuls with cos / sin matrices along the axis,
  * moved last: forward Y = (C xr + S xi) + i (C xi - S xr), inverse with the
  * signs of S flipped and a 1/N; onesided keeps N/2 + 1 frequencies. */
@@ -190,7 +208,11 @@ static bool op_dft(ox_node *n) {
   int r = ox_dims_of(n, x, d), axis;
   if (r < 2 || (d[r - 1] != 1 && d[r - 1] != 2))
     return ox_fail(n, KILN_ERR_PARSE, "the last axis must hold 1 (real) or 2 (complex) values");
-  if (!ox_norm_axis(n, ox_attr_i(n, "axis", 1), r - 1, &axis)) return false;
+  if (n->opset < 20) {
+    if (!ox_norm_axis(n, ox_attr_i(n, "axis", 1), r - 1, &axis)) return false;
+  } else if (!dft_axis_input(n, r, &axis)) {
+    return false;
+  }
   bool inverse = ox_attr_i(n, "inverse", 0) != 0, onesided = ox_attr_i(n, "onesided", 0) != 0;
   int64_t N = d[axis];
   if (N < 1 || N > 1024)

@@ -80,7 +80,13 @@ static bool reduce(ox_node *n, rkind kind) {
     n->out[0] = y;
     return true;
   }
+  /* bool (ReduceMax and ReduceMin from opset 20): any and all, as the max and min of 0/1 in
+     i32; over no elements the i32 reduction's identity (INT32_MIN, INT32_MAX) gives false for any
+     and true for all, as ONNX's reference */
+  bool boolean = ox_vdtype(n, x) == KILN_BOOL && (kind == R_MAX || kind == R_MIN);
+  if (boolean) t = kiln_cast(G, x, KILN_I32);
   kiln_value y = kiln_reduce(G, ops[kind], t, m, ax, keep);
+  if (boolean) y = kiln_binary(G, "gt", y, kiln_scalar(G, KILN_I32, 0));
   if (kind == R_L2) y = kiln_unary(G, "sqrt", y);
   if (kind == R_LOGSUM) y = kiln_unary(G, "log", y);
   n->out[0] = y;
@@ -596,7 +602,7 @@ static bool op_pad(ox_node *n) {
   return true;
 }
 
-/* DepthToSpace (DCR or CRD) and SpaceToDepth as ox_reshape, transpose, ox_reshape. */
+/* DepthToSpace and SpaceToDepth (DCR or CRD) as ox_reshape, transpose, ox_reshape. */
 static bool op_depth_to_space(ox_node *n) {
   kiln_value x = ox_in0(n);
   if (x == KILN_NO_VALUE) return false;
@@ -628,9 +634,13 @@ static bool op_space_to_depth(ox_node *n) {
     return ox_fail(n, KILN_ERR_PARSE, "blocksize %lld", (long long)b);
   if (__builtin_mul_overflow(d[1], b, &c) || __builtin_mul_overflow(c, b, &c))
     return ox_fail(n, KILN_ERR_UNSUPPORTED, "the output's channels overflow 64 bits");
+  /* DCR (the default) puts the block offset before the channel, CRD (opset 28) after it */
+  const char *mode = ox_attr_s(n, "mode", "DCR");
+  bool crd = !strcmp(mode, "CRD");
+  if (!crd && strcmp(mode, "DCR")) return ox_fail(n, KILN_ERR_PARSE, "mode '%s'", mode);
   kiln_dim t[6] = {d[0], d[1], d[2] / b, b, d[3] / b, b};
-  static const int64_t perm[6] = {0, 3, 5, 1, 2, 4};
-  kiln_value y = kiln_transpose(G, ox_reshape(n, x, 6, t), 6, perm);
+  static const int64_t dcr[6] = {0, 3, 5, 1, 2, 4}, crdp[6] = {0, 1, 3, 5, 2, 4};
+  kiln_value y = kiln_transpose(G, ox_reshape(n, x, 6, t), 6, crd ? crdp : dcr);
   kiln_dim o[4] = {d[0], c, d[2] / b, d[3] / b};
   n->out[0] = ox_reshape(n, y, 4, o);
   return true;

@@ -3,7 +3,12 @@
 #
 #   tools/setup.sh            what building, running and testing need (CI runs this), and the
 #                             venv build-python-venv/ (Debian's python3 with scikit-build-core
-#                             from PyPI) where test python.pip_install runs `pip install ./python`
+#                             from PyPI) where test python.pip_install runs `pip install ./python`,
+#                             and the node tests of the onnx release pinned below (1.23.2):
+#                             pip's onnx and numpy in a venv of /usr/bin/python3 at
+#                             build-onnx-venv/, whose generators tools/onnx_node_data.py runs
+#                             once into build-onnx-node/onnx-VERSION/ (test
+#                             unit.test_onnx.node-VERSION; docs/onnx.md, "Conformance")
 #   tools/setup.sh --bench    also what bench/ needs: Debian's PyTorch 1.13 and torchvision (a
 #                             peer, and the ONNX exports of bench/run.sh and bench/onnx_models.sh)
 #                             and matplotlib (charts), then the pip peers in a virtual environment
@@ -13,8 +18,9 @@
 #
 # Idempotent and quick when everything is there: it asks dpkg which packages
 # are missing and only then runs `apt-get update` and `apt-get install`
-# (and imports scikit-build-core in build-python-venv/, and with --bench the pip peers in
-# build-bench-venv/, and only then runs pip).
+# (and imports scikit-build-core in build-python-venv/, onnx in build-onnx-venv/, and with --bench
+# the pip peers in build-bench-venv/, and only then runs pip; the node tests are generated only
+# when their folder's stamp is missing).
 # Runs as root, or through sudo when it is available. The HIP packages are
 # installed only where the distribution offers them (apt-cache shows a
 # candidate), and failing to install them is a warning, not an error: a HIP
@@ -79,6 +85,44 @@ python_venv() {
       exit 1; }
 }
 
+# ONNX's node tests as the onnx release below defines them: pip's wheel ships their generators,
+# not their data. tools/onnx_node_data.py writes them (seeded: the same bytes every time) into
+# build-onnx-node/onnx-VERSION/, once: a folder whose stamp names these versions is complete.
+# tests/CMakeLists.txt reads the first line below; tests/fixtures/onnx_conformance/
+# node-VERSION.{pass,wrong} go with it.
+onnx_node_version=1.23.2
+onnx_numpy_version=2.4.6
+onnx_pins=("onnx==$onnx_node_version" "numpy==$onnx_numpy_version")
+onnx_venv=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build-onnx-venv
+onnx_node_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build-onnx-node/onnx-$onnx_node_version
+onnx_node() {
+  local py=$onnx_venv/bin/python t0=$SECONDS
+  local stamp
+  stamp=$(cat "$onnx_node_dir/stamp" 2>/dev/null || true)
+  if [[ $stamp == "onnx $onnx_node_version, numpy $onnx_numpy_version:"* ]]; then
+    echo "setup.sh: ONNX's node tests are in $onnx_node_dir ($stamp)"
+    return 0
+  fi
+  local check="import onnx, numpy, sys
+sys.exit((onnx.__version__, numpy.__version__) != ('$onnx_node_version', '$onnx_numpy_version'))"
+  if ! { [[ -x $py ]] && "$py" -c "$check" 2>/dev/null; }; then
+    if [[ ! -x $py ]]; then
+      echo "setup.sh: creating the ONNX venv $onnx_venv (/usr/bin/python3 -m venv)"
+      /usr/bin/python3 -m venv "$onnx_venv" ||
+        { echo "setup.sh: /usr/bin/python3 -m venv $onnx_venv failed" >&2; exit 1; }
+    fi
+    echo "setup.sh: pip-installing ${onnx_pins[*]} into $onnx_venv"
+    "$py" -m pip install --disable-pip-version-check "${onnx_pins[@]}" ||
+      { echo "setup.sh: pip could not install ${onnx_pins[*]} into $onnx_venv (pip's error" \
+          "above; PyPI must be reachable)" >&2
+        exit 1; }
+  fi
+  echo "setup.sh: generating ONNX's node tests (onnx $onnx_node_version) into $onnx_node_dir"
+  "$py" "$(dirname "${BASH_SOURCE[0]}")/onnx_node_data.py" "$onnx_node_dir" ||
+    { echo "setup.sh: tools/onnx_node_data.py failed" >&2; exit 1; }
+  echo "setup.sh: ONNX's node tests generated in $(( SECONDS - t0 )) s"
+}
+
 # (Outputs are captured before grep -q looks at them: with pipefail, a writer
 # killed by SIGPIPE when grep stops early would fail the test.)
 missing_of() {
@@ -139,6 +183,7 @@ mapfile -t missing_optional < <(hip_available && missing_of "${optional[@]}" || 
 if [[ ${#missing[@]} -eq 0 && ${#missing_optional[@]} -eq 0 ]]; then
   echo "setup.sh: all packages are installed"
   python_venv
+  onnx_node
   $with_bench && bench_pip
   exit 0
 fi
@@ -161,5 +206,6 @@ if [[ ${#still[@]} -gt 0 ]]; then
   exit 1
 fi
 python_venv
+onnx_node
 $with_bench && bench_pip
 echo "setup.sh: done"
