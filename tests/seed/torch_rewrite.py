@@ -2,11 +2,13 @@
 """The float64 PyTorch rewrite of the seed programs in this folder.
 
 Writes params_np.npz (an archive numpy.savez made, for params_io.kiln) and the .expected files (the stdout `kiln run PROGRAM.kiln` must print; check.sh compares
-numbers with a relative tolerance of 1e-7) of grad_fd, 001_s2_gated_blocks, 002_s1_contract and
-002_s9_own_layer, computed by PyTorch in float64 from the same numbers: the data files here and
-Kiln's documented initialisers, re-implemented below (Philox-4x32-10 as in ir/ref_source.c, the
-normal draw of kl_init_fill in layers/core.c, He initialisation of linear/dense, the program's
-seed counter of docs/kiln-syntax.md). Run it with Debian's /usr/bin/python3 (numpy, torch 1.13);
+numbers with a relative tolerance of 1e-7) of grad_fd, hessian, minimize, 001_s2_gated_blocks,
+001_s2_ops, 002_s1_contract, 002_s7_fit and 002_s9_own_layer, computed by PyTorch in float64 from
+the same numbers: the data files here and Kiln's documented initialisers, re-implemented below
+(Philox-4x32-10 as in ir/ref_source.c, the normal draw of kl_init_fill in layers/core.c, He
+initialisation of linear/dense, the program's seed counter of docs/kiln-syntax.md), and kiln_fit's
+loop (train/fit.c: the per-epoch Philox shuffle, batches, schedules, history and val_history) around
+torch.optim's optimizers. Run it with Debian's /usr/bin/python3 (numpy, torch 1.13);
 the tests read only the .expected files, so they need no torch.
 """
 import math
@@ -207,6 +209,126 @@ def minimize():
     write("minimize", [f"{mat(w)} {vec(b)} {g10(loss)} {n}", f"{mat(w2)} {g10(loss2)}"])
 
 
+# ---------------------------------------------------------------- fit (train/fit.c)
+
+def shuffle(n, seed, epoch):
+    """kiln_fit's order of epoch `epoch`: Fisher-Yates from the end, j = (w0:w1) mod (i + 1) with
+    w = Philox-4x32-10 of counter (i, i >> 32, epoch, 0x5348 "SH") keyed by the seed."""
+    idx = list(range(n))
+    key = (seed & M32, seed >> 32)
+    for i in range(n - 1, 0, -1):
+        w = philox4x32((i & M32, i >> 32, epoch & M32, 0x5348), key)
+        j = ((w[0] << 32) | w[1]) % (i + 1)
+        idx[i], idx[j] = idx[j], idx[i]
+    return idx
+
+
+def cosine_lr(step, total, base, warmup=0):
+    """kiln_cosine_lr (train/schedule.c, docs/training.md)."""
+    step = max(step, 0)
+    if warmup > 0 and step < warmup:
+        return base * step / warmup
+    warmup = max(warmup, 0)
+    if step >= total:
+        return 0.0
+    return base * 0.5 * (1 + math.cos(math.pi * (step - warmup) / (total - warmup)))
+
+
+def step_lr(step, base, step_size, gamma):
+    """kiln_step_lr: torch.optim.lr_scheduler.StepLR's rate."""
+    return base if step < 0 or step_size < 1 else base * gamma ** (step // step_size)
+
+
+def fit(params, data, loss_fn, opt, epochs=10, batch_size=0, seed=0, clip=None, schedule=None,
+        val=None):
+    """kiln_fit: every epoch the samples in shuffle(n, seed, epoch) order, cut into batches of
+    batch_size (the last one smaller); per step the loss of the batch at the current parameters,
+    clip_grad_norm_, and the optimizer's step at the rate schedule(step, total_steps) (0-based
+    step) or the optimizer's lr; history[e] the batch losses' mean weighted by batch size;
+    val_history[e] the loss on val after epoch e. Returns (history, val_history)."""
+    n = data[0].shape[0]
+    bs = batch_size if 0 < batch_size < n else n
+    nbatches = (n + bs - 1) // bs
+    total, step = nbatches * epochs, 0
+    history, val_history = [], []
+    for e in range(epochs):
+        idx = torch.tensor(shuffle(n, seed, e))
+        acc = 0.0
+        for b in range(nbatches):
+            rows = idx[b * bs:(b + 1) * bs]
+            if schedule:
+                for group in opt.param_groups:
+                    group["lr"] = schedule(step, total)
+            opt.zero_grad()
+            loss = loss_fn(params, *[d[rows] for d in data])
+            loss.backward()
+            if clip:
+                torch.nn.utils.clip_grad_norm_(params, clip)
+            opt.step()
+            step += 1
+            acc += float(loss) * len(rows)
+        history.append(acc / n)
+        if val:
+            with torch.no_grad():
+                val_history.append(float(loss_fn(params, *val)))
+    return history, val_history
+
+
+def seed_002_s7():
+    X = torch.tensor(np.load(os.path.join(HERE, "002_s7_X.npy")))
+    y = torch.tensor(np.load(os.path.join(HERE, "002_s7_y.npy")))
+
+    def init():  # sequential([linear(4, 32), activation("gelu"), linear(32, 3)]).init(seed=0)
+        return [*dense(4, 32, 0, "0."), *dense(32, 3, 0, "2.")]
+
+    model = lambda p, x: gelu(x @ p[0] + p[1]) @ p[2] + p[3]
+    ce = lambda p, x, t: F.cross_entropy(model(p, x), t)
+    params = init()
+    with torch.no_grad():
+        ce0 = float(ce(params, X, y))
+
+    # fit(model, params, X, y, loss="cross_entropy", opt=adam(lr=1e-3), epochs=20, batch_size=64)
+    trained = init()
+    adam = torch.optim.Adam(trained, lr=1e-3, foreach=False)
+    hist, _ = fit(trained, [X, y], ce, adam, epochs=20, batch_size=64)
+
+    # the own loop: adamw(lr=3e-4, weight_decay=0.01), 5 steps on X[0:64], clip_grad_norm(g, 1.0)
+    p = init()
+    adamw = torch.optim.AdamW(p, lr=3e-4, weight_decay=0.01, foreach=False)
+    for _ in range(5):
+        adamw.zero_grad()
+        ce(p, X[0:64], y[0:64]).backward()
+        torch.nn.utils.clip_grad_norm_(p, 1.0)
+        adamw.step()
+
+    # fit with the other options of section 7: seed, clip, schedule, val
+    p2 = init()
+    sgd = torch.optim.SGD(p2, lr=0.1, momentum=0.9, foreach=False)
+    hist2, val2 = fit(p2, [X[0:80], y[0:80]], ce, sgd, epochs=6, batch_size=24, seed=7, clip=0.5,
+                      schedule=lambda s, total: step_lr(s, 0.1, 4, 0.5), val=[X[80:96], y[80:96]])
+    p3 = init()
+    adamw3 = torch.optim.AdamW(p3, lr=3e-3, weight_decay=0.1, foreach=False)
+    hist3, _ = fit(p3, [X, y], ce, adamw3, epochs=4, batch_size=40, seed=3,
+                   schedule=lambda s, total: cosine_lr(s, 10, base=3e-3, warmup=3))
+
+    with torch.no_grad():
+        ce_trained, ce_p, ce_p3 = float(ce(trained, X, y)), float(ce(p, X, y)), float(ce(p3, X, y))
+    write("002_s7_fit", [
+        g10(hist[-1]),
+        f"20 {str(hist[0] > hist[-1]).lower()} cpu none",
+        f"{g10(ce_trained)} [96, 3]",
+        "1" if ce_p < ce0 else "0",
+        f"{g10(cosine_lr(100, 1000, base=3e-4, warmup=100))} {g10(step_lr(7, 0.1, 5, 0.5))}",
+        vec(hist),
+        f"{g10(ce_p)} {g10(ce0)}",
+        f"{vec(hist2)} {vec(val2)}",
+        f"{vec(hist3)} {g10(ce_p3)}",
+        f"{g10(cosine_lr(50, 1000, base=3e-4, warmup=100))} "
+        f"{g10(cosine_lr(700, 1000, base=3e-4, warmup=100))} "
+        f"{g10(cosine_lr(1200, 1000, base=3e-4, warmup=100))}",
+    ])
+
+
 if __name__ == "__main__":
     params_np()
     minimize()
@@ -215,4 +337,5 @@ if __name__ == "__main__":
     grad_fd()
     seed_001_s2()
     seed_002_s1()
+    seed_002_s7()
     seed_002_s9()
