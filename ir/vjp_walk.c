@@ -180,6 +180,33 @@ bool kir_vjp_walk(kir_twin_list *tw, kir_graph *g, uint32_t nfwd, const bool *wr
   return ok && g->mod->status == KILN_OK;
 }
 
+bool kir_vjp_values(kir_graph *g, uint32_t first, uint32_t nx, const uint32_t *xs, uint32_t y,
+                    uint32_t *dx) {
+  ad_state st = {.g = g};
+  uint32_t end = g->ninsts;
+  bool ok = g->mod->status == KILN_OK && y < g->nvalues && ad_grow(&st);
+  for (uint32_t i = 0; ok && i < nx; i++) {
+    ok = xs[i] < g->nvalues;
+    if (ok) st.needs[xs[i]] = kir_dtype_is_float(g->values[xs[i]].type.dtype);
+  }
+  if (ok) ad_mark(&st, first, end);
+  if (ok && st.needs[y]) {
+    kir_vjp_ctx seed = {.g = g};
+    uint32_t one = kir_vjp_scalar(&seed, g->values[y].type.dtype, 1);
+    ok = one != KILN_NO_VALUE && ad_add(&st, y, one) && ad_walk(&st, first, end);
+  }
+  kir_vjp_ctx zeros = {.g = g};
+  for (uint32_t i = 0; i < nx; i++) {
+    dx[i] = ok ? st.cot[xs[i]] : KILN_NO_VALUE;
+    if (ok && dx[i] == KILN_NO_VALUE) {
+      kir_type t = g->values[xs[i]].type; /* a copy: emitting moves the values */
+      ok = (dx[i] = kir_vjp_zeros(&zeros, &t)) != KILN_NO_VALUE;
+    }
+  }
+  free(st.cot), free(st.needs);
+  return ok && g->mod->status == KILN_OK;
+}
+
 bool kir_vjp_graph(kir_vjp_ctx *vc, kir_graph *g, uint32_t nfwd, const bool *wrt, uint32_t nseed,
                    const uint32_t *vals, const uint32_t *cots, uint32_t *dparams) {
   ad_state *parent = vc ? vc->pass : NULL;

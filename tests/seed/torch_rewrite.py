@@ -627,6 +627,43 @@ def seed_002_s4_s10():
 
 
 
+def physics():
+    """physics.kiln: grad inside a traced function, differentiated again (create_graph=True)."""
+    X = torch.tensor([[0.5], [-1.0], [1.5], [0.25]])
+    p = tree(3, {**mlp_spec("", [1, 8, 8, 1])})
+    net = lambda q, x: torch.tanh(torch.tanh(x @ q["0.W"] + q["0.b"]) @ q["2.W"] + q["2.b"]) \
+        @ q["4.W"] + q["4.b"]
+    u = lambda q, x: net(q, x).sum()
+
+    def d(f, x):  # grad(f)(x) traced: differentiable, x's copy a fresh leaf
+        x = x.detach().requires_grad_() if not x.requires_grad else x
+        return torch.autograd.grad(f(x), x, create_graph=True)[0]
+
+    def residual1(q):
+        return ((d(lambda x: u(q, x), X) - torch.cos(X)) ** 2).mean()
+
+    def residual2(q):
+        x = X.clone().requires_grad_()
+        ux = d(lambda z: u(q, z), x).sum()
+        uxx = torch.autograd.grad(ux, x, create_graph=True)[0]
+        return ((uxx + torch.sin(X)) ** 2).mean() + 0.1 * ux ** 2
+
+    params = list(p.values())
+    r1 = residual1(p)
+    g1 = dict(zip(p, torch.autograd.grad(r1, params, allow_unused=True)))
+    r2 = residual2(p)
+    g2 = dict(zip(p, torch.autograd.grad(r2, params, allow_unused=True)))
+    z = lambda t: torch.zeros(()) if t is None else t
+    # X captured by the inner function is a constant, though X is also what it differentiates by
+    b = p["4.b"]
+    gb = torch.autograd.grad(d(lambda x: (x * X * b).sum(), X).sum(), b)[0]
+    write("physics", [f"{g10(r1)} {g10(r2)}",
+                      f"{g10(g1['0.W'].sum())} {g10((g1['2.W'] ** 2).sum())} "
+                      f"{vec(z(g1['4.b']).reshape(1))} {g10(r2)} {g10(g2['0.W'].sum())} "
+                      f"{g10(g2['2.b'].sum())} {vec(g2['4.W'][0])}",
+                      "1 1", f"{vec(gb)} {g10(X.sum())}"])
+
+
 if __name__ == "__main__":
     params_np()
     minimize()
@@ -638,3 +675,4 @@ if __name__ == "__main__":
     seed_002_s7()
     seed_002_s9()
     seed_002_s4_s10()
+    physics()
