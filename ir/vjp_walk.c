@@ -61,7 +61,8 @@ static bool ad_grow(ad_state *st) {
   return true;
 }
 
-/* Marks the float results of instructions [first, last) that depend on a marked value. */
+/* Marks the float results of instructions [first, last) that depend on a marked value (a
+ * result marked already, one of kir_vjp_values' xs, stays marked). */
 static void ad_mark(ad_state *st, uint32_t first, uint32_t last) {
   for (uint32_t i = first; i < last; i++) {
     const kir_inst *inst = &st->g->insts[i];
@@ -69,7 +70,8 @@ static void ad_mark(ad_state *st, uint32_t first, uint32_t last) {
     for (uint32_t k = 0; k < inst->nin; k++)
       any = any || st->needs[inst->in[k]];
     for (uint32_t k = 0; k < inst->nout; k++)
-      st->needs[inst->out[k]] = any && kir_dtype_is_float(st->g->values[inst->out[k]].type.dtype);
+      st->needs[inst->out[k]] = st->needs[inst->out[k]] ||
+                                (any && kir_dtype_is_float(st->g->values[inst->out[k]].type.dtype));
   }
 }
 
