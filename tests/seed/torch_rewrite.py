@@ -449,9 +449,8 @@ def lm_spec(vocab, d, layers, context):
 
 def step_seed(seed, step):
     """The seed input of training step `step` (kiln_trainer_step): seed ^ step * 0x9E3779B97F4A7C15
-    as an i64, stored through a double (kiln_tensor_set), so its low bits are rounded away."""
-    v = (seed ^ (step * 0x9E3779B97F4A7C15)) & 0xFFFFFFFFFFFFFFFF
-    return int(float(v - (1 << 64) if v >> 63 else v))
+    modulo 2^64 (the random op's key is its two 32-bit halves)."""
+    return (seed ^ (step * 0x9E3779B97F4A7C15)) & 0xFFFFFFFFFFFFFFFF
 
 
 def random_op(shape, seed, stream, dist):
@@ -623,6 +622,23 @@ def seed_002_s4_s10():
                  f"{str(hist4[0] > hist4[-1]).lower()}")
     lines.append(f"{vec(hist3)} {g10(recon.sum())} {g10((recon ** 2).sum())}")
     lines.append(f"{g10(hist4[0])} {g10(hist4[49])} {g10(hist4[-1])} {g10(ce_gin)}")
+
+    # dropout drawn from fit's seed: mlp([12, 16, 10], dropout=0.5) (paths 0 and 3: linear,
+    # relu, dropout, linear) fit with seed=1 and seed=2 draw different masks at every step
+    def mlp_drop(q, x, seed):
+        h = torch.relu(x @ q["0.W"] + q["0.b"])
+        keep = random_op(h.shape, seed, 0, "uniform") >= 0.5
+        return torch.where(keep, h * (1.0 / (1.0 - 0.5)), torch.zeros(())) @ q["3.W"] + q["3.b"]
+
+    hists = []
+    for seed in (1, 2):
+        p = tree(0, {**linear_spec("0.", 12, 16), **linear_spec("3.", 16, 10)})
+        params = list(p.values())
+        hists.append(fit(params, [tables, labels],
+                         lambda q, x, t, s: F.cross_entropy(mlp_drop(p, x, s), t),
+                         torch.optim.Adam(params, lr=1e-3, foreach=False), epochs=3,
+                         batch_size=8, seed=seed, seeded=True)[0])
+    lines.append(f"{vec(hists[0])} {vec(hists[1])}")
     write("002_s4_s10_recipes", lines)
 
 
