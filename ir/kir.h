@@ -453,6 +453,18 @@ typedef struct kir_twin_list {
 bool kir_vjp_walk(kir_twin_list *tw, kir_graph *g, uint32_t nfwd, const bool *wrt, uint32_t nseed,
                   const uint32_t *vals, const uint32_t *cots, uint32_t *dparams);
 /*
+ * The gradient of the float scalar y by the values xs, inside g, for a derivative
+ * taken while g is being built (a program's grad(f)(x) inside a traced function):
+ * marks xs and the float values computed from them by instructions [first, end),
+ * seeds y with 1, walks those instructions backwards appending their VJPs to g, and
+ * writes each xs[i]'s cotangent into dx[i] (zeros of its type where none arrives). A
+ * value made before `first` counts as a constant even where it was computed from
+ * an xs[i]. No twins are kept: a scan's forward steps run twice. False on failure
+ * (the module's sticky error says why).
+ */
+bool kir_vjp_values(kir_graph *g, uint32_t first, uint32_t nx, const uint32_t *xs, uint32_t y,
+                    uint32_t *dx);
+/*
  * Declares instruction `twin` of vc->g, which the rule has just emitted, a
  * twin of the rule's instruction: the same operands, the same results first,
  * then more. When the walk is done kp_grad computes the twin in the

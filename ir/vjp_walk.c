@@ -61,7 +61,8 @@ static bool ad_grow(ad_state *st) {
   return true;
 }
 
-/* Marks the float results of instructions [first, last) that depend on a marked value. */
+/* Marks the float results of instructions [first, last) that depend on a marked value (a
+ * result marked already, one of kir_vjp_values' xs, stays marked). */
 static void ad_mark(ad_state *st, uint32_t first, uint32_t last) {
   for (uint32_t i = first; i < last; i++) {
     const kir_inst *inst = &st->g->insts[i];
@@ -69,7 +70,8 @@ static void ad_mark(ad_state *st, uint32_t first, uint32_t last) {
     for (uint32_t k = 0; k < inst->nin; k++)
       any = any || st->needs[inst->in[k]];
     for (uint32_t k = 0; k < inst->nout; k++)
-      st->needs[inst->out[k]] = any && kir_dtype_is_float(st->g->values[inst->out[k]].type.dtype);
+      st->needs[inst->out[k]] = st->needs[inst->out[k]] ||
+                                (any && kir_dtype_is_float(st->g->values[inst->out[k]].type.dtype));
   }
 }
 
@@ -176,6 +178,33 @@ bool kir_vjp_walk(kir_twin_list *tw, kir_graph *g, uint32_t nfwd, const bool *wr
   ok = ok && ad_walk(&st, 0, nfwd);
   for (uint32_t p = 0; ok && p < g->nparams; p++)
     dparams[p] = st.cot[g->params[p]];
+  free(st.cot), free(st.needs);
+  return ok && g->mod->status == KILN_OK;
+}
+
+bool kir_vjp_values(kir_graph *g, uint32_t first, uint32_t nx, const uint32_t *xs, uint32_t y,
+                    uint32_t *dx) {
+  ad_state st = {.g = g};
+  uint32_t end = g->ninsts;
+  bool ok = g->mod->status == KILN_OK && y < g->nvalues && ad_grow(&st);
+  for (uint32_t i = 0; ok && i < nx; i++) {
+    ok = xs[i] < g->nvalues;
+    if (ok) st.needs[xs[i]] = kir_dtype_is_float(g->values[xs[i]].type.dtype);
+  }
+  if (ok) ad_mark(&st, first, end);
+  if (ok && st.needs[y]) {
+    kir_vjp_ctx seed = {.g = g};
+    uint32_t one = kir_vjp_scalar(&seed, g->values[y].type.dtype, 1);
+    ok = one != KILN_NO_VALUE && ad_add(&st, y, one) && ad_walk(&st, first, end);
+  }
+  kir_vjp_ctx zeros = {.g = g};
+  for (uint32_t i = 0; i < nx; i++) {
+    dx[i] = ok ? st.cot[xs[i]] : KILN_NO_VALUE;
+    if (ok && dx[i] == KILN_NO_VALUE) {
+      kir_type t = g->values[xs[i]].type; /* a copy: emitting moves the values */
+      ok = (dx[i] = kir_vjp_zeros(&zeros, &t)) != KILN_NO_VALUE;
+    }
+  }
   free(st.cot), free(st.needs);
   return ok && g->mod->status == KILN_OK;
 }

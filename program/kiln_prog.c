@@ -687,7 +687,7 @@ static kiln_status apply_layer(ke_eval *e, const kf_node *call, const kl_layer *
   if (s == KILN_OK && !vals) s = ke_nomem(e, call);
   for (uint32_t i = 0; s == KILN_OK && i < pl.n; i++) {
     const kv *leaf = kprog_tree_leaf(&a->pos[0], pl.p[i].path);
-    if (!leaf || leaf->k != KV_HOST)
+    if (!leaf || (leaf->k != KV_HOST && leaf->k != KV_TENSOR)) /* a tensor traced: made in f */
       s = ke_fail_at(e, a->pos_node[0], "the parameters have no tensor '%s' (make them with "
                      "model.init(seed=0))", pl.p[i].path);
     else
@@ -721,15 +721,102 @@ static kiln_status lifted_apply(ke_eval *e, const kf_node *call, void *data, kv 
   return apply_layer(e, call, c->f->layer, c->a, out);
 }
 
+/*
+ * Each tensor of tree v (its lists and records copied) replaced: with vals NULL by a fresh
+ * copy of it in the lift's graph (a cast to its own dtype), whose id goes to ids[*n]; else
+ * by vals[*n]. In both cases *n counts the tensors, in tree order.
+ */
+static kiln_status swap_leaves(ke_eval *e, const kf_node *at, kv *v, kiln_value *ids, uint32_t *n,
+                               uint32_t cap, const kiln_value *vals) {
+  if (v->k == KV_TENSOR) {
+    if (*n >= cap) return ke_fail_at(e, at, "grad: the argument holds more than %u tensors", cap);
+    if (!vals) {
+      kiln_graph *g = e->b->g;
+      ids[*n] = kiln_cast(g, v->t, kiln_value_dtype(g, v->t));
+      if (ids[*n] == KILN_NO_VALUE || ids[*n] == v->t)
+        return ke_locate(e, at, kiln_graph_status(g) ? kiln_graph_status(g) : KILN_ERR_INVALID);
+    }
+    v->t = vals ? vals[*n] : ids[*n];
+    (*n)++;
+    return KILN_OK;
+  }
+  if (v->k != KV_LIST && v->k != KV_RECORD) return KILN_OK;
+  uint32_t k = v->k == KV_LIST ? v->list.n : v->rec.n;
+  kv *items = ke_alloc(e, (k ? k : 1) * sizeof *items);
+  if (!items) return ke_nomem(e, at);
+  if (k) memcpy(items, v->k == KV_LIST ? v->list.items : v->rec.items, k * sizeof *items);
+  if (v->k == KV_LIST)
+    v->list.items = items;
+  else
+    v->rec.items = items;
+  for (uint32_t i = 0; i < k; i++) {
+    kiln_status s = swap_leaves(e, at, &items[i], ids, n, cap, vals);
+    if (s != KILN_OK) return s;
+  }
+  return KILN_OK;
+}
+
+/*
+ * grad(f)(x, ...) and value_and_grad(f)(x, ...) inside a function being traced, as a physics
+ * loss differentiates a model by its input: f is traced into the same graph on fresh copies
+ * of x's tensors, and the gradient of its result by those copies is appended to the graph as
+ * ordinary ops (kir_vjp_values), so an outer grad differentiates through it (a second
+ * derivative). What f reads besides its first argument is held constant, as at the top.
+ */
+static kiln_status traced_grad(ke_eval *e, const kf_node *call, const kv *f, const ke_args *a,
+                               kv *out) {
+  if (f->grad.order)
+    return ke_fail_at(e, call, "%s(f)(...) inside a function that is being traced is not "
+                      "available in programs yet (grad and value_and_grad are)", grad_name(f));
+  if (a->npos < 1)
+    return ke_fail_at(e, call, "%s(f) is called with the parameters: %s(f)(params)",
+                      grad_name(f), grad_name(f));
+  enum { CAP = 4096 };
+  kiln_graph *g = e->b->g;
+  kiln_value *zs = ke_alloc(e, CAP * sizeof *zs), *dz = ke_alloc(e, CAP * sizeof *dz);
+  kv *pos = ke_alloc(e, a->npos * sizeof *pos);
+  if (!zs || !dz || !pos) return ke_nomem(e, call);
+  memcpy(pos, a->pos, a->npos * sizeof *pos);
+  uint32_t n = 0;
+  kiln_status s = kprog_deep_in(e, a->pos_node[0], &pos[0]);
+  if (s == KILN_OK) s = swap_leaves(e, a->pos_node[0], &pos[0], zs, &n, CAP, NULL);
+  if (s == KILN_OK && n == 0)
+    s = ke_fail_at(e, a->pos_node[0], "%s: the first argument holds no tensors to differentiate "
+                   "by", grad_name(f));
+  if (s != KILN_OK) return s;
+  uint32_t first = g->ninsts; /* f's instructions follow: the walk covers only them */
+  ke_args fa = *a;
+  fa.pos = pos;
+  kv fn = {.k = KV_FN, .fn = f->grad.lam}, r;
+  if ((s = ke_call_value(e, call, &fn, &fa, &r)) != KILN_OK) return s;
+  if ((s = ke_host_in(e, call, &r)) != KILN_OK) return s;
+  if (r.k != KV_TENSOR || kiln_value_rank(g, r.t) != 0)
+    return ke_fail_at(e, call, "the function given to %s must return a scalar tensor (a loss), "
+                      "got %s", grad_name(f),
+                      r.k == KV_TENSOR ? "a tensor of rank >= 1" : ke_kind_name(&r));
+  if (!kir_vjp_values(g, first, n, zs, r.t, dz))
+    return ke_locate(e, call, kiln_graph_status(g) ? kiln_graph_status(g) : KILN_ERR_INVALID);
+  kv grads = pos[0];
+  n = 0;
+  if ((s = swap_leaves(e, call, &grads, NULL, &n, CAP, dz)) != KILN_OK) return s;
+  if (!f->grad.with_value) {
+    *out = grads;
+    return KILN_OK;
+  }
+  kv *items = ke_alloc(e, 2 * sizeof *items);
+  if (!items) return ke_nomem(e, call);
+  items[0] = r, items[1] = grads;
+  *out = (kv){.k = KV_LIST, .list = {items, 2}};
+  return KILN_OK;
+}
+
 kiln_status kprog_apply(ke_eval *e, const kf_node *call, const kv *f, const ke_args *a,
                           kv *out) {
   if (f->k == KV_LAYER) {
     apply_call c = {f, a};
     return ke_lift(e, call, lifted_apply, &c, out);
   }
-  if (e->b)
-    return ke_fail_at(e, call, "%s(f)(...) is called at the top of the program, not inside a "
-                      "function", grad_name(f));
+  if (e->b) return traced_grad(e, call, f, a, out);
   if (a->npos < 1)
     return ke_fail_at(e, call, "%s(f) is called with the parameters: %s(f)(params)",
                       grad_name(f), grad_name(f));
@@ -996,7 +1083,10 @@ static bool prog_call(ke_eval *e, const kf_node *call, const char *name, const k
   }
   if (!e->prog || !is_builtin(name)) return false;
   if (kprog_train_call(e, call, name, a, out, s)) return true;
-  if (e->b && strcmp(name, "len") && strcmp(name, "count_params") && strcmp(name, "causal_mask")) {
+  bool grad_fn = !strcmp(name, "grad") || !strcmp(name, "value_and_grad") ||
+                 !strcmp(name, "hessian") || !strcmp(name, "hvp"); /* applied: kprog_apply */
+  if (e->b && !grad_fn && strcmp(name, "len") && strcmp(name, "count_params") &&
+      strcmp(name, "causal_mask")) {
     *s = ke_fail_at(e, call, "%s() is called at the top of the program, not inside a function "
                     "that is being traced", name);
     return true;
@@ -1007,8 +1097,7 @@ static bool prog_call(ke_eval *e, const kf_node *call, const char *name, const k
     *s = fn_fill(e, call, name, a, out);
   else if (!strcmp(name, "print"))
     *s = fn_print(e, call, a, out);
-  else if (!strcmp(name, "grad") || !strcmp(name, "value_and_grad") ||
-           !strcmp(name, "hessian") || !strcmp(name, "hvp"))
+  else if (grad_fn)
     *s = fn_grad(e, call, name, a, out);
   else if (!strcmp(name, "load_npy"))
     *s = fn_load_npy(e, call, a, out);

@@ -458,7 +458,9 @@ kiln_status kiln_trainer_step(kiln_trainer *t, size_t n, kiln_tensor *const *inp
     s = kir_fail(t->ctx, KILN_ERR_NOMEM, "out of memory");
     goto done;
   }
-  kiln_tensor_set(seedt, 0, (double)(int64_t)(seed ^ (uint64_t)t->steps * 0x9E3779B97F4A7C15ull) );
+  /* Every bit of the step's seed: through kiln_tensor_set's double the low bits of the mixed
+   * value were rounded away, and seeds 0, 1, 2, ... drew the same dropout after step 0. */
+  *(int64_t *)kiln_tensor_data(seedt) = (int64_t)(seed ^ (uint64_t)t->steps * 0x9E3779B97F4A7C15ull);
   for (uint32_t i = 0; i < t->step_nparams; i++) {
     role r = t->step_roles[i];
     switch (r.kind) {
@@ -801,7 +803,7 @@ kiln_status kiln_value_and_grad(kiln_grad_fn *f, const kiln_params *params, size
     s = kir_fail(f->ctx, KILN_ERR_NOMEM, "out of memory");
     goto done;
   }
-  kiln_tensor_set(seedt, 0, (double)(int64_t)(seed & 0x7fffffffffffffull));
+  *(int64_t *)kiln_tensor_data(seedt) = (int64_t)(seed & 0x7fffffffffffffull); /* every bit */
   for (uint32_t i = 0; i < f->nparams; i++) {
     role r = f->roles[i];
     const char *name = kiln_value_name(f->g, kiln_graph_get_param(f->g, i));

@@ -17,8 +17,10 @@
  * broadcasting with symbolic dims at two sizes, a float to float cast, the
  * integer and unsupported-op errors, the choices at ties, scans (RNN and
  * LSTM cells, reverse, several carries, unused ys, nesting; some to second
- * order; each gradient graph also run compiled against eager), and an MLP
- * whose gradient graph is compiled and must agree with the interpreter. A
+ * order; each gradient graph also run compiled against eager), an MLP
+ * whose gradient graph is compiled and must agree with the interpreter, and
+ * kir_vjp_values (a gradient appended to the graph being built, then
+ * differentiated again by kp_grad). A
  * table walk at the end fails if an op has neither a VJP rule nor a place on
  * the documented lists below, or has a rule that no case exercised.
  */
@@ -940,6 +942,77 @@ out:
   kiln_ctx_destroy(ctx);
 }
 
+/*
+ * kir_vjp_values: d y / d z inside the graph being built, for z a fresh copy of x and
+ * y = sum(tanh(z w) + z c) with c = x w made before the copy (a constant to the walk):
+ * dz = (1 - tanh^2(x w)) w + c; a y that does not read its z gives zeros; and kp_grad
+ * of sum(dz^2) by w, through the appended backward ops, against finite differences.
+ */
+static void check_values(void) {
+  kiln_ctx *ctx = kiln_ctx_create();
+  kiln_graph *g = NULL, *gg = NULL;
+  kir_tensor *in[2] = {0}, *out[8] = {0};
+  int64_t n = 3;
+  kiln_graph_create(ctx, "values", &g);
+  kiln_value x = kiln_graph_param(g, "x", KILN_F64, 1, &n);
+  kiln_value w = kiln_graph_param(g, "w", KILN_F64, 1, &n);
+  kiln_value c = kiln_mul(g, x, w);
+  int64_t axis = 0;
+  uint32_t first = g->ninsts, dz = KILN_NO_VALUE, dz2 = KILN_NO_VALUE;
+  kiln_value z = kiln_cast(g, x, KILN_F64);
+  kiln_value t = kiln_add(g, kiln_unary(g, "tanh", kiln_mul(g, z, w)), kiln_mul(g, z, c));
+  kiln_value y = kiln_reduce(g, "reduce_sum", t, 1, &axis, 0);
+  bool ok = kir_vjp_values(g, first, 1, &z, y, &dz);
+  first = g->ninsts;
+  kiln_value z2 = kiln_cast(g, x, KILN_F64);
+  kiln_value y2 = kiln_reduce(g, "reduce_sum", kiln_mul(g, w, w), 1, &axis, 0);
+  ok = ok && kir_vjp_values(g, first, 1, &z2, y2, &dz2);
+  kiln_value res[3] = {kiln_reduce(g, "reduce_sum", kiln_mul(g, dz, dz), 1, &axis, 0), dz, dz2};
+  bool wrt[2] = {false, true};
+  if (!ok || kiln_graph_set_results(g, 3, res) != KILN_OK || !(gg = kp_grad(g, wrt, 0))) {
+    fail("vjp_values", "building: %s", kiln_ctx_error(ctx));
+    goto out;
+  }
+  for (int p = 0; p < 2; p++) {
+    in[p] = kir_tensor_new(KILN_F64, 1, &n);
+    for (int64_t e = 0; e < n; e++)
+      in[p]->f[e] = uniform(-1.5, 1.5);
+  }
+  if (kir_interp_run(ctx, gg, in, out) != KILN_OK) {
+    fail("vjp_values", "running: %s", kiln_ctx_error(ctx));
+    goto out;
+  }
+  for (int64_t e = 0; e < n; e++) {
+    double xe = in[0]->f[e], we = in[1]->f[e], th = tanh(xe * we);
+    double want = (1 - th * th) * we + xe * we;
+    if (!(fabs(out[1]->f[e] - want) <= 1e-12 * (1 + fabs(want))) || out[2]->f[e] != 0)
+      fail("vjp_values", "d y / d z[%lld] = %.17g (want %.17g), unread z: %.17g", (long long)e,
+           out[1]->f[e], want, out[2]->f[e]);
+    double h = 1e-6, w0 = we, lo, hi;
+    kir_tensor *o2[8] = {0};
+    in[1]->f[e] = w0 + h;
+    kir_interp_run(ctx, gg, in, o2);
+    hi = o2[0]->f[0];
+    for (int k = 0; k < 8; k++) kir_tensor_free(o2[k]), o2[k] = NULL;
+    in[1]->f[e] = w0 - h;
+    kir_interp_run(ctx, gg, in, o2);
+    lo = o2[0]->f[0];
+    for (int k = 0; k < 8; k++) kir_tensor_free(o2[k]);
+    in[1]->f[e] = w0;
+    double fd = (hi - lo) / (2 * h), got = out[3]->f[e];
+    if (!(fabs(fd - got) <= 1e-6 * (1 + fabs(fd))))
+      fail("vjp_values", "d sum(dz^2) / d w[%lld]: kp_grad %.17g, finite differences %.17g",
+           (long long)e, got, fd);
+  }
+  checked++, hessians++;
+out:
+  for (int p = 0; p < 2; p++) kir_tensor_free(in[p]);
+  for (int k = 0; k < 8; k++) kir_tensor_free(out[k]);
+  kiln_graph_destroy(gg);
+  kiln_graph_destroy(g);
+  kiln_ctx_destroy(ctx);
+}
+
 /* Every op has a rule that was exercised, or is on one of the documented lists. */
 static void check_table(void) {
   printf("ops without a gradient rule (unsupported):");
@@ -966,6 +1039,7 @@ int main(void) {
   check_scans();
   check_ties();
   check_compiled();
+  check_values();
   check_table();
   printf("%d gradient checks (%d second order), %d failures\n", checked, hessians, failures);
   return failures ? 1 : 0;
