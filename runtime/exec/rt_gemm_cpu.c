@@ -715,6 +715,28 @@ static const gemm_kernel *pick_kernel(const krt_gemm_desc *d, bool *round) {
   return &kernels_f32[isa];
 }
 
+/*
+ * Whether T threads take ranges of C's rows (else of its columns). Each thread packs (or reads
+ * packed) its share of one operand and the whole of the other: by rows, m/T rows of A and all of
+ * B; by columns, all of A and n/T columns of B. The split taken is the one whose slowest thread
+ * has the least to do, counting its multiply-adds (whole tiles: a thread's share is rounded up
+ * to them) and MOVE_COST for each element it reads of A and B. BERT's 128-row products against
+ * 768 x 3072 weights went from 162 to 255 GFLOP/s on two threads by columns: by rows, each thread
+ * read the whole 9.4 MB weight for 64 rows, and the rows split 72 + 56 (docs/cpu-runtime.md).
+ */
+#define MOVE_COST 16 /* multiply-adds a float read from memory or L3 costs, about */
+
+static bool split_rows(const krt_gemm_desc *d, const gemm_kernel *kn, int64_t tm, int64_t tn,
+                       int T) {
+  if (tn < T) return true;
+  if (tm < T) return false;
+  double m = (double)d->m, n = (double)d->n, k = (double)d->k;
+  double rows = (double)((tm + T - 1) / T * kn->mr), cols = (double)((tn + T - 1) / T * kn->nr);
+  double by_rows = (m < rows ? m : rows) * n * k + MOVE_COST * k * (n + m / T);
+  double by_cols = (n < cols ? n : cols) * m * k + MOVE_COST * k * (m + n / T);
+  return by_rows <= by_cols * 1.02; /* rows when level: the path measured longest */
+}
+
 bool krt_gemm(krt_pool *pool, const krt_gemm_desc *d) {
   if (d->m <= 0 || d->n <= 0) return true;
   float *c = d->c_type == KRT_GEMM_F32 ? d->c : malloc((size_t)(d->m * d->n) * sizeof *c);
@@ -737,7 +759,7 @@ bool krt_gemm(krt_pool *pool, const krt_gemm_desc *d) {
     if (dot_path(d)) {
       ok = gemm_dots(pool, d, c, ldc, T);
     } else {
-      j.split_m = tm >= 2 * (int64_t)T || tm >= tn;
+      j.split_m = split_rows(d, j.kern, tm, tn, T);
       int64_t tiles = j.split_m ? tm : tn;
       j.nthreads = tiles < T ? (int)tiles : T;
       atomic_init(&j.oom, false);

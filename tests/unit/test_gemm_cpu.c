@@ -207,6 +207,9 @@ static void test_isa(krt_pool *pool, krt_gemm_isa isa) {
       {2, 9, 33, false, true, false, false, false, false, 3},
       {4, 66, 15, true, true, false, false, false, true, 2},
       {KRT_GEMM_DOT_MAX_M + 1, 70, 40, false, true, false, false, false, false, 0},
+      /* few rows against many columns: two threads take halves of the columns (split_rows) */
+      {128, 3072, 40, false, false, false, false, false, false, 0},
+      {50, 2000, 33, true, true, false, false, false, false, 1},
   };
   for (size_t i = 0; i < sizeof more / sizeof more[0]; i++, n++) check_case(pool, &more[i], name);
   test_packed_b(pool, name);
@@ -219,8 +222,9 @@ static void test_isa(krt_pool *pool, krt_gemm_isa isa) {
  * width, k across blocks and with a tail; none for a bf16 product or few rows against B as stored.
  */
 static void test_packed_b(krt_pool *pool, const char *isa) {
-  static const int64_t shapes[][3] = {{100, 1000, 800}, {65, 33, 9}, {128, 96, 1}, {300, 7, 129}};
-  for (int s = 0; s < 4; s++)
+  static const int64_t shapes[][3] = {{100, 1000, 800}, {65, 33, 9},   {128, 96, 1},
+                                      {300, 7, 129},    {128, 3072, 40}};
+  for (int s = 0; s < 5; s++)
     for (int tb = 0; tb < 2; tb++) {
       int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
       float *a = malloc((size_t)(m * k) * sizeof *a), *b = malloc((size_t)(k * n) * sizeof *b);
