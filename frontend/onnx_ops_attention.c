@@ -21,6 +21,7 @@
  * back in place, the rest of the head passed through.
  */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "frontend/onnx_ops.h"
@@ -32,7 +33,8 @@ static kiln_value slice_last(ox_node *n, kiln_value x, int64_t start, int64_t st
   int64_t st[KILN_MAX_RANK], sp[KILN_MAX_RANK], sz[KILN_MAX_RANK];
   for (int k = 0; k < r; k++) {
     st[k] = 0;
-    sp[k] = ox_vdim(n, x, k);
+    kiln_dim d = ox_vdim(n, x, k);
+    sp[k] = d < 0 ? INT64_MAX : d; /* a symbolic axis: the whole of it */
     sz[k] = 1;
   }
   st[r - 1] = start;
@@ -225,6 +227,10 @@ static bool attn_inputs(ox_node *n, attn *a) {
     if (ox_vrank(n, pk) != 4 || ox_vrank(n, pv) != 4)
       return ox_fail(n, KILN_ERR_PARSE, "past_key and past_value must be 4-D");
     a->past = ox_vdim(n, pk, 2);
+    if (a->past < 0 || ox_vdim(n, k, 2) < 0) /* Kiln's dims have no sums */
+      return ox_fail(n, KILN_ERR_UNSUPPORTED,
+                     "past_key with a symbolic past or new length (the present length would be "
+                     "their sum)");
     kiln_value kk[2] = {pk, k}, vv[2] = {pv, v};
     k = concat(n, 2, kk, 2);
     v = concat(n, 2, vv, 2);
@@ -385,8 +391,6 @@ static bool op_attention(ox_node *n) {
   bool offset = a.causal || a.left >= 0 || a.right >= 0;
   if (offset && a.nonpad != KILN_NO_VALUE && a.t < 0)
     return ox_fail(n, KILN_ERR_UNSUPPORTED, "a symbolic query length with nonpad_kv_seqlen");
-  if (offset && a.past < 0)
-    return ox_fail(n, KILN_ERR_UNSUPPORTED, "a symbolic past length with is_causal or a window");
   kiln_value mask = ox_has(n, 3) ? mask_bias(n, &a) : KILN_NO_VALUE;
   if (ox_has(n, 3) && mask == KILN_NO_VALUE) return false;
   /* the IR's attention hides keys top-left causally (offset 0) itself */
