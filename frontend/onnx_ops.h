@@ -3,6 +3,7 @@
  *
  *   onnx_ops.c              the lookup of an op type in the tables below
  *   onnx_ops_common.c       helpers: axes, dims, known integer inputs, gathers
+ *   onnx_ops_attention.c    Attention, RotaryEmbedding (the transformer ops)
  *   onnx_ops_elementwise.c  elementwise ops and activations
  *   onnx_ops_index.c        masks, CumSum, TopK, OneHot, scatters, GatherND,
  *                           ReverseSequence, Det
@@ -61,9 +62,9 @@ kiln_value ox_take(ox_node *n, kiln_value x, int axis, size_t cnt, const int64_t
 /* An i64 vector constant. */
 kiln_value ox_index_const(ox_node *n, size_t cnt, const int64_t *idx);
 
-extern const ox_op ox_ops_elementwise[], ox_ops_index[], ox_ops_nn[], ox_ops_rnn[],
-    ox_ops_sample[], ox_ops_tensor[];
-extern const size_t ox_n_ops_elementwise, ox_n_ops_index, ox_n_ops_nn, ox_n_ops_rnn,
-    ox_n_ops_sample, ox_n_ops_tensor;
+extern const ox_op ox_ops_attention[], ox_ops_elementwise[], ox_ops_index[], ox_ops_nn[],
+    ox_ops_rnn[], ox_ops_sample[], ox_ops_tensor[];
+extern const size_t ox_n_ops_attention, ox_n_ops_elementwise, ox_n_ops_index, ox_n_ops_nn,
+    ox_n_ops_rnn, ox_n_ops_sample, ox_n_ops_tensor;
 
 #endif

@@ -554,6 +554,61 @@ static bool op_layer_norm(ox_node *n) {
   return true;
 }
 
+/* RMSNormalization (opset 23): x / sqrt(mean(x^2 over axes [axis, r)) + epsilon) * scale, as the
+ * IR's rms_norm when scale broadcasts to x[axis:] (its gamma) and epsilon > 0. A scale that also
+ * varies over axes before `axis` (unidirectional broadcasting to x allows it) multiplies an
+ * rms_norm of gamma 1; epsilon <= 0, which rms_norm refuses, is composed from primitives.
+ * stash_type 1 (float) is what Kiln computes anyway (16-bit norms run in f32, kp_widen_half;
+ * f32 and f64 in their own type), 11 (double) computes in f64; the others are refused, as
+ * onnx.reference does. */
+static bool op_rms_norm(ox_node *n) {
+  kiln_value x = ox_in0(n), s = ox_in(n, 1);
+  if (x == KILN_NO_VALUE || s == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK], sd[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d), sr = ox_dims_of(n, s, sd), axis;
+  if (!ox_norm_axis(n, ox_attr_i(n, "axis", -1), r, &axis)) return false;
+  double eps = ox_attr_f(n, "epsilon", 1e-5);
+  int64_t stash = ox_attr_i(n, "stash_type", 1);
+  kiln_dtype dt = ox_vdtype(n, x);
+  if (ox_vdtype(n, s) != dt)
+    return ox_fail(n, KILN_ERR_TYPE, "scale is %s and X is %s: they must be of one type",
+                   kiln_dtype_name(ox_vdtype(n, s)), kiln_dtype_name(dt));
+  if (stash != 1 && stash != 11)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED,
+                   "stash_type %lld (Kiln computes in float (1) or double (11))", (long long)stash);
+  /* scale must broadcast to x without growing it; within x[axis:] it is rms_norm's gamma */
+  if (sr > r) return ox_fail(n, KILN_ERR_TYPE, "scale has rank %d, more than X's %d", sr, r);
+  for (int k = 0; k < sr; k++)
+    if (sd[k] != d[r - sr + k] && sd[k] != 1)
+      return ox_fail(n, KILN_ERR_TYPE, "scale's dim %d does not broadcast to X's dim %d", k,
+                     r - sr + k);
+  bool in_norm = sr <= r - axis;
+  kiln_value xs = x, ss = s;
+  if (stash == 11 && dt != KILN_F64) {
+    xs = kiln_cast(G, x, KILN_F64);
+    ss = kiln_cast(G, s, KILN_F64);
+  }
+  kiln_value y;
+  if (eps > 0) {
+    kiln_value gamma = in_norm ? ox_broadcast_to(n, ss, r - axis, d + axis)
+                               : ox_broadcast_to(n, ox_scalar_like(n, xs, 1), r - axis, d + axis);
+    kiln_value in[2] = {xs, gamma};
+    kiln_attr a[2] = {kiln_attr_int("axis", axis), kiln_attr_float("eps", eps)};
+    y = kiln_op(G, "rms_norm", 2, in, 2, a);
+  } else {
+    int64_t axes[KILN_MAX_RANK];
+    for (int k = axis; k < r; k++)
+      axes[k - axis] = k;
+    kiln_value ms = kiln_reduce(G, "reduce_mean", kiln_mul(G, xs, xs), (size_t)(r - axis), axes, 1);
+    kiln_value rms = kiln_unary(G, "sqrt", kiln_add(G, ms, ox_scalar_like(n, xs, eps)));
+    y = kiln_mul(G, kiln_binary(G, "div", xs, rms), ss);
+    in_norm = true;
+  }
+  if (!in_norm) y = kiln_mul(G, y, ss);
+  n->out[0] = xs == x ? y : kiln_cast(G, y, dt);
+  return true;
+}
+
 static bool op_lp_norm(ox_node *n) {
   kiln_value x = ox_in0(n);
   if (x == KILN_NO_VALUE) return false;
@@ -900,6 +955,7 @@ const ox_op ox_ops_nn[] = {
     {"MaxUnpool", op_max_unpool, 0, NULL},
     {"MeanVarianceNormalization", op_mvn, 1, NULL},
     {"NegativeLogLikelihoodLoss", op_nll_loss, 0, NULL},
+    {"RMSNormalization", op_rms_norm, 0, NULL},
     {"Softmax", op_softmax, 1, "softmax"},
     {"SoftmaxCrossEntropyLoss", op_sce_loss, 0, NULL},
 };

@@ -7,7 +7,8 @@
  * and raw initializers, external data, shape folding (Shape -> Gather ->
  * Unsqueeze -> Concat -> Reshape at a symbolic batch size), an op outside
  * the set, a shape operand fed as a graph input (refused naming it, then
- * imported with it frozen). Part 2 feeds malformed files (truncated at every length, wrong
+ * imported with it frozen), Attention mapped onto the IR's attention op and
+ * the LLM ops' refusals. Part 2 feeds malformed files (truncated at every length, wrong
  * tensor sizes, bad external offsets, a cycle, a missing initializer, huge
  * dims), each refused with its own message.
  *
@@ -172,6 +173,75 @@ static void test_unsupported(kiln_ctx *ctx) {
   pb m = one_node("NonMaxSuppression");
   expect_error(ctx, &m, NULL, KILN_ERR_UNSUPPORTED,
                "node with output 'y' (NonMaxSuppression, opset 13): op type 'NonMaxSuppression' is not supported");
+  free(m.p);
+}
+
+/* A one-node model at `opset` over graph inputs in[] (ONNX types elem[], dims d[]; a dim < 0
+ * is the symbol "T"), its outputs out[] (first output of shape od). */
+static pb llm_model(const char *op, int nin, const char *const *in, const int *elem,
+                    const int64_t (*d)[4], const int *rank, const char *const *out, int orank,
+                    const int64_t *od, pb *attrs, int nattrs, int64_t opset) {
+  static const char *const sym[4] = {"T", "T", "T", "T"};
+  pb g = {0}, t;
+  for (int k = 0; k < nin; k++) {
+    t = value_info_t(in[k], elem[k], rank[k], d[k], sym);
+    f_msg(&g, 11, &t);
+  }
+  t = value_info(out[0], orank, od, sym);
+  f_msg(&g, 12, &t);
+  t = node(op, in, out, attrs, nattrs);
+  f_msg(&g, 1, &t);
+  return model(&g, opset);
+}
+
+/* Attention, RMSNormalization, RotaryEmbedding (opsets 23+): the forms that fit map onto the
+ * IR's attention op (the tiled kernels' way in); the ones Kiln does not map are refused naming
+ * the node. Their numbers are checked by ONNX's node tests (part 3). */
+static void test_llm_ops(kiln_ctx *ctx) {
+  const char *const qkv[] = {"Q", "K", "V", NULL}, *const y[] = {"Y", NULL};
+  const int f3[3] = {T_FLOAT, T_FLOAT, T_FLOAT}, r4[3] = {4, 4, 4}, r3[3] = {3, 3, 3};
+  const int64_t gqa[3][4] = {{1, 4, -1, 8}, {1, 2, -1, 8}, {1, 2, -1, 8}}, yd[4] = {1, 4, -1, 8};
+  pb causal = attr_int("is_causal", 1);
+  pb m = llm_model("Attention", 3, qkv, f3, gqa, r4, y, 4, yd, &causal, 1, 23);
+  kiln_graph *gr = NULL;
+  CHECK(kiln_onnx_import_mem(ctx, m.p, m.n, "attn.onnx", NULL, &gr) == KILN_OK);
+  char *text = NULL;
+  if (gr && kiln_graph_to_string(gr, &text) == KILN_OK) {
+    CHECK(strstr(text, "attention(%Q, %K, %V) {causal = true") != NULL);
+    CHECK(strstr(text, "matmul") == NULL);
+  } else {
+    CHECK(!"Attention imported");
+  }
+  free(text);
+  kiln_graph_destroy(gr);
+  free(m.p);
+  const int64_t flat[3][4] = {{1, 3, 8}, {1, 3, 8}, {1, 3, 8}};
+  m = llm_model("Attention", 3, qkv, f3, flat, r3, y, 3, flat[0], NULL, 0, 23);
+  expect_error(ctx, &m, NULL, KILN_ERR_PARSE,
+               "node with output 'Y' (Attention, opset 23): 3-D inputs need q_num_heads and "
+               "kv_num_heads");
+  free(m.p);
+  const char *const qkvm[] = {"Q", "K", "V", "M", NULL};
+  const int fm[4] = {T_FLOAT, T_FLOAT, T_FLOAT, T_INT64}, r4m[4] = {4, 4, 4, 2};
+  const int64_t dm[4][4] = {{1, 2, 3, 8}, {1, 2, 3, 8}, {1, 2, 3, 8}, {3, 3}};
+  m = llm_model("Attention", 4, qkvm, fm, dm, r4m, y, 4, dm[0], NULL, 0, 23);
+  expect_error(ctx, &m, NULL, KILN_ERR_UNSUPPORTED,
+               "(Attention, opset 23): attn_mask of type i64 (Kiln takes bool, or Q's type f32)");
+  free(m.p);
+  const char *const xw[] = {"X", "W", NULL};
+  const int64_t dx[2][4] = {{2, 4}, {4}};
+  pb stash = attr_int("stash_type", 10);
+  m = llm_model("RMSNormalization", 2, xw, f3, dx, (const int[]){2, 1}, y, 2, dx[0], &stash, 1,
+                23);
+  expect_error(ctx, &m, NULL, KILN_ERR_UNSUPPORTED,
+               "(RMSNormalization, opset 23): stash_type 10 (Kiln computes in float (1) or "
+               "double (11))");
+  free(m.p);
+  const char *const rope[] = {"X", "C", "S", NULL};
+  const int64_t dr[3][4] = {{1, 2, 8}, {1, 2, 4}, {1, 2, 4}};
+  m = llm_model("RotaryEmbedding", 3, rope, f3, dr, r3, y, 3, dr[0], NULL, 0, 23);
+  expect_error(ctx, &m, NULL, KILN_ERR_PARSE,
+               "(RotaryEmbedding, opset 23): a 3-D input needs num_heads");
   free(m.p);
 }
 
@@ -551,6 +621,7 @@ int main(void) {
   test_gemm_relu(ctx);
   test_shape_folding(ctx);
   test_unsupported(ctx);
+  test_llm_ops(ctx);
   test_frozen(ctx);
   test_truncated(ctx);
   test_bad_tensors(ctx);
