@@ -35,7 +35,8 @@ typedef struct ox_const {
   int rank;
   int64_t dims[KILN_MAX_RANK];
   size_t n;
-  double *d;      /* n values */
+  double *d;      /* n values (owned, unless `borrowed`) */
+  bool borrowed;  /* d is the list of the IR constant made of it (graph arena): not freed */
   int64_t *i;     /* n exact values for integer and bool dtypes, else NULL */
   uint8_t *sym;   /* NULL, or n flags: i[k] is a symbolic dim (a kiln_dim) where set */
 } ox_const;
