@@ -58,6 +58,7 @@ KILN_API void kiln_graph_destroy(kiln_graph *g) {
   if (!g) return;
   kir_module *m = g->mod;
   if (g != m->entry) return; /* bodies belong to their top-level graph */
+  kir_pool_unref(m->pool);
   kir_arena a = m->arena;
   kir_arena_free(&a);
 }

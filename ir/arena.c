@@ -6,6 +6,8 @@
  * graphs are built once and freed at once, so the waste is bounded by the
  * doubling and never matters.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,4 +78,59 @@ void kir_arena_free(kir_arena *a) {
     b = n;
   }
   a->head = NULL;
+}
+
+/* ------------------------------------------------------------ kir_pool */
+
+struct kir_pool {
+  pthread_mutex_t mu;
+  _Atomic int refs;
+  void **blocks; /* each malloc'ed, in creation order */
+  size_t n, cap;
+};
+
+kir_pool *kir_pool_new(void) {
+  kir_pool *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  pthread_mutex_init(&p->mu, NULL);
+  atomic_init(&p->refs, 1);
+  return p;
+}
+
+kir_pool *kir_pool_ref(kir_pool *p) {
+  if (p) atomic_fetch_add(&p->refs, 1);
+  return p;
+}
+
+void kir_pool_unref(kir_pool *p) {
+  if (!p || atomic_fetch_sub(&p->refs, 1) != 1) return;
+  for (size_t k = 0; k < p->n; k++) free(p->blocks[k]);
+  free(p->blocks);
+  pthread_mutex_destroy(&p->mu);
+  free(p);
+}
+
+const void *kir_pool_keep(kir_pool *p, const void *src, size_t bytes) {
+  pthread_mutex_lock(&p->mu);
+  /* the newest first: a rebuild copies lists in the order they were made */
+  for (size_t k = p->n; k-- > 0;)
+    if (p->blocks[k] == src) {
+      pthread_mutex_unlock(&p->mu);
+      return src;
+    }
+  void *b = NULL;
+  if (p->n == p->cap) {
+    size_t cap = p->cap ? 2 * p->cap : 64;
+    void **nb = realloc(p->blocks, cap * sizeof *nb);
+    if (!nb) goto out;
+    p->blocks = nb;
+    p->cap = cap;
+  }
+  if ((b = malloc(bytes ? bytes : 1))) {
+    memcpy(b, src, bytes);
+    p->blocks[p->n++] = b;
+  }
+out:
+  pthread_mutex_unlock(&p->mu);
+  return b;
 }

@@ -39,11 +39,18 @@ kir_graph *kir_module_new(kiln_ctx *ctx, const char *name) {
   m->arena = a;
   m->ctx = ctx;
   m->entry = graph_new(m, name);
-  if (!m->entry) {
+  m->pool = kir_pool_new();
+  if (!m->entry || !m->pool) {
+    kir_pool_unref(m->pool);
     kir_arena_free(&m->arena);
     return NULL;
   }
   return m->entry;
+}
+
+void kir_module_share_pool(kir_module *to, kir_module *from) {
+  kir_pool_unref(to->pool);
+  to->pool = kir_pool_ref(from->pool);
 }
 
 kir_graph *kir_body_new(kir_graph *parent, const char *name) {
@@ -231,6 +238,15 @@ int kir_add_inst(kir_graph *g, uint16_t op, uint32_t nin, const uint32_t *in,
     kir_attr_kind k = d->attr[i].kind;
     if ((k == KIR_ATTR_INTS || k == KIR_ATTR_DIMS || k == KIR_ATTR_FLOATS) && full[i].n) {
       size_t bytes = full[i].n * 8;
+      if (bytes >= KIR_POOL_MIN) { /* shared with the modules rebuilt from this one */
+        const void *kept = kir_pool_keep(m->pool, full[i].ints, bytes);
+        if (!kept) {
+          kir_graph_fail(g, KILN_ERR_NOMEM, "out of memory");
+          return -1;
+        }
+        inst.attrs[i].ints = kept;
+        continue;
+      }
       void *copy = kir_arena_alloc(&m->arena, bytes);
       if (!copy) {
         kir_graph_fail(g, KILN_ERR_NOMEM, "out of memory");

@@ -60,6 +60,22 @@ void *kir_arena_alloc(kir_arena *a, size_t size); /* zeroed, 16-byte aligned; NU
 char *kir_arena_strdup(kir_arena *a, const char *s);
 char *kir_arena_strndup(kir_arena *a, const char *s, size_t n);
 void kir_arena_free(kir_arena *a);
+
+/*
+ * The large list attributes (a weight's `value`, KIR_POOL_MIN bytes or more) of a module and of
+ * every module rebuilt from it, shared: a pass pipeline copies the module once a pass, and each
+ * copy of each weight (8 bytes an element) had been allocated, zeroed and filled anew (resnet50:
+ * 200 MB a copy). Blocks are immutable once made and freed with the pool's last module.
+ * Thread-safe.
+ */
+#define KIR_POOL_MIN 65536
+typedef struct kir_pool kir_pool;
+kir_pool *kir_pool_new(void);
+kir_pool *kir_pool_ref(kir_pool *p);
+void kir_pool_unref(kir_pool *p);
+/* `src` itself when it is one of p's blocks (a list copied from a module sharing p), else a new
+   block holding a copy of its `bytes`; NULL when out of memory. */
+const void *kir_pool_keep(kir_pool *p, const void *src, size_t bytes);
 /* Grows an arena array to hold at least `need` elements; returns false if out of memory. */
 bool kir_arena_grow(kir_arena *a, void **arr, uint32_t *cap, uint32_t need, size_t elem);
 
@@ -188,7 +204,10 @@ struct kir_module {
   uint32_t nbodies, capbodies;
   const char **syms;    /* symbolic dimension names */
   uint32_t nsyms, capsyms;
+  kir_pool *pool;       /* its large lists, shared with the modules rebuilt from it */
 };
+/* Makes `to` share `from`'s pool (a module rebuilt from `from`, before anything is added). */
+void kir_module_share_pool(kir_module *to, kir_module *from);
 
 kir_graph *kir_module_new(kiln_ctx *ctx, const char *name);
 kir_graph *kir_body_new(kir_graph *parent, const char *name);

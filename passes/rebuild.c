@@ -137,6 +137,7 @@ kir_graph *kp_rebuild_module(kir_graph *g, kp_rewrite_fn rewrite, void *user) {
     kir_fail(m->ctx, KILN_ERR_NOMEM, "out of memory");
     return NULL;
   }
+  kir_module_share_pool(rb.dst->mod, m); /* its weights are m's, not copies */
   bool ok = copy_symbols(m, rb.dst);
   for (uint32_t b = 0; ok && b < m->nbodies; b++) {
     rb.graphs[b] = kir_body_new(rb.dst, m->bodies[b]->name);
