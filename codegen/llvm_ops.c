@@ -379,10 +379,9 @@ static const struct {
     [KIR_OP_mul] = {f_mul, i_mul},        [KIR_OP_div] = {f_div, i_div},
     [KIR_OP_max] = {f_max, i_max},        [KIR_OP_min] = {f_min, i_min},
     [KIR_OP_logical_and] = {NULL, i_and}, [KIR_OP_logical_or] = {NULL, i_or},
-    [KIR_OP_logical_xor] = {NULL, i_xor},
-    [KIR_OP_bit_and] = {NULL, i_and},        [KIR_OP_bit_or] = {NULL, i_or},
-    [KIR_OP_bit_xor] = {NULL, i_xor},        [KIR_OP_shift_left] = {NULL, i_shl},
-    [KIR_OP_shift_right] = {NULL, i_shr},
+    [KIR_OP_logical_xor] = {NULL, i_xor}, [KIR_OP_bit_and] = {NULL, i_and},
+    [KIR_OP_bit_or] = {NULL, i_or},       [KIR_OP_bit_xor] = {NULL, i_xor},
+    [KIR_OP_shift_left] = {NULL, i_shl},  [KIR_OP_shift_right] = {NULL, i_shr},
 };
 
 /* Comparisons: float predicates are ordered except `ne`, as C's operators are. */

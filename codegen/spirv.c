@@ -288,7 +288,8 @@ static uint32_t int_div(sw *s, kir_dtype t, uint32_t a, uint32_t b) {
 static uint32_t int_shift(sw *s, uint16_t op, kir_dtype t, uint32_t a, uint32_t b) {
   uint32_t T = reg_type(s, t), B = t_bool(s), zero = c_of(s, t, 0, 0);
   int64_t bits = (int64_t)kiln_dtype_size(t) * 8;
-  uint32_t ok = op2(s, SpvOpULessThan, B, b, t == KILN_I64 ? c_i64(s, bits) : c_i32(s, (int32_t)bits));
+  uint32_t width = t == KILN_I64 ? c_i64(s, bits) : c_i32(s, (int32_t)bits);
+  uint32_t ok = op2(s, SpvOpULessThan, B, b, width);
   if (op == KIR_OP_shift_right && t != KILN_U8) {
     uint32_t top = t == KILN_I64 ? c_i64(s, bits - 1) : c_i32(s, (int32_t)bits - 1);
     return op2(s, SpvOpShiftRightArithmetic, T, a, sel(s, T, ok, b, top));

@@ -418,7 +418,8 @@ static bool op_bitshift(ox_node *n) {
   const char *dir = ox_attr_s(n, "direction", NULL);
   if (!dir || (strcmp(dir, "LEFT") && strcmp(dir, "RIGHT")))
     return ox_fail(n, KILN_ERR_PARSE, "direction must be LEFT or RIGHT, not '%s'", dir ? dir : "");
-  n->out[0] = kiln_binary(G, dir[0] == 'L' ? "shift_left" : "shift_right", ox_in(n, 0), ox_in(n, 1));
+  const char *op = dir[0] == 'L' ? "shift_left" : "shift_right";
+  n->out[0] = kiln_binary(G, op, ox_in(n, 0), ox_in(n, 1));
   return true;
 }
 
@@ -431,8 +432,16 @@ static bool op_bitshift(ox_node *n) {
  * as other shape inputs are. They compute in f64 from n = 0 .. size-1 with
  * the formulas of ONNX's reference (onnx/reference/ops/op_*_window.py), over
  * N = size (periodic, the default) or size - 1 (symmetric), then cast to
- * output_datatype (default float).
+ * output_datatype (default float). A symmetric window of size 1 divides 0
+ * by 0 and is NaN, as in the reference (PyTorch gives 1).
  */
+static kiln_value f64(ox_node *n, double v) { return kiln_scalar(G, KILN_F64, v); }
+
+/* cos(i f) or sin(i f) */
+static kiln_value trig_of(ox_node *n, const char *fn, kiln_value i, double f) {
+  return kiln_unary(G, fn, kiln_binary(G, "mul", i, f64(n, f)));
+}
+
 static bool op_window(ox_node *n) {
   const int64_t *v;
   size_t cnt;
@@ -440,27 +449,26 @@ static bool op_window(ox_node *n) {
   if (!ox_known_ints(n, 0, &v, &cnt, NULL)) return false;
   if (cnt != 1 || v[0] < 0)
     return ox_fail(n, KILN_ERR_PARSE, "size must be one non-negative integer");
+  if (v[0] > ((int64_t)1 << 24))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "size %lld", (long long)v[0]);
   int64_t dt = ox_attr_i(n, "output_datatype", 1);
   if (!ox_dtype((int32_t)dt, &t))
     return ox_fail(n, KILN_ERR_UNSUPPORTED, "output_datatype %s", ox_dtype_name((int32_t)dt));
   double N = (double)(ox_attr_i(n, "periodic", 1) ? v[0] : v[0] - 1);
   kiln_dim d = (kiln_dim)v[0];
   kiln_value i = kiln_cast(G, ox_iota_i64(n, 1, &d, 0), KILN_F64), w;
-  /* cos(k pi i / N) */
-#define WCOS(k) kiln_unary(G, "cos", kiln_binary(G, "mul", i, kiln_scalar(G, KILN_F64, (k) * M_PI / N)))
-#define WC(c) kiln_scalar(G, KILN_F64, (c))
   if (!strcmp(n->op->name, "HannWindow")) { /* sin^2(pi i / N) */
-    kiln_value s = kiln_unary(G, "sin", kiln_binary(G, "mul", i, WC(M_PI / N)));
+    kiln_value s = trig_of(n, "sin", i, M_PI / N);
     w = kiln_binary(G, "mul", s, s);
-  } else if (!strcmp(n->op->name, "HammingWindow")) { /* 25/46 - 21/46 cos(2 pi i / N) */
-    w = kiln_binary(G, "sub", WC(25.0 / 46.0), kiln_binary(G, "mul", WCOS(2), WC(1 - 25.0 / 46.0)));
+  } else if (!strcmp(n->op->name, "HammingWindow")) { /* 25/46 - (1 - 25/46) cos(2 pi i / N) */
+    double alpha = 25.0 / 46.0;
+    kiln_value c = kiln_binary(G, "mul", trig_of(n, "cos", i, 2 * M_PI / N), f64(n, 1 - alpha));
+    w = kiln_binary(G, "sub", f64(n, alpha), c);
   } else { /* 0.42 - 0.5 cos(2 pi i / N) + 0.08 cos(4 pi i / N) */
-    w = kiln_binary(G, "add", kiln_binary(G, "mul", WCOS(2), WC(-0.5)),
-                    kiln_binary(G, "mul", WCOS(4), WC(0.08)));
-    w = kiln_binary(G, "add", w, WC(0.42));
+    kiln_value c2 = kiln_binary(G, "mul", trig_of(n, "cos", i, 2 * M_PI / N), f64(n, -0.5));
+    kiln_value c4 = kiln_binary(G, "mul", trig_of(n, "cos", i, 4 * M_PI / N), f64(n, 0.08));
+    w = kiln_binary(G, "add", kiln_binary(G, "add", c2, c4), f64(n, 0.42));
   }
-#undef WCOS
-#undef WC
   n->out[0] = kiln_cast(G, w, t);
   return true;
 }
