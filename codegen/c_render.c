@@ -290,6 +290,8 @@ static bool int_unary(cw *w, uint16_t op, kir_dtype t, const char *a) {
     u ? put(w, "(%s)(%s != 0)", T, a) : put(w, "(%s)((%s > 0) - (%s < 0))", T, a, a);
   else if (op == KIR_OP_logical_not)
     put(w, "(%s)(%s == 0)", T, a);
+  else if (op == KIR_OP_bit_not)
+    put(w, "(%s)(~%s)", T, a);
   else
     return no_code(w, op, t);
   return true;
@@ -348,6 +350,23 @@ static bool float_binary(cw *w, uint16_t op, kir_dtype t, const char *a, const c
   return true;
 }
 
+/*
+ * Shifts (ir/scalar.c): C leaves an amount outside [0, width) undefined, so
+ * one there — compared unsigned, so a negative one too — shifts every bit
+ * out: 0, or for a signed right shift the sign (a shift by width - 1).
+ */
+static bool shift(cw *w, uint16_t op, kir_dtype t, const char *a, const char *b) {
+  const char *T = ctype(t), *U = utype(t);
+  int bits = (int)kiln_dtype_size(t) * 8;
+  if (op == KIR_OP_shift_left)
+    put(w, "((%s)%s < %d ? (%s)((%s)%s << %s) : (%s)0)", U, b, bits, T, U, a, b, T);
+  else if (t == KILN_U8)
+    put(w, "((%s)%s < %d ? (%s)(%s >> %s) : (%s)0)", U, b, bits, T, a, b, T);
+  else
+    put(w, "(%s)(%s >> ((%s)%s < %d ? %s : %d))", T, a, U, b, bits, b, bits - 1);
+  return true;
+}
+
 /* Integer binary ops on a non-bool dtype `t`; `affine` for signed address arithmetic. */
 static bool int_binary(cw *w, uint16_t op, kir_dtype t, const char *a, const char *b,
                        bool affine) {
@@ -365,6 +384,10 @@ static bool int_binary(cw *w, uint16_t op, kir_dtype t, const char *a, const cha
     put(w, "(%s)((%s)%s %s (%s)%s)", T, U, a, ar, U, b);
   else if (op == KIR_OP_max || op == KIR_OP_min)
     put(w, "(%s %s %s ? %s : %s)", a, op == KIR_OP_max ? ">" : "<", b, a, b);
+  else if (op == KIR_OP_bit_and || op == KIR_OP_bit_or || op == KIR_OP_bit_xor)
+    put(w, "(%s)(%s %s %s)", T, a, op == KIR_OP_bit_and ? "&" : op == KIR_OP_bit_or ? "|" : "^", b);
+  else if (op == KIR_OP_shift_left || op == KIR_OP_shift_right)
+    return shift(w, op, t, a, b);
   else
     return no_code(w, op, t);
   return true;

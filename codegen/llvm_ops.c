@@ -315,6 +315,38 @@ static LLVMValueRef i_xor(kcg_llvm *L, kir_dtype t, LLVMValueRef x, LLVMValueRef
   return LLVMBuildXor(L->b, x, y, "");
 }
 
+/* Bitwise ops on integer dtypes (ir/scalar.c). */
+static LLVMValueRef i_bit_not(kcg_llvm *L, kir_dtype t, LLVMValueRef x) {
+  (void)t;
+  return LLVMBuildNot(L->b, x, "");
+}
+
+/*
+ * LLVM's shifts are poison for an amount >= the width; an amount outside
+ * [0, width) — unsigned compare, so a negative one too — shifts every bit
+ * out: shl gives 0, lshr 0, ashr by width - 1 the sign.
+ */
+static LLVMValueRef in_width(kcg_llvm *L, LLVMValueRef y) {
+  LLVMTypeRef ty = LLVMTypeOf(y);
+  return LLVMBuildICmp(L->b, LLVMIntULT, y, iconst(ty, LLVMGetIntTypeWidth(ty)), "");
+}
+static LLVMValueRef i_shl(kcg_llvm *L, kir_dtype t, LLVMValueRef x, LLVMValueRef y) {
+  (void)t;
+  LLVMValueRef ok = in_width(L, y), zero = iconst(LLVMTypeOf(x), 0);
+  LLVMValueRef r = LLVMBuildShl(L->b, x, LLVMBuildSelect(L->b, ok, y, zero, ""), "");
+  return LLVMBuildSelect(L->b, ok, r, zero, "");
+}
+static LLVMValueRef i_shr(kcg_llvm *L, kir_dtype t, LLVMValueRef x, LLVMValueRef y) {
+  LLVMTypeRef ty = LLVMTypeOf(x);
+  LLVMValueRef ok = in_width(L, y), zero = iconst(ty, 0);
+  if (is_unsigned(t)) {
+    LLVMValueRef r = LLVMBuildLShr(L->b, x, LLVMBuildSelect(L->b, ok, y, zero, ""), "");
+    return LLVMBuildSelect(L->b, ok, r, zero, "");
+  }
+  LLVMValueRef top = iconst(ty, (int64_t)LLVMGetIntTypeWidth(ty) - 1);
+  return LLVMBuildAShr(L->b, x, LLVMBuildSelect(L->b, ok, y, top, ""), "");
+}
+
 /* ---- the op tables ---- */
 
 /* Float ops that are one call (an intrinsic, or libm where LLVM has no intrinsic). */
@@ -337,6 +369,7 @@ static const struct {
     [KIR_OP_sigmoid] = {f_sigmoid, NULL},
     [KIR_OP_logical_not] = {NULL, i_not},
     [KIR_OP_is_finite] = {f_is_finite, NULL},
+    [KIR_OP_bit_not] = {NULL, i_bit_not},
 };
 
 static const struct {
@@ -346,7 +379,9 @@ static const struct {
     [KIR_OP_mul] = {f_mul, i_mul},        [KIR_OP_div] = {f_div, i_div},
     [KIR_OP_max] = {f_max, i_max},        [KIR_OP_min] = {f_min, i_min},
     [KIR_OP_logical_and] = {NULL, i_and}, [KIR_OP_logical_or] = {NULL, i_or},
-    [KIR_OP_logical_xor] = {NULL, i_xor},
+    [KIR_OP_logical_xor] = {NULL, i_xor}, [KIR_OP_bit_and] = {NULL, i_and},
+    [KIR_OP_bit_or] = {NULL, i_or},       [KIR_OP_bit_xor] = {NULL, i_xor},
+    [KIR_OP_shift_left] = {NULL, i_shl},  [KIR_OP_shift_right] = {NULL, i_shr},
 };
 
 /* Comparisons: float predicates are ordered except `ne`, as C's operators are. */

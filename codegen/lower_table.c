@@ -98,6 +98,13 @@ static const kcg_lower_fn lowerings[KIR_OP_COUNT] = {
     [KIR_OP_flash_attention_grad] = kcg_lower_flash_attention_grad,
     /* ---- structured control ---- */
     [KIR_OP_scan] = kcg_lower_scan,
+    /* ---- elementwise bitwise ---- */
+    [KIR_OP_bit_not] = kcg_lower_elementwise,
+    [KIR_OP_bit_and] = kcg_lower_elementwise,
+    [KIR_OP_bit_or] = kcg_lower_elementwise,
+    [KIR_OP_bit_xor] = kcg_lower_elementwise,
+    [KIR_OP_shift_left] = kcg_lower_elementwise,
+    [KIR_OP_shift_right] = kcg_lower_elementwise,
 };
 
 kcg_lower_fn kcg_lower_of(uint16_t op) {

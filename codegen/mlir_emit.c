@@ -446,6 +446,22 @@ static MlirValue me_expand(me *e, const kir_expansion *x, kir_dtype t, const Mli
   return v[x->root];
 }
 
+/*
+ * Shifts (ir/scalar.c): arith's shifts are poison for an amount >= the
+ * width, so an amount outside [0, width) — compared unsigned, so a negative
+ * one too — shifts every bit out: 0, or the sign for a signed right shift.
+ */
+static MlirValue sc_shift(me *e, uint16_t op, kir_dtype t, MlirValue x, MlirValue y) {
+  double bits = (double)kiln_dtype_size(t) * 8;
+  MlirValue zero = me_const_scalar(e, t, 0);
+  MlirValue ok = me_sc_cmp(e, false, CMPI_ULT, y, me_const_scalar(e, t, bits));
+  if (op == KIR_OP_shift_right && t != KILN_U8)
+    return me_sc2(e, "arith.shrsi", x, me_sc_select(e, ok, y, me_const_scalar(e, t, bits - 1)));
+  MlirValue r = me_sc2(e, op == KIR_OP_shift_left ? "arith.shli" : "arith.shrui", x,
+                       me_sc_select(e, ok, y, zero));
+  return me_sc_select(e, ok, r, zero);
+}
+
 /* One elementwise op on scalars of dtype t (the operands' dtype). Null if it has no form. */
 MlirValue me_scalar(me *e, uint16_t op, kir_dtype t, const MlirValue *a) {
   bool fl = kir_dtype_is_float(t), u = t == KILN_U8 || t == KILN_BOOL;
@@ -499,6 +515,13 @@ MlirValue me_scalar(me *e, uint16_t op, kir_dtype t, const MlirValue *a) {
     return fl ? sc1(e, "arith.negf", a[0])
               : me_sc2(e, "arith.subi", me_const_scalar(e, t, 0), a[0]);
   case KIR_OP_abs: return fl ? sc1(e, "math.absf", a[0]) : u ? a[0] : sc1(e, "math.absi", a[0]);
+  case KIR_OP_bit_and: return fl ? null : me_sc2(e, "arith.andi", a[0], a[1]);
+  case KIR_OP_bit_or: return fl ? null : me_sc2(e, "arith.ori", a[0], a[1]);
+  case KIR_OP_bit_xor: return fl ? null : me_sc2(e, "arith.xori", a[0], a[1]);
+  case KIR_OP_bit_not:
+    return fl ? null : me_sc2(e, "arith.xori", a[0], me_const_scalar(e, t, u ? 255 : -1));
+  case KIR_OP_shift_left:
+  case KIR_OP_shift_right: return fl ? null : sc_shift(e, op, t, a[0], a[1]);
   default: break;
   }
   if (!fl) return null;

@@ -220,6 +220,7 @@ static uint32_t int_unary(sw *s, uint16_t op, kir_dtype t, uint32_t a, bool *ok)
     return sel(s, T, op2(s, SpvOpSGreaterThan, B, a, zero), one,
                sel(s, T, op2(s, SpvOpSLessThan, B, a, zero), c_of(s, t, 0, -1), zero));
   case KIR_OP_logical_not: return sel(s, T, op2(s, SpvOpIEqual, B, a, zero), one, zero);
+  case KIR_OP_bit_not: return wrap(s, t, op1(s, SpvOpNot, T, a));
   default: *ok = no_code(s, op, t); return 0;
   }
 }
@@ -278,6 +279,26 @@ static uint32_t int_div(sw *s, kir_dtype t, uint32_t a, uint32_t b) {
   return sel(s, T, bz, zero, r);
 }
 
+/*
+ * Shifts (ir/scalar.c): SPIR-V leaves an amount >= the register's width
+ * undefined, and i8/u8 live in 32-bit registers, so an amount outside
+ * [0, dtype width) — compared unsigned, so a negative one too — is handled
+ * here: it shifts every bit out (0, or the sign for a signed right shift).
+ */
+static uint32_t int_shift(sw *s, uint16_t op, kir_dtype t, uint32_t a, uint32_t b) {
+  uint32_t T = reg_type(s, t), B = t_bool(s), zero = c_of(s, t, 0, 0);
+  int64_t bits = (int64_t)kiln_dtype_size(t) * 8;
+  uint32_t width = t == KILN_I64 ? c_i64(s, bits) : c_i32(s, (int32_t)bits);
+  uint32_t ok = op2(s, SpvOpULessThan, B, b, width);
+  if (op == KIR_OP_shift_right && t != KILN_U8) {
+    uint32_t top = t == KILN_I64 ? c_i64(s, bits - 1) : c_i32(s, (int32_t)bits - 1);
+    return op2(s, SpvOpShiftRightArithmetic, T, a, sel(s, T, ok, b, top));
+  }
+  uint32_t r = op2(s, op == KIR_OP_shift_left ? SpvOpShiftLeftLogical : SpvOpShiftRightLogical, T,
+                   a, sel(s, T, ok, b, zero));
+  return sel(s, T, ok, wrap(s, t, r), zero);
+}
+
 /* Integer binary ops on a non-bool dtype. */
 static uint32_t int_binary(sw *s, uint16_t op, kir_dtype t, uint32_t a, uint32_t b, bool *ok) {
   uint32_t T = reg_type(s, t), B = t_bool(s);
@@ -298,6 +319,11 @@ static uint32_t int_binary(sw *s, uint16_t op, kir_dtype t, uint32_t a, uint32_t
   case KIR_OP_logical_and: return op2(s, SpvOpBitwiseAnd, T, a, b);
   case KIR_OP_logical_or: return op2(s, SpvOpBitwiseOr, T, a, b);
   case KIR_OP_logical_xor: return op2(s, SpvOpBitwiseXor, T, a, b);
+  case KIR_OP_bit_and: return op2(s, SpvOpBitwiseAnd, T, a, b);
+  case KIR_OP_bit_or: return op2(s, SpvOpBitwiseOr, T, a, b);
+  case KIR_OP_bit_xor: return op2(s, SpvOpBitwiseXor, T, a, b);
+  case KIR_OP_shift_left:
+  case KIR_OP_shift_right: return int_shift(s, op, t, a, b);
   default: *ok = no_code(s, op, t); return 0;
   }
 }

@@ -4,6 +4,9 @@
  * Elementwise ops and activations, each a few IR elementwise ops. The ops
  * that are a single IR op share op_unary / op_binary, which read the IR op's
  * name from the table. The inverse trigonometric functions compute in f64.
+ * The bitwise ops and BitShift are the IR's bit_* and shift_* ops; the
+ * window generators (Hann, Hamming, Blackman) are elementwise math over an
+ * iota, folded to a constant at import.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -408,6 +411,68 @@ static bool op_shrink(ox_node *n) {
   return true;
 }
 
+/* ---------------------------------------------------------- bits */
+
+/* BitShift: ONNX's semantics are the IR's (ir/scalar.c), amounts outside [0, width) included. */
+static bool op_bitshift(ox_node *n) {
+  const char *dir = ox_attr_s(n, "direction", NULL);
+  if (!dir || (strcmp(dir, "LEFT") && strcmp(dir, "RIGHT")))
+    return ox_fail(n, KILN_ERR_PARSE, "direction must be LEFT or RIGHT, not '%s'", dir ? dir : "");
+  const char *op = dir[0] == 'L' ? "shift_left" : "shift_right";
+  n->out[0] = kiln_binary(G, op, ox_in(n, 0), ox_in(n, 1));
+  return true;
+}
+
+/* ---------------------------------------------------------- window generators */
+
+/*
+ * HannWindow, HammingWindow, BlackmanWindow (opset 17): a function of the
+ * size input and the attributes only, so a size known at import gives a
+ * constant (the table folds them); a size known only at run time is refused
+ * as other shape inputs are. They compute in f64 from n = 0 .. size-1 with
+ * the formulas of ONNX's reference (onnx/reference/ops/op_*_window.py), over
+ * N = size (periodic, the default) or size - 1 (symmetric), then cast to
+ * output_datatype (default float). A symmetric window of size 1 divides 0
+ * by 0 and is NaN, as in the reference (PyTorch gives 1).
+ */
+static kiln_value f64(ox_node *n, double v) { return kiln_scalar(G, KILN_F64, v); }
+
+/* cos(i f) or sin(i f) */
+static kiln_value trig_of(ox_node *n, const char *fn, kiln_value i, double f) {
+  return kiln_unary(G, fn, kiln_binary(G, "mul", i, f64(n, f)));
+}
+
+static bool op_window(ox_node *n) {
+  const int64_t *v;
+  size_t cnt;
+  kiln_dtype t;
+  if (!ox_known_ints(n, 0, &v, &cnt, NULL)) return false;
+  if (cnt != 1 || v[0] < 0)
+    return ox_fail(n, KILN_ERR_PARSE, "size must be one non-negative integer");
+  if (v[0] > ((int64_t)1 << 24))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "size %lld", (long long)v[0]);
+  int64_t dt = ox_attr_i(n, "output_datatype", 1);
+  if (!ox_dtype((int32_t)dt, &t))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "output_datatype %s", ox_dtype_name((int32_t)dt));
+  double N = (double)(ox_attr_i(n, "periodic", 1) ? v[0] : v[0] - 1);
+  kiln_dim d = (kiln_dim)v[0];
+  kiln_value i = kiln_cast(G, ox_iota_i64(n, 1, &d, 0), KILN_F64), w;
+  if (!strcmp(n->op->name, "HannWindow")) { /* sin^2(pi i / N) */
+    kiln_value s = trig_of(n, "sin", i, M_PI / N);
+    w = kiln_binary(G, "mul", s, s);
+  } else if (!strcmp(n->op->name, "HammingWindow")) { /* 25/46 - (1 - 25/46) cos(2 pi i / N) */
+    double alpha = 25.0 / 46.0;
+    kiln_value c = kiln_binary(G, "mul", trig_of(n, "cos", i, 2 * M_PI / N), f64(n, 1 - alpha));
+    w = kiln_binary(G, "sub", f64(n, alpha), c);
+  } else { /* 0.42 - 0.5 cos(2 pi i / N) + 0.08 cos(4 pi i / N) */
+    kiln_value c2 = kiln_binary(G, "mul", trig_of(n, "cos", i, 2 * M_PI / N), f64(n, -0.5));
+    kiln_value c4 = kiln_binary(G, "mul", trig_of(n, "cos", i, 4 * M_PI / N), f64(n, 0.08));
+    w = kiln_binary(G, "add", kiln_binary(G, "add", c2, c4), f64(n, 0.42));
+  }
+  n->out[0] = kiln_cast(G, w, t);
+  return true;
+}
+
 /* ---------------------------------------------------------- the table */
 
 const ox_op ox_ops_elementwise[] = {
@@ -420,6 +485,12 @@ const ox_op ox_ops_elementwise[] = {
     {"Asinh", op_asinh, 1, NULL},
     {"Atan", op_atan, 1, NULL},
     {"Atanh", op_atanh, 1, NULL},
+    {"BitShift", op_bitshift, 1, NULL},
+    {"BitwiseAnd", op_binary, 1, "bit_and"},
+    {"BitwiseNot", op_unary, 1, "bit_not"},
+    {"BitwiseOr", op_binary, 1, "bit_or"},
+    {"BitwiseXor", op_binary, 1, "bit_xor"},
+    {"BlackmanWindow", op_window, 1, NULL},
     {"Cast", op_cast, 1, NULL},
     {"CastLike", op_cast_like, 1, NULL},
     {"Ceil", op_unary, 1, "ceil"},
@@ -437,6 +508,8 @@ const ox_op ox_ops_elementwise[] = {
     {"Gelu", op_gelu, 1, NULL},
     {"Greater", op_binary, 1, "gt"},
     {"GreaterOrEqual", op_binary, 1, "ge"},
+    {"HammingWindow", op_window, 1, NULL},
+    {"HannWindow", op_window, 1, NULL},
     {"HardSigmoid", op_hard_sigmoid, 1, NULL},
     {"HardSwish", op_hard_swish, 1, NULL},
     {"Identity", op_identity, 2, NULL},

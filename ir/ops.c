@@ -21,6 +21,8 @@
 #define UNARY_N(f, i)                                                                   \
   .shape = kir_shape_unary, .ref = kir_ref_unary, .flags = KIR_F_NUMERIC, .f1 = f, .i1 = i
 #define UNARY_B(i) .shape = kir_shape_unary, .ref = kir_ref_unary, .flags = KIR_F_BOOL, .i1 = i
+#define UNARY_I(i) .shape = kir_shape_unary, .ref = kir_ref_unary, .flags = KIR_F_INT, .i1 = i
+#define BINARY_I(i) .shape = kir_shape_binary, .ref = kir_ref_binary, .flags = KIR_F_INT, .i2 = i
 #define BINARY_F(fn) .shape = kir_shape_binary, .ref = kir_ref_binary, .flags = KIR_F_FLOAT, .f2 = fn
 #define BINARY_N(f, i)                                                                  \
   .shape = kir_shape_binary, .ref = kir_ref_binary, .flags = KIR_F_NUMERIC, .f2 = f, .i2 = i

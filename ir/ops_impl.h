@@ -231,5 +231,11 @@ int64_t kir_i_ne(int64_t x, int64_t y);
 int64_t kir_i_or(int64_t x, int64_t y);
 int64_t kir_i_sub(int64_t x, int64_t y);
 int64_t kir_i_xor(int64_t x, int64_t y);
+int64_t kir_i_bit_not(int64_t x);
+int64_t kir_i_bit_and(int64_t x, int64_t y);
+int64_t kir_i_bit_or(int64_t x, int64_t y);
+int64_t kir_i_bit_xor(int64_t x, int64_t y);
+int64_t kir_i_shift_left(int64_t x, int64_t y);
+int64_t kir_i_shift_right(int64_t x, int64_t y);
 
 #endif

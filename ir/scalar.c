@@ -17,7 +17,11 @@
  *   - comparisons on floats return 1.0 or 0.0 (NaN compares unequal to
  *     everything, so only `ne` is true for it); the kernel stores them as
  *     bool;
- *   - logical ops treat any nonzero integer as true and return 0 or 1.
+ *   - logical ops treat any nonzero integer as true and return 0 or 1;
+ *   - bitwise ops act on the two's-complement bits; a shift by an amount
+ *     outside [0, width) shifts every bit out: 0 to the left, and to the
+ *     right 0 or (a negative signed value) -1 — an arithmetic shift, as
+ *     numpy's and ONNX's reference.
  *
  * kir_float_to_int() is the one float-to-integer conversion, shared by
  * cast, constant and pad.
@@ -68,6 +72,7 @@ int64_t kir_i_neg(int64_t x) { return (int64_t)(0 - (uint64_t)x); }
 int64_t kir_i_abs(int64_t x) { return x < 0 ? kir_i_neg(x) : x; }
 int64_t kir_i_sign(int64_t x) { return (x > 0) - (x < 0); }
 int64_t kir_i_not(int64_t x) { return x == 0; }
+int64_t kir_i_bit_not(int64_t x) { return (int64_t)~(uint64_t)x; }
 
 /* ---- binary, float ---- */
 
@@ -118,6 +123,28 @@ int64_t kir_i_ge(int64_t x, int64_t y) { return x >= y; }
 int64_t kir_i_and(int64_t x, int64_t y) { return x != 0 && y != 0; }
 int64_t kir_i_or(int64_t x, int64_t y) { return x != 0 || y != 0; }
 int64_t kir_i_xor(int64_t x, int64_t y) { return (x != 0) != (y != 0); }
+
+/* ---- bitwise, integer (no bool) ---- */
+
+int64_t kir_i_bit_and(int64_t x, int64_t y) { return (int64_t)((uint64_t)x & (uint64_t)y); }
+int64_t kir_i_bit_or(int64_t x, int64_t y) { return (int64_t)((uint64_t)x | (uint64_t)y); }
+int64_t kir_i_bit_xor(int64_t x, int64_t y) { return (int64_t)((uint64_t)x ^ (uint64_t)y); }
+
+/*
+ * Shifts see the operands held in int64 (sign-extended for i8/i32, 0..255
+ * for u8) and the kernel wraps the result to the dtype, so one function
+ * serves every width: a left shift by 8..63 leaves the low 8 bits zero, and
+ * an arithmetic right shift by 8..63 of a sign-extended i8 is its sign.
+ * Only amounts outside [0, 64) need a rule of their own: they shift
+ * everything out (ONNX's reference, onnx/reference/ops/op_bitshift.py).
+ */
+int64_t kir_i_shift_left(int64_t x, int64_t y) {
+  return y < 0 || y > 63 ? 0 : (int64_t)((uint64_t)x << y);
+}
+int64_t kir_i_shift_right(int64_t x, int64_t y) {
+  int s = y < 0 || y > 63 ? 63 : (int)y;
+  return x < 0 ? (int64_t)~(~(uint64_t)x >> s) : (int64_t)((uint64_t)x >> s);
+}
 
 /* ---- conversion ---- */
 

@@ -25,7 +25,8 @@ for m in re.finditer(r'^KIR_OP\((\w+),\s*(\w+),\s*(-?\d+),\s*(-?\d+),\s*(-?\d+),
     sig = "".join(re.findall(r'"([^"]*)"', sig))
     doc = "".join(re.findall(r'"([^"]*)"', rest[rest.index(".doc"):]))
     flags = re.search(r"\.flags = ([^,]+)", rest)
-    ops.append((name, fam, int(mn), int(mx), int(nout), sig, doc, rest))
+    sections = re.findall(r"/\* ---- (.*?) ---- \*/", text[:m.start()])
+    ops.append((name, fam, int(mn), int(mx), int(nout), sig, doc, rest, sections[-1] if sections else ""))
 
 def operands(mn, mx):
     if mx < 0:
@@ -35,6 +36,8 @@ def operands(mn, mx):
 def dtypes(rest):
     if "UNARY_F(" in rest or "BINARY_F(" in rest or "KIR_F_FLOAT" in rest and "KIR_F_NUMERIC" not in rest and "KIR_F_ANY" not in rest:
         return "float"
+    if "UNARY_I(" in rest or "BINARY_I(" in rest:
+        return "integer (not bool)"
     if "UNARY_B(" in rest or "LOGIC_FNS(" in rest:
         return "bool"
     if "UNARY_N(" in rest or "BINARY_N(" in rest or "KIR_F_NUMERIC" in rest:
@@ -43,10 +46,12 @@ def dtypes(rest):
 
 out = []
 last = None
-for name, fam, mn, mx, nout, sig, doc, rest in ops:
-    if fam != last:
-        out.append(f"\n## {families[fam]}\n")
-        last = fam
+for name, fam, mn, mx, nout, sig, doc, rest, section in ops:
+    # the bitwise ops, unary and binary, come under their own heading
+    heading = "Bitwise (integer)" if section.startswith("elementwise bitwise") else families[fam]
+    if heading != last:
+        out.append(f"\n## {heading}\n")
+        last = heading
     out.append(f"\n### `{name}`\n")
     out.append(f"{doc[0].upper() + doc[1:]}.\n" if doc and not doc.endswith(".") else f"{doc}\n")
     out.append(f"- operands: {operands(mn, mx)}; dtypes: {dtypes(rest)}; results: "

@@ -38,7 +38,8 @@
 /* Ops without a VJP because nothing differentiable flows through them. */
 static const char *const no_gradient[] = {
     "constant", "iota", "random",      "logical_not", "is_finite",   "eq",     "ne",     "lt", "le",
-    "gt",       "ge",   "logical_and", "logical_or",  "logical_xor", "argmax", "argmin", NULL};
+    "gt",       "ge",   "logical_and", "logical_or",  "logical_xor", "argmax", "argmin",
+    "bit_not",  "bit_and", "bit_or",   "bit_xor",     "shift_left",  "shift_right", NULL};
 /* Differentiable ops whose VJP is not implemented (docs/autodiff.md). */
 static const char *const unsupported[] = {"max_pool2d_grad", "flash_attention_grad", NULL};
 /* Ops checked to second order. */

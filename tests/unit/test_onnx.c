@@ -310,6 +310,55 @@ static void test_frozen(kiln_ctx *ctx) {
   rmdir(dir);
 }
 
+/*
+ * A window generator depends only on its size: given at run time it is
+ * refused as any shape input; frozen, the window is a constant of the
+ * graph (no parameter), folded at import from iota and sin.
+ */
+static void test_window(kiln_ctx *ctx) {
+  pb g = {0}, t, periodic = attr_int("periodic", 0);
+  const int64_t yd[1] = {4};
+  t = value_info_t("size", T_INT64, 0, NULL, NULL);
+  f_msg(&g, 11, &t);
+  t = value_info("y", 1, yd, NULL);
+  f_msg(&g, 12, &t);
+  t = node("HannWindow", (const char *[]){"size", NULL}, (const char *[]){"y", NULL}, &periodic, 1);
+  f_msg(&g, 1, &t);
+  pb m = model(&g, 17);
+  char dir[] = "/tmp/kiln_onnx_XXXXXX", path[300];
+  if (!mkdtemp(dir)) {
+    CHECK(!"mkdtemp");
+    free(m.p);
+    return;
+  }
+  snprintf(path, sizeof path, "%s/hann.onnx", dir);
+  FILE *f = fopen(path, "wb");
+  fwrite(m.p, 1, m.n, f);
+  fclose(f);
+  free(m.p);
+  kiln_graph *gr = NULL;
+  CHECK(kiln_onnx_import(ctx, path, &gr) == KILN_ERR_UNSUPPORTED && !gr);
+  CHECK(strstr(kiln_ctx_error(ctx), "(HannWindow, opset 17): input 0 ('size') must be known"));
+  kiln_tensor *size = NULL;
+  kiln_tensor_create(ctx, KILN_I64, 0, NULL, &size);
+  if (size) ((int64_t *)kiln_tensor_data(size))[0] = 4;
+  kiln_onnx_frozen fz = {.name = "size", .value = size};
+  CHECK(size && kiln_onnx_import_frozen(ctx, path, 1, &fz, &gr) == KILN_OK && gr);
+  if (gr) {
+    CHECK(kiln_graph_num_params(gr) == 0);
+    kiln_tensor *yt = NULL;
+    CHECK(kiln_graph_run(gr, KILN_BACKEND_EAGER, 0, NULL, 1, &yt, NULL) == KILN_OK);
+    const double want[4] = {0, 0.75, 0.75, 0}; /* sin^2(pi n / 3), symmetric */
+    CHECK(yt && kiln_tensor_numel(yt) == 4);
+    for (size_t k = 0; yt && k < 4; k++) CHECK(fabs(kiln_tensor_get(yt, k) - want[k]) < 1e-6);
+    kiln_tensor_destroy(yt);
+    kiln_graph_destroy(gr);
+  }
+  kiln_tensor_destroy(size);
+  remove(path);
+  rmdir(dir);
+}
+
 /* ------------------------------------------------ part 2: malformed files */
 
 static void test_truncated(kiln_ctx *ctx) {
@@ -623,6 +672,7 @@ int main(void) {
   test_unsupported(ctx);
   test_llm_ops(ctx);
   test_frozen(ctx);
+  test_window(ctx);
   test_truncated(ctx);
   test_bad_tensors(ctx);
   test_attr_types(ctx);

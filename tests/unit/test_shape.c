@@ -196,6 +196,14 @@ static void test_elementwise(void) {
   ER(OP("lt", IN(P(I32, "2"), P(I64, "2")), NOAT), "operand 1 has dtype i64, operand 0 has i32");
   TY(OP("logical_and", IN(P(BOOL, "2,1"), P(BOOL, "3")), NOAT), "bool[2, 3]");
   ER(OP("logical_or", IN(P(I32, "2"), P(I32, "2")), NOAT), "logical_or takes bool operands");
+  TY(OP("bit_and", IN(P(KILN_U8, "N,1"), P(KILN_U8, "3")), NOAT), "u8[N, 3]");
+  TY(OP("shift_right", IN(P(I64, ""), P(I64, "2")), NOAT), "i64[2]");
+  TY(OP("bit_not", IN(P(I8, "2")), NOAT), "i8[2]");
+  ER(OP("bit_xor", IN(P(F32, "2"), P(F32, "2")), NOAT), "bit_xor takes integer operands");
+  ER(OP("shift_left", IN(P(BOOL, "2"), P(BOOL, "2")), NOAT), "shift_left takes integer operands");
+  ER(OP("bit_not", IN(P(BOOL, "2")), NOAT), "bit_not takes integer operands");
+  ER(OP("shift_left", IN(P(I32, "2"), P(I64, "2")), NOAT),
+     "operand 1 has dtype i64, operand 0 has i32");
 
   TY(OP("select", IN(P(BOOL, "N,1"), P(F32, "1,4"), P(F32, "N,4")), NOAT), "f32[N, 4]");
   TY(OP("select", IN(P(BOOL, "3"), P(I32, "2,1"), P(I32, "1")), NOAT), "i32[2, 3]");

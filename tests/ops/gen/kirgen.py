@@ -1,7 +1,7 @@
 """kirgen.py - writes the per-op test files tests/ops/<op>.kir.
 
 The family scripts next to this one (sources.py, unary.py, binary.py,
-cast.py, reduce.py, shape.py) compute every expected value with numpy or
+bitwise.py, cast.py, reduce.py, shape.py, ...) compute every expected value with numpy or
 plain Python, never with Kiln, and hand the cases to write_op(). Run them
 with Debian's Python, which has numpy:
 
