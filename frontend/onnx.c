@@ -61,6 +61,8 @@ struct ox {
   uint64_t frozen_used; /* bit k: frozen[k] named a graph input */
   kiln_status err;      /* of the first failure */
   char msg[1024];  /* its message, restored at the end (later builder calls may overwrite ctx's) */
+  char *needed;    /* if set: the ONNX value the first failure needed known (ox_need_known) */
+  size_t needed_cap;
 };
 
 static const char *S(const char *s) { return s ? s : ""; }
@@ -981,10 +983,17 @@ static bool find_opset(ox *im, const Onnx__ModelProto *m) {
   return true;
 }
 
-static kiln_status import_model(kiln_ctx *ctx, const Onnx__ModelProto *m, const char *name,
-                                const char *base_dir, size_t nfrozen,
-                                const kiln_onnx_frozen *frozen, kiln_graph **out) {
-  ox im = {.ctx = ctx, .name = name, .base_dir = base_dir, .nfrozen = nfrozen, .frozen = frozen};
+void ox_note_needed(ox *im, const char *value) {
+  if (im->err == KILN_OK && im->needed) snprintf(im->needed, im->needed_cap, "%s", value);
+}
+
+kiln_status ox_import_model(kiln_ctx *ctx, const Onnx__ModelProto *m, const char *name,
+                            const char *base_dir, size_t nfrozen, const kiln_onnx_frozen *frozen,
+                            kiln_graph **out, char *needed, size_t needed_cap) {
+  ox im = {.ctx = ctx, .name = name, .base_dir = base_dir, .nfrozen = nfrozen, .frozen = frozen,
+           .needed = needed_cap ? needed : NULL, .needed_cap = needed_cap};
+  if (im.needed) im.needed[0] = 0;
+  *out = NULL;
   const Onnx__GraphProto *gp = m->graph;
   if (!gp) return kir_fail(ctx, KILN_ERR_PARSE, "%s: the model has no graph", name);
   if (!find_opset(&im, m)) return im.err;
@@ -1020,7 +1029,7 @@ static kiln_status import_mem(kiln_ctx *ctx, const void *buf, size_t len, const 
   if (!name) name = "<memory>";
   Onnx__ModelProto *m = ox_decode_model(ctx, buf, len, name);
   if (!m) return KILN_ERR_PARSE;
-  kiln_status s = import_model(ctx, m, name, base_dir, nfrozen, frozen, out);
+  kiln_status s = ox_import_model(ctx, m, name, base_dir, nfrozen, frozen, out, NULL, 0);
   onnx__model_proto__free_unpacked(m, NULL);
   return s;
 }
