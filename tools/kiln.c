@@ -135,7 +135,9 @@ static const cli_command commands[] = {
                      "[--params P.safetensors] "
                      "[--dtype T] [--train] [--seed S] [--precision P] [--repeat N]",
      "run a model on .npy inputs and write DIR/output_0.npy ...",
-     "MODEL is .kir text or a .kiln model file (built with its parameters named by path).\n"
+     "MODEL is .kir text, a .kiln model file (built with its parameters named by path) or\n"
+     "an ONNX model, whose inputs that decide shapes (Reshape's shape, Slice's starts, ...)\n"
+     "are given with --input too: the model is specialised to their values.\n"
      "  --input NAME=FILE.npy  binds the parameter %NAME (once per parameter); for a .kiln\n"
      "                         model its input NAME, and a graph input g as g.src=E.npy,\n"
      "                         g.dst=E.npy (i64[E] edges, self-loops included) and, where\n"
