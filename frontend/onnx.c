@@ -61,6 +61,9 @@ struct ox {
   uint64_t frozen_used; /* bit k: frozen[k] named a graph input */
   kiln_status err;      /* of the first failure */
   char msg[1024];  /* its message, restored at the end (later builder calls may overwrite ctx's) */
+  char *needed;    /* if set: the ONNX value the first failure needed known (ox_need_known) */
+  size_t needed_cap;
+  bool consume; /* imported once: each initializer's bytes are freed once decoded */
 };
 
 static const char *S(const char *s) { return s ? s : ""; }
@@ -843,11 +846,12 @@ static bool import_initializers(ox *im, const Onnx__GraphProto *gp) {
       free(c);
       return false;
     }
-    /* decoded: its bytes (a copy protobuf-c made) are not read again */
-    Onnx__TensorProto *owned = gp->initializer[k];
-    free(owned->raw_data.data);
-    owned->raw_data.data = NULL;
-    owned->raw_data.len = 0;
+    if (im->consume) { /* decoded: its bytes (a copy protobuf-c made) are not read again */
+      Onnx__TensorProto *owned = gp->initializer[k];
+      free(owned->raw_data.data);
+      owned->raw_data.data = NULL;
+      owned->raw_data.len = 0;
+    }
     if (!define(im, t->name, KILN_NO_VALUE, c, false)) return false;
   }
   return true;
@@ -1007,10 +1011,20 @@ static bool find_opset(ox *im, const Onnx__ModelProto *m) {
   return true;
 }
 
+void ox_note_needed(ox *im, const char *value) {
+  if (im->err == KILN_OK && im->needed) snprintf(im->needed, im->needed_cap, "%s", value);
+}
+
+/* ox_import_model; `consume`: m is imported once, so each initializer's bytes are freed as soon
+   as they are decoded (a model kept for more imports, kiln_onnx_model's, is not consumed). */
 static kiln_status import_model(kiln_ctx *ctx, const Onnx__ModelProto *m, const char *name,
                                 const char *base_dir, size_t nfrozen,
-                                const kiln_onnx_frozen *frozen, kiln_graph **out) {
-  ox im = {.ctx = ctx, .name = name, .base_dir = base_dir, .nfrozen = nfrozen, .frozen = frozen};
+                                const kiln_onnx_frozen *frozen, kiln_graph **out, char *needed,
+                                size_t needed_cap, bool consume) {
+  ox im = {.ctx = ctx, .name = name, .base_dir = base_dir, .nfrozen = nfrozen, .frozen = frozen,
+           .needed = needed_cap ? needed : NULL, .needed_cap = needed_cap, .consume = consume};
+  if (im.needed) im.needed[0] = 0;
+  *out = NULL;
   const Onnx__GraphProto *gp = m->graph;
   if (!gp) return kir_fail(ctx, KILN_ERR_PARSE, "%s: the model has no graph", name);
   if (!find_opset(&im, m)) return im.err;
@@ -1038,6 +1052,12 @@ static kiln_status import_model(kiln_ctx *ctx, const Onnx__ModelProto *m, const 
   return KILN_OK;
 }
 
+kiln_status ox_import_model(kiln_ctx *ctx, const Onnx__ModelProto *m, const char *name,
+                            const char *base_dir, size_t nfrozen, const kiln_onnx_frozen *frozen,
+                            kiln_graph **out, char *needed, size_t needed_cap) {
+  return import_model(ctx, m, name, base_dir, nfrozen, frozen, out, needed, needed_cap, false);
+}
+
 static kiln_status import_mem(kiln_ctx *ctx, const void *buf, size_t len, const char *name,
                               const char *base_dir, size_t nfrozen, const kiln_onnx_frozen *frozen,
                               kiln_graph **out) {
@@ -1046,7 +1066,7 @@ static kiln_status import_mem(kiln_ctx *ctx, const void *buf, size_t len, const 
   if (!name) name = "<memory>";
   Onnx__ModelProto *m = ox_decode_model(ctx, buf, len, name);
   if (!m) return KILN_ERR_PARSE;
-  kiln_status s = import_model(ctx, m, name, base_dir, nfrozen, frozen, out);
+  kiln_status s = import_model(ctx, m, name, base_dir, nfrozen, frozen, out, NULL, 0, true);
   onnx__model_proto__free_unpacked(m, NULL);
   return s;
 }
@@ -1105,7 +1125,7 @@ KILN_API kiln_status kiln_onnx_import_frozen(kiln_ctx *ctx, const char *path, si
   /* decoded, the file's bytes are not needed: protobuf-c copied every field */
   Onnx__ModelProto *m = ox_decode_model(ctx, buf, len, path);
   free(buf);
-  s = m ? import_model(ctx, m, path, dir, nfrozen, frozen, out) : KILN_ERR_PARSE;
+  s = m ? import_model(ctx, m, path, dir, nfrozen, frozen, out, NULL, 0, true) : KILN_ERR_PARSE;
   onnx__model_proto__free_unpacked(m, NULL);
   free(dir);
   return s;

@@ -130,6 +130,17 @@ kiln_status ox_read_file(kiln_ctx *ctx, const char *path, uint8_t **buf, size_t 
 /* buf decoded as a ModelProto; NULL (KILN_ERR_PARSE on ctx, with the byte) if it is not one. */
 Onnx__ModelProto *ox_decode_model(kiln_ctx *ctx, const void *buf, size_t len, const char *name);
 
+/*
+ * The decoded model m imported into *out, with graph inputs `frozen` known (kiln_onnx_import_frozen).
+ * On failure, if needed_cap: `needed` holds the name of the ONNX value that the first failing
+ * node needed known at import (ox_need_known), or "" when the failure was another.
+ */
+kiln_status ox_import_model(kiln_ctx *ctx, const Onnx__ModelProto *m, const char *name,
+                            const char *base_dir, size_t nfrozen, const kiln_onnx_frozen *frozen,
+                            kiln_graph **out, char *needed, size_t needed_cap);
+/* Notes `value` as the one the first failure needs known (when the caller asked, and none yet). */
+void ox_note_needed(ox *im, const char *value);
+
 /* ---- the wire-format walk (onnx_wire.c) ---- */
 
 /* Messages nested deeper than this are refused before protobuf-c (which recurses) sees them. */

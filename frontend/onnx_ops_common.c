@@ -72,9 +72,10 @@ kiln_value ox_broadcast_to(ox_node *n, kiln_value v, int r, const kiln_dim *d) {
 }
 
 /* The error for input k that Kiln needs at import but that is computed at
- * run time. Callers that can supply such inputs (kiln_onnx_import_frozen)
- * look for the phrase "') must be known at import". */
+ * run time. The importer notes the value's name (ox_note_needed), from which
+ * kiln_onnx_model (runtime/driver/onnx_model.c) finds the graph inputs to freeze. */
 bool ox_need_known(ox_node *n, size_t k) {
+  if (ox_has(n, k)) ox_note_needed(n->im, n->in[k]->name);
   return ox_fail(n, KILN_ERR_UNSUPPORTED,
                  "input %zu ('%s') must be known at import (a constant, or computed from shapes)",
                  k, ox_has(n, k) ? n->in[k]->name : "");

@@ -381,7 +381,8 @@ static bool op_slice(ox_node *n) {
     int64_t st2[KILN_MAX_RANK], sp2[KILN_MAX_RANK], sv[KILN_MAX_RANK];
     for (int k = 0; k < r; k++) {
       st2[k] = rev[k] ? 0 : st[k];
-      sp2[k] = rev[k] ? d[k] : sp[k];
+      /* an axis of symbolic size is taken whole: the IR's "to the end" */
+      sp2[k] = d[k] < 0 ? INT64_MAX : rev[k] ? d[k] : sp[k];
       sv[k] = rev[k] ? 1 : step[k];
     }
     kiln_attr a[3] = {kiln_attr_ints("start", (size_t)r, st2),

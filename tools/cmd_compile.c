@@ -1,6 +1,6 @@
 /*
- * cmd_compile.c — `kiln compile MODEL.kir|MODEL.kiln -o model.so [--header model.h]
- * [--target cpu|vulkan|cuda|hip]`: ahead-of-time compilation into a shared object that needs
+ * cmd_compile.c — `kiln compile MODEL.kir|MODEL.kiln|MODEL.onnx -o model.so [--header model.h]
+ * [--target cpu|vulkan|cuda|hip] [--freeze NAME=FILE.npy]`: ahead-of-time compilation into a shared object that needs
  * no LLVM (for a GPU target: its kernels compiled now and embedded, runtime/driver/aot_gpu.c).
  *
  * The work is kiln_compile_shared() (runtime/driver/aot.c); this file reads the
@@ -11,6 +11,7 @@
  */
 #include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -27,6 +28,50 @@ static void name_from_path(const char *path, char *out, size_t n) {
     out[k++] = isalnum((unsigned char)*base) ? *base : '_';
   if (!k) out[k++] = 'm';
   out[k] = 0;
+}
+
+enum { MAX_FREEZE = 64 };
+
+/*
+ * An ONNX model with the inputs --freeze names baked in (kiln_onnx_model_specialize, the path
+ * `kiln run` and the C API specialise by). A graph input that decides shapes (Reshape's shape,
+ * Slice's starts, ...) cannot be a symbolic input of a .so, since Kiln's IR has no shape made
+ * from a tensor's values: without --freeze the error names it and says how to give it.
+ */
+static int load_onnx(kiln_ctx *ctx, const char *path, size_t n, const char *const *freeze,
+                     kiln_graph **g) {
+  kiln_onnx_model_options mo = {.backend = KILN_BACKEND_EAGER}; /* specialised here, not run */
+  kiln_onnx_model *m = NULL;
+  kiln_tensor *vals[MAX_FREEZE] = {0};
+  char *names[MAX_FREEZE] = {0};
+  int status = 0;
+  if (kiln_onnx_model_open(ctx, path, &mo, &m) != KILN_OK) return cli_error("%s", kiln_ctx_error(ctx));
+  for (size_t i = 0; i < n && !status; i++) {
+    const char *eq = strchr(freeze[i], '=');
+    if (!(names[i] = strndup(freeze[i], (size_t)(eq - freeze[i])))) status = cli_error("out of memory");
+    else if (kiln_npy_read(ctx, eq + 1, &vals[i]) != KILN_OK)
+      status = cli_error("%s", kiln_ctx_error(ctx));
+  }
+  kiln_status s = status ? KILN_OK
+                         : kiln_onnx_model_specialize(m, ctx, n, (const char *const *)names, vals, g);
+  size_t k = 0, nin = kiln_onnx_model_num_inputs(m); /* the first shape input not frozen */
+  for (; s == KILN_ERR_UNSUPPORTED && k < nin; k++) {
+    bool given = false;
+    for (size_t i = 0; i < n && !given; i++) given = !strcmp(names[i], kiln_onnx_model_input_name(m, k));
+    if (kiln_onnx_model_is_shape_input(m, k) && !given) break;
+  }
+  if (s == KILN_ERR_UNSUPPORTED && k < nin) {
+    const char *name = kiln_onnx_model_input_name(m, k);
+    status = cli_error("%s; a .so cannot take '%s' as a symbolic input (its value decides shapes): "
+                       "bake a value in with --freeze %s=FILE.npy, or run the model with `kiln run "
+                       "--input %s=FILE.npy`, which specialises it to each value",
+                       kiln_ctx_error(ctx), name, name, name);
+  } else if (s) {
+    status = cli_error("%s", kiln_ctx_error(ctx));
+  }
+  for (size_t i = 0; i < n; i++) free(names[i]), kiln_tensor_destroy(vals[i]);
+  kiln_onnx_model_destroy(m);
+  return status;
 }
 
 /*
@@ -55,13 +100,16 @@ static void print_peak(kiln_graph *g, size_t peak) {
 
 int cmd_compile(int argc, char **argv) {
   cli_parser p = {.cmd = "compile", .argc = argc, .argv = argv, .i = 1};
-  enum { O_OUT, O_HEADER, O_NAME, O_TARGET, O_TARGET_CPU, O_KEEP, O_PARAMS, O_PRECISION };
+  enum { O_OUT, O_HEADER, O_NAME, O_TARGET, O_TARGET_CPU, O_KEEP, O_PARAMS, O_PRECISION, O_FREEZE };
   static const cli_option opts[] = {
       [O_OUT] = {"--output", "-o", true},     [O_HEADER] = {"--header", NULL, true},
       [O_NAME] = {"--name", NULL, true},      [O_TARGET] = {"--target", NULL, true},
       [O_TARGET_CPU] = {"--target-cpu", NULL, true}, [O_KEEP] = {"--keep-temps", NULL, false},
       [O_PARAMS] = {"--params", NULL, true},  [O_PRECISION] = {"--precision", NULL, true},
+      [O_FREEZE] = {"--freeze", NULL, true},
       {0}};
+  const char *freeze[MAX_FREEZE];
+  size_t nfreeze = 0;
   kp_precision precision = KP_PREC_FP32;
   const char *model = NULL, *params_path = NULL, *v;
   kiln_aot_options opt = {0};
@@ -86,6 +134,14 @@ int cmd_compile(int argc, char **argv) {
       opt.target = v;
       break;
     case O_PARAMS: params_path = v; break;
+    case O_FREEZE: {
+      const char *eq = strchr(v, '=');
+      if (!eq || eq == v || !eq[1])
+        return cli_usage_error("compile", "--freeze expects NAME=FILE.npy, got '%s'", v);
+      if (nfreeze == MAX_FREEZE) return cli_usage_error("compile", "too many --freeze options");
+      freeze[nfreeze++] = v;
+      break;
+    }
     case O_PRECISION:
       if (!kp_precision_parse(v, &precision))
         return cli_usage_error("compile",
@@ -94,6 +150,8 @@ int cmd_compile(int argc, char **argv) {
     }
   }
   if (!model) return cli_usage_error("compile", "no model file given");
+  if (nfreeze && !cli_is_onnx_file(model))
+    return cli_usage_error("compile", "--freeze applies to ONNX models (.onnx)");
   if (!opt.output) return cli_usage_error("compile", "no output file given (-o model.so)");
   if (!opt.name) {
     name_from_path(opt.output, name, sizeof name);
@@ -110,7 +168,8 @@ int cmd_compile(int argc, char **argv) {
   /* A .kiln model is built into its graph (parameters by path, then its inputs); its
    * parameters, when given, are checked against the model before they are embedded. */
   kiln_model_file *mf = NULL;
-  if (!status) status = cli_load_model(ctx, model, KILN_DTYPE_COUNT, false, &g, &mf);
+  if (!status && cli_is_onnx_file(model)) status = load_onnx(ctx, model, nfreeze, freeze, &g);
+  else if (!status) status = cli_load_model(ctx, model, KILN_DTYPE_COUNT, false, &g, &mf);
   if (!status && mf && params &&
       kiln_layer_check_params(ctx, kiln_model_file_layer(mf), params) != KILN_OK)
     status = cli_error("%s: %s", params_path, kiln_ctx_error(ctx));

@@ -8,12 +8,13 @@
  * parameters' dtypes, ranks and constant dims first, so that a mistake is
  * reported with the file that caused it; the runtime checks the rest.
  *
- * MODEL is .kir text or a .kiln model file. A .kiln model's graph has the
- * model's parameters (named by path: "0.W") and then its inputs: a tensor
- * input x is --input x=..., a graph input g is --input g.src=... and
- * --input g.dst=... (i64 edge lists, self-loops included) and, for layers
- * that pool per graph, --input g.batch=...; with --train the graph's seed
- * input comes from --seed.
+ * MODEL is .kir text, an ONNX model (run_onnx: through kiln_onnx_model, which
+ * specialises it to the values of its shape inputs) or a .kiln model file. A
+ * .kiln model's graph has the model's parameters (named by path: "0.W") and
+ * then its inputs: a tensor input x is --input x=..., a graph input g is
+ * --input g.src=... and --input g.dst=... (i64 edge lists, self-loops
+ * included) and, for layers that pool per graph, --input g.batch=...; with
+ * --train the graph's seed input comes from --seed.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -38,7 +39,6 @@ typedef struct run_opts {
   uint64_t seed;
   kp_precision precision; /* docs/precision.md */
   long repeat;            /* --repeat: timed runs of the compiled model after the first */
-  bool frozen[MAX_INPUTS]; /* inputs an ONNX model took at import (load_onnx), no parameters */
 } run_opts;
 
 /* Where a graph parameter's value comes from besides an --input (slot values). */
@@ -204,7 +204,6 @@ static int bind_inputs(const kiln_graph *g, const kiln_model_file *m, const kiln
   for (size_t p = 0; p < n; p++) slot[p] = UNBOUND;
   for (size_t i = 0; i < o->ninputs; i++) {
     size_t len, p;
-    if (o->frozen[i]) continue;
     const char *name = binding_name(o->input_name[i], &len);
     char pn[128];
     for (p = 0; p < n; p++) {
@@ -334,6 +333,22 @@ static int by_value(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* The line --repeat prints: the compile, and the median and fastest of the n run times t. */
+static void print_times(double compile_ms, double *t, long n) {
+  qsort(t, (size_t)n, sizeof *t, by_value);
+  printf("time: compile %.1f ms; %ld runs: median %.3f ms, fastest %.3f ms\n", compile_ms, n,
+         t[n / 2], t[0]);
+  fflush(stdout);
+}
+
+/* "backend: NAME [(auto: why)]" and "device: D". */
+static void print_backend(const run_opts *o, const kiln_run_info *info) {
+  printf("backend: %s", kiln_backend_name(info->backend));
+  if (o->backend == KILN_BACKEND_AUTO && info->reason[0]) printf(" (auto: %s)", info->reason);
+  else if (o->backend == KILN_BACKEND_AUTO) printf(" (auto)");
+  printf("\ndevice: %s\n", info->device);
+}
+
 /* --repeat: g compiled once, then n timed runs; the times on stdout (the profile, if on, at the end). */
 static int time_runs(kiln_ctx *ctx, kiln_graph *g, long n, size_t nin, kiln_tensor **in,
                      size_t nout) {
@@ -351,12 +366,7 @@ static int time_runs(kiln_ctx *ctx, kiln_graph *g, long n, size_t nin, kiln_tens
     t[r] = (seconds() - s) * 1e3;
     for (size_t k = 0; k < nout; k++) kiln_tensor_destroy(out[k]), out[k] = NULL;
   }
-  if (!status) {
-    qsort(t, (size_t)n, sizeof *t, by_value);
-    printf("time: compile %.1f ms; %ld runs: median %.3f ms, fastest %.3f ms\n", compile_ms, n,
-           t[n / 2], t[0]);
-    fflush(stdout);
-  }
+  if (!status) print_times(compile_ms, t, n);
   kiln_compiled_destroy(c);
   free(out);
   free(t);
@@ -379,10 +389,7 @@ static int run_model(kiln_ctx *ctx, kiln_graph *g, const kiln_model_file *m,
     status = cli_error("%s", kiln_ctx_error(ctx));
   if (!status) status = make_dirs(o->outdir);
   if (!status) {
-    printf("backend: %s", kiln_backend_name(info.backend));
-    if (o->backend == KILN_BACKEND_AUTO && info.reason[0]) printf(" (auto: %s)", info.reason);
-    else if (o->backend == KILN_BACKEND_AUTO) printf(" (auto)");
-    printf("\ndevice: %s\n", info.device);
+    print_backend(o, &info);
     status = write_outputs(ctx, o, nout, out);
   }
   if (!status && o->repeat) status = time_runs(ctx, g, o->repeat, nin, in, nout);
@@ -431,50 +438,97 @@ static int run_program(kiln_ctx *ctx, const run_opts *o) {
 }
 
 /*
- * An ONNX model whose graph inputs decide shapes (Reshape's shape, Slice's starts, TopK's k,
- * ...) imports only with their values (kiln_onnx_import_frozen). Each import that names such an
- * input ("('NAME') must be known at import") is tried again with the --input given for NAME, as
- * ONNX Runtime and TensorRT take their shape tensors' values at run time; the graph is then
- * specialised to those values, and those inputs are no parameters of it (o->frozen).
+ * An ONNX model runs through kiln_onnx_model (include/kiln/onnx.h), as a C program would run
+ * it: graph inputs that decide shapes (Reshape's shape, Slice's starts, TopK's k, ...) take their
+ * --input values at run time, the model specialised to them as ONNX Runtime and TensorRT take
+ * shape tensors' values. Each --input names a graph input; one without takes the --params tensor
+ * of its name. With --repeat, "compile" is the open and the first run (import, compile, run).
  */
-static int load_onnx(kiln_ctx *ctx, run_opts *o, kiln_graph **out) {
-  kiln_onnx_frozen fz[MAX_INPUTS];
-  kiln_tensor *vals[MAX_INPUTS] = {0};
-  size_t nfz = 0;
-  int status = 0;
-  for (;;) {
-    if (kiln_onnx_import_frozen(ctx, o->model, nfz, fz, out) == KILN_OK) break;
-    const char *msg = kiln_ctx_error(ctx), *end = strstr(msg, "') must be known at import");
-    const char *start = end ? end : msg;
-    while (start > msg && start[-1] != '\'') start--;
-    size_t len = end && start > msg ? (size_t)(end - start) : 0, i = 0;
-    for (; len && i < o->ninputs; i++) {
-      size_t n;
-      const char *name = binding_name(o->input_name[i], &n);
-      if (n == len && !strncmp(name, start, len) && !o->frozen[i]) break;
+static int onnx_bind(kiln_ctx *ctx, const run_opts *o, const kiln_onnx_model *m,
+                     const kiln_params *params, const char **names, kiln_tensor **in,
+                     size_t *n_given, size_t *missing) {
+  size_t nin = kiln_onnx_model_num_inputs(m), n = 0;
+  *missing = SIZE_MAX;
+  for (size_t i = 0; i < o->ninputs; i++, n++) {
+    size_t len, k;
+    const char *name = binding_name(o->input_name[i], &len);
+    for (k = 0; k < nin; k++) {
+      const char *mk = kiln_onnx_model_input_name(m, k);
+      if (strlen(mk) == len && !strncmp(mk, name, len)) break;
     }
-    if (!len || i == o->ninputs) {
-      status = len ? cli_error("%s; give its value with --input %.*s=FILE.npy", msg, (int)len,
-                               start)
-                   : cli_error("%s", msg);
-      break;
+    if (k == nin) {
+      char list[1024] = "";
+      for (size_t j = 0, used = 0; j < nin && used < sizeof list; j++)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", j ? ", " : "",
+                                 kiln_onnx_model_input_name(m, j));
+      return cli_error("the model has no input named '%.*s' (its inputs: %s)", (int)len, name,
+                       nin ? list : "none");
     }
-    if (kiln_npy_read(ctx, o->input_file[i], &vals[nfz]) != KILN_OK) {
+    names[n] = kiln_onnx_model_input_name(m, k);
+    if (kiln_npy_read(ctx, o->input_file[i], &in[n]) != KILN_OK)
+      return cli_error("%s", kiln_ctx_error(ctx));
+  }
+  for (size_t k = 0; k < nin; k++) {
+    const char *mk = kiln_onnx_model_input_name(m, k);
+    bool given = false;
+    for (size_t i = 0; i < o->ninputs && !given; i++) given = !strcmp(names[i], mk);
+    if (given) continue;
+    kiln_tensor *t = params ? kiln_params_find(params, mk) : NULL;
+    if (t) names[n] = mk, in[n++] = t;
+    else if (*missing == SIZE_MAX) *missing = k;
+  }
+  *n_given = n;
+  return 0;
+}
+
+static int run_onnx(kiln_ctx *ctx, const run_opts *o) {
+  kiln_onnx_model_options mo = {
+      .backend = o->backend, .device = o->device,
+      .precision = o->precision != KP_PREC_FP32 ? kp_precision_name(o->precision) : NULL};
+  double t0 = seconds();
+  kiln_onnx_model *m = NULL;
+  kiln_params *params = NULL;
+  if (kiln_onnx_model_open(ctx, o->model, &mo, &m) != KILN_OK)
+    return cli_error("%s", kiln_ctx_error(ctx));
+  size_t nin = kiln_onnx_model_num_inputs(m), nout = kiln_onnx_model_num_outputs(m);
+  size_t cap = nin + o->ninputs + 1, n = 0, missing;
+  const char **names = calloc(cap, sizeof *names);
+  kiln_tensor **in = calloc(cap, sizeof *in), **out = calloc(nout + 1, sizeof *out);
+  int status = !names || !in || !out ? cli_error("out of memory") : 0;
+  if (!status && o->params && kiln_safetensors_read(ctx, o->params, &params) != KILN_OK)
+    status = cli_error("%s", kiln_ctx_error(ctx));
+  if (!status) status = onnx_bind(ctx, o, m, params, names, in, &n, &missing);
+  kiln_run_info info = {0};
+  kiln_status s = status ? KILN_OK : kiln_onnx_model_run(m, ctx, n, names, in, nout, out, &info);
+  if (s == KILN_ERR_INVALID && missing != SIZE_MAX) /* the first input without a value */
+    status = cli_error("%s; give its value with --input %s=FILE.npy", kiln_ctx_error(ctx),
+                       kiln_onnx_model_input_name(m, missing));
+  else if (s)
+    status = cli_error("%s", kiln_ctx_error(ctx));
+  double compile_ms = (seconds() - t0) * 1e3;
+  if (!status) status = make_dirs(o->outdir);
+  if (!status) {
+    print_backend(o, &info);
+    status = write_outputs(ctx, o, nout, out);
+  }
+  double *t = !status && o->repeat ? calloc((size_t)o->repeat, sizeof *t) : NULL;
+  if (!status && o->repeat && !t) status = cli_error("out of memory");
+  for (long r = 0; r < o->repeat && !status; r++) { /* specialised already: cache hits */
+    for (size_t k = 0; k < nout; k++) kiln_tensor_destroy(out[k]), out[k] = NULL;
+    double st = seconds();
+    if (kiln_onnx_model_run(m, ctx, n, names, in, nout, out, NULL) != KILN_OK)
       status = cli_error("%s", kiln_ctx_error(ctx));
-      break;
-    }
-    o->frozen[i] = true;
-    fz[nfz].name = strndup(start, len);
-    fz[nfz].value = vals[nfz];
-    if (!fz[nfz++].name) {
-      status = cli_error("out of memory");
-      break;
-    }
+    t[r] = (seconds() - st) * 1e3;
   }
-  for (size_t k = 0; k < nfz; k++) {
-    free((char *)fz[k].name);
-    kiln_tensor_destroy(vals[k]);
-  }
+  if (!status && o->repeat) print_times(compile_ms, t, o->repeat);
+  free(t);
+  for (size_t i = 0; in && i < o->ninputs; i++) kiln_tensor_destroy(in[i]); /* the rest: params' */
+  for (size_t r = 0; out && r < nout; r++) kiln_tensor_destroy(out[r]);
+  free(names);
+  free(in);
+  free(out);
+  kiln_params_destroy(params);
+  kiln_onnx_model_destroy(m);
   return status;
 }
 
@@ -495,11 +549,15 @@ int cmd_run(int argc, char **argv) {
     kiln_ctx_destroy(ctx);
     return cli_usage_error("run", "no output directory given (-o DIR)");
   }
+  if (cli_is_onnx_file(o.model)) {
+    int os = run_onnx(ctx, &o);
+    kiln_ctx_destroy(ctx);
+    return os;
+  }
   kiln_graph *g = NULL;
   kiln_model_file *m = NULL;
   kiln_params *params = NULL;
-  int status = cli_is_onnx_file(o.model) ? load_onnx(ctx, &o, &g)
-                                          : cli_load_model(ctx, o.model, o.dtype, o.train, &g, &m);
+  int status = cli_load_model(ctx, o.model, o.dtype, o.train, &g, &m);
   if (!status && o.params && kiln_safetensors_read(ctx, o.params, &params) != KILN_OK)
     status = cli_error("%s", kiln_ctx_error(ctx));
   /* A .kiln model's parameters must all be there, by path and shape, and nothing else. */

@@ -38,8 +38,9 @@ static const cli_command commands[] = {
      "              side runs\n"
      "  --tol T   the largest difference allowed (default 1e-12)"},
     {"compile", cmd_compile,
-     "MODEL.kir|MODEL.kiln -o MODEL.so [--header MODEL.h] [--params P.safetensors] [--name NAME] "
-     "[--target cpu|vulkan|cuda|hip] [--target-cpu CPU] [--keep-temps] [--precision P]",
+     "MODEL.kir|MODEL.kiln|MODEL.onnx -o MODEL.so [--header MODEL.h] [--params P.safetensors] "
+     "[--name NAME] [--target cpu|vulkan|cuda|hip] [--target-cpu CPU] [--keep-temps] "
+     "[--precision P] [--freeze NAME=FILE.npy]",
      "compile a model ahead of time into a shared object and a C header",
      "The .so needs only libc, libm, pthreads and OpenBLAS (no LLVM). Its entry points are\n"
      "NAME_create, NAME_output_dims, NAME_run, NAME_error and NAME_destroy, NAME taken from\n"
@@ -51,7 +52,10 @@ static const cli_command commands[] = {
      "                     device $KILN_DEVICE_INDEX (default 0) of that kind (docs/aot-gpu.md)\n"
      "  --target-cpu CPU   an LLVM CPU name such as x86-64-v3 (portable AVX2); default: this CPU\n"
      "  --keep-temps       keep the generated object, C tables and constant blob\n"
-     "  --precision P      fp32 (default), fp64, tf32, bf16 or fp16 (docs/precision.md)"},
+     "  --precision P      fp32 (default), fp64, tf32, bf16 or fp16 (docs/precision.md)\n"
+     "  --freeze NAME=F    (ONNX) bakes the value in F.npy into the .so for graph input NAME,\n"
+     "                     which is then no input: needed for inputs that decide shapes\n"
+     "                     (Reshape's shape, Slice's starts, ...); the .so serves that value"},
     {"devices", cmd_devices, "",
      "list the devices this machine can run models on",
      "One line per device: name (what --device takes), kind, detail. For the CPU the\n"
@@ -135,7 +139,9 @@ static const cli_command commands[] = {
                      "[--params P.safetensors] "
                      "[--dtype T] [--train] [--seed S] [--precision P] [--repeat N]",
      "run a model on .npy inputs and write DIR/output_0.npy ...",
-     "MODEL is .kir text or a .kiln model file (built with its parameters named by path).\n"
+     "MODEL is .kir text, a .kiln model file (built with its parameters named by path) or\n"
+     "an ONNX model, whose inputs that decide shapes (Reshape's shape, Slice's starts, ...)\n"
+     "are given with --input too: the model is specialised to their values.\n"
      "  --input NAME=FILE.npy  binds the parameter %NAME (once per parameter); for a .kiln\n"
      "                         model its input NAME, and a graph input g as g.src=E.npy,\n"
      "                         g.dst=E.npy (i64[E] edges, self-loops included) and, where\n"
