@@ -404,17 +404,49 @@ static kiln_status lifted_clip(ke_eval *e, const kf_node *at, void *data, kv *ou
 
 /* ----------------------------------------------------------------- fit */
 
-/* schedule=fn(s) => cosine_lr(s, TOTAL, base=B, warmup=W) | step_lr(s, B, SIZE, GAMMA) */
+/* Any other schedule function: called by kiln_fit with the step number, it must give a number
+   (the learning rate of that step); its first failure is kept for fit() to report. */
+typedef struct prog_schedule {
+  ke_eval *e;
+  const kf_node *at;
+  kv fn;
+  kiln_status err;
+  char msg[512];
+} prog_schedule;
+
+static double prog_schedule_call(int64_t step, void *closure) {
+  prog_schedule *ps = closure;
+  if (ps->err != KILN_OK) return NAN;
+  kv arg = mk_int(step), lr;
+  const kf_node *arg_node = ps->at;
+  ke_args a = {.npos = 1, .pos = &arg, .pos_node = &arg_node};
+  kiln_status s = ke_call_value(ps->e, ps->at, &ps->fn, &a, &lr);
+  if (s == KILN_OK && !is_num(&lr))
+    s = ke_fail_at(ps->e, ps->at, "fit(): the schedule gave %s at step %lld, not a number",
+                   ke_kind_name(&lr), (long long)step);
+  if (s != KILN_OK) {
+    ps->err = s;
+    snprintf(ps->msg, sizeof ps->msg, "%s", kiln_ctx_error(ps->e->ctx));
+    return NAN;
+  }
+  return num(&lr);
+}
+
+/* schedule=fn(s) => cosine_lr(s, TOTAL, base=B, warmup=W) | step_lr(s, B, SIZE, GAMMA), which
+   become kiln_fit's own schedules, or any function of the step number (ps) */
 static kiln_status schedule_of(ke_eval *e, const kf_node *at, const kv *v, kiln_optimizer *opt,
-                               kiln_schedule *out) {
-  const kf_node *body = v->k == KV_FN ? v->fn->node->lambda.body : NULL;
+                               kiln_schedule *out, prog_schedule *ps) {
+  if (v->k != KV_FN || v->fn->node->lambda.nparams != 1)
+    return ke_fail_at(e, at, "fit(): schedule is a function of the step number, fn(s) => ...");
+  const kf_node *body = v->fn->node->lambda.body;
   const kf_node *callee = body && body->kind == KF_CALL ? body->call.callee : NULL;
   const char *name = callee && callee->kind == KF_NAME ? callee->name : "";
   bool cos = !strcmp(name, "cosine_lr"), step = !strcmp(name, "step_lr");
-  if (!cos && !step)
-    return ke_fail_at(e, at, "fit(): schedule is a function fn(s) => cosine_lr(s, TOTAL, "
-                      "base=LR, warmup=W) or fn(s) => step_lr(s, LR, SIZE, GAMMA); other "
-                      "functions are not available yet");
+  if (!cos && !step) {
+    *ps = (prog_schedule){.e = e, .at = at, .fn = *v};
+    *out = (kiln_schedule){.kind = KILN_SCHEDULE_FN, .fn = prog_schedule_call, .closure = ps};
+    return KILN_OK;
+  }
   const ke_bind *env = v->fn->env;
   const kf_node *lam = v->fn->node;
   for (uint32_t i = 0; i < lam->lambda.nparams; i++)
@@ -558,8 +590,9 @@ static kiln_status fn_fit(ke_eval *e, const kf_node *call, const ke_args *a, kv 
     if (!is_num(kw[5])) return fail_arg(e, kn[5], "fit", "clip is a number");
     spec.clip = num(kw[5]);
   }
+  prog_schedule ps = {0};
   if (kw[6] && kw[6]->k != KV_NONE &&
-      (s = schedule_of(e, kn[6], kw[6], &spec.opt, &fo.schedule)) != KILN_OK)
+      (s = schedule_of(e, kn[6], kw[6], &spec.opt, &fo.schedule, &ps)) != KILN_OK)
     return s;
   if (kw[8] && kw[8]->k != KV_BOOL) return fail_arg(e, kn[8], "fit", "verbose is true or false");
   if (kw[8]) fo.verbose = kw[8]->b;
@@ -593,6 +626,8 @@ static kiln_status fn_fit(ke_eval *e, const kf_node *call, const ke_args *a, kv 
   kiln_fit_result res = {0};
   s = kiln_fit(e->ctx, &spec, p, ndata, data, &fo, &res);
   kiln_params_destroy(p);
+  if (s != KILN_OK && ps.err != KILN_OK) /* the schedule's own error, located in it */
+    return kir_fail(e->ctx, ps.err, "%s", ps.msg);
   if (s != KILN_OK) return ke_locate(e, call, s);
   kv *items = ke_alloc(e, 4 * sizeof *items);
   const char **fields = ke_alloc(e, 4 * sizeof *fields);

@@ -344,6 +344,11 @@ def seed_002_s7():
     hist3, _ = fit(p3, [X, y], ce, adamw3, epochs=4, batch_size=40, seed=3,
                    schedule=lambda s, total: cosine_lr(s, 10, base=3e-3, warmup=3))
 
+    p4 = init()
+    sgd4 = torch.optim.SGD(p4, lr=0.5, foreach=False)
+    hist4, _ = fit(p4, [X, y], ce, sgd4, epochs=3, batch_size=32, seed=5,
+                   schedule=lambda s, total: 0.2 * 0.5 ** (s / 4) + 0.01 * s)
+
     with torch.no_grad():
         ce_trained, ce_p, ce_p3 = float(ce(trained, X, y)), float(ce(p, X, y)), float(ce(p3, X, y))
     write("002_s7_fit", [
@@ -359,6 +364,7 @@ def seed_002_s7():
         f"{g10(cosine_lr(50, 1000, base=3e-4, warmup=100))} "
         f"{g10(cosine_lr(700, 1000, base=3e-4, warmup=100))} "
         f"{g10(cosine_lr(1200, 1000, base=3e-4, warmup=100))}",
+        vec(hist4),
     ])
 
 
