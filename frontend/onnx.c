@@ -1101,6 +1101,23 @@ kiln_status ox_read_file(kiln_ctx *ctx, const char *path, uint8_t **buf, size_t 
   return s;
 }
 
+kiln_status ox_read_model_file(kiln_ctx *ctx, const char *path, uint8_t **buf, size_t *len,
+                               char **dir) {
+  kiln_status s = ox_read_file(ctx, path, buf, len);
+  if (s != KILN_OK) return s;
+  if (!(*dir = strdup(path))) {
+    free(*buf);
+    *buf = NULL;
+    return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  }
+  char *slash = strrchr(*dir, '/');
+  if (slash)
+    *slash = 0;
+  else
+    strcpy(*dir, ".");
+  return KILN_OK;
+}
+
 KILN_API kiln_status kiln_onnx_import_frozen(kiln_ctx *ctx, const char *path, size_t nfrozen,
                                              const kiln_onnx_frozen *frozen, kiln_graph **out) {
   if (!ctx || !path || !out || (nfrozen && !frozen)) return KILN_ERR_INVALID;
@@ -1110,18 +1127,9 @@ KILN_API kiln_status kiln_onnx_import_frozen(kiln_ctx *ctx, const char *path, si
     if (!frozen[k].name || !frozen[k].value) return KILN_ERR_INVALID;
   uint8_t *buf;
   size_t len;
-  kiln_status s = ox_read_file(ctx, path, &buf, &len);
+  char *dir;
+  kiln_status s = ox_read_model_file(ctx, path, &buf, &len, &dir);
   if (s != KILN_OK) return s;
-  char *dir = strdup(path);
-  if (!dir) {
-    free(buf);
-    return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
-  }
-  char *slash = strrchr(dir, '/');
-  if (slash)
-    *slash = 0;
-  else
-    strcpy(dir, ".");
   /* decoded, the file's bytes are not needed: protobuf-c copied every field */
   Onnx__ModelProto *m = ox_decode_model(ctx, buf, len, path);
   free(buf);

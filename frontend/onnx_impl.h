@@ -127,6 +127,10 @@ kiln_dim ox_vdim(const ox_node *n, kiln_value v, int axis);
 
 /* The whole file at `path` in a malloc'ed buffer (a regular file of at most 2 GiB). */
 kiln_status ox_read_file(kiln_ctx *ctx, const char *path, uint8_t **buf, size_t *len);
+/* ox_read_file, and the model's folder (what external data is relative to) as a malloc'ed
+   string in *dir; on failure nothing is left allocated. */
+kiln_status ox_read_model_file(kiln_ctx *ctx, const char *path, uint8_t **buf, size_t *len,
+                               char **dir);
 /* buf decoded as a ModelProto; NULL (KILN_ERR_PARSE on ctx, with the byte) if it is not one. */
 Onnx__ModelProto *ox_decode_model(kiln_ctx *ctx, const void *buf, size_t len, const char *name);
 

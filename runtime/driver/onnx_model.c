@@ -447,18 +447,9 @@ KILN_API kiln_status kiln_onnx_model_open(kiln_ctx *ctx, const char *path,
   *out = NULL;
   uint8_t *buf;
   size_t len;
-  kiln_status s = ox_read_file(ctx, path, &buf, &len);
+  char *dir;
+  kiln_status s = ox_read_model_file(ctx, path, &buf, &len, &dir);
   if (s) return s;
-  char *dir = strdup(path);
-  if (!dir) {
-    free(buf);
-    return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
-  }
-  char *slash = strrchr(dir, '/');
-  if (slash)
-    *slash = 0;
-  else
-    strcpy(dir, ".");
   s = kiln_onnx_model_open_mem(ctx, buf, len, path, dir, opt, out);
   free(dir);
   free(buf);
