@@ -32,3 +32,13 @@ if sanitize:
 # sanitizers as the libkiln_rt.a inside that model.
 config.substitutions.append(("%sanitize",
     "-fsanitize=address,undefined" if sanitize else ""))
+# Python loading such a model through ctypes: under the sanitizers their runtimes must come first
+# (LD_PRELOAD), and Python's own allocations at exit are not the model's leaks.
+python_so = config.python
+if sanitize:
+    import subprocess
+    libs = [subprocess.run(["cc", "-print-file-name=" + lib], capture_output=True, text=True).stdout.strip()
+            for lib in ("libasan.so", "libubsan.so")]
+    python_so = "env LD_PRELOAD='%s' ASAN_OPTIONS=detect_leaks=0 %s" % (" ".join(libs), config.python)
+# before %python, which is a prefix of it
+config.substitutions.insert(0, ("%python_so", python_so))
