@@ -36,9 +36,11 @@ bool kcg_aot_images_add(kcg_aot_images *t, uint64_t key, const char *arch, void 
 bool kcg_aot_images_has(const kcg_aot_images *t, uint64_t key, const char *arch);
 void kcg_aot_images_free(kcg_aot_images *t);
 
+/* needed[k]: kernel k has a function `<kernel_prefix><name>` (NULL: every kernel); the others'
+   entries in `<prefix>fns` are NULL (runtime/exec/rt.h, krt_kernels_needed). */
 kiln_status kcg_aot_write_c(kiln_ctx *ctx, const kcg_program *prog, const char *prefix,
-                            const char *kernel_prefix, const char *blob_path, FILE *c,
-                            FILE *blob, uint32_t *entry);
+                            const char *kernel_prefix, const bool *needed,
+                            const char *blob_path, FILE *c, FILE *blob, uint32_t *entry);
 
 /*
  * The same for a GPU target: no kernel functions (`<prefix>fns` is a table of

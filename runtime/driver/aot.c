@@ -615,7 +615,7 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
   if (opt->embedded && opt->embedded_size) opt->embedded[0] = 0;
   kiln_status s = kir_verify(g);
   if (s != KILN_OK) return s;
-  bool *low = calloc(g->nparams + 1, sizeof *low);
+  bool *low = calloc(g->nparams + 1, sizeof *low), *needed = NULL;
   if (!low) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   /* The pipeline's options: the model's over the context's and the environment's. */
   kp_pipeline_options po;
@@ -686,7 +686,20 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
   snprintf(kprefix, sizeof kprefix, "%s_", name);
   snprintf(tprefix, sizeof tprefix, "kiln_%s_", name);
   kcg_cpu_options copt = {.cpu = opt->target_cpu};
-  s = kcg_cpu_emit_object(ctx, prog->kernels, prog->nkernels, &copt, kprefix, obj);
+  /* only the kernels a step may call (krt_kernels_needed): the rest get no function */
+  needed = calloc(prog->nkernels + 1u, sizeof *needed);
+  kcg_kernel **ks = calloc(prog->nkernels + 1u, sizeof *ks);
+  uint32_t nk = 0;
+  if (!needed || !ks) {
+    free(ks);
+    s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  krt_kernels_needed(prog, &po.opts, needed);
+  for (uint32_t k = 0; k < prog->nkernels; k++)
+    if (needed[k]) ks[nk++] = prog->kernels[k];
+  s = kcg_cpu_emit_object(ctx, ks, nk, &copt, kprefix, obj);
+  free(ks);
   if (s != KILN_OK) goto done;
   FILE *c = fopen(csrc, "w"), *b = fopen(blob, "wb");
   if (!c || !b) {
@@ -696,7 +709,7 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
     goto done;
   }
   uint32_t entry = 0;
-  s = kcg_aot_write_c(ctx, prog, tprefix, kprefix, blob, c, b, &entry);
+  s = kcg_aot_write_c(ctx, prog, tprefix, kprefix, needed, blob, c, b, &entry);
   if (s == KILN_OK) write_entry_points(c, name, tprefix, entry, g, bound);
   if (s == KILN_OK) write_signature(c, name, g, bound);
   if (s == KILN_OK) write_checked_entry_points(c, name, g, bound);
@@ -711,6 +724,7 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
     remove(blob);
   }
 done:
+  free(needed);
   free(low);
   free(bound);
   kir_arena_free(&arena);

@@ -118,6 +118,31 @@ static kiln_status keep_param_names(kiln_compiled *c, const kir_graph *g) {
   return KILN_OK;
 }
 
+/*
+ * Compiles the kernels a step may call (krt_kernels_needed) into c->fns; the others (a blocked
+ * convolution's loop nest, the fallback of a GEMM the library always takes) get no function.
+ */
+static kiln_status jit_needed(kiln_ctx *ctx, kiln_compiled *c, const kiln_options *opts,
+                              const kcg_cpu_options *co) {
+  uint32_t n = c->prog->nkernels, m = 0;
+  bool *needed = calloc(n, sizeof *needed);
+  kcg_kernel **ks = calloc(n, sizeof *ks);
+  kcg_cpu_fn *fns = calloc(n, sizeof *fns);
+  kiln_status s = needed && ks && fns ? KILN_OK : kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+  if (!s) {
+    krt_kernels_needed(c->prog, opts, needed);
+    for (uint32_t k = 0; k < n; k++)
+      if (needed[k]) ks[m++] = c->prog->kernels[k];
+    if (m) s = kcg_cpu_jit(ctx, ks, m, co, &c->code, fns);
+    for (uint32_t k = 0, i = 0; k < n && !s; k++)
+      c->fns[k] = needed[k] ? fns[i++] : NULL;
+  }
+  free(needed);
+  free(ks);
+  free(fns);
+  return s;
+}
+
 KILN_API kiln_status kiln_compile(kiln_graph *g, const kiln_compile_options *opt,
                                   kiln_compiled **out) {
   static const kiln_compile_options defaults;
@@ -160,7 +185,7 @@ KILN_API kiln_status kiln_compile(kiln_graph *g, const kiln_compile_options *opt
     kcg_cpu_options co = {.cpu = opt->cpu, .features = opt->features,
                           .opt_level = (kcg_opt_level)opt->opt_level, .dump_ir = opt->dump_ir,
                           .cache_dir = kcg_cache_dir(&po.opts, dir, sizeof dir) ? dir : NULL};
-    s = kcg_cpu_jit(ctx, c->prog->kernels, c->prog->nkernels, &co, &c->code, c->fns);
+    s = jit_needed(ctx, c, &po.opts, &co);
   }
   int threads = opt->num_threads ? opt->num_threads : po.opts.num_threads;
   if (!s && c->prog->nkernels && !(c->pool = krt_pool_create(threads)))

@@ -79,6 +79,16 @@ uint64_t krt_pool_nested(const krt_pool *p);
  */
 #define KRT_PARALLEL_MIN_BYTES (32 * 1024)
 
+/*
+ * Marks needed[k] (one per kernel of `prog`) for the kernels a step may call on the CPU under
+ * the options `opt`; the rest need no function (NULL in krt_model_create's fns): a blocked or
+ * Winograd convolution's loop nest, which the runtime never runs, and the fallback of a GEMM step
+ * that goes to the library on every machine (static sizes, m·n·k from KRT_GEMM_THRESHOLD_KILN,
+ * or from the threshold `opt` sets). A GEMM step without its function takes the library whatever
+ * the threshold at run time. The JIT and `kiln compile` compile only the needed kernels.
+ */
+void krt_kernels_needed(const kcg_program *prog, const kiln_options *opt, bool *needed);
+
 typedef struct krt_model krt_model;
 typedef struct krt_workspace krt_workspace;
 

@@ -10,6 +10,8 @@
  */
 #include "rt_check.h"
 
+#include <limits.h>
+
 static bool valid_type(const kcg_program *p, const kir_type *t) {
   if ((unsigned)t->dtype >= KILN_DTYPE_COUNT || t->rank > KIR_MAX_RANK) return false;
   for (int i = 0; i < t->rank; i++)
@@ -100,7 +102,8 @@ static kiln_status check_step(kiln_ctx *ctx, const kcg_program *top, const kcg_p
     return check_window(ctx, top, p, fns, s);
   if (st->kind == KCG_STEP_CONV) {
     const kcg_conv *c = &st->conv;
-    if (st->kernel >= top->nkernels || !fns[st->kernel] || top->kernels[st->kernel]->nbufs != 3)
+    /* its kernel (the loop nest) never runs on the CPU: it may have no function */
+    if (st->kernel >= top->nkernels || top->kernels[st->kernel]->nbufs != 3)
       return krt_fail(ctx, KILN_ERR_INVALID, "program: step %u: malformed conv kernel", s);
     /* x[B, C, H, W], w[O, C, KH, KW], y[B, O, HO, WO] as the geometry says, every size a
        positive constant but the batch and every packed buffer below 2^48 floats, so no size
@@ -131,7 +134,10 @@ static kiln_status check_step(kiln_ctx *ctx, const kcg_program *top, const kcg_p
     return ok ? KILN_OK : krt_fail(ctx, KILN_ERR_INVALID, "program: step %u: malformed conv", s);
   }
   if (st->kind == KCG_STEP_KERNEL || st->kind == KCG_STEP_GEMM) {
-    if (st->kernel >= top->nkernels || !fns[st->kernel])
+    /* a GEMM step without a function always goes to the library: f32 or f64 only */
+    bool library = st->kind == KCG_STEP_GEMM &&
+                   (st->gemm.dtype == KILN_F32 || st->gemm.dtype == KILN_F64);
+    if (st->kernel >= top->nkernels || (!fns[st->kernel] && !library))
       return krt_fail(ctx, KILN_ERR_INVALID, "program: step %u: kernel %u has no function", s,
                   st->kernel);
     const kcg_kernel *k = top->kernels[st->kernel];
@@ -196,4 +202,50 @@ static kiln_status check_program(kiln_ctx *ctx, const kcg_program *top, const kc
 
 kiln_status krt_check_program(kiln_ctx *ctx, const kcg_program *prog, const kcg_cpu_fn *fns) {
   return check_program(ctx, prog, prog, fns, 0);
+}
+
+/*
+ * Whether a GEMM step goes to the library (BLAS or Kiln's GEMM) on every machine: f32 or f64,
+ * and m·n·k at least the threshold the options set or, where they set none, the highest default
+ * but an SSE-only OpenBLAS's (KRT_GEMM_THRESHOLD_KILN; on a CPU without AVX2 the products from
+ * there to 2^22 then take BLAS rather than the generated kernel: the same elements, maybe
+ * slower). A size bound at run time (a batch) counts as 1: an empty product does nothing.
+ */
+static bool library_always(const kcg_step *st, const kiln_options *o) {
+  const kcg_gemm *g = &st->gemm;
+  int64_t threshold = o->gemm_threshold ? o->gemm_threshold : KRT_GEMM_THRESHOLD_KILN, mnk = 1;
+  if ((g->dtype != KILN_F32 && g->dtype != KILN_F64) || threshold < 0) return false;
+  const kir_dim dims[] = {g->m, g->n, g->k};
+  for (int i = 0; i < 3; i++) {
+    if (KIR_DIM_IS_SYM(dims[i])) continue;
+    if (dims[i] > INT_MAX) return false; /* beyond BLAS's int: the kernel */
+    if (__builtin_mul_overflow(mnk, dims[i], &mnk)) return true;
+  }
+  return mnk >= threshold;
+}
+
+static void mark_needed(const kcg_program *top, const kcg_program *p, const kiln_options *o,
+                        bool *needed, int depth) {
+  for (uint32_t s = 0; s < p->nsteps; s++) {
+    const kcg_step *st = &p->steps[s];
+    switch (st->kind) {
+    case KCG_STEP_KERNEL: break;
+    case KCG_STEP_GEMM:
+      if (library_always(st, o)) continue;
+      break;
+    case KCG_STEP_CONV:
+      if (st->conv.mode == KCG_CONV_BLOCKED || st->conv.mode == KCG_CONV_WINOGRAD) continue;
+      break;
+    case KCG_STEP_SCAN:
+      if (st->body && depth < KCG_MAX_SCAN_DEPTH) mark_needed(top, st->body, o, needed, depth + 1);
+      continue;
+    default: continue; /* ATTENTION: no kernel */
+    }
+    if (st->kernel < top->nkernels) needed[st->kernel] = true;
+  }
+}
+
+void krt_kernels_needed(const kcg_program *prog, const kiln_options *opt, bool *needed) {
+  for (uint32_t k = 0; k < prog->nkernels; k++) needed[k] = false;
+  mark_needed(prog, prog, opt, needed, 0);
 }

@@ -24,8 +24,9 @@
  *      pool (unless their buffers are so small that waking the pool would
  *      cost more than the kernel); GEMM steps call Kiln's own GEMM
  *      (rt_gemm_cpu.c) or cblas_sgemm/dgemm once per batch when the
- *      product is large enough to pay for it, else run their generated
- *      kernel; SCAN steps run their body program once per slice, its carries
+ *      product is large enough to pay for it (or when the program has no
+ *      generated kernel for them: krt_kernels_needed), else run that kernel;
+ *      SCAN steps run their body program once per slice, its carries
  *      ping-ponging between the two copies, the last step writing straight
  *      into the scan's results and every y straight into its slice.
  *
@@ -959,8 +960,13 @@ static kiln_status gemm_product(krt_workspace *w, rt_plan *pl, const kcg_step *s
   bool pack = w->m->gemm_pack && count == 1 && g->dtype == KILN_F32 && !g->bf16 && !g->a_bf16 &&
               !g->b_bf16 && pl->prog->bufs[st->args[1]].kind == KCG_PBUF_CONST &&
               M > KRT_GEMM_DIRECT_B_MAX_M && !dot_products(w->m, g, M, N);
-  bool library = use_blas(w->m, g, M, N, K),
+  /* without its generated kernel (krt_kernels_needed), the library whatever the threshold */
+  bool fallback = w->m->fns[st->kernel] != NULL,
+       library = use_blas(w->m, g, M, N, K) || !fallback,
        kiln = library && (pack || on_kiln_gemm(w->m, g, M, N));
+  if (!fallback && (M > INT_MAX || N > INT_MAX || K > INT_MAX))
+    return krt_fail(w->ctx, KILN_ERR_UNSUPPORTED, "GEMM step %s: a size beyond BLAS's int and "
+                    "no kernel", w->m->prog->kernels[st->kernel]->name);
   if (w->m->prof) {
     rt_prof *pr = &w->m->prof[pl->prof_base + (uint32_t)(st - pl->prog->steps)];
     pr->m = M, pr->n = N, pr->k = K, pr->count = (int64_t)count;

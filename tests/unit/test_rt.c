@@ -608,6 +608,18 @@ static void test_gemm(void) {
         CHECK(krt_run(f.m, ctx, dims, (const void *[]){a, b}, (void *[]){c0}) == KILN_OK);
         krt_model_set_gemm_threshold(f.m, 0);
         CHECK(krt_run(f.m, ctx, dims, (const void *[]){a, b}, (void *[]){c1}) == KILN_OK);
+        /* without its kernel (krt_kernels_needed leaves it out) the step takes the library
+           even where the threshold says never: the same bits as the library's run */
+        char *c2 = malloc(nc * es + 8);
+        krt_model *lib = NULL;
+        kcg_cpu_fn none[1] = {NULL};
+        memset(c2, 0x7f, nc * es);
+        CHECK(krt_model_create(ctx, f.p, none, f.pool, NULL, &lib) == KILN_OK);
+        if (lib) krt_model_set_gemm_threshold(lib, -1);
+        CHECK(lib && krt_run(lib, ctx, dims, (const void *[]){a, b}, (void *[]){c2}) == KILN_OK);
+        CHECK(!memcmp(c1, c2, nc * es));
+        krt_model_destroy(lib);
+        free(c2);
         double worst = 0;
         for (size_t i = 0; i < nc; i++) {
           double x = dt == KILN_F64 ? ((double *)c0)[i] : ((float *)c0)[i];
@@ -623,6 +635,47 @@ static void test_gemm(void) {
         free(a), free(b), free(c0), free(c1);
         fixture_free(&f);
       }
+}
+
+static void build_scan(fixture *f, bool reverse);
+
+/*
+ * Which kernels need machine code: a KERNEL step's and a scan body's always; a GEMM's while the
+ * library may not take it (small, f16, the threshold -1); never a blocked convolution's.
+ */
+static void test_kernels_needed(void) {
+  fixture f = {0};
+  kcg_program *p = f.p = prog_new(&f.arena);
+  uint32_t x = add_buf(p, KCG_PBUF_INPUT, KILN_F32, 1, (kir_dim[]){4});
+  uint32_t args[] = {x, x, x};
+  static const kir_dim sizes[][3] = {{64, 64, 64}, {8, 8, 8}, {M_, 1024, 1024}, {M_, 8, 8}};
+  add_step(p, KCG_STEP_KERNEL, add_kernel(p, "k", KILN_F32, 1, 4, false, 0, NULL), 1, args);
+  for (int i = 0; i < 5; i++) {
+    kcg_step *st = add_step(p, KCG_STEP_GEMM, add_kernel(p, "g", KILN_F32, 3, 1, false, 0, NULL),
+                            3, args);
+    const kir_dim *d = sizes[i % 4];
+    st->gemm = (kcg_gemm){.dtype = i == 4 ? KILN_F16 : KILN_F32, .m = d[0], .n = d[1], .k = d[2]};
+  }
+  kcg_step *cv = add_step(p, KCG_STEP_CONV, add_kernel(p, "c", KILN_F32, 3, 1, false, 0, NULL), 3,
+                          args);
+  cv->conv.mode = KCG_CONV_BLOCKED;
+  bool need[8];
+  kiln_options o = {0};
+  krt_kernels_needed(p, &o, need);
+  static const bool want[3][7] = {{1, 0, 1, 0, 1, 1, 0}, {1, 1, 1, 1, 1, 1, 0},
+                                  {1, 0, 0, 0, 0, 1, 0}};
+  for (int t = 0; t < 3; t++) {
+    o.gemm_threshold = t == 0 ? 0 : t == 1 ? -1 : 8; /* the default, never, from 8 */
+    krt_kernels_needed(p, &o, need);
+    for (int k = 0; k < 7; k++) CHECK(need[k] == want[t][k]);
+  }
+  fixture_free(&f);
+  fixture g = {0};
+  build_scan(&g, false);
+  o.gemm_threshold = 0;
+  krt_kernels_needed(g.p, &o, need);
+  CHECK(g.p->nkernels == 2 && need[0] && need[1]);
+  fixture_free(&g);
 }
 
 /* ------------------------------------------------------------------ SCAN */
@@ -810,6 +863,7 @@ int main(int argc, char **argv) {
   test_conv_steps();
   test_epilogue_steps();
   test_gemm();
+  test_kernels_needed();
   test_scan();
   test_threads();
   kiln_ctx_destroy(ctx);
