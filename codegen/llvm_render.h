@@ -31,6 +31,7 @@ typedef struct kcg_llvm {
   const char *kernel;         /* the kernel being rendered, for messages */
   uint32_t libcalls;          /* calls emitted so far that no loop can vectorise */
   uint32_t mathcalls;         /* uses of llvm_math.c's helpers emitted so far */
+  uint32_t accs;              /* accumulator updates (sum, max, min) emitted so far */
   LLVMTypeRef i1, i8, i16, i32, i64, f16, f32, f64, ptr, vd;
 } kcg_llvm;
 
