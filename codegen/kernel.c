@@ -8,6 +8,7 @@
  * LLVM ever sees them.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "program.h"
@@ -306,43 +307,127 @@ static uint64_t mix(uint64_t h, uint64_t v) { /* FNV-1a over the 8 bytes of v */
   return h;
 }
 
+/* The expressions an expression reads (KCG_NONE where it reads fewer). */
+static void expr_kids(const kcg_expr *e, kcg_ref kids[3]) {
+  bool leaf = e->kind == KCG_CONST || e->kind == KCG_INDEX || e->kind == KCG_SIZE ||
+              e->kind == KCG_LOCAL;
+  kids[0] = leaf ? KCG_NONE : e->a;
+  kids[1] = e->kind == KCG_BINARY || e->kind == KCG_SELECT ? e->b : KCG_NONE;
+  kids[2] = e->kind == KCG_LOAD || e->kind == KCG_SELECT ? e->c : KCG_NONE;
+}
+
+/* Whether statement i is the lone outermost parallel loop, whose bounds the caller passes. */
+static bool par_root(const kcg_kernel *k, uint32_t i) {
+  return k->nroot == 1 && k->root[0] == i && i < k->nstmts && k->stmts[i].kind == KCG_FOR &&
+         k->stmts[i].parallel;
+}
+
+/*
+ * What makes two kernels one function: their statements and the expressions those read, an
+ * expression named by its place among the read ones. The extent of a lone outermost parallel
+ * loop is not read — the CPU renderer takes that loop's bounds from its caller (lo, hi) and emits
+ * an expression only where one is read — so kernels that differ there alone (the same optimizer
+ * update over parameters of different sizes, whose extents leave different constants behind)
+ * compile to one function. place[e] is e's place, UINT32_MAX where nothing reads it; expressions
+ * are built children first, so one pass from the last marks what the rest reads. NULL when out
+ * of memory.
+ */
+static uint32_t *read_places(const kcg_kernel *k, uint32_t *nread) {
+  uint32_t *place = calloc(k->nexprs + 1u, sizeof *place);
+  if (!place) return NULL;
+  for (uint32_t i = 0; i < k->nstmts; i++) {
+    const kcg_stmt *st = &k->stmts[i];
+    if (st->a < k->nexprs && !par_root(k, i)) place[st->a] = 1;
+    if (st->kind == KCG_STORE && st->b < k->nexprs) place[st->b] = 1;
+  }
+  for (uint32_t i = k->nexprs; i-- > 0;) {
+    kcg_ref kids[3];
+    expr_kids(&k->exprs[i], kids);
+    for (int j = 0; place[i] && j < 3; j++)
+      if (kids[j] < i) place[kids[j]] = 1;
+  }
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < k->nexprs; i++) place[i] = place[i] ? n++ : UINT32_MAX;
+  *nread = n;
+  return place;
+}
+
+static uint32_t placed(const uint32_t *place, const kcg_kernel *k, kcg_ref r) {
+  return r < k->nexprs ? place[r] : r;
+}
+
 uint64_t kcg_kernel_hash(const kcg_kernel *k) {
   uint64_t h = 0xcbf29ce484222325ull;
-  h = mix(h, (uint64_t)k->nbufs << 32 | k->nexprs);
+  uint32_t n = 0, *place = read_places(k, &n);
+  if (!place) return 0; /* kcg_kernel_same says no to such a kernel */
+  h = mix(h, (uint64_t)k->nbufs << 32 | n);
   h = mix(h, (uint64_t)k->nstmts << 32 | k->nroot);
   for (uint32_t i = 0; i < k->nexprs; i++) {
     const kcg_expr *e = &k->exprs[i];
+    if (place[i] == UINT32_MAX) continue;
+    kcg_ref kids[3];
+    expr_kids(e, kids);
     h = mix(h, (uint64_t)e->kind << 48 | (uint64_t)e->dtype << 32 | (uint64_t)e->op << 16);
-    h = mix(h, (uint64_t)e->var << 32 | e->a);
-    h = mix(h, (uint64_t)e->b << 32 | e->c);
+    h = mix(h, (uint64_t)e->var << 32 | placed(place, k, kids[0]));
+    h = mix(h, (uint64_t)placed(place, k, kids[1]) << 32 | placed(place, k, kids[2]));
     h = mix(h, (uint64_t)e->i);
   }
   for (uint32_t i = 0; i < k->nstmts; i++) {
     const kcg_stmt *st = &k->stmts[i];
     h = mix(h, (uint64_t)st->kind << 32 | st->var);
-    h = mix(h, (uint64_t)st->a << 32 | st->b);
+    h = mix(h, (uint64_t)(par_root(k, i) ? UINT32_MAX : placed(place, k, st->a)) << 32 |
+                   (st->kind == KCG_STORE ? placed(place, k, st->b) : st->b));
   }
+  free(place);
   return h;
 }
 
-static bool same_stmt(const kcg_stmt *a, const kcg_stmt *b) {
-  return a->kind == b->kind && a->var == b->var && a->a == b->a && a->b == b->b &&
-         a->parallel == b->parallel && a->nbody == b->nbody &&
-         (!a->nbody || !memcmp(a->body, b->body, a->nbody * sizeof *a->body));
+static bool same_stmt(const kcg_kernel *ka, const uint32_t *pa, uint32_t i, const kcg_kernel *kb,
+                      const uint32_t *pb) {
+  const kcg_stmt *a = &ka->stmts[i], *b = &kb->stmts[i];
+  bool store = a->kind == KCG_STORE;
+  return a->kind == b->kind && a->var == b->var && a->parallel == b->parallel &&
+         par_root(ka, i) == par_root(kb, i) &&
+         (par_root(ka, i) || placed(pa, ka, a->a) == placed(pb, kb, b->a)) &&
+         (store ? placed(pa, ka, a->b) == placed(pb, kb, b->b) : a->b == b->b) &&
+         a->nbody == b->nbody && (!a->nbody || !memcmp(a->body, b->body, a->nbody * sizeof *a->body));
+}
+
+/* The read expressions of a and b, in order, alike (read_places). */
+static bool same_reads(const kcg_kernel *a, const uint32_t *pa, const kcg_kernel *b,
+                       const uint32_t *pb) {
+  uint32_t j = 0;
+  for (uint32_t i = 0; i < a->nexprs; i++) {
+    if (pa[i] == UINT32_MAX) continue;
+    while (j < b->nexprs && pb[j] == UINT32_MAX) j++;
+    if (j == b->nexprs) return false;
+    const kcg_expr *x = &a->exprs[i], *y = &b->exprs[j++];
+    kcg_ref kx[3], ky[3];
+    expr_kids(x, kx), expr_kids(y, ky);
+    if (x->kind != y->kind || x->dtype != y->dtype || x->op != y->op || x->var != y->var ||
+        x->i != y->i)
+      return false;
+    for (int c = 0; c < 3; c++)
+      if (placed(pa, a, kx[c]) != placed(pb, b, ky[c])) return false;
+  }
+  return true;
 }
 
 bool kcg_kernel_same(const kcg_kernel *a, const kcg_kernel *b) {
-  if (a->nbufs != b->nbufs || a->nsizes != b->nsizes || a->nexprs != b->nexprs ||
-      a->nstmts != b->nstmts || a->nlocals != b->nlocals || a->nvars != b->nvars ||
-      a->nroot != b->nroot || a->nerrors != b->nerrors || a->oom || b->oom)
+  if (a->nbufs != b->nbufs || a->nsizes != b->nsizes || a->nstmts != b->nstmts ||
+      a->nlocals != b->nlocals || a->nvars != b->nvars || a->nroot != b->nroot ||
+      a->nerrors != b->nerrors || a->oom || b->oom)
     return false;
   for (uint32_t i = 0; i < a->nbufs; i++)
     if (a->bufs[i].dtype != b->bufs[i].dtype || a->bufs[i].written != b->bufs[i].written)
       return false;
-  for (uint32_t i = 0; i < a->nexprs; i++)
-    if (!same_expr(&a->exprs[i], &b->exprs[i])) return false;
-  for (uint32_t i = 0; i < a->nstmts; i++)
-    if (!same_stmt(&a->stmts[i], &b->stmts[i])) return false;
+  uint32_t na = 0, nb = 0, *pa = read_places(a, &na), *pb = read_places(b, &nb);
+  bool same = pa && pb && na == nb;
+  for (uint32_t i = 0; same && i < a->nstmts; i++) same = same_stmt(a, pa, i, b, pb);
+  same = same && same_reads(a, pa, b, pb);
+  free(pa);
+  free(pb);
+  if (!same) return false;
   for (uint32_t i = 0; i < a->nlocals; i++)
     if (a->locals[i] != b->locals[i]) return false;
   if (a->nroot && memcmp(a->root, b->root, a->nroot * sizeof *a->root)) return false;
@@ -350,3 +435,4 @@ bool kcg_kernel_same(const kcg_kernel *a, const kcg_kernel *b) {
     if (strcmp(a->errors[i], b->errors[i])) return false;
   return true;
 }
+

@@ -1124,26 +1124,38 @@ static void test_objects(void) {
  */
 static void test_distinct(void) {
   kir_arena a = {0};
-  kcg_kernel *ks[6] = {elementwise(&a, KIR_OP_add, KILN_F32, KILN_F32, 2),
+  kcg_kernel *ks[7] = {elementwise(&a, KIR_OP_add, KILN_F32, KILN_F32, 2),
                        elementwise(&a, KIR_OP_sub, KILN_F32, KILN_F32, 2),
                        elementwise(&a, KIR_OP_add, KILN_F32, KILN_F32, 2),
                        elementwise(&a, KIR_OP_add, KILN_F64, KILN_F64, 2),
                        elementwise(&a, KIR_OP_add, KILN_F32, KILN_F32, 2),
-                       elementwise(&a, KIR_OP_add, KILN_F32, KILN_F32, 2)};
+                       elementwise(&a, KIR_OP_add, KILN_F32, KILN_F32, 2), NULL};
   ks[2]->name = "add_f32_again";
   ks[2]->bufs[0].name = "other";
   ks[4]->name = "add_f32_constant";
   ks[4]->exprs[ks[4]->nexprs - 1].b = kcg_const_f(ks[4], KILN_F32, 1.5); /* the stored x + y: x + 1.5 */
   ks[5]->name = "add_f32_serial";
   ks[5]->stmts[0].parallel = false;
-  CHECK(kcg_kernel_same(ks[0], ks[2]) && kcg_kernel_hash(ks[0]) == kcg_kernel_hash(ks[2]),
-        "two add_f32 kernels are not the same");
+  /* add_f32 over [512 x 784]: the parallel loop's extent, whose bounds the caller passes, is
+     all that differs (constants left behind, not a size): the same function */
+  kcg_kernel *k6 = ks[6] = kcg_kernel_new(&a, "add_f32_sized", 1);
+  uint32_t x6 = kcg_buf_add(k6, KILN_F32, false, "x"), y6 = kcg_buf_add(k6, KILN_F32, false, "y");
+  uint32_t o6 = kcg_buf_add(k6, KILN_F32, true, "out"), i6;
+  kcg_ref extent = kcg_binary(k6, KIR_OP_mul, kcg_const_i(k6, KILN_I64, 512),
+                              kcg_const_i(k6, KILN_I64, 784));
+  uint32_t l6 = kcg_for(k6, KCG_NONE, extent, true, &i6);
+  kcg_ref vx = kcg_load(k6, x6, kcg_index(k6, i6), KCG_NONE); /* x first, as elementwise() */
+  kcg_store(k6, l6, o6, kcg_index(k6, i6),
+            kcg_binary(k6, KIR_OP_add, vx, kcg_load(k6, y6, kcg_index(k6, i6), KCG_NONE)));
+  for (int i = 2; i <= 6; i += 4)
+    CHECK(kcg_kernel_same(ks[0], ks[i]) && kcg_kernel_hash(ks[0]) == kcg_kernel_hash(ks[i]),
+          "add_f32 and %s are not the same", ks[i]->name);
   for (int i = 1; i < 6; i++)
     CHECK(i == 2 || !kcg_kernel_same(ks[0], ks[i]), "add_f32 is the same as %s", ks[i]->name);
-  kcg_cpu_fn fns[6] = {0};
-  kcg_cpu_module *m = jit(ks, 6, fns, NULL);
+  kcg_cpu_fn fns[7] = {0};
+  kcg_cpu_module *m = jit(ks, 7, fns, NULL);
   if (!m) goto done;
-  CHECK(fns[0] == fns[2], "two same kernels got two functions");
+  CHECK(fns[0] == fns[2] && fns[0] == fns[6], "same kernels got several functions");
   for (int i = 1; i < 6; i++)
     CHECK(i == 2 || fns[i] != fns[0], "%s got add_f32's function", ks[i]->name);
   int64_t n = 37;
