@@ -120,6 +120,25 @@ static void overlay(kiln_options *o, const kiln_options *over) {
 #undef SET
 }
 
+bool kir_options_own(kiln_options *o, char **block) {
+  /* every string field (overlay's list): one that is added must be added here too */
+  const char **f[] = {&o->vulkan_library, &o->cuda_library, &o->nvrtc_library, &o->hip_library,
+                      &o->hip_arch, &o->cc, &o->source_dir, &o->lib_dir, &o->cache_dir};
+  enum { N = sizeof f / sizeof f[0] };
+  size_t len = 1;
+  for (int i = 0; i < N; i++) len += *f[i] ? strlen(*f[i]) + 1 : 0;
+  char *b = *block = malloc(len), *at = b;
+  if (!b) return false;
+  for (int i = 0; i < N; i++) {
+    if (!*f[i]) continue;
+    size_t n = strlen(*f[i]) + 1;
+    memcpy(at, *f[i], n);
+    *f[i] = at;
+    at += n;
+  }
+  return true;
+}
+
 void kir_options_resolve(const kiln_options *ctx_opts, const kiln_options *call_opts,
                          kiln_options *out) {
   kir_options_env(out);

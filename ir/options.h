@@ -28,6 +28,10 @@ void kir_options_env(kiln_options *out);
 void kir_options_resolve(const kiln_options *ctx_opts, const kiln_options *call_opts,
                          kiln_options *out);
 
+/* Points o's strings at copies in one malloc'ed *block (the caller frees it), so that o outlives
+   the strings it was given; false when out of memory. */
+bool kir_options_own(kiln_options *o, char **block);
+
 /* KILN_MEMORY_LIMIT, read now: bytes; 0 unset (or meaningless), -1 "none". */
 int64_t kir_env_memory_limit(void);
 

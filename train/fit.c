@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ir/options.h"
 #include "kiln/fit.h"
 #include "layers/layers.h"
 #include "passes/mixed_precision.h"
@@ -46,6 +47,13 @@ struct kiln_trainer {
   int64_t steps;
   kiln_graph *step_g, *eval_g;
   kiln_compiled *step_c, *eval_c;
+  /* The evaluation program is compiled at the first kiln_trainer_eval (a trainer that only steps
+     never pays for it), with what the spec said, kept here: */
+  bool eval_compiled;
+  char *device;           /* spec->device, owned */
+  kiln_options opts;      /* *spec->options, its strings in opts_block */
+  char *opts_block;
+  bool has_opts;
   role *step_roles, *eval_roles;
   uint32_t step_nparams, eval_nparams;
   kiln_dtype dt;
@@ -394,7 +402,13 @@ kiln_status kiln_trainer_create(kiln_ctx *ctx, const kiln_train_spec *spec,
   }
   if (s) goto fail;
   if ((s = compile_graph(ctx, spec, t->step_g, &t->step_c))) goto fail;
-  if ((s = compile_graph(ctx, spec, t->eval_g, &t->eval_c))) goto fail;
+  t->has_opts = spec->options != NULL;
+  if (t->has_opts) t->opts = *spec->options;
+  if ((spec->device && !(t->device = strdup(spec->device))) ||
+      (t->has_opts && !kir_options_own(&t->opts, &t->opts_block))) {
+    s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+    goto fail;
+  }
   kiln_graph_destroy(lg);
   *out = t;
   return KILN_OK;
@@ -413,6 +427,8 @@ void kiln_trainer_destroy(kiln_trainer *t) {
   free(t->state);
   kiln_compiled_destroy(t->step_c);
   kiln_compiled_destroy(t->eval_c);
+  free(t->device);
+  free(t->opts_block);
   kiln_graph_destroy(t->step_g);
   kiln_graph_destroy(t->eval_g);
   free(t->step_roles);
@@ -512,6 +528,14 @@ kiln_status kiln_trainer_eval(kiln_trainer *t, size_t n, kiln_tensor *const *inp
   if (n != t->nin)
     return kir_fail(t->ctx, KILN_ERR_INVALID, "trainer eval: %zu inputs given, it takes %u", n,
                     t->nin);
+  if (!t->eval_compiled) {
+    kiln_train_spec sp = t->spec;
+    sp.device = t->device;
+    sp.options = t->has_opts ? &t->opts : NULL;
+    kiln_status s = compile_graph(t->ctx, &sp, t->eval_g, &t->eval_c);
+    if (s) return s;
+    t->eval_compiled = true;
+  }
   kiln_tensor **in = calloc(t->eval_nparams + 1, sizeof *in);
   kiln_tensor *out = NULL;
   if (!in) return kir_fail(t->ctx, KILN_ERR_NOMEM, "out of memory");

@@ -86,7 +86,9 @@ KILN_API void kiln_trainer_destroy(kiln_trainer *t);
  */
 KILN_API kiln_status kiln_trainer_step(kiln_trainer *t, size_t n, kiln_tensor *const *inputs,
                                        double lr, uint64_t seed, double *loss);
-/* The loss without a step (validation). */
+/* The loss without a step (validation). The evaluation program is compiled at the first call
+   (with spec->device and a copy of spec->options as they were at kiln_trainer_create), so its
+   compile errors, if any, come from here. */
 KILN_API kiln_status kiln_trainer_eval(kiln_trainer *t, size_t n, kiln_tensor *const *inputs,
                                        double *loss);
 KILN_API size_t kiln_trainer_num_inputs(const kiln_trainer *t);

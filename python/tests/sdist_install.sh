@@ -14,6 +14,11 @@ rm -rf "$work" && mkdir -p "$work"
 echo "== python/sdist.sh"
 "$src/python/sdist.sh" "$work/dist" "$venv/bin/python" | tail -1
 tar -C "$work" -xzf "$work"/dist/kiln-*.tar.gz
+# The sdist's files all carry one fixed date, older than every object in the kept build folder, so
+# ninja there would take them all for up to date and link a stale module: each file gets the date
+# of the file it came from in the working tree.
+(cd "$work"/kiln-*/ && find . -type f -print0 | while IFS= read -r -d '' f; do
+  [[ -e $src/$f ]] && touch -r "$src/$f" "$f"; done; true)
 echo "== pip install $(basename "$work"/kiln-*/) (the unpacked sdist)"
 "$venv/bin/pip" install --disable-pip-version-check --no-build-isolation --no-deps \
   --target "$work/site" --config-settings=build-dir="$build/python-sdist-build" "$work"/kiln-*/ \
