@@ -13,8 +13,9 @@
 /*
  * Writes `prog` into `c` as static tables whose symbols start with `prefix`,
  * its kernels declared as `<kernel_prefix><kernel name>` (the object file's
- * symbols), and its constant buffers into `blob`, which the C file includes
- * from `blob_path` with `.incbin`. `*entry` is the number of the entry
+ * symbols), and its constant buffers into `blob` (a seekable file), written as
+ * an ELF object to link beside the C file's (it defines `<prefix>blob_start`,
+ * which the tables point into). `*entry` is the number of the entry
  * program: its table is `<prefix>p<entry>`, the functions `<prefix>fns`.
  */
 /* A code object made ahead of time for a GPU target (runtime/device/device.h's krt_image). */
@@ -39,8 +40,8 @@ void kcg_aot_images_free(kcg_aot_images *t);
 /* needed[k]: kernel k has a function `<kernel_prefix><name>` (NULL: every kernel); the others'
    entries in `<prefix>fns` are NULL (runtime/exec/rt.h, krt_kernels_needed). */
 kiln_status kcg_aot_write_c(kiln_ctx *ctx, const kcg_program *prog, const char *prefix,
-                            const char *kernel_prefix, const bool *needed,
-                            const char *blob_path, FILE *c, FILE *blob, uint32_t *entry);
+                            const char *kernel_prefix, const bool *needed, FILE *c, FILE *blob,
+                            uint32_t *entry);
 
 /*
  * The same for a GPU target: no kernel functions (`<prefix>fns` is a table of
@@ -48,7 +49,7 @@ kiln_status kcg_aot_write_c(kiln_ctx *ctx, const kcg_program *prog, const char *
  * krt_image_table of runtime/device/device.h (identical images share their bytes).
  */
 kiln_status kcg_aot_write_c_gpu(kiln_ctx *ctx, const kcg_program *prog, const char *prefix,
-                                const kcg_aot_images *images, const char *blob_path, FILE *c,
-                                FILE *blob, uint32_t *entry);
+                                const kcg_aot_images *images, FILE *c, FILE *blob,
+                                uint32_t *entry);
 
 #endif

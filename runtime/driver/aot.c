@@ -537,9 +537,28 @@ static kiln_status plan_peak(kiln_ctx *ctx, const kcg_program *prog, size_t *pea
   return s;
 }
 
-/* Links the generated C with a runtime library into opt->output. */
+/* Whether `name` is an executable file in a folder of $PATH. */
+static bool on_path(const char *name) {
+  const char *path = getenv("PATH");
+  char file[4200];
+  for (const char *p = path; p && *p;) {
+    size_t n = strcspn(p, ":");
+    if (n && n < 4000) {
+      snprintf(file, sizeof file, "%.*s/%s", (int)n, p, name);
+      if (!access(file, X_OK)) return true;
+    }
+    p += n + (p[n] == ':');
+  }
+  return false;
+}
+
+/*
+ * Links the generated C with a runtime library into opt->output. With the default compiler and
+ * LLVM's linker on PATH (Debian's lld), the link is lld's: GNU ld took 3.4 of the 12.7 s
+ * `kiln compile` spent on GPT-2's 620 MB of constants, lld 0.3 s.
+ */
 static kiln_status link_so(kiln_ctx *ctx, const kiln_aot_options *opt, const char *csrc,
-                           const char *obj, bool gpu) {
+                           const char *consts, const char *obj, bool gpu) {
   kiln_options o;
   kir_options_resolve(kir_ctx_opts(ctx), opt->options, &o);
   aot_dirs dirs;
@@ -552,14 +571,17 @@ static kiln_status link_so(kiln_ctx *ctx, const kiln_aot_options *opt, const cha
   if (access(rtlib, R_OK))
     return kir_fail(ctx, KILN_ERR_IO, "kiln compile: %s is missing (set KILN_LIB_DIR)", rtlib);
   const char *cc = opt->cc ? opt->cc : o.cc ? o.cc : "cc";
+  /* "-w" where lld is not used: an empty argument would be a file name */
+  char *ld = !opt->cc && !o.cc && on_path("ld.lld") ? "-fuse-ld=lld" : "-w";
   char *cpu_argv[] = {(char *)cc, "-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
-                      "-w", inc_src, inc_api, "-o", (char *)opt->output, (char *)csrc,
-                      (char *)obj, rtlib, "-lopenblas", "-lm", "-lpthread", NULL};
+                      "-w", ld, inc_src, inc_api, "-o", (char *)opt->output, (char *)csrc,
+                      (char *)consts, (char *)obj, rtlib, "-lopenblas", "-lm", "-lpthread", NULL};
   /* The devices' libraries are dlopen'ed at run time: the .so links none. The runtime's own
      public symbols (kiln_*) stay hidden: only the entry points are exported. */
   char *gpu_argv[] = {(char *)cc, "-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
-                      "-w", inc_src, inc_api, "-o", (char *)opt->output, (char *)csrc, rtlib,
-                      "-Wl,--exclude-libs,ALL", "-lm", "-ldl", "-lpthread", NULL};
+                      "-w", ld, inc_src, inc_api, "-o", (char *)opt->output, (char *)csrc,
+                      (char *)consts, rtlib, "-Wl,--exclude-libs,ALL", "-lm", "-ldl", "-lpthread",
+                      NULL};
   return run_cc(ctx, gpu ? gpu_argv : cpu_argv);
 }
 
@@ -570,7 +592,7 @@ static kiln_status compile_gpu(kiln_ctx *ctx, const kiln_aot_options *opt, const
   kcg_aot_images images = {0};
   char csrc[4200], blob[4200], tprefix[80];
   snprintf(csrc, sizeof csrc, "%s.tables.c", opt->output);
-  snprintf(blob, sizeof blob, "%s.consts.bin", opt->output);
+  snprintf(blob, sizeof blob, "%s.consts.o", opt->output);
   snprintf(tprefix, sizeof tprefix, "kiln_%s_", name);
   kiln_status s = krt_aot_capture(ctx, kind, prog, &images);
   if (s == KILN_OK && opt->embedded && opt->embedded_size)
@@ -578,7 +600,7 @@ static kiln_status compile_gpu(kiln_ctx *ctx, const kiln_aot_options *opt, const
   FILE *c = s == KILN_OK ? fopen(csrc, "w") : NULL, *b = c ? fopen(blob, "wb") : NULL;
   if (s == KILN_OK && (!c || !b)) s = kir_fail(ctx, KILN_ERR_IO, "%s: cannot write: %s", csrc, strerror(errno));
   uint32_t entry = 0;
-  if (s == KILN_OK) s = kcg_aot_write_c_gpu(ctx, prog, tprefix, &images, blob, c, b, &entry);
+  if (s == KILN_OK) s = kcg_aot_write_c_gpu(ctx, prog, tprefix, &images, c, b, &entry);
   if (s == KILN_OK) write_gpu_entry_points(c, name, tprefix, entry, kind, g, bound);
   if (s == KILN_OK) write_signature(c, name, g, bound);
   if (s == KILN_OK) write_checked_entry_points(c, name, g, bound);
@@ -586,7 +608,7 @@ static kiln_status compile_gpu(kiln_ctx *ctx, const kiln_aot_options *opt, const
   werr |= b && fclose(b) != 0;
   if (s == KILN_OK && werr) s = kir_fail(ctx, KILN_ERR_IO, "%s: write failed", csrc);
   if (s == KILN_OK && opt->header) s = write_header(ctx, opt->header, name, g, bound, opt->target);
-  if (s == KILN_OK) s = link_so(ctx, opt, csrc, NULL, true);
+  if (s == KILN_OK) s = link_so(ctx, opt, csrc, blob, NULL, true);
   if (!opt->keep_temps) {
     remove(csrc);
     remove(blob);
@@ -681,7 +703,7 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
   snprintf(tmp, sizeof tmp, "%s", opt->output);
   snprintf(obj, sizeof obj, "%s.kernels.o", tmp);
   snprintf(csrc, sizeof csrc, "%s.tables.c", tmp);
-  snprintf(blob, sizeof blob, "%s.consts.bin", tmp);
+  snprintf(blob, sizeof blob, "%s.consts.o", tmp);
   char kprefix[80], tprefix[80];
   snprintf(kprefix, sizeof kprefix, "%s_", name);
   snprintf(tprefix, sizeof tprefix, "kiln_%s_", name);
@@ -709,7 +731,7 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
     goto done;
   }
   uint32_t entry = 0;
-  s = kcg_aot_write_c(ctx, prog, tprefix, kprefix, needed, blob, c, b, &entry);
+  s = kcg_aot_write_c(ctx, prog, tprefix, kprefix, needed, c, b, &entry);
   if (s == KILN_OK) write_entry_points(c, name, tprefix, entry, g, bound);
   if (s == KILN_OK) write_signature(c, name, g, bound);
   if (s == KILN_OK) write_checked_entry_points(c, name, g, bound);
@@ -717,7 +739,7 @@ KILN_API kiln_status kiln_compile_shared(kiln_graph *g, const kiln_aot_options *
   werr |= fclose(b) != 0;
   if (s == KILN_OK && werr) s = kir_fail(ctx, KILN_ERR_IO, "%s: write failed", csrc);
   if (s == KILN_OK && opt->header) s = write_header(ctx, opt->header, name, g, bound, NULL);
-  if (s == KILN_OK) s = link_so(ctx, opt, csrc, obj, false);
+  if (s == KILN_OK) s = link_so(ctx, opt, csrc, blob, obj, false);
   if (!opt->keep_temps) {
     remove(obj);
     remove(csrc);
