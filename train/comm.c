@@ -136,8 +136,10 @@ void kiln_comm_destroy(kiln_comm *c) {
   /* A communicator with a message in flight that timed out cannot be freed cleanly. */
   if (!finalized && !c->broken) MPI_Comm_free(&c->comm);
   if (c->world) {
+    /* After a timeout MPI_Finalize could wait for the peer that is gone: the process ends
+       without it, and the launcher ends the job (or the caller calls kiln_comm_abort). */
     pthread_mutex_lock(&world_lock);
-    if (--world_refs == 0 && world_inited_here && !finalized) {
+    if (--world_refs == 0 && world_inited_here && !finalized && !c->broken) {
       MPI_Finalize();
       world_inited_here = false;
     }

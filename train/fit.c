@@ -501,6 +501,36 @@ static void buf_set(kiln_dtype dt, void *buf, size_t i, double v) {
   else ((float *)buf)[i] = (float)v;
 }
 
+/* buf[off, off + numel) = g * w, in buf's type (t->dt) */
+static void scale_into(kiln_dtype dt, void *buf, size_t off, const kiln_tensor *g, double w) {
+  size_t n = kiln_tensor_numel(g);
+  if (kiln_tensor_dtype(g) == dt && dt == KILN_F32) {
+    const float *x = kiln_tensor_cdata(g);
+    float *y = (float *)buf + off, fw = (float)w; /* row counts are exact in f32 */
+    for (size_t e = 0; e < n; e++) y[e] = fw * x[e];
+  } else if (kiln_tensor_dtype(g) == dt && dt == KILN_F64) {
+    const double *x = kiln_tensor_cdata(g);
+    double *y = (double *)buf + off;
+    for (size_t e = 0; e < n; e++) y[e] = w * x[e];
+  } else {
+    for (size_t e = 0; e < n; e++) buf_set(dt, buf, off + e, w * kiln_tensor_get(g, e));
+  }
+}
+
+/* g = buf[off, off + numel) / d (g of type dt) */
+static void scale_from(kiln_dtype dt, const void *buf, size_t off, kiln_tensor *g, double d) {
+  size_t n = kiln_tensor_numel(g);
+  if (dt == KILN_F32) {
+    const float *x = (const float *)buf + off;
+    float *y = kiln_tensor_data(g);
+    for (size_t e = 0; e < n; e++) y[e] = (float)((double)x[e] / d);
+  } else {
+    const double *x = (const double *)buf + off;
+    double *y = kiln_tensor_data(g);
+    for (size_t e = 0; e < n; e++) y[e] = x[e] / d;
+  }
+}
+
 /*
  * The data-parallel step: this rank's gradients (of the mean loss over its shard) times its
  * shard's size, summed over the ranks with its loss times that size, the size and a failure
@@ -528,8 +558,7 @@ static kiln_status dist_step(kiln_trainer *t, kiln_tensor *const *inputs, kiln_t
                              : KILN_OK;
   double w = (double)nloc;
   for (size_t i = 0, off = 0; !ran && nloc > 0 && i < np; off += kiln_tensor_numel(out[1 + i]), i++)
-    for (size_t e = 0; e < kiln_tensor_numel(out[1 + i]); e++)
-      buf_set(t->dt, buf, off + e, w * kiln_tensor_get(out[1 + i], e));
+    scale_into(t->dt, buf, off, out[1 + i], w);
   buf_set(t->dt, buf, n, !ran && nloc > 0 ? w * kiln_tensor_get(out[0], 0) : 0);
   buf_set(t->dt, buf, n + 1, ran ? 0 : w);
   buf_set(t->dt, buf, n + 2, ran ? 1 : 0);
@@ -548,8 +577,7 @@ static kiln_status dist_step(kiln_trainer *t, kiln_tensor *const *inputs, kiln_t
     for (size_t a = 0; a < kiln_tensor_rank(p); a++) dims[a] = kiln_tensor_dim(p, a);
     kiln_tensor *g = NULL;
     if ((s = kiln_tensor_create(t->ctx, t->dt, kiln_tensor_rank(p), dims, &g))) break;
-    for (size_t e = 0; e < kiln_tensor_numel(g); e++)
-      kiln_tensor_set(g, e, buf_get(t->dt, buf, off + e) / total);
+    scale_from(t->dt, buf, off, g, total);
     off += kiln_tensor_numel(g);
     s = kiln_params_add(grads, kiln_params_name(t->params, i), g);
   }

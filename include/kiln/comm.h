@@ -14,7 +14,9 @@
  *
  * Every exchange waits at most a timeout (kiln_options.comm_timeout,
  * KILN_COMM_TIMEOUT, 300 s by default) for a peer: a rank that died or hung
- * gives the others an error, never a hang.
+ * gives the others an error, never a hang. After such an error the
+ * communicator refuses every exchange; end the job (kiln_comm_abort), since
+ * MPI cannot finalize while a peer is gone.
  */
 #ifndef KILN_COMM_H
 #define KILN_COMM_H

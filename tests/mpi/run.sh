@@ -22,7 +22,7 @@ export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=no
 export KILN_NUM_THREADS=1
 rm -rf "$work" && mkdir -p "$work" && cd "$work"
 fail() { echo "FAIL: $*" >&2; exit 1; }
-mpi() { local np=$1; shift; timeout 120 "$mpiexec" -np "$np" "$@"; }
+mpi() { local np=$1; shift; timeout 300 "$mpiexec" -np "$np" "$@"; }
 
 "$py" - <<'EOF'
 import numpy as np
@@ -73,7 +73,7 @@ faults)
   sed 's/64, 64/64, 32/' "$src/../../examples/models/mlp.kiln" > other.kiln
   common=(--x x.npy --y y.npy --loss cross_entropy --epochs 1 -o m.safetensors -q)
   set +e
-  timeout 120 "$mpiexec" -np 1 "$kiln" fit "$src/../../examples/models/mlp.kiln" "${common[@]}" : \
+  timeout 300 "$mpiexec" -np 1 "$kiln" fit "$src/../../examples/models/mlp.kiln" "${common[@]}" : \
     -np 1 "$kiln" fit other.kiln "${common[@]}" > mismatch.out 2>&1
   rc=$?
   set -e
@@ -87,10 +87,10 @@ faults)
   for sig in KILL STOP; do
     cat > rank.sh <<EOF
 #!/bin/sh
-# rank 1 trains for a second, then gets SIG$sig
+# rank 1 trains for a few seconds, then gets SIG$sig
 if [ "\$OMPI_COMM_WORLD_RANK" = 1 ]; then
   "$kiln" ${long[*]} > /dev/null 2>&1 &
-  sleep 2
+  sleep 3
   kill -$sig \$!
   wait \$!
   exit 9
