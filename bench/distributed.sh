@@ -38,7 +38,7 @@ out=bench/results/$(date +%Y-%m-%d)-distributed.md
 {
   echo "# Data-parallel scaling, 1 and 2 ranks (bench/distributed.sh)"
   echo
-  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD), $(nproc) CPUs:"
+  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD), $(getconf _NPROCESSORS_ONLN) CPUs (a machine shared with other work: load average $(cut -d" " -f1 /proc/loadavg) at the start):"
   echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), Open MPI"
   echo "$(mpirun --version | head -1 | awk '{print $NF}'), PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)'),"
   echo "one thread a rank, loopback (self, vader / gloo over TCP), $epochs epochs, random data."
