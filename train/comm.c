@@ -165,11 +165,16 @@ static double now(void) {
 }
 
 /*
- * Waits for `req` until the deadline, polling: MPI moves a large message in fragments only
- * while a rank is inside an MPI call, so a rank that napped between polls slowed every transfer
- * (7.5 MB took 40 ms on shared memory with 50 us naps). It yields the CPU between polls, as
- * Open MPI's own waits do when ranks outnumber cores (mpi_yield_when_idle).
+ * Waits for `req` until the deadline. MPI moves a large message in fragments only while its
+ * ranks are inside MPI calls, so a rank that naps between polls slows the transfer (7.5 MB took
+ * 40 ms between two ranks with 50 us naps); a rank that spins takes the CPU from a peer that
+ * still computes, where ranks share cores. So messages are at most CHUNK bytes, a wait spins
+ * (yielding the CPU between polls) for its first SPIN seconds — all a chunk of a flowing
+ * transfer needs — and a longer wait, for a peer still computing its step, polls in naps.
  */
+enum { CHUNK = 256 << 10 };
+#define SPIN 2e-3
+
 static kiln_status wait_for(kiln_comm *c, MPI_Request *req, int peer, const char *what) {
   double t0 = now();
   for (;;) {
@@ -187,31 +192,52 @@ static kiln_status wait_for(kiln_comm *c, MPI_Request *req, int peer, const char
                       "(KILN_COMM_TIMEOUT): that rank died, hung or left the exchange",
                       c->rank, what, peer, c->timeout);
     }
-    sched_yield();
+    if (t < SPIN) sched_yield();
+    else nanosleep(&(struct timespec){0, 100000}, NULL);
   }
 }
 
+static kiln_status broken(kiln_comm *c) {
+  return kir_fail(c->ctx, KILN_ERR_RUNTIME, "rank %d: an earlier exchange of this communicator "
+                  "failed", c->rank);
+}
+
+/* `bytes` to `peer`, in messages of CHUNK bytes at most (MPI keeps their order). */
 static kiln_status send_to(kiln_comm *c, const void *buf, size_t bytes, int peer, int tag) {
-  if (c->broken) return kir_fail(c->ctx, KILN_ERR_RUNTIME, "rank %d: an earlier exchange of "
-                                 "this communicator failed", c->rank);
-  MPI_Request req;
-  if (MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm, &req) != MPI_SUCCESS) {
-    c->broken = true;
-    return kir_fail(c->ctx, KILN_ERR_RUNTIME, "rank %d: MPI_Isend to rank %d failed", c->rank, peer);
-  }
-  return wait_for(c, &req, peer, "send");
+  size_t off = 0;
+  do {
+    if (c->broken) return broken(c);
+    size_t m = bytes - off < CHUNK ? bytes - off : CHUNK;
+    MPI_Request req;
+    if (MPI_Isend((const char *)buf + off, (int)m, MPI_BYTE, peer, tag, c->comm, &req) !=
+        MPI_SUCCESS) {
+      c->broken = true;
+      return kir_fail(c->ctx, KILN_ERR_RUNTIME, "rank %d: MPI_Isend to rank %d failed", c->rank,
+                      peer);
+    }
+    kiln_status s = wait_for(c, &req, peer, "send");
+    if (s) return s;
+    off += m;
+  } while (off < bytes);
+  return KILN_OK;
 }
 
 static kiln_status recv_from(kiln_comm *c, void *buf, size_t bytes, int peer, int tag) {
-  if (c->broken) return kir_fail(c->ctx, KILN_ERR_RUNTIME, "rank %d: an earlier exchange of "
-                                 "this communicator failed", c->rank);
-  MPI_Request req;
-  if (MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm, &req) != MPI_SUCCESS) {
-    c->broken = true;
-    return kir_fail(c->ctx, KILN_ERR_RUNTIME, "rank %d: MPI_Irecv from rank %d failed", c->rank,
-                    peer);
-  }
-  return wait_for(c, &req, peer, "message");
+  size_t off = 0;
+  do {
+    if (c->broken) return broken(c);
+    size_t m = bytes - off < CHUNK ? bytes - off : CHUNK;
+    MPI_Request req;
+    if (MPI_Irecv((char *)buf + off, (int)m, MPI_BYTE, peer, tag, c->comm, &req) != MPI_SUCCESS) {
+      c->broken = true;
+      return kir_fail(c->ctx, KILN_ERR_RUNTIME, "rank %d: MPI_Irecv from rank %d failed", c->rank,
+                      peer);
+    }
+    kiln_status s = wait_for(c, &req, peer, "message");
+    if (s) return s;
+    off += m;
+  } while (off < bytes);
+  return KILN_OK;
 }
 
 /* ------------------------------------------------------ tree collectives */
