@@ -345,6 +345,17 @@ static int run(const char *cmd, int argc, char **argv) {
     if (!o.val.mask) o.val.mask = o.data.mask;
     status = cli_bind_data(ctx, m, o.dtype, o.loss, ndata, names, &o.val, val);
   }
+  /* Data-parallel: the ranks agree that all of them are ready before kiln_fit's exchanges, so
+     that a rank that failed alone (a file it cannot read) fails them all at once. */
+  int worst = 0;
+  if (comm && kiln_comm_agree(comm, status, &worst)) {
+    fprintf(stderr, "kiln: rank %d: %s; ending the job (MPI_Abort)\n", kiln_comm_rank(comm),
+            kiln_ctx_error(ctx));
+    kiln_comm_abort(comm, 1);
+  }
+  if (!status && worst)
+    status = cli_error("rank %d: another rank failed before training (its message says why)",
+                       kiln_comm_rank(comm));
   if (!status && fit) {
     kiln_trainer_destroy(t), t = NULL; /* kiln_fit makes its own */
     kiln_fit_options fo = {.epochs = o.epochs, .batch_size = o.batch_size, .seed = o.seed,

@@ -81,6 +81,18 @@ faults)
   [[ $rc -ne 0 && $rc -ne 124 ]] || fail "mismatched models: status $rc"
   [[ $(grep -c "has another model" mismatch.out) -eq 2 ]] || fail "mismatched models: not an error on both ranks"
 
+  # A file that one rank cannot read: every rank fails at once (no wait for the timeout).
+  set +e
+  KILN_COMM_TIMEOUT=60 timeout 300 "$mpiexec" -np 1 "$kiln" fit "$src/../../examples/models/mlp.kiln" \
+    "${common[@]}" : -np 1 "$kiln" fit "$src/../../examples/models/mlp.kiln" "${common[@]}" \
+    --val-x missing.npy --val-y y.npy > missing.out 2>&1
+  rc=$?
+  set -e
+  cat missing.out
+  [[ $rc -ne 0 && $rc -ne 124 ]] || fail "a missing file on rank 1: status $rc"
+  grep -q "another rank failed before training" missing.out ||
+    fail "a missing file on rank 1: rank 0 did not say that another rank failed"
+
   # A rank killed mid-run, then one that hangs: the job ends, non-zero, within the timeout.
   long=(fit "$src/../../examples/models/mlp.kiln" --x x.npy --y y.npy --loss cross_entropy
         --batch-size 4 --epochs 100000 -o long.safetensors -q)
