@@ -43,7 +43,7 @@ install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/kiln DESTINATION ${CMAKE_INSTALL_L
 # The static library's link dependencies, in link order: CMake's list (absolute paths and
 # names) for KilnConfig.cmake, and the same as linker flags for kiln-static.pc.
 set(KILN_STATIC_DEPS ${KILN_MLIR_LIBS} ${LLVM_LIBRARY} ${OPENBLAS_LIBRARY} ${CJSON_LIBRARY}
-    ${PROTOBUF_C_LIBRARY} ${KILN_SPIRV_LIBS} m)
+    ${PROTOBUF_C_LIBRARY} ${KILN_SPIRV_LIBS} ${KILN_MPI_LIBS} m)
 set(KILN_STATIC_LIBS_PC "")
 set(KILN_STATIC_RPATH_PC "")
 foreach(dep ${KILN_STATIC_DEPS})

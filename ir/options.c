@@ -46,11 +46,8 @@ static int64_t threshold(const char *name) {
   return v < 0 ? -1 : v == 0 ? 1 : v;
 }
 
-/* KILN_MEMORY_LIMIT: bytes, with K, M, G or T for powers of 1024; "none" or -1: no budget. */
-int64_t kir_env_memory_limit(void) {
-  const char *v = var("KILN_MEMORY_LIMIT");
-  if (!v) return 0;
-  if (is(v, "none") || is(v, "-1")) return -1;
+/* A byte count: digits with K, M, G or T for powers of 1024; 0 when it is none. */
+static int64_t bytes_of(const char *v) {
   if (*v < '0' || *v > '9') return 0;
   char *end;
   unsigned long long n = strtoull(v, &end, 10);
@@ -62,6 +59,23 @@ int64_t kir_env_memory_limit(void) {
   }
   if (!n || n > (unsigned long long)INT64_MAX >> shift) return 0;
   return (int64_t)(n << shift);
+}
+
+/* KILN_MEMORY_LIMIT: bytes, with K, M, G or T for powers of 1024; "none" or -1: no budget. */
+int64_t kir_env_memory_limit(void) {
+  const char *v = var("KILN_MEMORY_LIMIT");
+  if (!v) return 0;
+  if (is(v, "none") || is(v, "-1")) return -1;
+  return bytes_of(v);
+}
+
+/* KILN_COMM_TIMEOUT: seconds (a positive number), else the default. */
+static double seconds(const char *name) {
+  const char *v = var(name);
+  if (!v) return 0;
+  char *end;
+  double d = strtod(v, &end);
+  return !*end && d > 0 ? d : 0;
 }
 
 void kir_options_env(kiln_options *o) {
@@ -105,6 +119,9 @@ void kir_options_env(kiln_options *o) {
   o->memory_limit = kir_env_memory_limit();
   o->kernel_cache = on_off("KILN_KERNEL_CACHE");
   o->cache_dir = var("KILN_CACHE_DIR");
+  o->comm_timeout = seconds("KILN_COMM_TIMEOUT");
+  const char *cb = var("KILN_COMM_BUCKET");
+  o->comm_bucket = cb ? bytes_of(cb) : 0;
 }
 
 /* Every field of `over` that is not its default replaces o's. */
@@ -117,6 +134,7 @@ static void overlay(kiln_options *o, const kiln_options *over) {
   SET(attention_avx512); SET(num_threads); SET(profile); SET(vk_storage16); SET(vk_attention_steps);
   SET(vulkan_library); SET(cuda_library); SET(nvrtc_library); SET(hip_library); SET(hip_arch);
   SET(cc); SET(source_dir); SET(lib_dir); SET(memory_limit); SET(kernel_cache); SET(cache_dir);
+  SET(comm_timeout); SET(comm_bucket);
 #undef SET
 }
 

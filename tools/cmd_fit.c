@@ -240,6 +240,60 @@ static void fill_spec(const fit_opts *o, const kiln_model_file *m, kiln_train_sp
   spec->precision = o->precision;
 }
 
+/*
+ * Under an MPI launcher (mpirun, mpiexec, srun --mpi=pmix) `kiln fit` is one rank of a
+ * data-parallel run: the job's size from the launcher's environment, 1 outside one.
+ */
+static int launcher_size(const char **var) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && atoi(v) > 0) {
+      *var = vars[i];
+      return atoi(v);
+    }
+  }
+  const char *slurm = getenv("SLURM_NTASKS");
+  if (slurm && (getenv("PMIX_RANK") || getenv("PMI_RANK")) && atoi(slurm) > 0) {
+    *var = "SLURM_NTASKS";
+    return atoi(slurm);
+  }
+  return 1;
+}
+
+/* The communicator of a data-parallel `kiln fit` (NULL in one process), or an exit status. */
+static int open_comm(kiln_ctx *ctx, kiln_comm **comm) {
+  const char *var = NULL;
+  int size = launcher_size(&var);
+  *comm = NULL;
+  if (size <= 1) return 0;
+  if (!kiln_comm_mpi_available())
+    return cli_error("kiln fit runs as one of %d processes (%s=%d), but this build of Kiln has no "
+                     "MPI: it cannot train data-parallel (install libopenmpi-dev, or run "
+                     "tools/setup.sh, and configure again)", size, var, size);
+  if (kiln_comm_create_world(ctx, comm)) return cli_error("%s", kiln_ctx_error(ctx));
+  return 0;
+}
+
+/*
+ * The end of a data-parallel run: every rank learns whether any failed. A rank that does not
+ * answer within the timeout (it died or hangs) ends the job (MPI_Abort), so that none waits.
+ */
+static int close_comm(kiln_comm *comm, int status) {
+  if (!comm) return status;
+  int worst = status;
+  if (kiln_comm_agree(comm, status, &worst)) {
+    fprintf(stderr, "kiln: rank %d: a rank does not answer; ending the job (MPI_Abort)\n",
+            kiln_comm_rank(comm));
+    kiln_comm_abort(comm, status ? status : 1);
+  }
+  if (!status && worst)
+    fprintf(stderr, "kiln: rank %d: another rank failed (its message says why)\n",
+            kiln_comm_rank(comm));
+  kiln_comm_destroy(comm);
+  return status ? status : worst;
+}
+
 static int run(const char *cmd, int argc, char **argv) {
   fit_opts o = {.dtype = KILN_DTYPE_COUNT, .backend = KILN_BACKEND_AUTO, .gamma = 0.1, .step_size = 1};
   int r = parse_args(cmd, argc, argv, &o);
@@ -253,11 +307,15 @@ static int run(const char *cmd, int argc, char **argv) {
   kiln_trainer *t = NULL;
   kiln_grad_fn *gf = NULL;
   kiln_fit_result res = {0};
-  int status = load(ctx, &o, &m, &p);
+  kiln_comm *comm = NULL;
+  int status = fit ? open_comm(ctx, &comm) : 0;
+  bool rank0 = kiln_comm_rank(comm) == 0;
+  if (!status) status = load(ctx, &o, &m, &p);
   kiln_train_spec spec;
   kiln_model_input ins[64];
   if (!status) {
     fill_spec(&o, m, &spec, ins);
+    spec.comm = comm;
     if (o.opt && kiln_optimizer_parse(ctx, o.opt, &spec.opt)) status = cli_error("%s", kiln_ctx_error(ctx));
     else if (!o.opt) spec.opt = kiln_optimizer_default(KILN_OPTIM_ADAM);
     if (o.lr > 0) spec.opt.lr = o.lr;
@@ -270,6 +328,7 @@ static int run(const char *cmd, int argc, char **argv) {
     kiln_train_spec names_spec = spec;
     names_spec.backend = KILN_BACKEND_EAGER;
     names_spec.device = NULL;
+    names_spec.comm = NULL; /* no exchange for the names */
     if (kiln_trainer_create(ctx, &names_spec, p, &t)) status = cli_error("%s", kiln_ctx_error(ctx));
     ndata = t ? kiln_trainer_num_inputs(t) : 0;
     for (size_t i = 0; i < ndata && i < 64; i++) names[i] = kiln_trainer_input_name(t, i);
@@ -286,6 +345,17 @@ static int run(const char *cmd, int argc, char **argv) {
     if (!o.val.mask) o.val.mask = o.data.mask;
     status = cli_bind_data(ctx, m, o.dtype, o.loss, ndata, names, &o.val, val);
   }
+  /* Data-parallel: the ranks agree that all of them are ready before kiln_fit's exchanges, so
+     that a rank that failed alone (a file it cannot read) fails them all at once. */
+  int worst = 0;
+  if (comm && kiln_comm_agree(comm, status, &worst)) {
+    fprintf(stderr, "kiln: rank %d: %s; ending the job (MPI_Abort)\n", kiln_comm_rank(comm),
+            kiln_ctx_error(ctx));
+    kiln_comm_abort(comm, 1);
+  }
+  if (!status && worst)
+    status = cli_error("rank %d: another rank failed before training (its message says why)",
+                       kiln_comm_rank(comm));
   if (!status && fit) {
     kiln_trainer_destroy(t), t = NULL; /* kiln_fit makes its own */
     kiln_fit_options fo = {.epochs = o.epochs, .batch_size = o.batch_size, .seed = o.seed,
@@ -296,10 +366,14 @@ static int run(const char *cmd, int argc, char **argv) {
     else if (o.schedule && !strcmp(o.schedule, "step"))
       fo.schedule =
           (kiln_schedule){.kind = KILN_SCHEDULE_STEP, .step_size = o.step_size, .gamma = o.gamma};
+    /* Data-parallel: every rank trains, rank 0 alone writes and prints. */
     if (kiln_fit(ctx, &spec, p, ndata, data, &fo, &res) ||
-        kiln_safetensors_write(ctx, o.out, res.params))
+        (rank0 && kiln_safetensors_write(ctx, o.out, res.params)))
       status = cli_error("%s", kiln_ctx_error(ctx));
-    if (!status) /* what really trained (on stderr: stdout has one line per epoch) */
+    if (!rank0) kiln_fit_result_free(&res); /* nothing more to print */
+    if (!status && rank0 && comm)
+      fprintf(stderr, "data-parallel: %d ranks (MPI)\n", kiln_comm_size(comm));
+    if (!status && rank0) /* what really trained (on stderr: stdout has one line per epoch) */
       fprintf(stderr, "backend: %s%s%s%s\ndevice: %s\n", kiln_backend_name(res.info.backend),
              res.info.reason[0] ? " (auto: " : "", res.info.reason,
              res.info.reason[0] ? ")" : "", res.info.device);
@@ -307,7 +381,7 @@ static int run(const char *cmd, int argc, char **argv) {
       if (res.val_history) printf("epoch %lld loss %.9g val_loss %.9g\n", (long long)e + 1, res.history[e], res.val_history[e]);
       else printf("epoch %lld loss %.9g\n", (long long)e + 1, res.history[e]);
     }
-    if (!status && o.history) {
+    if (!status && rank0 && o.history) {
       FILE *f = fopen(o.history, "w");
       if (!f) status = cli_error("%s: %s", o.history, strerror(errno));
       for (int64_t e = 0; f && e < res.epochs; e++)
@@ -330,6 +404,7 @@ static int run(const char *cmd, int argc, char **argv) {
   kiln_grad_fn_destroy(gf);
   kiln_params_destroy(p);
   kiln_model_file_destroy(m);
+  status = close_comm(comm, status);
   kiln_ctx_destroy(ctx);
   return status;
 }

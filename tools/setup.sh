@@ -39,6 +39,8 @@ required=(
   libcjson-dev                                        # safetensors headers (JSON)
   valgrind
   pkg-config                                          # test install.packages (kiln.pc)
+  openmpi-bin libopenmpi-dev                          # data-parallel training (train/comm.c) and
+                                                      # its tests (mpirun; docs/distributed.md)
   python3-dev python3-pytest python3-torch python3-venv python3-pip  # the Python package (python/):
                                                       # Python.h, its pytest suite, torch for its
                                                       # DLPack and numerics tests, the pip venv

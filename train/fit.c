@@ -24,6 +24,7 @@
 #include "layers/layers.h"
 #include "passes/mixed_precision.h"
 #include "passes/pipeline.h"
+#include "train/dist.h"
 #include "train/loss_scale.h"
 
 /* What each parameter of the step graph is fed with. */
@@ -62,6 +63,11 @@ struct kiln_trainer {
   kt_loss_scale_opts ls;
   double scale, tracker;
   int64_t skipped;
+  /* Data-parallel (spec.comm of more than one rank): step_g gives the loss and the gradients
+     only; they are summed across the ranks, then `dist_opt` updates (docs/distributed.md). */
+  kiln_comm *comm;
+  kiln_opt_state *dist_opt;
+  size_t grad_numel; /* the parameters' elements */
 };
 
 static const char *loss_name(const kiln_train_spec *s) { return s->loss ? s->loss : "mse"; }
@@ -286,6 +292,37 @@ done:
   return s;
 }
 
+/*
+ * Data-parallel: every rank must train the same model (a hash of it is checked against rank
+ * 0's, so a mismatch is an error on every rank, not a hang or a wrong sum) from rank 0's
+ * parameters (broadcast, as DDP does), and applies its update as a graph of its own.
+ */
+static kiln_status dist_setup(kiln_trainer *t) {
+  const kiln_optimizer *o = &t->spec.opt;
+  uint64_t h = KT_FNV_START;
+  uint32_t head[5] = {t->np, t->nin, t->nstate, (uint32_t)t->dt, (uint32_t)o->kind};
+  double num[5] = {o->lr, o->momentum, o->b1, o->weight_decay, t->spec.clip};
+  h = kt_fnv(kt_fnv(h, head, sizeof head), num, sizeof num);
+  h = kt_fnv(h, loss_name(&t->spec), strlen(loss_name(&t->spec)) + 1);
+  for (uint32_t i = 0; i < t->nin; i++) h = kt_fnv(h, t->in_names[i], strlen(t->in_names[i]) + 1);
+  for (size_t i = 0; i < kiln_params_count(t->params); i++) {
+    const kiln_tensor *p = kiln_params_tensor(t->params, i);
+    int64_t dims[KILN_MAX_RANK + 1] = {(int64_t)kiln_tensor_rank(p)};
+    for (size_t a = 0; a < kiln_tensor_rank(p); a++) dims[a + 1] = kiln_tensor_dim(p, a);
+    h = kt_fnv(h, kiln_params_name(t->params, i), strlen(kiln_params_name(t->params, i)) + 1);
+    h = kt_fnv(h, dims, sizeof dims);
+  }
+  kiln_status s = kt_comm_check_same(t->ctx, t->comm, h, "model (parameters and their shapes, "
+                                     "inputs, loss and optimizer)");
+  for (size_t i = 0; !s && i < kiln_params_count(t->params); i++) {
+    kiln_tensor *p = kiln_params_tensor(t->params, i);
+    s = kiln_comm_broadcast(t->comm, kiln_tensor_data(p), kiln_tensor_nbytes(p), 0);
+    t->grad_numel += kiln_tensor_numel(p);
+  }
+  if (s) return s;
+  return kt_opt_state_create(t->ctx, o, t->params, t->spec.clip, t->spec.backend, &t->dist_opt);
+}
+
 kiln_status kiln_trainer_create(kiln_ctx *ctx, const kiln_train_spec *spec,
                                 const kiln_params *init, kiln_trainer **out) {
   *out = NULL;
@@ -317,6 +354,12 @@ kiln_status kiln_trainer_create(kiln_ctx *ctx, const kiln_train_spec *spec,
   if (spec->loss_scale > 0) t->ls.init_scale = spec->loss_scale;
   if (spec->loss_scale_interval > 0) t->ls.growth_interval = spec->loss_scale_interval;
   t->scale = t->scaled ? t->ls.init_scale : 1.0;
+  t->comm = spec->comm && kiln_comm_size(spec->comm) > 1 ? spec->comm : NULL;
+  if (t->comm && t->scaled) {
+    kiln_trainer_destroy(t);
+    return kir_fail(ctx, KILN_ERR_UNSUPPORTED, "fit(): precision fp16 (dynamic loss scaling) is "
+                    "not supported in data-parallel training yet; use bf16 or fp32");
+  }
   kiln_graph *lg = NULL;
   kiln_status s;
   if ((s = kiln_layer_check_params(ctx, spec->model, init))) goto fail;
@@ -346,7 +389,14 @@ kiln_status kiln_trainer_create(kiln_ctx *ctx, const kiln_train_spec *spec,
     free(wrt);
     if (s) goto fail;
   }
-  if ((s = add_update(t, t->step_g, 0))) goto fail;
+  if (!t->comm) {
+    if ((s = add_update(t, t->step_g, 0))) goto fail;
+  } else if (!(t->step_roles = roles_of(t->step_g, t->np, NULL))) {
+    s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
+    goto fail;
+  } else {
+    t->step_nparams = (uint32_t)kiln_graph_num_params(t->step_g);
+  }
   if ((s = kiln_graph_verify(t->step_g))) goto fail;
   /* The evaluation graph: inference mode. */
   uint32_t np2;
@@ -401,6 +451,7 @@ kiln_status kiln_trainer_create(kiln_ctx *ctx, const kiln_train_spec *spec,
     }
   }
   if (s) goto fail;
+  if (t->comm && (s = dist_setup(t))) goto fail;
   if ((s = compile_graph(ctx, spec, t->step_g, &t->step_c))) goto fail;
   t->has_opts = spec->options != NULL;
   if (t->has_opts) t->opts = *spec->options;
@@ -429,6 +480,7 @@ void kiln_trainer_destroy(kiln_trainer *t) {
   kiln_compiled_destroy(t->eval_c);
   free(t->device);
   free(t->opts_block);
+  kiln_opt_state_destroy(t->dist_opt);
   kiln_graph_destroy(t->step_g);
   kiln_graph_destroy(t->eval_g);
   free(t->step_roles);
@@ -452,6 +504,104 @@ static kiln_tensor *scalar_tensor(kiln_ctx *ctx, kiln_dtype dt, double v) {
   kiln_tensor *s = NULL;
   if (kiln_tensor_create(ctx, dt, 0, NULL, &s)) return NULL;
   kiln_tensor_set(s, 0, v);
+  return s;
+}
+
+static bool batched(const kiln_trainer *t, size_t i, int64_t nsamples);
+
+static double buf_get(kiln_dtype dt, const void *buf, size_t i) {
+  return dt == KILN_F64 ? ((const double *)buf)[i] : (double)((const float *)buf)[i];
+}
+static void buf_set(kiln_dtype dt, void *buf, size_t i, double v) {
+  if (dt == KILN_F64) ((double *)buf)[i] = v;
+  else ((float *)buf)[i] = (float)v;
+}
+
+/* buf[off, off + numel) = g * w, in buf's type (t->dt) */
+static void scale_into(kiln_dtype dt, void *buf, size_t off, const kiln_tensor *g, double w) {
+  size_t n = kiln_tensor_numel(g);
+  if (kiln_tensor_dtype(g) == dt && dt == KILN_F32) {
+    const float *x = kiln_tensor_cdata(g);
+    float *y = (float *)buf + off, fw = (float)w; /* row counts are exact in f32 */
+    for (size_t e = 0; e < n; e++) y[e] = fw * x[e];
+  } else if (kiln_tensor_dtype(g) == dt && dt == KILN_F64) {
+    const double *x = kiln_tensor_cdata(g);
+    double *y = (double *)buf + off;
+    for (size_t e = 0; e < n; e++) y[e] = w * x[e];
+  } else {
+    for (size_t e = 0; e < n; e++) buf_set(dt, buf, off + e, w * kiln_tensor_get(g, e));
+  }
+}
+
+/* g = buf[off, off + numel) / d (g of type dt) */
+static void scale_from(kiln_dtype dt, const void *buf, size_t off, kiln_tensor *g, double d) {
+  size_t n = kiln_tensor_numel(g);
+  if (dt == KILN_F32) {
+    const float *x = (const float *)buf + off;
+    float *y = kiln_tensor_data(g);
+    for (size_t e = 0; e < n; e++) y[e] = (float)((double)x[e] / d);
+  } else {
+    const double *x = (const double *)buf + off;
+    double *y = kiln_tensor_data(g);
+    for (size_t e = 0; e < n; e++) y[e] = x[e] / d;
+  }
+}
+
+/*
+ * The data-parallel step: this rank's gradients (of the mean loss over its shard) times its
+ * shard's size, summed over the ranks with its loss times that size, the size and a failure
+ * count; divided by the global batch, the mean gradient of the global batch — an unequal last
+ * shard (or an empty one) weighs what it holds. Then the update, the same on every rank.
+ */
+static kiln_status dist_step(kiln_trainer *t, kiln_tensor *const *inputs, kiln_tensor **in,
+                             double lr, double *loss) {
+  uint32_t np = t->np;
+  size_t n = t->grad_numel;
+  int64_t nloc = 1;
+  for (uint32_t i = 0; i < t->nin; i++)
+    if (batched(t, i, 1) && kiln_tensor_rank(inputs[i]) > 0) {
+      nloc = kiln_tensor_dim(inputs[i], 0);
+      break;
+    }
+  kiln_tensor **out = calloc(np + 1, sizeof *out);
+  char *buf = calloc(n + 3, kiln_dtype_size(t->dt));
+  kiln_params *grads = NULL;
+  if (!out || !buf) {
+    free(out), free(buf);
+    return kir_fail(t->ctx, KILN_ERR_NOMEM, "out of memory");
+  }
+  kiln_status ran = nloc > 0 ? run_graph(t, t->step_g, t->step_c, t->step_nparams, in, 1 + np, out)
+                             : KILN_OK;
+  double w = (double)nloc;
+  for (size_t i = 0, off = 0; !ran && nloc > 0 && i < np; off += kiln_tensor_numel(out[1 + i]), i++)
+    scale_into(t->dt, buf, off, out[1 + i], w);
+  buf_set(t->dt, buf, n, !ran && nloc > 0 ? w * kiln_tensor_get(out[0], 0) : 0);
+  buf_set(t->dt, buf, n + 1, ran ? 0 : w);
+  buf_set(t->dt, buf, n + 2, ran ? 1 : 0);
+  kiln_status s = kiln_comm_allreduce_sum(t->comm, t->dt, buf, n + 3);
+  double total = buf_get(t->dt, buf, n + 1), failed = buf_get(t->dt, buf, n + 2);
+  if (!s && ran) s = ran;
+  else if (!s && failed > 0)
+    s = kir_fail(t->ctx, KILN_ERR_RUNTIME, "data-parallel step %lld failed on %.0f other rank(s) "
+                 "(their messages say why)", (long long)t->steps + 1, failed);
+  else if (!s && !(total > 0))
+    s = kir_fail(t->ctx, KILN_ERR_INVALID, "data-parallel step: the global batch is empty");
+  if (!s) s = kiln_params_create(t->ctx, &grads);
+  for (size_t i = 0, off = 0; !s && i < np; i++) {
+    const kiln_tensor *p = kiln_params_tensor(t->params, i);
+    int64_t dims[KILN_MAX_RANK];
+    for (size_t a = 0; a < kiln_tensor_rank(p); a++) dims[a] = kiln_tensor_dim(p, a);
+    kiln_tensor *g = NULL;
+    if ((s = kiln_tensor_create(t->ctx, t->dt, kiln_tensor_rank(p), dims, &g))) break;
+    scale_from(t->dt, buf, off, g, total);
+    off += kiln_tensor_numel(g);
+    s = kiln_params_add(grads, kiln_params_name(t->params, i), g);
+  }
+  if (!s) s = kt_opt_state_step(t->dist_opt, t->params, grads, lr);
+  if (!s) *loss = buf_get(t->dt, buf, n) / total;
+  kiln_params_destroy(grads);
+  for (uint32_t i = 0; i <= np; i++) kiln_tensor_destroy(out[i]);
+  free(out), free(buf);
   return s;
 }
 
@@ -490,6 +640,10 @@ kiln_status kiln_trainer_step(kiln_trainer *t, size_t n, kiln_tensor *const *inp
     case R_TRACKER: in[i] = trackt; break;
     default: break;
     }
+  }
+  if (t->comm) {
+    if (!(s = dist_step(t, inputs, in, lr, loss))) t->steps++;
+    goto done;
   }
   if ((s = run_graph(t, t->step_g, t->step_c, t->step_nparams, in, nout, out))) goto done;
   *loss = kiln_tensor_get(out[0], 0);
@@ -645,6 +799,26 @@ kiln_status kiln_fit(kiln_ctx *ctx, const kiln_train_spec *spec, const kiln_para
     s = kir_fail(ctx, KILN_ERR_INVALID, "fit(): val has %zu tensors, the data %zu", o.n_val, n_data);
     goto done;
   }
+  /* Data-parallel: every rank must see the same data and run (checked), rank 0 alone talks. */
+  int rank = t->comm ? kiln_comm_rank(t->comm) : 0, nranks = t->comm ? kiln_comm_size(t->comm) : 1;
+  if (t->comm && graph) {
+    s = kir_fail(ctx, KILN_ERR_UNSUPPORTED, "fit(): a graph task trains on the whole graph every "
+                 "step: it cannot be split across ranks");
+    goto done;
+  }
+  if (t->comm) {
+    int64_t run[6] = {nsamples, bs, o.epochs, (int64_t)o.seed, (int64_t)o.n_val, o.schedule.kind};
+    uint64_t h = kt_fnv(KT_FNV_START, run, sizeof run);
+    for (size_t i = 0; i < n_data; i++)
+      for (size_t a = 0; a < kiln_tensor_rank(data[i]); a++) {
+        int64_t d = kiln_tensor_dim(data[i], a);
+        h = kt_fnv(h, &d, sizeof d);
+      }
+    if ((s = kt_comm_check_same(ctx, t->comm, h, "data or options (sample count, shapes, batch "
+                                "size, epochs, seed, validation, schedule)")))
+      goto done;
+    o.verbose = o.verbose && rank == 0;
+  }
   int64_t every = total_steps >= 10 ? total_steps / 10 : 1;
   struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -656,10 +830,12 @@ kiln_status kiln_fit(kiln_ctx *ctx, const kiln_train_spec *spec, const kiln_para
     int64_t count = 0;
     for (int64_t bi = 0; bi < nbatches && !s; bi++) {
       int64_t lo = bi * bs, n = bs ? (nsamples - lo < bs ? nsamples - lo : bs) : 0;
+      /* this rank's shard of the global batch: contiguous, sizes differing by one at most */
+      int64_t slo = lo + n * rank / nranks, sn = lo + n * (rank + 1) / nranks - slo;
       for (size_t i = 0; i < n_data && !s; i++) {
         if (batched(t, i, nsamples) && kiln_tensor_rank(data[i]) > 0 &&
             kiln_tensor_dim(data[i], 0) == nsamples)
-          s = take_rows(ctx, data[i], idx + lo, (size_t)n, &batch[i]);
+          s = take_rows(ctx, data[i], idx + slo, (size_t)sn, &batch[i]);
         else
           batch[i] = NULL;
       }
@@ -689,7 +865,17 @@ kiln_status kiln_fit(kiln_ctx *ctx, const kiln_train_spec *spec, const kiln_para
     out->history[e] = sum / (double)(count ? count : 1);
     if (out->scale_history) out->scale_history[e] = t->scale;
     out->skipped_steps = t->skipped;
-    if (o.n_val) {
+    if (o.n_val && t->comm) { /* once, on rank 0; its status and loss go to every rank */
+      double got[2] = {1, 0};
+      if (rank == 0) got[0] = kiln_trainer_eval(t, o.n_val, o.val, &got[1]);
+      if (!(s = kiln_comm_broadcast(t->comm, got, sizeof got, 0)) && got[0] != 0 && rank)
+        s = kir_fail(ctx, KILN_ERR_RUNTIME, "fit(): rank 0 could not compute the validation loss");
+      if (!s) s = (kiln_status)got[0];
+      out->val_history[e] = got[1];
+      if (!s && o.verbose)
+        fprintf(stderr, "epoch %lld/%lld  loss %.6g  val loss %.6g\n", (long long)e + 1,
+                (long long)o.epochs, out->history[e], out->val_history[e]);
+    } else if (o.n_val) {
       s = kiln_trainer_eval(t, o.n_val, o.val, &out->val_history[e]);
       if (!s && o.verbose)
         fprintf(stderr, "epoch %lld/%lld  loss %.6g  val loss %.6g\n", (long long)e + 1,
@@ -862,156 +1048,6 @@ done:
     kiln_params_destroy(*grads);
     *grads = NULL;
   }
-  return s;
-}
-
-/* --------------------------------------------------------- optimizer state */
-
-struct kiln_opt_state {
-  kiln_ctx *ctx;
-  kiln_optimizer opt;
-  uint32_t np, nst;
-  kiln_dtype dt;
-  char **names;
-  kiln_tensor **state;
-  int64_t steps;
-  kiln_graph *g;
-  kiln_compiled *c;
-};
-
-void kiln_opt_state_destroy(kiln_opt_state *st) {
-  if (!st) return;
-  for (uint32_t i = 0; st->names && i < st->np; i++) free(st->names[i]);
-  free(st->names);
-  for (size_t i = 0; st->state && i < (size_t)st->np * st->nst; i++) kiln_tensor_destroy(st->state[i]);
-  free(st->state);
-  kiln_compiled_destroy(st->c);
-  kiln_graph_destroy(st->g);
-  free(st);
-}
-
-kiln_status kiln_opt_state_create(kiln_ctx *ctx, const kiln_optimizer *opt,
-                                  const kiln_params *params, double clip, kiln_opt_state **out) {
-  *out = NULL;
-  kiln_status s = kiln_optimizer_check(ctx, opt);
-  if (s) return s;
-  kiln_opt_state *st = calloc(1, sizeof *st);
-  if (!st) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
-  st->ctx = ctx;
-  st->opt = *opt;
-  st->np = (uint32_t)kiln_params_count(params);
-  st->nst = (uint32_t)kiln_optimizer_num_state(opt);
-  st->dt = st->np ? kiln_tensor_dtype(kiln_params_tensor(params, 0)) : KILN_F32;
-  size_t ns = (size_t)st->np * st->nst;
-  kiln_value *pv = calloc(st->np + 1, sizeof *pv), *gv = calloc(st->np + 1, sizeof *gv);
-  kiln_value *sv = calloc(ns + 1, sizeof *sv), *np_ = calloc(st->np + 1, sizeof *np_);
-  kiln_value *ns_ = calloc(ns + 1, sizeof *ns_), *res = calloc(st->np + ns + 1, sizeof *res);
-  st->names = calloc(st->np + 1, sizeof *st->names);
-  st->state = calloc(ns + 1, sizeof *st->state);
-  if (!pv || !gv || !sv || !np_ || !ns_ || !res || !st->names || !st->state) {
-    s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
-    goto done;
-  }
-  if ((s = kiln_graph_create(ctx, "optimizer_step", &st->g))) goto done;
-  for (uint32_t i = 0; i < st->np; i++) {
-    const kiln_tensor *p = kiln_params_tensor(params, i);
-    size_t r = kiln_tensor_rank(p);
-    kiln_dim dims[KILN_MAX_RANK];
-    for (size_t a = 0; a < r; a++) dims[a] = kiln_tensor_dim(p, a);
-    st->names[i] = strdup(kiln_params_name(params, i));
-    if (kiln_tensor_dtype(p) != st->dt) {
-      s = kir_fail(ctx, KILN_ERR_INVALID, "optimizer: parameter '%s' is %s, the first one %s",
-                   st->names[i], kiln_dtype_name(kiln_tensor_dtype(p)), kiln_dtype_name(st->dt));
-      goto done;
-    }
-    pv[i] = kiln_graph_param(st->g, st->names[i], st->dt, r, dims);
-  }
-  for (uint32_t i = 0; i < st->np; i++) {
-    const kiln_tensor *p = kiln_params_tensor(params, i);
-    size_t r = kiln_tensor_rank(p);
-    kiln_dim dims[KILN_MAX_RANK];
-    for (size_t a = 0; a < r; a++) dims[a] = kiln_tensor_dim(p, a);
-    gv[i] = kiln_graph_param(st->g, NULL, st->dt, r, dims);
-    for (uint32_t k = 0; k < st->nst; k++) {
-      kiln_optimizer_state_info info;
-      if ((s = kiln_optimizer_state(opt, k, &info))) goto done;
-      size_t rr = info.scalar ? 0 : r;
-      sv[i * st->nst + k] = kiln_graph_param(st->g, NULL, st->dt, rr, dims);
-      int64_t d64[KILN_MAX_RANK];
-      for (size_t a = 0; a < rr; a++) d64[a] = dims[a];
-      if ((s = kiln_tensor_create(ctx, st->dt, rr, d64, &st->state[i * st->nst + k]))) goto done;
-      for (size_t e = 0; e < kiln_tensor_numel(st->state[i * st->nst + k]); e++)
-        kiln_tensor_set(st->state[i * st->nst + k], e, info.init);
-    }
-  }
-  kiln_value step = kiln_graph_param(st->g, "step", st->dt, 0, NULL);
-  kiln_value lr = kiln_graph_param(st->g, "lr", st->dt, 0, NULL);
-  if (clip > 0) {
-    kiln_value *cg = calloc(st->np + 1, sizeof *cg);
-    if (!cg) {
-      s = kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
-      goto done;
-    }
-    kiln_clip_grad_norm(st->g, st->np, gv, clip, cg);
-    memcpy(gv, cg, st->np * sizeof *gv);
-    free(cg);
-  }
-  if ((s = kiln_graph_status(st->g))) goto done;
-  if ((s = kiln_optimizer_step(st->g, opt, st->np, pv, gv, sv, step, lr, np_, ns_))) goto done;
-  memcpy(res, np_, st->np * sizeof *res);
-  memcpy(res + st->np, ns_, ns * sizeof *res);
-  if ((s = kiln_graph_set_results(st->g, st->np + ns, res))) goto done;
-  s = kiln_compile(st->g, NULL, &st->c);
-  if (s == KILN_ERR_UNSUPPORTED) s = KILN_OK, st->c = NULL; /* the interpreter runs it */
-done:
-  free(pv), free(gv), free(sv), free(np_), free(ns_), free(res);
-  if (s) kiln_opt_state_destroy(st);
-  else *out = st;
-  return s;
-}
-
-kiln_status kiln_opt_state_step(kiln_opt_state *st, kiln_params *params, const kiln_params *grads,
-                                double lr) {
-  size_t ns = (size_t)st->np * st->nst, nin = 2 * st->np + ns + 2, nout = st->np + ns;
-  kiln_tensor **in = calloc(nin + 1, sizeof *in), **out = calloc(nout + 1, sizeof *out);
-  kiln_tensor *stept = scalar_tensor(st->ctx, st->dt, (double)(st->steps + 1));
-  kiln_tensor *lrt = scalar_tensor(st->ctx, st->dt, lr > 0 ? lr : st->opt.lr);
-  kiln_status s = KILN_OK;
-  if (!in || !out || !stept || !lrt) {
-    s = kir_fail(st->ctx, KILN_ERR_NOMEM, "out of memory");
-    goto done;
-  }
-  for (uint32_t i = 0; i < st->np; i++) {
-    in[i] = kiln_params_find(params, st->names[i]);
-    in[st->np + i * (1 + st->nst)] = kiln_params_find(grads, st->names[i]);
-    if (!in[i] || !in[st->np + i * (1 + st->nst)]) {
-      s = kir_fail(st->ctx, KILN_ERR_INVALID, "optimizer step: no %s named '%s'",
-                   in[i] ? "gradient" : "parameter", st->names[i]);
-      goto done;
-    }
-    for (uint32_t k = 0; k < st->nst; k++)
-      in[st->np + i * (1 + st->nst) + 1 + k] = st->state[i * st->nst + k];
-  }
-  in[nin - 2] = stept;
-  in[nin - 1] = lrt;
-  if (st->c) s = kiln_compiled_run(st->c, st->ctx, nin, in, nout, out, NULL);
-  else s = kiln_graph_run(st->g, KILN_BACKEND_EAGER, nin, in, nout, out, NULL);
-  if (s) goto done;
-  for (uint32_t i = 0; i < st->np; i++) {
-    kiln_tensor *p = kiln_params_find(params, st->names[i]);
-    memcpy(kiln_tensor_data(p), kiln_tensor_cdata(out[i]), kiln_tensor_nbytes(p));
-  }
-  for (size_t i = 0; i < ns; i++) {
-    kiln_tensor_destroy(st->state[i]);
-    st->state[i] = out[st->np + i];
-    out[st->np + i] = NULL;
-  }
-  st->steps++;
-done:
-  for (size_t i = 0; out && i < nout; i++) kiln_tensor_destroy(out[i]);
-  free(in), free(out);
-  kiln_tensor_destroy(stept);
-  kiln_tensor_destroy(lrt);
   return s;
 }
 

@@ -17,6 +17,7 @@
 
 #include <stdio.h>
 
+#include "comm.h"
 #include "layers.h"
 #include "options.h"
 #include "train.h"
@@ -70,6 +71,14 @@ typedef struct kiln_train_spec {
   /* The options of the step's and the evaluation's compilation (include/kiln/options.h); NULL:
      the context's and the environment's. */
   const kiln_options *options;
+  /* Data-parallel training (include/kiln/comm.h, docs/distributed.md): NULL, or a communicator
+     of one rank, trains in this process alone. With more ranks, kiln_trainer_step takes this
+     rank's shard of the global batch, the gradients are averaged over the ranks (weighted by
+     their shards' sizes) before the update, and every rank ends with the same parameters
+     (rank 0's at the start); kiln_fit shards each batch itself. Borrowed; the trainer and the
+     communicator should share a context (errors of the exchange are written to the
+     communicator's). */
+  kiln_comm *comm;
 } kiln_train_spec;
 
 typedef struct kiln_trainer kiln_trainer;
@@ -106,6 +115,12 @@ KILN_API int64_t kiln_trainer_skipped_steps(const kiln_trainer *t);
    when the interpreter runs it): arena, inputs, results and constants of one step. */
 KILN_API size_t kiln_trainer_peak_bytes(const kiln_trainer *t);
 
+/*
+ * With spec->comm (several ranks) every rank calls kiln_fit with the same data: every rank
+ * shuffles it from the seed as one process would, takes its shard of each global batch of
+ * batch_size samples, the validation loss is computed by rank 0 and sent to the others, and
+ * only rank 0 prints progress. Every rank gets the same result.
+ */
 typedef struct kiln_fit_options {
   int64_t epochs;     /* 0: 10 */
   int64_t batch_size; /* 0: all samples in one batch */

@@ -12,6 +12,7 @@
 #include "layers.h"
 #include "train.h"
 #include "fit.h"
+#include "comm.h"
 #include "program.h"
 #include "onnx.h"
 

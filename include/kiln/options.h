@@ -90,6 +90,11 @@ typedef struct kiln_options {
   kiln_switch kernel_cache;     /* default on; KILN_KERNEL_CACHE=0 turns it off */
   const char *cache_dir;        /* its folder; NULL: $XDG_CACHE_HOME/kiln, else ~/.cache/kiln;
                                    KILN_CACHE_DIR */
+  /* Data-parallel training (include/kiln/comm.h, docs/distributed.md). */
+  double comm_timeout;          /* seconds a rank waits for a peer before it fails; 0: 300;
+                                   KILN_COMM_TIMEOUT */
+  int64_t comm_bucket;          /* bytes of gradient summed per exchange; 0: 4 MiB; KILN_COMM_BUCKET
+                                   (bytes, with K, M or G for powers of 1024) */
 } kiln_options;
 
 /* What the KILN_* environment variables set now (a value a variable cannot mean is ignored). */

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# run.sh KILN PYTHON MPIEXEC WORKDIR fit|faults — data-parallel `kiln fit` on MPI (docs/distributed.md).
+#
+#   fit     an MLP (f32 and f64), a CNN and a transformer trained by `mpirun -np 2` and `-np 4`
+#           (oversubscribed) on loopback, their parameters against one process's with the same
+#           global batch: f32 within 1e-5 (rounding), f64 within 1e-12 (the sum's order); a batch
+#           smaller than the ranks (empty shards) gives the one-process bits; rank 0 alone prints
+#           and writes.
+#   faults  ranks with different models end with the same error on every rank; a rank killed
+#           mid-run (SIGKILL) and a rank that hangs (SIGSTOP, found by KILN_COMM_TIMEOUT) end the
+#           whole job with a non-zero status, never a hang.
+#
+# Every mpirun is wrapped in `timeout`. Root (CI containers) needs Open MPI's consent; loopback
+# only (self and shared memory); no single-copy mechanism in containers.
+set -euo pipefail
+kiln=$1 py=$2 mpiexec=$3 work=$4 what=$5
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_btl=self,vader
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none
+# the runtime's thread pool: one thread per rank, as the one-process run
+export KILN_NUM_THREADS=1
+rm -rf "$work" && mkdir -p "$work" && cd "$work"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+mpi() { local np=$1; shift; timeout 300 "$mpiexec" -np "$np" "$@"; }
+
+"$py" - <<'EOF'
+import numpy as np
+r = np.random.default_rng(7)
+x = r.standard_normal((103, 2)).astype(np.float32)
+np.save("x.npy", x)
+np.save("y.npy", ((x[:, 0] * x[:, 1] > 0) + (x[:, 0] > 1)).astype(np.int64))
+np.save("img.npy", r.standard_normal((37, 1, 8, 8)).astype(np.float32))
+np.save("imgy.npy", r.integers(0, 4, 37))
+np.save("tok.npy", r.integers(0, 50, (29, 8)))
+np.save("toky.npy", r.integers(0, 3, 29))
+EOF
+
+# compare TAG MODEL X Y BATCH DTYPE TOL [fit options]: one process, then 2 and 4 ranks
+compare() {
+  local tag=$1 model=$2 x=$3 y=$4 bs=$5 dt=$6 tol=$7
+  shift 7
+  local args=(fit "$model" --x "$x" --y "$y" --loss cross_entropy --opt adam --lr 0.01 --seed 3
+              --batch-size "$bs" --dtype "$dt" -q "$@")
+  "$kiln" "${args[@]}" -o "$tag.1.safetensors" > "$tag.1.out" 2>&1 || { cat "$tag.1.out"; fail "$tag: one process"; }
+  local np
+  for np in 2 4; do
+    mpi "$np" "$kiln" "${args[@]}" -o "$tag.$np.safetensors" > "$tag.$np.out" 2> "$tag.$np.err" ||
+      { cat "$tag.$np.out" "$tag.$np.err"; fail "$tag: $np ranks"; }
+    # rank 0 alone prints the epochs, the same as one process's (to the loss's rounding)
+    diff <(cut -d' ' -f1-2 "$tag.1.out" | grep '^epoch') <(cut -d' ' -f1-2 "$tag.$np.out") > /dev/null ||
+      { cat "$tag.$np.out"; fail "$tag: $np ranks printed other epoch lines"; }
+    grep -q "^data-parallel: $np ranks (MPI)" "$tag.$np.err" || fail "$tag: no 'data-parallel' line"
+    echo "$tag, $np ranks: $("$py" "$src/compare.py" "$tag.1.safetensors" "$tag.$np.safetensors" "$tol")" ||
+      fail "$tag: $np ranks differ from one process by more than $tol"
+  done
+}
+
+case $what in
+fit)
+  compare mlp32 "$src/../../examples/models/mlp.kiln" x.npy y.npy 16 f32 1e-5 --epochs 3
+  compare mlp64 "$src/../../examples/models/mlp.kiln" x.npy y.npy 16 f64 1e-12 --epochs 3 \
+    --val-x x.npy --val-y y.npy --clip 1
+  compare cnn "$src/cnn.kiln" img.npy imgy.npy 8 f32 1e-5 --epochs 2
+  compare transformer "$src/transformer.kiln" tok.npy toky.npy 8 f32 1e-5 --epochs 2
+  # a global batch of 2 over 4 ranks: two shards are empty, the sums exact, the bits one process's
+  compare tiny "$src/../../examples/models/mlp.kiln" x.npy y.npy 2 f64 0 --epochs 1
+  grep -q "bit-identical" < <("$py" "$src/compare.py" tiny.1.safetensors tiny.4.safetensors 0) ||
+    fail "a batch of 2 on 4 ranks is not bit-identical to one process"
+  ;;
+faults)
+  # Different models on the two ranks (MPMD): the same error on both, status 1, no hang.
+  sed 's/64, 64/64, 32/' "$src/../../examples/models/mlp.kiln" > other.kiln
+  common=(--x x.npy --y y.npy --loss cross_entropy --epochs 1 -o m.safetensors -q)
+  set +e
+  timeout 300 "$mpiexec" -np 1 "$kiln" fit "$src/../../examples/models/mlp.kiln" "${common[@]}" : \
+    -np 1 "$kiln" fit other.kiln "${common[@]}" > mismatch.out 2>&1
+  rc=$?
+  set -e
+  cat mismatch.out
+  [[ $rc -ne 0 && $rc -ne 124 ]] || fail "mismatched models: status $rc"
+  # Each rank finds the mismatch and says so; but mpirun aborts the job as soon as one rank exits,
+  # which may kill the other before it prints (1 of 5 runs here, on a loaded machine).
+  [[ $(grep -c "has another model" mismatch.out) -ge 1 ]] || fail "mismatched models: no rank said so"
+
+  # A file that one rank cannot read: every rank fails at once (no wait for the timeout).
+  set +e
+  KILN_COMM_TIMEOUT=60 timeout 300 "$mpiexec" -np 1 "$kiln" fit "$src/../../examples/models/mlp.kiln" \
+    "${common[@]}" : -np 1 "$kiln" fit "$src/../../examples/models/mlp.kiln" "${common[@]}" \
+    --val-x missing.npy --val-y y.npy > missing.out 2>&1
+  rc=$?
+  set -e
+  cat missing.out
+  [[ $rc -ne 0 && $rc -ne 124 ]] || fail "a missing file on rank 1: status $rc"
+  grep -q "another rank failed before training" missing.out ||
+    fail "a missing file on rank 1: rank 0 did not say that another rank failed"
+
+  # A rank killed mid-run, then one that hangs: the job ends, non-zero, within the timeout.
+  long=(fit "$src/../../examples/models/mlp.kiln" --x x.npy --y y.npy --loss cross_entropy
+        --batch-size 4 --epochs 100000 -o long.safetensors -q)
+  for sig in KILL STOP; do
+    cat > rank.sh <<EOF
+#!/bin/sh
+# rank 1 trains for a few seconds, then gets SIG$sig. The rank is the kiln process itself (exec),
+# so Open MPI's abort reaches it; a stopped rank is killed 30 s later in any case (six times
+# KILN_COMM_TIMEOUT). A kiln started in the background of the rank's shell outlived that shell
+# when stopped, and in a fresh Debian root mpirun then waited for it until timeout's 300 s.
+if [ "\$OMPI_COMM_WORLD_RANK" = 1 ]; then
+  (sleep 3; kill -$sig \$\$; [ $sig = STOP ] && sleep 30 && kill -KILL \$\$) > /dev/null 2>&1 < /dev/null &
+fi
+exec "$kiln" ${long[*]}
+EOF
+    chmod +x rank.sh
+    start=$SECONDS
+    set +e
+    KILN_COMM_TIMEOUT=5 mpi 2 ./rank.sh > "$sig.out" 2>&1
+    rc=$?
+    set -e
+    echo "SIG$sig on rank 1: status $rc after $((SECONDS - start)) s"
+    [[ $rc -ne 0 && $rc -ne 124 ]] || { cat "$sig.out"; fail "SIG$sig on rank 1: status $rc"; }
+  done
+  # the hung rank is found by the timeout, and named
+  grep -q "no message with rank 1 within 5 s\|no send with rank 1 within 5 s" STOP.out ||
+    { cat STOP.out; fail "SIGSTOP: rank 0 did not report its timeout"; }
+  ;;
+*) fail "unknown part '$what'" ;;
+esac
+echo "OK"
