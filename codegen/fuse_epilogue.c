@@ -101,8 +101,7 @@ static kcg_step *producer(kcg_program *p, uint32_t b) {
       if (st->args[a] == b && (a != 2 || !out)) return NULL; /* read, or written elsewhere */
     if (!out) continue;
     bool conv = st->kind == KCG_STEP_CONV &&
-                (st->conv.mode == KCG_CONV_BLOCKED || st->conv.mode == KCG_CONV_DEPTHWISE ||
-                 st->conv.mode == KCG_CONV_WINOGRAD);
+                (kcg_conv_dense(st->conv.mode) || st->conv.mode == KCG_CONV_DEPTHWISE);
     bool gemm = st->kind == KCG_STEP_GEMM && st->gemm.dtype == KILN_F32;
     return (conv || gemm) && !st->epi.on ? st : NULL;
   }

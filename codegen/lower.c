@@ -404,6 +404,7 @@ void kcg_lower_options_for(const kiln_options *o, kcg_lower_options *out) {
                              .conv_bf16 = kir_switch_on(o->conv_bf16, true),
                              .runtime_conv = kir_switch_on(o->conv_direct, true),
                              .winograd = kir_switch_on(o->conv_winograd, true),
+                             .winograd_tile = o->conv_winograd_tile,
                              .runtime_epilogue = kir_switch_on(o->epilogue, true),
                              .conv_gemm_min = o->conv_gemm_min};
 }

@@ -57,7 +57,6 @@
  * its weight (or dy) instead of being skipped, so a non-finite weight next
  * to the padding gives NaN where the reference gives ±inf.
  */
-#include <stdlib.h>
 #include <string.h>
 
 #include "lower.h"
@@ -659,21 +658,35 @@ static bool use_blocked(const kcg_lower_ctx *lc, const kir_inst *inst) {
 }
 
 /*
- * Output tiles of 2x2 per image from which a 3x3 stride-1 convolution that would be a blocked
- * CONV step is a WINOGRAD one instead (runtime/exec/rt_winograd_cpu.c), and input and output
- * channels at least: its 16 GEMMs are [O, C] · [C, tiles], which OpenBLAS runs well only with
- * enough of each. Measured on resnet50's layers (docs/cpu-runtime.md, "Winograd").
+ * Which Winograd mode a 3x3 stride-1 convolution that would be a blocked CONV step takes
+ * (runtime/exec/rt_winograd_cpu.c), if any. Its α² products M[k] = U[k] · V[k] are GEMMs of
+ * [O, C] · [C, T] (T output tiles per image), which run well only with enough of each: a tile
+ * count of WINOGRAD_MIN_TILES at least, and O·C·T of WINOGRAD4_MIN_WORK for F(4x4, 3x3) (tried
+ * first), WINOGRAD_MIN_WORK for F(2x2, 3x3). Measured with Kiln's GEMM on a Xeon (docs/cpu-runtime.md,
+ * "Winograd"): 64 channels at 56x56 F(4x4) 1.10 ms, F(2x2) 1.54, direct 1.68; 256 at 14x14 (T 16
+ * and 49) 1.50, 1.29, 1.48; 512 at 7x7 6.8, 2.7, 1.6; 32 at 28x28 0.14, 0.14, 0.11.
  */
-#define WINOGRAD_MIN_TILES 64
+#define WINOGRAD_MIN_TILES 25
+#define WINOGRAD4_MIN_WORK ((int64_t)1 << 16)
+#define WINOGRAD_MIN_WORK ((int64_t)1 << 18)
 #define WINOGRAD_MIN_CHANNELS 32
 
-static bool use_winograd(const kcg_lower_ctx *lc, const kir_inst *inst) {
+static kcg_conv_mode winograd_mode(const kcg_lower_ctx *lc, const kir_inst *inst) {
   const kir_type *x = kcg_in_type(lc, 0), *w = kcg_in_type(lc, 1), *y = kcg_out_type(lc, 0);
   const kir_attr *at = inst->attrs;
-  return kcg_lower_opts(lc)->winograd && w->dims[2] == 3 && w->dims[3] == 3 &&
-         at[0].ints[0] == 1 && at[0].ints[1] == 1 && x->dims[1] >= WINOGRAD_MIN_CHANNELS &&
-         w->dims[0] >= WINOGRAD_MIN_CHANNELS &&
-         ((y->dims[2] + 1) / 2) * ((y->dims[3] + 1) / 2) >= WINOGRAD_MIN_TILES;
+  int64_t c = x->dims[1], o = w->dims[0];
+  if (!kcg_lower_opts(lc)->winograd || w->dims[2] != 3 || w->dims[3] != 3 || at[0].ints[0] != 1 ||
+      at[0].ints[1] != 1 || c < WINOGRAD_MIN_CHANNELS || o < WINOGRAD_MIN_CHANNELS)
+    return KCG_CONV_BLOCKED;
+  int64_t t2 = ((y->dims[2] + 1) / 2) * ((y->dims[3] + 1) / 2);
+  int64_t t4 = ((y->dims[2] + 3) / 4) * ((y->dims[3] + 3) / 4);
+  int only = kcg_lower_opts(lc)->winograd_tile; /* forced, for measuring: whatever the size */
+  if (only) return only == 4 ? KCG_CONV_WINOGRAD4 : KCG_CONV_WINOGRAD;
+  if (t4 >= WINOGRAD_MIN_TILES && (double)o * c * t4 >= (double)WINOGRAD4_MIN_WORK)
+    return KCG_CONV_WINOGRAD4;
+  if (t2 >= WINOGRAD_MIN_TILES && (double)o * c * t2 >= (double)WINOGRAD_MIN_WORK)
+    return KCG_CONV_WINOGRAD;
+  return KCG_CONV_BLOCKED;
 }
 
 /* conv2d as a CONV step: the direct kernel as its fallback, the packed input (and weight) as TEMPs. */
@@ -688,11 +701,12 @@ static bool conv2d_blocked(kcg_lower_ctx *lc, const kir_inst *inst) {
   kir_type xt = {.dtype = KILN_F32, .rank = 2,
                  .dims = {x->dims[0], cb * hp * wp * kcg_conv_xlanes(cv.c)}};
   kir_type wt = {.dtype = KILN_F32, .rank = 1, .dims = {ob2 * cb * cv.kh * cv.kw * 512}};
-  if (use_winograd(lc, inst)) { /* rt_winograd_cpu.c: V and M of one image; U */
-    int64_t tiles = ((cv.ho + 1) / 2) * ((cv.wo + 1) / 2);
-    cv.mode = KCG_CONV_WINOGRAD;
-    xt = (kir_type){.dtype = KILN_F32, .rank = 1, .dims = {16 * tiles * (cv.c + cv.o)}};
-    wt.dims[0] = 16 * cv.o * cv.c;
+  cv.mode = winograd_mode(lc, inst);
+  if (cv.mode != KCG_CONV_BLOCKED) { /* rt_winograd_cpu.c: V and M of one image; U */
+    int64_t m = kcg_conv_winograd_tile(cv.mode), a2 = (m + 2) * (m + 2);
+    int64_t tiles = ((cv.ho + m - 1) / m) * ((cv.wo + m - 1) / m);
+    xt = (kir_type){.dtype = KILN_F32, .rank = 1, .dims = {a2 * tiles * (cv.c + cv.o)}};
+    wt.dims[0] = kcg_winograd_weight_floats(&cv);
   }
   uint32_t extra[2], n = 0;
   if ((extra[n++] = kcg_lower_temp(lc, &xt)) == UINT32_MAX) return false;

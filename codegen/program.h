@@ -92,18 +92,40 @@ typedef struct kcg_attn {
  *  - WINOGRAD (runtime/exec/rt_winograd_cpu.h): a 3x3 stride-1 one as BLOCKED, by Winograd's
  *    F(2x2, 3x3); its arguments are BLOCKED's, the TEMP after y the transforms' scratch and the
  *    last (when w is not a constant buffer) the transformed weight.
+ *  - WINOGRAD4: the same by F(4x4, 3x3) (6x6 transforms: 36 products where F(2x2, 3x3) has 16).
  */
 typedef enum kcg_conv_mode {
   KCG_CONV_BLOCKED,
   KCG_CONV_DEPTHWISE,
   KCG_CONV_MAX_POOL,
-  KCG_CONV_WINOGRAD
+  KCG_CONV_WINOGRAD,
+  KCG_CONV_WINOGRAD4
 } kcg_conv_mode;
+
+/* The output tile of a Winograd mode (2 or 4), else 0. */
+static inline int kcg_conv_winograd_tile(kcg_conv_mode mode) {
+  return mode == KCG_CONV_WINOGRAD ? 2 : mode == KCG_CONV_WINOGRAD4 ? 4 : 0;
+}
+
+/* Whether a CONV step is a dense one (x, w, y, the packed input; BLOCKED or Winograd), not a
+   window one (DEPTHWISE, MAX_POOL). */
+static inline bool kcg_conv_dense(kcg_conv_mode mode) {
+  return mode == KCG_CONV_BLOCKED || kcg_conv_winograd_tile(mode) != 0;
+}
 
 typedef struct kcg_conv {
   int64_t c, h, w, o, kh, kw, sh, sw, pt, pl, ho, wo;
   kcg_conv_mode mode;
 } kcg_conv;
+
+/*
+ * Floats of a Winograd step's transformed weight (runtime/exec/rt_winograd_cpu.c): a header of
+ * 16, then α² slabs (α = tile + 2) of (O + 16)·C, room for the row panels Kiln's GEMM packs it in.
+ */
+static inline int64_t kcg_winograd_weight_floats(const kcg_conv *cv) {
+  int64_t a = kcg_conv_winograd_tile(cv->mode) + 2;
+  return 16 + a * a * (cv->o + 16) * cv->c;
+}
 
 /*
  * The channels a BLOCKED step's packed input holds per pixel: 16 (one
@@ -117,6 +139,7 @@ static inline const char *kcg_conv_mode_name(kcg_conv_mode mode) {
          : mode == KCG_CONV_DEPTHWISE ? "depthwise"
          : mode == KCG_CONV_MAX_POOL  ? "max pool"
          : mode == KCG_CONV_WINOGRAD  ? "winograd"
+         : mode == KCG_CONV_WINOGRAD4 ? "winograd 4x4"
                                       : "?";
 }
 
@@ -241,6 +264,7 @@ typedef struct kcg_lower_options {
   bool fuse, runtime_attention;
   bool runtime_conv;      /* f32 convolutions as CONV steps (the CPU executor's) */
   bool winograd;          /* 3x3 stride-1 ones of those by Winograd (kiln_options.conv_winograd) */
+  int winograd_tile;      /* 2 or 4: only that tile; 0: per layer (kiln_options.conv_winograd_tile) */
   bool runtime_epilogue;  /* bias and clamps fused into CONV and GEMM steps (kcg_epilogue) */
   bool conv_bf16;         /* bf16 convolutions as bf16 GEMMs (kiln_options.conv_bf16) */
   int64_t conv_gemm_min;  /* kiln_options.conv_gemm_min: 0 measured, -1 never */

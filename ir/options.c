@@ -87,6 +87,10 @@ void kir_options_env(kiln_options *o) {
   o->conv_gemm_min = threshold("KILN_CONV_GEMM_MIN");
   o->conv_direct = on_off("KILN_CONV_DIRECT");
   o->conv_winograd = on_off("KILN_CONV_WINOGRAD");
+  long long tile = 0;
+  o->conv_winograd_tile = integer("KILN_CONV_WINOGRAD_TILE", &tile) && (tile == 2 || tile == 4)
+                              ? (int)tile
+                              : 0;
   o->gemm_pack = on_off("KILN_GEMM_PACK");
   o->epilogue = on_off("KILN_EPILOGUE");
   o->aot_bf16_weights = on_off("KILN_AOT_BF16_WEIGHTS");
@@ -128,7 +132,7 @@ void kir_options_env(kiln_options *o) {
 static void overlay(kiln_options *o, const kiln_options *over) {
 #define SET(f) if (over->f) o->f = over->f
   SET(attention_tiling); SET(canonicalize); SET(fusion); SET(conv_bf16); SET(conv_gemm_min); SET(conv_direct);
-  SET(conv_winograd); SET(gemm_pack);
+  SET(conv_winograd); SET(conv_winograd_tile); SET(gemm_pack);
   SET(epilogue);
   SET(aot_bf16_weights); SET(gemm); SET(blas_split); SET(gemm_threshold); SET(memory_plan); SET(gemm_bf16_dot);
   SET(attention_avx512); SET(num_threads); SET(profile); SET(vk_storage16); SET(vk_attention_steps);

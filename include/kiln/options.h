@@ -42,8 +42,13 @@ typedef struct kiln_options {
   kiln_switch conv_direct;      /* f32 convolutions on the CPU runtime's blocked kernel, depthwise
                                    ones and max pooling on its window kernel (default on);
                                    KILN_CONV_DIRECT */
-  kiln_switch conv_winograd;    /* 3x3 stride-1 f32 convolutions on the CPU by Winograd F(2x2, 3x3)
-                                   where the image is large enough (default on); KILN_CONV_WINOGRAD */
+  kiln_switch conv_winograd;    /* 3x3 stride-1 f32 convolutions on the CPU by Winograd F(4x4, 3x3)
+                                   or F(2x2, 3x3) where the image is large enough (default on);
+                                   KILN_CONV_WINOGRAD */
+  int conv_winograd_tile;       /* 2 or 4: every 3x3 stride-1 f32 convolution of 32 channels or more
+                                   in and out by F(2x2, 3x3), or by F(4x4, 3x3), whatever its size
+                                   (for measuring); 0: per layer, by size (measured);
+                                   KILN_CONV_WINOGRAD_TILE */
   kiln_switch epilogue;         /* bias and clamps after a convolution or matrix product fused
                                    into its CPU step (default on); KILN_EPILOGUE */
   kiln_switch aot_bf16_weights; /* shared objects keep bf16-rounded weights as bf16 (default on);

@@ -67,8 +67,7 @@ static bool epilogue_ok(const kcg_program *p, const kcg_step *st) {
   const kcg_epilogue *e = &st->epi;
   if (!e->on) return true;
   bool conv = st->kind == KCG_STEP_CONV &&
-              (st->conv.mode == KCG_CONV_BLOCKED || st->conv.mode == KCG_CONV_DEPTHWISE ||
-               st->conv.mode == KCG_CONV_WINOGRAD);
+              (kcg_conv_dense(st->conv.mode) || st->conv.mode == KCG_CONV_DEPTHWISE);
   if ((!conv && st->kind != KCG_STEP_GEMM) || st->nargs < 3 ||
       p->bufs[st->args[2]].type.dtype != KILN_F32 || (e->has_lo && e->lo != e->lo) ||
       (e->has_hi && e->hi != e->hi))
@@ -97,8 +96,7 @@ static kiln_status check_step(kiln_ctx *ctx, const kcg_program *top, const kcg_p
                   i, st->args[i], p->nbufs);
   if (!epilogue_ok(p, st))
     return krt_fail(ctx, KILN_ERR_INVALID, "program: step %u: malformed epilogue", s);
-  if (st->kind == KCG_STEP_CONV && st->conv.mode != KCG_CONV_BLOCKED &&
-      st->conv.mode != KCG_CONV_WINOGRAD)
+  if (st->kind == KCG_STEP_CONV && !kcg_conv_dense(st->conv.mode))
     return check_window(ctx, top, p, fns, s);
   if (st->kind == KCG_STEP_CONV) {
     const kcg_conv *c = &st->conv;
@@ -125,9 +123,9 @@ static kiln_status check_step(kiln_ctx *ctx, const kcg_program *top, const kcg_p
          ((double)c->c + 16) * ((double)c->ho * (double)c->sh + (double)c->kh) *
                  ((double)c->wo * (double)c->sw + (double)c->kw) < big;
     /* Winograd: 3x3 taps at stride 1; its transforms of one image below 2^48 floats */
-    if (c->mode == KCG_CONV_WINOGRAD)
+    if (kcg_conv_winograd_tile(c->mode))
       ok = ok && c->kh == 3 && c->kw == 3 && c->sh == 1 && c->sw == 1 &&
-           16.0 * ((double)c->ho + 1) * ((double)c->wo + 1) * ((double)c->c + (double)c->o) < big;
+           36.0 * ((double)c->ho + 3) * ((double)c->wo + 3) * ((double)c->c + (double)c->o) < big;
     for (uint32_t i = 0; ok && i < st->nargs; i++)
       ok = p->bufs[st->args[i]].type.dtype == KILN_F32;
     if (ok && st->nargs == 4) ok = p->bufs[st->args[1]].kind == KCG_PBUF_CONST;
@@ -234,7 +232,7 @@ static void mark_needed(const kcg_program *top, const kcg_program *p, const kiln
       if (library_always(st, o)) continue;
       break;
     case KCG_STEP_CONV:
-      if (st->conv.mode == KCG_CONV_BLOCKED || st->conv.mode == KCG_CONV_WINOGRAD) continue;
+      if (kcg_conv_dense(st->conv.mode)) continue;
       break;
     case KCG_STEP_SCAN:
       if (st->body && depth < KCG_MAX_SCAN_DEPTH) mark_needed(top, st->body, o, needed, depth + 1);

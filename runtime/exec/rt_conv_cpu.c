@@ -38,12 +38,12 @@ static int64_t padded_h(const kcg_conv *cv) { return (cv->ho - 1) * cv->sh + cv-
 static int64_t padded_w(const kcg_conv *cv) { return (cv->wo - 1) * cv->sw + cv->kw; }
 
 size_t krt_conv_wpack_floats(const kcg_conv *cv) {
-  if (cv->mode == KCG_CONV_WINOGRAD) return krt_winograd_wpack_floats(cv);
+  if (kcg_conv_winograd_tile(cv->mode)) return krt_winograd_wpack_floats(cv);
   return (size_t)(opairs(cv) * cblocks(cv) * cv->kh * cv->kw * 512);
 }
 
 size_t krt_conv_xpack_floats(const kcg_conv *cv, int64_t B) {
-  if (cv->mode == KCG_CONV_WINOGRAD) return krt_winograd_scratch_floats(cv);
+  if (kcg_conv_winograd_tile(cv->mode)) return krt_winograd_scratch_floats(cv);
   return (size_t)(B * cblocks(cv) * padded_h(cv) * padded_w(cv) * kcg_conv_xlanes(cv->c));
 }
 
@@ -72,13 +72,12 @@ static void pack_w_chunk(void *arg, int64_t lo, int64_t hi) {
       }
 }
 
-void krt_conv_pack_w(krt_pool *pool, const kcg_conv *cv, const float *w, float *wp) {
-  if (cv->mode == KCG_CONV_WINOGRAD) {
-    krt_winograd_pack_w(pool, cv, w, wp);
-    return;
-  }
+bool krt_conv_pack_w(krt_pool *pool, const kcg_conv *cv, const float *w, float *wp,
+                     bool kiln_gemm) {
+  if (kcg_conv_winograd_tile(cv->mode)) return krt_winograd_pack_w(pool, cv, w, wp, kiln_gemm);
   pack_job jb = {cv, w, wp};
   krt_parallel_for(pool, opairs(cv), pack_w_chunk, &jb);
+  return true;
 }
 
 /* xp[b][cb][hp][wp][L] (L = kcg_conv_xlanes) for rows (b, cb, hp) in [lo, hi): x where it lies
@@ -142,17 +141,18 @@ void krt_conv_cache_destroy(krt_conv_cache *c) {
 }
 
 const float *krt_conv_cache_get(krt_conv_cache *c, krt_pool *pool, const kcg_step *st,
-                                const float *w) {
+                                const float *w, bool kiln_gemm) {
   pthread_mutex_lock(&c->mu);
   cached_w *e = c->list;
   while (e && (e->st != st || e->w != w))
     e = e->next;
   if (!e && (e = calloc(1, sizeof *e))) {
-    if ((e->wp = malloc(krt_conv_wpack_floats(&st->conv) * sizeof(float)))) {
-      krt_conv_pack_w(pool, &st->conv, w, e->wp);
+    if ((e->wp = malloc(krt_conv_wpack_floats(&st->conv) * sizeof(float))) &&
+        krt_conv_pack_w(pool, &st->conv, w, e->wp, kiln_gemm)) {
       *e = (cached_w){st, w, e->wp, c->list};
       c->list = e;
     } else {
+      free(e->wp);
       free(e);
       e = NULL;
     }
@@ -576,15 +576,13 @@ int krt_conv_force_isa(int isa) {
   return isa ? isa : best_isa();
 }
 
-void krt_conv_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float *x, const float *wp,
+bool krt_conv_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float *x, const float *wp,
                   float *xp, float *y, const kcg_epilogue *epi, const float *bias,
                   bool kiln_gemm) {
-  if (B <= 0) return;
-  if (cv->mode == KCG_CONV_WINOGRAD) {
-    krt_winograd_run(pool, cv, B, x, wp, xp, y, epi, bias, (forced ? forced : best_isa()) == 3,
-                     kiln_gemm);
-    return;
-  }
+  if (B <= 0) return true;
+  if (kcg_conv_winograd_tile(cv->mode))
+    return krt_winograd_run(pool, cv, B, x, wp, xp, y, epi, bias,
+                            (forced ? forced : best_isa()) == 3, kiln_gemm);
   pack_job pj = {cv, x, xp};
   krt_parallel_for(pool, B * cblocks(cv) * padded_h(cv), pack_x_chunk, &pj);
   conv_job cj = {cv, xp, wp, y, epi && epi->on ? epi : NULL, bias};
@@ -592,8 +590,9 @@ void krt_conv_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float *x,
   krt_task_fn fn = isa == 3 ? rows_avx512 : isa == 2 ? rows_avx2 : rows_c;
   if (isa == 2) {
     krt_parallel_for(pool, B * opairs(cv) * ((cv->ho * cv->wo + TILE_W - 1) / TILE_W), fn, &cj);
-    return;
+    return true;
   }
   int64_t pair = rows_per_item(cv, isa == 3 ? 14 : 3);
   krt_parallel_for(pool, B * opairs(cv) * ((cv->ho + pair - 1) / pair), fn, &cj);
+  return true;
 }

@@ -34,13 +34,17 @@
 /* Floats of the packed weight wp, of the packed input xp for a batch of B. */
 size_t krt_conv_wpack_floats(const kcg_conv *cv);
 size_t krt_conv_xpack_floats(const kcg_conv *cv, int64_t B);
-/* Packs w[O, C, KH, KW] into wp (krt_conv_wpack_floats floats), over the pool's threads. */
-void krt_conv_pack_w(krt_pool *pool, const kcg_conv *cv, const float *w, float *wp);
+/* Packs w[O, C, KH, KW] into wp (krt_conv_wpack_floats floats), over the pool's threads; a
+   Winograd step's for the GEMM that will run its products (`kiln_gemm`: Kiln's, on the path in
+   use, else OpenBLAS). False: out of memory. */
+bool krt_conv_pack_w(krt_pool *pool, const kcg_conv *cv, const float *w, float *wp,
+                     bool kiln_gemm);
 /* y = conv(x, w) for a batch of B, wp packed by krt_conv_pack_w, xp scratch of
    krt_conv_xpack_floats(cv, B) floats; then, unless epi is NULL or off, the epilogue on each
    tile as it is written (bias: its buffer). A WINOGRAD step's products run on Kiln's GEMM when
-   `kiln_gemm` (the model's choice for its f32 GEMM steps), else on OpenBLAS. */
-void krt_conv_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float *x, const float *wp,
+   `kiln_gemm` (the model's choice for its f32 GEMM steps, as when wp was packed), else on
+   OpenBLAS. False: wp was packed for another GEMM, or out of memory. */
+bool krt_conv_run(krt_pool *pool, const kcg_conv *cv, int64_t B, const float *x, const float *wp,
                   float *xp, float *y, const kcg_epilogue *epi, const float *bias, bool kiln_gemm);
 /*
  * The packed forms of constant weights, for one model: the first krt_conv_cache_get for a
@@ -52,7 +56,7 @@ krt_conv_cache *krt_conv_cache_create(void);
 void krt_conv_cache_destroy(krt_conv_cache *c);
 /* The packed form of CONV step st's weight w (krt_conv_pack_w on the pool); NULL if out of memory. */
 const float *krt_conv_cache_get(krt_conv_cache *c, krt_pool *pool, const kcg_step *st,
-                                const float *w);
+                                const float *w, bool kiln_gemm);
 /* Forces a code path (0 auto, 1 portable C, 2 AVX2, 3 AVX-512) for the tests; returns the one in use. */
 int krt_conv_force_isa(int isa);
 

@@ -90,6 +90,7 @@ struct krt_model {
   kiln_switch bf16_dot;        /* bf16 GEMMs on dot products (kiln_options.gemm_bf16_dot) */
   bool attention_avx512;       /* attention steps on the AVX-512 kernel */
   bool gemm_kiln; /* f32 GEMM steps run Kiln's own GEMM (rt_gemm_cpu.c) instead of BLAS */
+  bool wino_kiln; /* the products of Winograd CONV steps too (their weight packed for it) */
   bool gemm_dots; /* and so do those of a few rows against B^T, even where BLAS is the library */
   bool gemm_few_rows; /* and those of a few rows against B (few_rows), where Kiln has AVX-512 */
   bool blas_split; /* BLAS GEMMs split over the pool, BLAS itself single-threaded */
@@ -230,6 +231,9 @@ kiln_status krt_model_create(kiln_ctx *ctx, const kcg_program *prog, const kcg_c
   m->budget = kir_memory_budget(NULL, &o);
   atomic_init(&m->prof_runs, 0);
   m->gemm_pack = kir_switch_on(o.gemm_pack, true) && o.gemm != KILN_GEMM_BLAS;
+  /* a Winograd step's α² products share its constant transformed weight as their A, packed once
+     like a GEMM step's constant B: on Kiln's GEMM wherever that one is (AVX-512) */
+  m->wino_kiln = m->gemm_kiln || (m->gemm_pack && krt_gemm_isa_best() >= KRT_GEMM_ISA_AVX512);
   if ((kir_switch_on(o.profile, false) && !(m->prof = calloc(krt_profile_size(prog) + 1u, sizeof *m->prof))) ||
       !(m->conv_cache = krt_conv_cache_create()) || !(m->packed = krt_gemm_pack_cache_create())) {
     krt_conv_cache_destroy(m->conv_cache);
@@ -1051,7 +1055,7 @@ static kiln_status run_window(krt_workspace *w, rt_plan *pl, const kcg_step *st)
 
 static kiln_status run_conv(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
   const kcg_conv *cv = &st->conv;
-  if (cv->mode != KCG_CONV_BLOCKED && cv->mode != KCG_CONV_WINOGRAD) return run_window(w, pl, st);
+  if (!kcg_conv_dense(cv->mode)) return run_window(w, pl, st);
   size_t image = (size_t)cv->c * (size_t)cv->h * (size_t)cv->w * sizeof(float);
   int64_t B = (int64_t)(pl->bytes[st->args[0]] / image);
   size_t ybytes = (size_t)B * (size_t)cv->o * (size_t)cv->ho * (size_t)cv->wo * sizeof(float);
@@ -1064,14 +1068,20 @@ static kiln_status run_conv(krt_workspace *w, rt_plan *pl, const kcg_step *st) {
                 w->m->prog->kernels[st->kernel]->name);
   if (!B) return KILN_OK;
   const float *x = pl->addr[st->args[0]], *wsrc = pl->addr[st->args[1]], *wp;
+  bool kiln = w->m->wino_kiln;
   if (st->nargs == 5) {
-    krt_conv_pack_w(w->m->pool, cv, wsrc, pl->addr[st->args[4]]);
     wp = pl->addr[st->args[4]];
-  } else if (!(wp = krt_conv_cache_get(w->m->conv_cache, w->m->pool, st, wsrc))) {
+    if (!krt_conv_pack_w(w->m->pool, cv, wsrc, pl->addr[st->args[4]], kiln))
+      return krt_fail(w->ctx, KILN_ERR_NOMEM, "out of memory packing a convolution's weight");
+  } else if (!(wp = krt_conv_cache_get(w->m->conv_cache, w->m->pool, st, wsrc, kiln))) {
     return krt_fail(w->ctx, KILN_ERR_NOMEM, "out of memory packing a convolution's weight");
   }
-  krt_conv_run(w->m->pool, cv, B, x, wp, pl->addr[st->args[3]], pl->addr[st->args[2]], &st->epi,
-               epi_bias(pl, st), w->m->gemm_kiln);
+  if (!krt_conv_run(w->m->pool, cv, B, x, wp, pl->addr[st->args[3]], pl->addr[st->args[2]],
+                    &st->epi, epi_bias(pl, st), kiln))
+    return krt_fail(w->ctx, KILN_ERR_NOMEM,
+                    "conv step %s: out of memory for its products' panels, or its weight was "
+                    "packed for another code path of the GEMM (krt_gemm_force_isa while the model "
+                    "lives)", w->m->prog->kernels[st->kernel]->name);
   return KILN_OK;
 }
 

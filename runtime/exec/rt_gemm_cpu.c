@@ -484,6 +484,7 @@ typedef struct gemm_job {
   const krt_gemm_desc *d;
   const gemm_kernel *kern;
   const float *b_packed; /* d->b_packed where it fits this kernel, else NULL */
+  const float *a_packed; /* d->a_packed likewise */
   bool round;       /* f32 units rounded to bf16 (bf16 mode without vdpbf16ps) */
   int64_t ku;       /* k in packed units */
   float *c;         /* f32 result (the caller's C, or a temporary when C is bf16) */
@@ -633,18 +634,22 @@ static bool gemm_range(gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t 
   const float *packed = direct_b ? NULL : j->b_packed; /* B's panels, packed ahead */
   int64_t npad = round_up(d->n, kn->nr);
   int64_t bes = d->b_type == KRT_GEMM_BF16 ? 2 : 4; /* bytes of an element of B as stored */
-  char *ap = aligned_alloc(64, (size_t)round_up(mc * kc * 4, 64));
+  char *own_a = j->a_packed ? NULL : aligned_alloc(64, (size_t)round_up(mc * kc * 4, 64)), *ap = own_a;
   char *bp = direct_b || packed ? NULL : aligned_alloc(64, (size_t)round_up(nc * kc * 4, 64));
-  if (!ap || (!bp && !direct_b && !packed)) {
-    free(ap);
+  if ((!ap && !j->a_packed) || (!bp && !direct_b && !packed)) {
+    free(own_a);
     free(bp);
     return false;
   }
+  int64_t mpad = round_up(d->m, kn->mr);
   for (int64_t ic = m0; ic < m1; ic += mc) {
     int64_t mlen = min64(mc, m1 - ic);
     for (int64_t pc = 0; pc < j->ku; pc += kc) {
       int64_t ulen = min64(kc, j->ku - pc);
-      pack(j, d->a, d->a_type, d->trans_a, d->lda, ic, mlen, pc, ulen, kn->mr, ap);
+      if (j->a_packed) /* the K block at pc holds every row's panels, m rounded up to MR */
+        ap = (char *)(j->a_packed + pc * mpad + ic * ulen);
+      else
+        pack(j, d->a, d->a_type, d->trans_a, d->lda, ic, mlen, pc, ulen, kn->mr, ap);
       for (int64_t jc = n0; jc < n1; jc += nc) {
         int64_t nlen = min64(nc, n1 - jc);
         const char *bsrc = (const char *)d->b + (pc * d->ldb + jc) * bes;
@@ -665,7 +670,7 @@ static bool gemm_range(gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t 
       }
     }
   }
-  free(ap);
+  free(own_a);
   if (!packed) free(bp);
   return true;
 }
@@ -749,6 +754,7 @@ bool krt_gemm(krt_pool *pool, const krt_gemm_desc *d) {
     gemm_job j = {.d = d, .c = c, .ldc = ldc, .epi = krt_gemm_fuses_epilogue(d)};
     j.kern = pick_kernel(d, &j.round);
     j.b_packed = d->b_packed && !j.kern->pairs && !j.round ? d->b_packed : NULL;
+    j.a_packed = d->a_packed && !j.kern->pairs && !j.round ? d->a_packed : NULL;
     j.ku = j.kern->pairs ? (d->k + 1) / 2 : d->k;
     int64_t tm = (d->m + j.kern->mr - 1) / j.kern->mr, tn = (d->n + j.kern->nr - 1) / j.kern->nr;
     int T = krt_pool_threads(pool);
@@ -804,6 +810,35 @@ bool krt_gemm_pack_b(const krt_gemm_desc *d, float *dst) {
   for (int64_t pc = 0; pc < j.ku; pc += kc)
     pack(&j, d->b, d->b_type, !d->trans_b, d->ldb, 0, d->n, pc, min64(kc, j.ku - pc), j.kern->nr,
          dst + pc * npad);
+  return true;
+}
+
+static bool packs_a(const krt_gemm_desc *d, const gemm_kernel *kn, bool round) {
+  return d->m > 0 && d->n > 0 && d->k > 0 && !kn->pairs && !round && !dot_path(d);
+}
+
+size_t krt_gemm_packed_a_floats(const krt_gemm_desc *d) {
+  bool round;
+  const gemm_kernel *kn = pick_kernel(d, &round);
+  return packs_a(d, kn, round) ? (size_t)(d->k * round_up(d->m, kn->mr)) : 0;
+}
+
+int32_t krt_gemm_packed_a_tag(const krt_gemm_desc *d) {
+  bool round;
+  const gemm_kernel *kn = pick_kernel(d, &round);
+  return packs_a(d, kn, round) ? (int32_t)(kn->mr * 65536 + min64(kn->kc, d->k)) : 0;
+}
+
+/* As krt_gemm_pack_b: K block pc holds the panels of all m rows (rounded up to MR), ulen × MR. */
+bool krt_gemm_pack_a(const krt_gemm_desc *d, float *dst) {
+  gemm_job j = {.d = d};
+  j.kern = pick_kernel(d, &j.round);
+  if (!packs_a(d, j.kern, j.round)) return false;
+  j.ku = d->k;
+  int64_t kc = min64(j.kern->kc, j.ku), mpad = round_up(d->m, j.kern->mr);
+  for (int64_t pc = 0; pc < j.ku; pc += kc)
+    pack(&j, d->a, d->a_type, d->trans_a, d->lda, 0, d->m, pc, min64(kc, j.ku - pc), j.kern->mr,
+         dst + pc * mpad);
   return true;
 }
 

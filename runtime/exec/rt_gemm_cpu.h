@@ -63,6 +63,7 @@ typedef struct krt_gemm_desc {
   bool bf16;             /* bf16 mode even for f32 operands (implied by a bf16 operand) */
   kiln_switch bf16_dot;  /* bf16 on AVX512-BF16 dot products: ON, OFF, or DEFAULT (AMD: on) */
   const float *b_packed; /* B already packed by krt_gemm_pack_b for this descriptor, or NULL */
+  const float *a_packed; /* A already packed by krt_gemm_pack_a for this descriptor, or NULL */
   /* A step's epilogue, applied to each row panel of C as the last k block leaves it in cache,
      where krt_gemm_fuses_epilogue(d) (else ignored: the caller applies it after); epi_first is
      the flat index of C[0][0] in the epilogue's result. */
@@ -92,6 +93,15 @@ bool krt_gemm_fuses_epilogue(const krt_gemm_desc *d);
  */
 size_t krt_gemm_packed_b_floats(const krt_gemm_desc *d);
 bool krt_gemm_pack_b(const krt_gemm_desc *d, float *dst);
+/*
+ * A packed ahead, the same way (a constant A that every call shares: a Winograd convolution's
+ * transformed weight). krt_gemm_packed_a_tag names the layout the path in use packs d's A in (its
+ * row panel and k block), 0 when krt_gemm would not pack it; a packed A serves only descriptors
+ * of the same shape, A, transposition and types whose tag is the one it was packed with.
+ */
+size_t krt_gemm_packed_a_floats(const krt_gemm_desc *d);
+bool krt_gemm_pack_a(const krt_gemm_desc *d, float *dst);
+int32_t krt_gemm_packed_a_tag(const krt_gemm_desc *d);
 /*
  * A model's constant B packed once, like its convolutions' weights (krt_conv_cache): the first
  * krt_gemm_pack_cache_get for (key, B, the path in use) packs d's B, later ones return that copy;

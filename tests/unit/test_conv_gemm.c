@@ -38,11 +38,13 @@
 #include "passes/passes.h"
 #include "runtime/exec/rt_attention.h"
 #include "runtime/exec/rt_conv_cpu.h"
+#include "runtime/exec/rt_gemm_cpu.h"
 
 /* kcg_program_interp runs ATTENTION steps with the CPU runtime's kernels. */
 static const kcg_interp_options interp_opts = {.attention = krt_attention_interp};
 
 static int failures;
+static int wino_runs[2]; /* blocked cases run with F(2x2) and with F(4x4) forced */
 
 typedef struct conv_case {
   const char *dtype;
@@ -51,7 +53,8 @@ typedef struct conv_case {
   int64_t c, h, w, o, kh, kw;
   int64_t stride[2], pad[4], dil[2];
   bool interp; /* also run through kcg_program_interp (slow: kept to a few cases) */
-  bool winograd; /* (blocked cases) lowered to a WINOGRAD step, not a BLOCKED one */
+  int winograd;  /* (blocked cases) the Winograd tile it is lowered to (2 or 4), 0: BLOCKED;
+                   -1: BLOCKED, but Winograd when a tile is forced */
 } conv_case;
 
 static const conv_case cases[] = {
@@ -274,13 +277,19 @@ static const conv_case blocked_cases[] = {
        130 channels are two chunks, the last block 2 channels; 40 at 5x5 two chunks */
     {"f32", 1, false, 130, 9, 10, 40, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, false},
     {"f32", 2, false, 40, 11, 9, 36, 5, 5, {1, 1}, {2, 2, 2, 2}, {1, 1}, false, false},
-    /* Winograd F(2x2, 3x3) (rt_winograd_cpu.c): 3x3 stride 1, 32 channels in and out at least and
-       64 tiles of 2x2: an odd width; uneven padding; an odd height and 265 tiles a row (two
-       row chunks of TCHUNK = 256); a symbolic batch with 33 and 35 channels */
-    {"f32", 2, false, 32, 16, 17, 40, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, true},
-    {"f32", 1, false, 48, 15, 22, 32, 3, 3, {1, 1}, {0, 2, 1, 0}, {1, 1}, false, true},
-    {"f32", 1, false, 32, 3, 530, 32, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, true},
-    {"f32", 2, true, 33, 18, 18, 35, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, true},
+    /* Winograd (rt_winograd_cpu.c): 3x3 stride 1, 32 channels in and out at least; each case
+       also runs with F(2x2, 3x3) and F(4x4, 3x3) forced (KILN_CONV_WINOGRAD_TILE). Too small
+       for either by the size rule (lower_conv.c, winograd_mode): an odd width; uneven padding; a
+       symbolic batch with 33 and 35 channels. By it: F(4x4) with an odd height and 133 tiles a
+       row (265 with F(2x2): two row chunks of TCHUNK = 256); F(4x4) on a 20x18 image; F(2x2)
+       on 112 channels at 10x10; F(4x4) with 258 tiles a row (two chunks). */
+    {"f32", 2, false, 32, 16, 17, 40, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, -1},
+    {"f32", 1, false, 48, 15, 22, 32, 3, 3, {1, 1}, {0, 2, 1, 0}, {1, 1}, false, -1},
+    {"f32", 1, false, 32, 3, 530, 32, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, 4},
+    {"f32", 2, true, 33, 18, 18, 35, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, -1},
+    {"f32", 1, false, 64, 20, 18, 48, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, 4},
+    {"f32", 2, false, 112, 10, 10, 112, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, 2},
+    {"f32", 1, false, 32, 2, 1030, 32, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, 4},
 };
 
 /* y = conv2d(x, w) with w a constant op of the values sin(0.0013·(i + 1)); NULL if out of memory. */
@@ -309,8 +318,8 @@ static char *make_const_text(const conv_case *c, int64_t ho, int64_t wo) {
   return buf;
 }
 
-/* The CONV steps of g lowered, how many of them pack their weight per run (5 args) and how many
-   are WINOGRAD ones. */
+/* The CONV steps of g lowered, how many of them pack their weight per run (5 args), and the
+   largest Winograd tile among them (0: none). */
 static uint32_t conv_steps(kiln_ctx *ctx, kiln_graph *g, uint32_t *per_run, uint32_t *wino) {
   kiln_graph *lg = kp_legalize(g);
   kir_arena arena = {0};
@@ -320,8 +329,10 @@ static uint32_t conv_steps(kiln_ctx *ctx, kiln_graph *g, uint32_t *per_run, uint
   if (lg && kcg_lower(ctx, lg, &arena, &prog) == KILN_OK)
     for (uint32_t s = 0; s < prog->nsteps; s++)
       if (prog->steps[s].kind == KCG_STEP_CONV)
-        n++, *per_run += prog->steps[s].nargs == 5,
-             *wino += prog->steps[s].conv.mode == KCG_CONV_WINOGRAD;
+      {
+        uint32_t t = (uint32_t)kcg_conv_winograd_tile(prog->steps[s].conv.mode);
+        n++, *per_run += prog->steps[s].nargs == 5, *wino = t > *wino ? t : *wino;
+      }
   kir_arena_free(&arena);
   kiln_graph_destroy(lg);
   return n;
@@ -392,13 +403,13 @@ static void run_blocked_case(int ci, const conv_case *c) {
     goto done;
   }
   uint32_t per_run, wino, n = conv_steps(ctx, g, &per_run, &wino);
-  if (n != 1 || per_run != 1 || wino != c->winograd) {
-    printf("FAIL blocked case %d: %u CONV steps (%u packing per run, %u Winograd), expected 1 (1, "
-           "%d)\n", ci, n, per_run, wino, c->winograd);
+  if (n != 1 || per_run != 1 || wino != (uint32_t)(c->winograd > 0 ? c->winograd : 0)) {
+    printf("FAIL blocked case %d: %u CONV steps (%u packing per run, Winograd tile %u), expected 1 "
+           "(1, %d)\n", ci, n, per_run, wino, c->winograd > 0 ? c->winograd : 0);
     failures++;
   }
   n = conv_steps(ctx, gc, &per_run, &wino);
-  if (n != 1 || per_run != 0 || wino != c->winograd) {
+  if (n != 1 || per_run != 0 || wino != (uint32_t)(c->winograd > 0 ? c->winograd : 0)) {
     printf("FAIL blocked case %d, constant weight: %u CONV steps (%u packing per run), expected 1 "
            "(0)\n", ci, n, per_run);
     failures++;
@@ -407,9 +418,27 @@ static void run_blocked_case(int ci, const conv_case *c) {
                    1e-5 * sqrt((double)(c->o * c->kh * c->kw)),
                    1e-5 * sqrt((double)(c->b * ho * wo))};
   snprintf(what, sizeof what, "blocked case %d", ci);
-  check_blocked(ctx, g, in, 3, want, 3, tol, 1, what, c->winograd);
+  check_blocked(ctx, g, in, 3, want, 3, tol, 1, what, c->winograd > 0);
   snprintf(what, sizeof what, "blocked case %d, constant weight", ci);
-  check_blocked(ctx, gc, in, 1, wantc, 1, tol, 2, what, c->winograd);
+  check_blocked(ctx, gc, in, 1, wantc, 1, tol, 2, what, c->winograd > 0);
+  /* a Winograd case with each tile forced (KILN_CONV_WINOGRAD_TILE), where the image allows it */
+  for (int t = 2; c->winograd && t <= 4; t += 2) {
+    char tile[2] = {(char)('0' + t), 0};
+    setenv("KILN_CONV_WINOGRAD_TILE", tile, 1);
+    n = conv_steps(ctx, gc, &per_run, &wino);
+    if (n != 1 || wino != (uint32_t)t) {
+      printf("FAIL blocked case %d, tile %d forced: %u CONV steps, Winograd tile %u\n", ci, t, n,
+             wino);
+      failures++;
+    } else {
+      snprintf(what, sizeof what, "blocked case %d, tile %d forced", ci, t);
+      check_blocked(ctx, g, in, 3, want, 3, tol, 1, what, true);
+      snprintf(what, sizeof what, "blocked case %d, constant weight, tile %d forced", ci, t);
+      check_blocked(ctx, gc, in, 1, wantc, 1, tol, 2, what, true);
+      wino_runs[t / 4]++;
+    }
+    unsetenv("KILN_CONV_WINOGRAD_TILE");
+  }
 done:
   for (int i = 0; i < 3; i++) {
     kiln_tensor_destroy(in[i]);
@@ -418,6 +447,42 @@ done:
   kiln_tensor_destroy(wantc[0]);
   kiln_graph_destroy(g);
   kiln_graph_destroy(gc);
+  kiln_ctx_destroy(ctx);
+}
+
+/* A Winograd weight packed for one path of Kiln's GEMM is refused with an error, never misread,
+   when the path changes while the model lives (krt_gemm_force_isa, as the tests do). */
+static void test_wino_path_change(void) {
+  if (krt_gemm_isa_best() < KRT_GEMM_ISA_AVX512) return; /* one path only to pack for here */
+  const conv_case c = {"f32", 1, false, 64, 20, 18, 48, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, 4};
+  kiln_ctx *ctx = kiln_ctx_create();
+  char *text = make_const_text(&c, 20, 18);
+  kiln_graph *g = NULL;
+  kiln_compiled *cc = NULL;
+  kiln_tensor *in = random_tensor(ctx, "f32", 1, 64, 20, 18, 5u);
+  setenv("KILN_GEMM", "kiln", 1);
+  if (!text || kiln_graph_parse(ctx, text, strlen(text), "wino", &g) != KILN_OK ||
+      kiln_compile(g, NULL, &cc) != KILN_OK) {
+    printf("FAIL path change: compile: %s\n", kiln_ctx_error(ctx));
+    failures++;
+  } else {
+    kiln_tensor *out[2] = {0};
+    kiln_status s1 = kiln_compiled_run(cc, ctx, 1, &in, 1, &out[0], NULL);
+    krt_gemm_force_isa(KRT_GEMM_ISA_AVX2);
+    kiln_status s2 = kiln_compiled_run(cc, ctx, 1, &in, 1, &out[1], NULL);
+    krt_gemm_force_isa(KRT_GEMM_ISA_AUTO);
+    if (s1 != KILN_OK || s2 == KILN_OK || !strstr(kiln_ctx_error(ctx), "another code path")) {
+      printf("FAIL path change: runs %s, %s (%s)\n", kiln_status_name(s1), kiln_status_name(s2),
+             kiln_ctx_error(ctx));
+      failures++;
+    }
+    for (int i = 0; i < 2; i++) kiln_tensor_destroy(out[i]);
+  }
+  unsetenv("KILN_GEMM");
+  kiln_compiled_destroy(cc);
+  kiln_graph_destroy(g);
+  kiln_tensor_destroy(in);
+  free(text);
   kiln_ctx_destroy(ctx);
 }
 
@@ -430,6 +495,12 @@ int main(void) {
   unsetenv("KILN_CONV_DIRECT");
   int nb = (int)(sizeof blocked_cases / sizeof blocked_cases[0]);
   for (int i = 0; i < nb; i++) run_blocked_case(i, &blocked_cases[i]);
+  test_wino_path_change();
+  if (wino_runs[0] < 7 || wino_runs[1] < 7) {
+    printf("FAIL: %d cases ran F(2x2, 3x3) forced and %d F(4x4, 3x3), 7 of each expected\n",
+           wino_runs[0], wino_runs[1]);
+    failures++;
+  }
   if (failures) {
     printf("%d failure(s)\n", failures);
     return 1;
