@@ -5,7 +5,8 @@
 #           (oversubscribed) on loopback, their parameters against one process's with the same
 #           global batch: f32 within 1e-5 (rounding), f64 within 1e-12 (the sum's order); a batch
 #           smaller than the ranks (empty shards) gives the one-process bits; rank 0 alone prints
-#           and writes.
+#           and writes. The sum that overlaps the backward pass gives the bits of the sum after
+#           it (KILN_COMM_OVERLAP=0) and of 1 KiB buckets, and starts during the pass (overlap).
 #   faults  ranks with different models end with the same error on every rank; a rank killed
 #           mid-run (SIGKILL) and a rank that hangs (SIGSTOP, found by KILN_COMM_TIMEOUT) end the
 #           whole job with a non-zero status, never a hang.
@@ -54,6 +55,43 @@ compare() {
     echo "$tag, $np ranks: $("$py" "$src/compare.py" "$tag.1.safetensors" "$tag.$np.safetensors" "$tol")" ||
       fail "$tag: $np ranks differ from one process by more than $tol"
   done
+  overlap "$tag" "${args[@]}"
+}
+
+# overlap TAG ARGS...: the sum that overlaps the backward pass (the default, above) gives the
+# same bits as the sum after it (KILN_COMM_OVERLAP=0) and as small buckets (KILN_COMM_BUCKET=1K),
+# and really overlaps: with small buckets the first bucket is handed to the communicator's thread
+# after a step of the gradient program that is not its last (the trace's "went after step X of
+# N", fixed by the program), and, where the ranks have more than one CPU between them, the
+# thread began it before the run's last step ended in at least one step of the run ("began after
+# step Y of N", Y < N - 1; on one CPU the thread runs when the computing thread lets it).
+overlap() {
+  local tag=$1
+  shift
+  KILN_COMM_OVERLAP=0 mpi 2 "$kiln" "$@" -o "$tag.after.safetensors" > /dev/null 2> "$tag.after.err" ||
+    { cat "$tag.after.err"; fail "$tag: KILN_COMM_OVERLAP=0"; }
+  KILN_COMM_BUCKET=1K KILN_COMM_TRACE=1 mpi 2 "$kiln" "$@" -o "$tag.small.safetensors" > /dev/null \
+    2> "$tag.trace" || { cat "$tag.trace"; fail "$tag: KILN_COMM_BUCKET=1K"; }
+  cmp "$tag.2.safetensors" "$tag.after.safetensors" || fail "$tag: the overlapped sum differs from the sum after the run"
+  cmp "$tag.2.safetensors" "$tag.small.safetensors" || fail "$tag: 1 KiB buckets give other bits"
+  local summary
+  summary=$(awk '/^kiln: rank .* step .*: overlapped;/ {
+      n++; went = $16; began = $21; N = $23 + 0; b = $7
+      if (went + 0 >= 0 && went + 0 < N - 1) early++
+      if (began + 0 >= 0 && began + 0 < N - 1) during++
+    } /after the run/ { late++ }
+    END { printf "%d %d %d %d %s %s", n, early, during, late, b, N }' "$tag.trace")
+  read -r n early during late nb nsteps <<< "$summary"
+  echo "$tag: overlap: $n rank-steps, $nb buckets of 1 KiB, the first sent before the last of" \
+    "$nsteps steps in $early, begun before it in $during ($late after the run: empty shards);" \
+    "bit-identical to KILN_COMM_OVERLAP=0"
+  [[ $n -gt 0 ]] || { cat "$tag.trace"; fail "$tag: no step overlapped"; }
+  [[ $early -eq $n ]] || { cat "$tag.trace"; fail "$tag: the first bucket went after the last step"; }
+  if [[ $(nproc) -gt 1 ]]; then
+    [[ $during -gt 0 ]] || { cat "$tag.trace"; fail "$tag: no bucket began before the backward pass ended"; }
+  else
+    echo "$tag: one CPU (nproc): whether the thread began a bucket during the run is not checked"
+  fi
 }
 
 case $what in
