@@ -342,10 +342,27 @@ static kiln_status dist_local(kiln_trainer *t) {
                              &t->dist_opt);
 }
 
-/* Data-parallel: the exchanges of kiln_trainer_create, after this rank built its step. */
+/*
+ * Data-parallel: once every rank has built its step, the ranks agree that all of them did — a
+ * rank that failed alone (an option only it was given, memory, the JIT) would otherwise leave
+ * the others waiting in the first exchange until the timeout — and only then compare the model,
+ * take rank 0's parameters and the gradients' order (dist_setup). A rank that failed keeps its
+ * own message; the others name it.
+ */
 static kiln_status dist_join(kiln_ctx *ctx, kiln_comm *comm, kiln_trainer *t, kiln_status built) {
-  (void)ctx, (void)comm;
-  return built ? built : dist_setup(t);
+  char *mine = built ? strdup(kiln_ctx_error(ctx)) : NULL;
+  int worst = 0, rank = kiln_comm_rank(comm);
+  kiln_status s = kiln_comm_agree(comm, built ? rank + 1 : 0, &worst);
+  if (built) {
+    kir_fail(ctx, built, "%s", mine ? mine : "out of memory");
+    free(mine);
+    return built;
+  }
+  if (s) return s;
+  if (worst)
+    return kir_fail(ctx, KILN_ERR_RUNTIME, "data-parallel training: rank %d could not build the "
+                    "training step (its message says why)", worst - 1);
+  return dist_setup(t);
 }
 
 /* kiln_trainer_create on this rank alone: no exchange. */

@@ -7,7 +7,8 @@
 #           smaller than the ranks (empty shards) gives the one-process bits; rank 0 alone prints
 #           and writes. The sum that overlaps the backward pass gives the bits of the sum after
 #           it (KILN_COMM_OVERLAP=0) and of 1 KiB buckets, and starts during the pass (overlap).
-#   faults  ranks with different models end with the same error on every rank; a rank killed
+#   faults  ranks with different models end with the same error on every rank, and so does a
+#           rank that fails alone to build its step (without waiting for the timeout); a rank killed
 #           mid-run (SIGKILL) and a rank that hangs (SIGSTOP, found by KILN_COMM_TIMEOUT) end the
 #           whole job with a non-zero status, never a hang.
 #
@@ -132,6 +133,25 @@ faults)
   [[ $rc -ne 0 && $rc -ne 124 ]] || fail "a missing file on rank 1: status $rc"
   grep -q "another rank failed before training" missing.out ||
     fail "a missing file on rank 1: rank 0 did not say that another rank failed"
+
+  # A rank that fails alone while building its step (fp16 is refused with several ranks, and
+  # only rank 1 asks for it): the ranks agree on that after building, so every rank fails at
+  # once with a message, long before KILN_COMM_TIMEOUT (60 s) — rank 0 does not wait for it in
+  # the first exchange.
+  start=$SECONDS
+  set +e
+  KILN_COMM_TIMEOUT=60 timeout 300 "$mpiexec" -np 1 "$kiln" fit "$src/../../examples/models/mlp.kiln" \
+    "${common[@]}" : -np 1 "$kiln" fit "$src/../../examples/models/mlp.kiln" "${common[@]}" \
+    --precision fp16 > build.out 2>&1
+  rc=$?
+  set -e
+  took=$((SECONDS - start))
+  cat build.out
+  echo "a rank that fails to build its step: status $rc after $took s"
+  [[ $rc -ne 0 && $rc -ne 124 ]] || fail "a step that fails to build on rank 1: status $rc"
+  [[ $took -lt 50 ]] || fail "a step that fails to build on rank 1: the job took $took s (the timeout?)"
+  grep -q "rank 1 could not build the training step" build.out ||
+    fail "a step that fails to build on rank 1: rank 0 did not say so"
 
   # A rank killed mid-run, then one that hangs: the job ends, non-zero, within the timeout.
   long=(fit "$src/../../examples/models/mlp.kiln" --x x.npy --y y.npy --loss cross_entropy
