@@ -24,6 +24,13 @@ static inline uint64_t kt_fnv(uint64_t h, const void *p, size_t n) {
   return h;
 }
 
+/* splitmix64's finaliser: 64 well-mixed bits from x. */
+static inline uint64_t kt_mix64(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 /*
  * Every rank's `mine` against rank 0's: KILN_OK on every rank when all are
  * equal, else an error on every rank that names the highest rank whose

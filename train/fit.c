@@ -607,7 +607,14 @@ kiln_status kiln_trainer_step(kiln_trainer *t, size_t n, kiln_tensor *const *inp
   }
   /* Every bit of the step's seed: through kiln_tensor_set's double the low bits of the mixed
    * value were rounded away, and seeds 0, 1, 2, ... drew the same dropout after step 0. */
-  *(int64_t *)kiln_tensor_data(seedt) = (int64_t)(seed ^ (uint64_t)t->steps * 0x9E3779B97F4A7C15ull);
+  uint64_t sd = seed ^ (uint64_t)t->steps * 0x9E3779B97F4A7C15ull;
+  /* Data-parallel: a random op draws by position in its tensor, so with one key every shard's
+   * row i would get the dropout mask of the global batch's row i — rows of one step sharing a
+   * mask, which one process never does. Rank 0 (whose shard is the batch's first rows) keeps
+   * one process's key and masks; rank r > 0 draws from a key of its own (docs/distributed.md). */
+  int rank = t->comm ? kiln_comm_rank(t->comm) : 0;
+  if (rank > 0) sd = kt_mix64(sd ^ (uint64_t)rank * 0xD1B54A32D192ED03ull);
+  *(int64_t *)kiln_tensor_data(seedt) = (int64_t)sd;
   for (uint32_t i = 0; i < t->step_nparams; i++) {
     role r = t->step_roles[i];
     switch (r.kind) {

@@ -106,6 +106,25 @@ fit)
   compare tiny "$src/../../examples/models/mlp.kiln" x.npy y.npy 2 f64 0 --epochs 1
   grep -q "bit-identical" < <("$py" "$src/compare.py" tiny.1.safetensors tiny.4.safetensors 0) ||
     fail "a batch of 2 on 4 ranks is not bit-identical to one process"
+  # Dropout: rank 0 keeps one process's key, the other ranks draw from keys of their own, so
+  # that no two rows of a global batch share a mask. One row twice on 2 ranks (a row each)
+  # against that row alone on one process, one SGD step in f64: without dropout the same bits
+  # (the mean of two equal gradients); with dropout 0.5 other bits — rank 1's mask is not the
+  # mask of rank 0's row, as it was when every rank drew with one key.
+  "$py" -c "import numpy as np; x = np.load('x.npy')[:1]; y = np.load('y.npy')[:1]
+np.save('x1.npy', x); np.save('y1.npy', y); np.save('x2.npy', np.concatenate([x, x])); np.save('y2.npy', np.concatenate([y, y]))"
+  for p in 0.0 0.5; do
+    printf 'use layers\ninput x: f32[N, 2]\nmlp([2, 64, 64, 3], dropout=%s)\n' "$p" > drop.kiln
+    d=(fit drop.kiln --loss cross_entropy --opt sgd --lr 0.5 --seed 3 --dtype f64 --epochs 1 -q)
+    "$kiln" "${d[@]}" --x x1.npy --y y1.npy --batch-size 1 -o "drop$p.1.safetensors" > /dev/null 2>&1 ||
+      fail "dropout $p: one process"
+    mpi 2 "$kiln" "${d[@]}" --x x2.npy --y y2.npy --batch-size 2 -o "drop$p.2.safetensors" > /dev/null 2>&1 ||
+      fail "dropout $p: 2 ranks"
+    same=$("$py" "$src/compare.py" "drop$p.1.safetensors" "drop$p.2.safetensors" 1 | grep -c bit-identical || true)
+    echo "dropout $p: one row on one process against it twice on 2 ranks: $([[ $same = 1 ]] && echo bit-identical || echo different)"
+    [[ $p = 0.0 && $same = 1 ]] || [[ $p = 0.5 && $same = 0 ]] ||
+      fail "dropout $p: expected $([[ $p = 0.0 ]] && echo the same bits || echo other bits)"
+  done
   ;;
 faults)
   # Different models on the two ranks (MPMD): the same error on both, status 1, no hang.
