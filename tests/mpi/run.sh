@@ -7,6 +7,7 @@
 #           smaller than the ranks (empty shards) gives the one-process bits; rank 0 alone prints
 #           and writes. The sum that overlaps the backward pass gives the bits of the sum after
 #           it (KILN_COMM_OVERLAP=0) and of 1 KiB buckets, and starts during the pass (overlap).
+#           A program's fit() under mpirun (`kiln run`) and dropout's masks over ranks.
 #   faults  ranks with different models end with the same error on every rank, and so does a
 #           rank that fails alone to build its step (without waiting for the timeout); a rank killed
 #           mid-run (SIGKILL) and a rank that hangs (SIGSTOP, found by KILN_COMM_TIMEOUT) end the
@@ -106,6 +107,18 @@ fit)
   compare tiny "$src/../../examples/models/mlp.kiln" x.npy y.npy 2 f64 0 --epochs 1
   grep -q "bit-identical" < <("$py" "$src/compare.py" tiny.1.safetensors tiny.4.safetensors 0) ||
     fail "a batch of 2 on 4 ranks is not bit-identical to one process"
+  # A program's fit() under mpirun (`kiln run`): rank 0 alone prints and saves; f64 parameters
+  # within 1e-12 of one process's.
+  prog=(run "$src/fit_prog.kiln" --input X=x.npy --input y=y.npy)
+  "$kiln" "${prog[@]}" > prog.1.out 2>&1 || { cat prog.1.out; fail "program: one process"; }
+  mv prog.safetensors prog.1.safetensors
+  mpi 2 "$kiln" "${prog[@]}" > prog.2.out 2>&1 || { cat prog.2.out; fail "program: 2 ranks"; }
+  mv prog.safetensors prog.2.safetensors
+  grep -q "data-parallel (MPI)" prog.2.out || { cat prog.2.out; fail "program: not data-parallel"; }
+  [[ $(grep -c '^\[' prog.2.out) -eq 1 ]] || { cat prog.2.out; fail "program: printed by more than rank 0"; }
+  echo "program fit(), 2 ranks: $("$py" "$src/compare.py" prog.1.safetensors prog.2.safetensors 1e-12)" ||
+    fail "program: 2 ranks differ from one process by more than 1e-12"
+
   # Dropout: rank 0 keeps one process's key, the other ranks draw from keys of their own, so
   # that no two rows of a global batch share a mask. One row twice on 2 ranks (a row each)
   # against that row alone on one process, one SGD step in f64: without dropout the same bits
