@@ -66,16 +66,16 @@ kiln_status kt_comm_async_wait(kiln_comm *c, uint32_t *first_progress);
 
 /*
  * The exchange of the data-parallel step (train/dist_step.c). kt_dist_create is collective
- * (every rank takes rank 0's order of the gradients); grad_c is the compiled gradient program
- * (NULL when the interpreter runs it). kt_dist_step runs the gradient program (`c`, else `g` on
+ * (every rank takes rank 0's order of the gradients); grad_g is the gradient program and grad_c
+ * its compiled form (NULL when the interpreter runs it). kt_dist_step runs the gradient program (`c`, else `g` on
  * the interpreter) on this rank's nloc rows, with the sum overlapping its backward pass where it
  * can, and writes the global batch's mean gradient into `grads` (one tensor per parameter, in
  * order, of the trainer's dtype) and its mean loss into *loss. Collective.
  */
 typedef struct kt_dist kt_dist;
 kiln_status kt_dist_create(kiln_ctx *ctx, kiln_comm *comm, kiln_dtype dt,
-                           const kiln_params *params, const kiln_compiled *grad_c,
-                           const kiln_options *opts, kt_dist **out);
+                           const kiln_params *params, kiln_graph *grad_g,
+                           const kiln_compiled *grad_c, const kiln_options *opts, kt_dist **out);
 void kt_dist_destroy(kt_dist *d);
 kiln_status kt_dist_step(kt_dist *d, kiln_graph *g, kiln_compiled *c, size_t nin,
                          kiln_tensor *const *in, int64_t nloc, int64_t step, kiln_params *grads,

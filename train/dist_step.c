@@ -68,6 +68,12 @@ static double buf_get(const kt_dist *d, size_t i) {
   return d->dt == KILN_F64 ? ((const double *)d->buf)[i] : (double)((const float *)d->buf)[i];
 }
 
+/* Parameter i's gradient in tensor g, of another type than dt, times the shard's rows. */
+static void pack_converted(kt_dist *d, uint32_t i, const kiln_tensor *g) {
+  for (size_t e = 0; e < d->numel[i]; e++) buf_set(d, d->off[i] + e, d->w * kiln_tensor_get(g, e));
+  d->packed[i] = true;
+}
+
 /* Parameter i's gradient at `src` (type dt, numel elements) times the shard's rows, into buf. */
 static void pack(kt_dist *d, uint32_t i, const void *src, size_t numel) {
   if (d->dt == KILN_F32) {
@@ -135,8 +141,8 @@ void kt_dist_destroy(kt_dist *d) {
 }
 
 kiln_status kt_dist_create(kiln_ctx *ctx, kiln_comm *comm, kiln_dtype dt,
-                           const kiln_params *params, const kiln_compiled *grad_c,
-                           const kiln_options *opts, kt_dist **out) {
+                           const kiln_params *params, kiln_graph *grad_g,
+                           const kiln_compiled *grad_c, const kiln_options *opts, kt_dist **out) {
   *out = NULL;
   kt_dist *d = calloc(1, sizeof *d);
   uint32_t np = (uint32_t)kiln_params_count(params);
@@ -159,7 +165,11 @@ kiln_status kt_dist_create(kiln_ctx *ctx, kiln_comm *comm, kiln_dtype dt,
      reports no steps. */
   uint32_t *rr = calloc(np + 2, sizeof *rr);
   bool steps = rr && grad_c && krt_compiled_result_ready(grad_c, rr, &d->nsteps);
-  for (uint32_t i = 0; i < np; i++) d->ready[i] = steps ? rr[1 + i] : KRT_AT_END;
+  /* A gradient of another type than the trainer's (none is now: the precision pass keeps them
+     f32) is converted after the run. */
+  for (uint32_t i = 0; i < np; i++)
+    d->ready[i] = steps && kiln_value_dtype(grad_g, kiln_graph_get_result(grad_g, 1 + i)) == dt
+                      ? rr[1 + i] : KRT_AT_END;
   free(rr);
   d->overlap = steps && o.comm_overlap != KILN_SWITCH_OFF && kt_comm_can_overlap(comm);
   for (uint32_t i = 0; i < np; i++) d->order[i] = d->by_ready[i] = i;
@@ -241,7 +251,8 @@ kiln_status kt_dist_step(kt_dist *d, kiln_graph *g, kiln_compiled *c, size_t nin
   /* What the hook did not pack: results copied at the end, or all of them; zeros if no run. */
   for (uint32_t i = 0; i < np; i++) {
     if (d->packed[i]) continue;
-    if (!ran && nloc > 0) pack(d, i, kiln_tensor_cdata(out[1 + i]), d->numel[i]);
+    if (!ran && nloc > 0 && kiln_tensor_dtype(out[1 + i]) != d->dt) pack_converted(d, i, out[1 + i]);
+    else if (!ran && nloc > 0) pack(d, i, kiln_tensor_cdata(out[1 + i]), d->numel[i]);
     else memset(d->buf + d->off[i] * esize(d), 0, d->numel[i] * esize(d));
   }
   buf_set(d, d->n, !ran && nloc > 0 ? d->w * kiln_tensor_get(out[0], 0) : 0);

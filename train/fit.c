@@ -320,7 +320,7 @@ static kiln_status dist_setup(kiln_trainer *t) {
     kiln_tensor *p = kiln_params_tensor(t->params, i);
     s = kiln_comm_broadcast(t->comm, kiln_tensor_data(p), kiln_tensor_nbytes(p), 0);
   }
-  if (!s) s = kt_dist_create(t->ctx, t->comm, t->dt, t->params, t->step_c,
+  if (!s) s = kt_dist_create(t->ctx, t->comm, t->dt, t->params, t->step_g, t->step_c,
                              t->has_opts ? &t->opts : NULL, &t->dist);
   return s;
 }
