@@ -121,7 +121,10 @@ static kiln_status accuracy(kiln_ctx *ctx, const kiln_layer *model, const kiln_m
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  /* SERIALIZED: Kiln's communicator sums gradients on a thread of its own while the backward
+     pass runs (with plain MPI_Init it sums them after the pass). */
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
   int epochs = argc > 1 ? atoi(argv[1]) : 60, rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);

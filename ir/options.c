@@ -126,6 +126,8 @@ void kir_options_env(kiln_options *o) {
   o->comm_timeout = seconds("KILN_COMM_TIMEOUT");
   const char *cb = var("KILN_COMM_BUCKET");
   o->comm_bucket = cb ? bytes_of(cb) : 0;
+  o->comm_overlap = on_off("KILN_COMM_OVERLAP");
+  o->comm_trace = on_off("KILN_COMM_TRACE");
 }
 
 /* Every field of `over` that is not its default replaces o's. */
@@ -138,7 +140,7 @@ static void overlay(kiln_options *o, const kiln_options *over) {
   SET(attention_avx512); SET(num_threads); SET(profile); SET(vk_storage16); SET(vk_attention_steps);
   SET(vulkan_library); SET(cuda_library); SET(nvrtc_library); SET(hip_library); SET(hip_arch);
   SET(cc); SET(source_dir); SET(lib_dir); SET(memory_limit); SET(kernel_cache); SET(cache_dir);
-  SET(comm_timeout); SET(comm_bucket);
+  SET(comm_timeout); SET(comm_bucket); SET(comm_overlap); SET(comm_trace);
 #undef SET
 }
 

@@ -1001,11 +1001,11 @@ static void print_value(FILE *f, const kv *v) {
 
 static kiln_status fn_print(ke_eval *e, const kf_node *call, const ke_args *a, kv *out) {
   if (a->nkw) return ke_fail_at(e, a->kw_node[0], "print() has no argument '%s'", a->kwnames[0]);
-  for (uint32_t i = 0; i < a->npos; i++) {
+  for (uint32_t i = 0; i < a->npos && e->prog->rank0; i++) {
     if (i) fputc(' ', e->prog->out);
     print_value(e->prog->out, &a->pos[i]);
   }
-  fputc('\n', e->prog->out);
+  if (e->prog->rank0) fputc('\n', e->prog->out);
   (void)call;
   *out = (kv){.k = KV_NONE};
   return KILN_OK;

@@ -22,6 +22,8 @@ struct ke_prog {
   kiln_backend backend;
   const char *device;
   FILE *out;
+  kiln_comm *comm; /* data-parallel fit(); print and save_params on rank 0 only */
+  bool rank0;
   kiln_tensor **pool;
   size_t npool, cappool;
   uint64_t next_seed; /* randn without seed=, layers given to record(...) */

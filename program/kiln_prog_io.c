@@ -258,7 +258,8 @@ kiln_status kprog_save_params(ke_eval *e, const kf_node *call, const ke_args *a,
   kiln_status s = kprog_to_params(e, a->pos_node[1], &a->pos[1], &p);
   if (s != KILN_OK) return s;
   const char *path = a->pos[0].s;
-  if (ends_with(path, ".safetensors")) {
+  if (!e->prog->rank0) { /* data-parallel: every rank holds the same parameters */
+  } else if (ends_with(path, ".safetensors")) {
     if ((s = kiln_safetensors_write(e->ctx, path, p)) != KILN_OK) s = ke_locate(e, call, s);
   } else {
     s = npz_write(e, call, path, p);

@@ -126,7 +126,8 @@ KILN_API kiln_status kiln_program_run(kiln_ctx *ctx, const char *path, kiln_prog
   kf_module *m = NULL;
   s = kf_parse_program(ctx, text, len, path, &sh->ast, &m);
   free(text);
-  ke_prog P = {.backend = opt->backend, .device = opt->device, .out = opt->out ? opt->out : stdout};
+  ke_prog P = {.backend = opt->backend, .device = opt->device, .out = opt->out ? opt->out : stdout,
+               .comm = opt->comm, .rank0 = kiln_comm_rank(opt->comm) == 0};
   if (s == KILN_OK && (m->program || opt->force)) {
     if (is_program) *is_program = 1;
     ke_eval e = {.ctx = ctx, .sh = sh, .arena = &sh->vals, .mf = mf, .prog = &P,

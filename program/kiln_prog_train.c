@@ -568,7 +568,8 @@ static kiln_status fn_fit(ke_eval *e, const kf_node *call, const ke_args *a, kv 
   const kv *y = a->npos == 4 ? &a->pos[3] : &a->pos[2];
   if ((s = want_host(e, a->pos_node[a->npos - 1], y, "y")) != KILN_OK) return s;
   kiln_train_spec spec = {.model = a->pos[0].layer, .dtype = KILN_F64,
-                          .backend = e->prog->backend, .device = e->prog->device};
+                          .backend = e->prog->backend, .device = e->prog->device,
+                          .comm = e->prog->comm};
   kiln_fit_options fo = {.epochs = 10, .verbose = 1};
   if (kw[0] && kw[0]->k == KV_STR)
     spec.loss = kw[0]->s;

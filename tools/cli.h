@@ -122,4 +122,15 @@ typedef struct cli_data {
 int cli_bind_data(kiln_ctx *ctx, const kiln_model_file *m, kiln_dtype dt, const char *loss,
                   size_t nnames, const char *const *names, const cli_data *d, kiln_tensor **out);
 
+/* ------------------------------------------- data-parallel runs (cli_mpi.c) */
+
+/*
+ * Under an MPI launcher, *comm becomes a communicator over the job (NULL outside one); `what`
+ * names the command in the message of a build without MPI. Returns an exit status.
+ */
+int cli_comm_open(kiln_ctx *ctx, const char *what, kiln_comm **comm);
+/* Agrees on the ranks' exit status (MPI_Abort when a rank does not answer), destroys comm and
+   returns the status to exit with (status, or another rank's failure). NULL comm: status. */
+int cli_comm_close(kiln_comm *comm, int status);
+
 #endif

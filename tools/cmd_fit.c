@@ -240,60 +240,6 @@ static void fill_spec(const fit_opts *o, const kiln_model_file *m, kiln_train_sp
   spec->precision = o->precision;
 }
 
-/*
- * Under an MPI launcher (mpirun, mpiexec, srun --mpi=pmix) `kiln fit` is one rank of a
- * data-parallel run: the job's size from the launcher's environment, 1 outside one.
- */
-static int launcher_size(const char **var) {
-  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
-  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
-    const char *v = getenv(vars[i]);
-    if (v && atoi(v) > 0) {
-      *var = vars[i];
-      return atoi(v);
-    }
-  }
-  const char *slurm = getenv("SLURM_NTASKS");
-  if (slurm && (getenv("PMIX_RANK") || getenv("PMI_RANK")) && atoi(slurm) > 0) {
-    *var = "SLURM_NTASKS";
-    return atoi(slurm);
-  }
-  return 1;
-}
-
-/* The communicator of a data-parallel `kiln fit` (NULL in one process), or an exit status. */
-static int open_comm(kiln_ctx *ctx, kiln_comm **comm) {
-  const char *var = NULL;
-  int size = launcher_size(&var);
-  *comm = NULL;
-  if (size <= 1) return 0;
-  if (!kiln_comm_mpi_available())
-    return cli_error("kiln fit runs as one of %d processes (%s=%d), but this build of Kiln has no "
-                     "MPI: it cannot train data-parallel (install libopenmpi-dev, or run "
-                     "tools/setup.sh, and configure again)", size, var, size);
-  if (kiln_comm_create_world(ctx, comm)) return cli_error("%s", kiln_ctx_error(ctx));
-  return 0;
-}
-
-/*
- * The end of a data-parallel run: every rank learns whether any failed. A rank that does not
- * answer within the timeout (it died or hangs) ends the job (MPI_Abort), so that none waits.
- */
-static int close_comm(kiln_comm *comm, int status) {
-  if (!comm) return status;
-  int worst = status;
-  if (kiln_comm_agree(comm, status, &worst)) {
-    fprintf(stderr, "kiln: rank %d: a rank does not answer; ending the job (MPI_Abort)\n",
-            kiln_comm_rank(comm));
-    kiln_comm_abort(comm, status ? status : 1);
-  }
-  if (!status && worst)
-    fprintf(stderr, "kiln: rank %d: another rank failed (its message says why)\n",
-            kiln_comm_rank(comm));
-  kiln_comm_destroy(comm);
-  return status ? status : worst;
-}
-
 static int run(const char *cmd, int argc, char **argv) {
   fit_opts o = {.dtype = KILN_DTYPE_COUNT, .backend = KILN_BACKEND_AUTO, .gamma = 0.1, .step_size = 1};
   int r = parse_args(cmd, argc, argv, &o);
@@ -308,7 +254,7 @@ static int run(const char *cmd, int argc, char **argv) {
   kiln_grad_fn *gf = NULL;
   kiln_fit_result res = {0};
   kiln_comm *comm = NULL;
-  int status = fit ? open_comm(ctx, &comm) : 0;
+  int status = fit ? cli_comm_open(ctx, "kiln fit", &comm) : 0;
   bool rank0 = kiln_comm_rank(comm) == 0;
   if (!status) status = load(ctx, &o, &m, &p);
   kiln_train_spec spec;
@@ -404,7 +350,7 @@ static int run(const char *cmd, int argc, char **argv) {
   kiln_grad_fn_destroy(gf);
   kiln_params_destroy(p);
   kiln_model_file_destroy(m);
-  status = close_comm(comm, status);
+  status = cli_comm_close(comm, status);
   kiln_ctx_destroy(ctx);
   return status;
 }

@@ -417,19 +417,24 @@ static int run_program(kiln_ctx *ctx, const run_opts *o) {
     else if (kiln_npy_read(ctx, o->input_file[i], &in[i]) != KILN_OK)
       status = cli_error("%s", kiln_ctx_error(ctx));
   }
+  kiln_comm *comm = NULL; /* under an MPI launcher: fit() trains data-parallel */
+  if (!status) status = cli_comm_open(ctx, "kiln run", &comm);
   kiln_program_options po = {.backend = o->backend_given ? o->backend : KILN_BACKEND_EAGER,
                              .device = o->device, .n_inputs = o->ninputs,
-                             .input_names = (const char *const *)names, .inputs = in};
+                             .input_names = (const char *const *)names, .inputs = in,
+                             .comm = comm};
   int is_program = 0;
   if (!status && kiln_program_run(ctx, o->model, &po, &is_program) != KILN_OK)
     status = cli_error("%s", kiln_ctx_error(ctx));
   else if (!status && !is_program)
     status = -1;
-  else if (!status)
-    fprintf(stderr, "program: %u graph%s ran, backend %s, device %s\n", po.graphs_run,
+  else if (!status && kiln_comm_rank(comm) == 0)
+    fprintf(stderr, "program: %u graph%s ran, backend %s, device %s%s\n", po.graphs_run,
             po.graphs_run == 1 ? "" : "s",
             po.graphs_run ? kiln_backend_name(po.info.backend) : kiln_backend_name(po.backend),
-            po.graphs_run ? po.info.device : "cpu");
+            po.graphs_run ? po.info.device : "cpu", comm ? ", data-parallel (MPI)" : "");
+  if (status != -1) status = cli_comm_close(comm, status);
+  else kiln_comm_destroy(comm);
   for (size_t i = 0; i < o->ninputs; i++) {
     kiln_tensor_destroy(in[i]);
     free(names[i]);

@@ -33,6 +33,7 @@
 
 #ifdef KILN_HAVE_MPI
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include <mpi.h>
 
@@ -44,6 +45,22 @@ struct kiln_comm {
   double timeout;   /* seconds */
   size_t bucket;    /* bytes */
   bool broken;      /* a message timed out: this communicator is not used again */
+  int thread_level; /* what MPI provides (MPI_Query_thread) */
+  /* Sums on the communicator's thread (kt_comm_async_*): buckets posted by the caller, summed
+     in the order posted; `mu` guards the queue. */
+  bool thread_on, quit;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  kt_comm_bucket *q;
+  size_t qcap, nposted, ndone;
+  kiln_dtype qdt;
+  kiln_status qerr;
+  char *tmp;
+  size_t tmpcap;
+  kiln_ctx *caller_ctx, *thread_ctx; /* the thread's messages, copied at kt_comm_async_wait */
+  _Atomic uint32_t progress;  /* kt_comm_async_progress's last value */
+  uint32_t first_progress;    /* `progress` when the thread began the first bucket of a sum */
 };
 
 /* Message tags: one per kind of exchange, so that a late message of one kind never matches
@@ -76,6 +93,9 @@ static kiln_status finish_create(kiln_ctx *ctx, kiln_comm *c, MPI_Comm from, kil
   MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(c->comm, &c->rank);
   MPI_Comm_size(c->comm, &c->size);
+  MPI_Query_thread(&c->thread_level);
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
   settings(c);
   *out = c;
   return KILN_OK;
@@ -93,9 +113,10 @@ kiln_status kiln_comm_create_world(kiln_ctx *ctx, kiln_comm **out) {
   if (finalized) {
     s = kir_fail(ctx, KILN_ERR_INVALID, "communicator: MPI was finalized already");
   } else if (!inited) {
-    /* The thread pool never calls MPI: only the thread that calls Kiln does. */
+    /* The thread pool never calls MPI; the caller's thread does, and the communicator's own
+       thread during a step (kt_comm_async_*), never both at once: SERIALIZED. */
     int provided = 0;
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
       s = kir_fail(ctx, KILN_ERR_RUNTIME, "communicator: MPI_Init_thread failed");
     else
       world_inited_here = true;
@@ -130,8 +151,16 @@ kiln_status kiln_comm_create_mpi(kiln_ctx *ctx, const void *mpi_comm, kiln_comm 
   return finish_create(ctx, c, *(const MPI_Comm *)mpi_comm, out);
 }
 
+static void stop_thread(kiln_comm *c);
+
 void kiln_comm_destroy(kiln_comm *c) {
   if (!c) return;
+  stop_thread(c);
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
+  free(c->q);
+  free(c->tmp);
+  kiln_ctx_destroy(c->thread_ctx);
   int finalized = 0;
   MPI_Finalized(&finalized);
   /* A communicator with a message in flight that timed out cannot be freed cleanly. */
@@ -310,6 +339,120 @@ kiln_status kiln_comm_allreduce_sum(kiln_comm *c, kiln_dtype dt, void *buf, size
   return s;
 }
 
+/* ----------------------------------------------- sums on the communicator's thread */
+
+/*
+ * The data-parallel step posts each bucket of gradients as soon as the backward pass has
+ * written it, and this thread sums the buckets one after another, in the order posted, with
+ * the same tree as kiln_comm_allreduce_sum: the result does not depend on when a bucket was
+ * posted. While a sum is under way only this thread calls MPI (the caller computes), so MPI
+ * need only be SERIALIZED; it also writes its messages into a context of its own, since the
+ * caller's may be written by a failing kernel at the same time.
+ */
+static void *thread_main(void *arg) {
+  kiln_comm *c = arg;
+  pthread_mutex_lock(&c->mu);
+  for (;;) {
+    while (!c->quit && c->ndone == c->nposted) pthread_cond_wait(&c->cv, &c->mu);
+    if (c->quit) break;
+    kt_comm_bucket b = c->q[c->ndone];
+    bool first = c->ndone == 0, skip = c->qerr != KILN_OK;
+    pthread_mutex_unlock(&c->mu);
+    if (first) c->first_progress = atomic_load(&c->progress);
+    kiln_status s = KILN_OK;
+    if (!skip) s = reduce_bucket(c, c->qdt, b.buf, b.n, c->tmp);
+    if (!skip && !s) s = bcast_bucket(c, b.buf, b.n * kiln_dtype_size(c->qdt), TAG_BCAST);
+    pthread_mutex_lock(&c->mu);
+    if (s && !c->qerr) c->qerr = s;
+    c->ndone++;
+    pthread_cond_broadcast(&c->cv);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return NULL;
+}
+
+static void stop_thread(kiln_comm *c) {
+  if (!c->thread_on) return;
+  pthread_mutex_lock(&c->mu);
+  c->quit = true;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  pthread_join(c->thread, NULL);
+  c->thread_on = false;
+}
+
+size_t kt_comm_bucket_bytes(const kiln_comm *c) { return c->bucket; }
+
+bool kt_comm_can_overlap(const kiln_comm *c) {
+  return c->size > 1 && c->thread_level >= MPI_THREAD_SERIALIZED;
+}
+
+kiln_status kt_comm_async_begin(kiln_comm *c, kiln_dtype dt, size_t max_buckets,
+                                size_t max_elems) {
+  if (!kt_comm_can_overlap(c))
+    return kir_fail(c->ctx, KILN_ERR_UNSUPPORTED, "communicator: MPI gives no thread support "
+                    "(MPI_THREAD_SERIALIZED) for sums on a thread of their own");
+  if (c->broken) return broken(c);
+  size_t tb = (max_elems ? max_elems : 1) * kiln_dtype_size(dt);
+  if (max_buckets > c->qcap) {
+    kt_comm_bucket *q = realloc(c->q, max_buckets * sizeof *q);
+    if (!q) return kir_fail(c->ctx, KILN_ERR_NOMEM, "out of memory");
+    c->q = q, c->qcap = max_buckets;
+  }
+  if (tb > c->tmpcap) {
+    char *t = realloc(c->tmp, tb);
+    if (!t) return kir_fail(c->ctx, KILN_ERR_NOMEM, "out of memory");
+    c->tmp = t, c->tmpcap = tb;
+  }
+  if (!c->thread_ctx && !(c->thread_ctx = kiln_ctx_create()))
+    return kir_fail(c->ctx, KILN_ERR_NOMEM, "out of memory");
+  pthread_mutex_lock(&c->mu);
+  c->nposted = c->ndone = 0;
+  c->qdt = dt;
+  c->qerr = KILN_OK;
+  c->first_progress = UINT32_MAX;
+  atomic_store(&c->progress, 0);
+  c->caller_ctx = c->ctx;
+  c->ctx = c->thread_ctx; /* until kt_comm_async_wait: only the thread writes messages */
+  pthread_mutex_unlock(&c->mu);
+  if (!c->thread_on) {
+    c->quit = false;
+    if (pthread_create(&c->thread, NULL, thread_main, c)) {
+      c->ctx = c->caller_ctx;
+      return kir_fail(c->ctx, KILN_ERR_RUNTIME, "communicator: could not start its thread");
+    }
+    c->thread_on = true;
+  }
+  return KILN_OK;
+}
+
+void kt_comm_async_post(kiln_comm *c, void *buf, size_t n) {
+  pthread_mutex_lock(&c->mu);
+  if (c->nposted < c->qcap) c->q[c->nposted++] = (kt_comm_bucket){buf, n};
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+void kt_comm_async_progress(kiln_comm *c, uint32_t step) { atomic_store(&c->progress, step); }
+
+size_t kt_comm_async_done(kiln_comm *c) {
+  pthread_mutex_lock(&c->mu);
+  size_t n = c->ndone;
+  pthread_mutex_unlock(&c->mu);
+  return n;
+}
+
+kiln_status kt_comm_async_wait(kiln_comm *c, uint32_t *first_progress) {
+  pthread_mutex_lock(&c->mu);
+  while (c->ndone < c->nposted) pthread_cond_wait(&c->cv, &c->mu);
+  kiln_status s = c->qerr;
+  c->ctx = c->caller_ctx;
+  pthread_mutex_unlock(&c->mu);
+  if (first_progress) *first_progress = c->first_progress;
+  if (s) return kir_fail(c->ctx, s, "%s", kiln_ctx_error(c->thread_ctx));
+  return KILN_OK;
+}
+
 kiln_status kiln_comm_broadcast(kiln_comm *c, void *buf, size_t bytes, int root) {
   if (root < 0 || root >= c->size)
     return kir_fail(c->ctx, KILN_ERR_INVALID, "broadcast: root %d of %d ranks", root, c->size);
@@ -406,6 +549,21 @@ kiln_status kiln_comm_agree(kiln_comm *c, int status, int *worst) {
 void kiln_comm_abort(kiln_comm *c, int code) { (void)c, (void)code; }
 kiln_status kt_comm_check_same(kiln_ctx *ctx, kiln_comm *c, uint64_t mine, const char *what) {
   (void)ctx, (void)c, (void)mine, (void)what;
+  return KILN_OK;
+}
+bool kt_comm_can_overlap(const kiln_comm *c) { (void)c; return false; }
+size_t kt_comm_bucket_bytes(const kiln_comm *c) { (void)c; return (size_t)4 << 20; }
+kiln_status kt_comm_async_begin(kiln_comm *c, kiln_dtype dt, size_t max_buckets,
+                                size_t max_elems) {
+  (void)c, (void)dt, (void)max_buckets, (void)max_elems;
+  return KILN_ERR_UNSUPPORTED;
+}
+void kt_comm_async_post(kiln_comm *c, void *buf, size_t n) { (void)c, (void)buf, (void)n; }
+void kt_comm_async_progress(kiln_comm *c, uint32_t step) { (void)c, (void)step; }
+size_t kt_comm_async_done(kiln_comm *c) { (void)c; return 0; }
+kiln_status kt_comm_async_wait(kiln_comm *c, uint32_t *first_progress) {
+  (void)c;
+  if (first_progress) *first_progress = UINT32_MAX;
   return KILN_OK;
 }
 

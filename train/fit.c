@@ -67,7 +67,8 @@ struct kiln_trainer {
      only; they are summed across the ranks, then `dist_opt` updates (docs/distributed.md). */
   kiln_comm *comm;
   kiln_opt_state *dist_opt;
-  size_t grad_numel; /* the parameters' elements */
+  kt_dist *dist;           /* the exchange (train/dist_step.c) */
+  kiln_params *dist_grads; /* the summed gradients it gives */
 };
 
 static const char *loss_name(const kiln_train_spec *s) { return s->loss ? s->loss : "mse"; }
@@ -295,7 +296,8 @@ done:
 /*
  * Data-parallel: every rank must train the same model (a hash of it is checked against rank
  * 0's, so a mismatch is an error on every rank, not a hang or a wrong sum) from rank 0's
- * parameters (broadcast, as DDP does), and applies its update as a graph of its own.
+ * parameters (broadcast, as DDP does), and packs its gradients in rank 0's order (kt_dist).
+ * Collective.
  */
 static kiln_status dist_setup(kiln_trainer *t) {
   const kiln_optimizer *o = &t->spec.opt;
@@ -317,14 +319,55 @@ static kiln_status dist_setup(kiln_trainer *t) {
   for (size_t i = 0; !s && i < kiln_params_count(t->params); i++) {
     kiln_tensor *p = kiln_params_tensor(t->params, i);
     s = kiln_comm_broadcast(t->comm, kiln_tensor_data(p), kiln_tensor_nbytes(p), 0);
-    t->grad_numel += kiln_tensor_numel(p);
   }
-  if (s) return s;
-  return kt_opt_state_create(t->ctx, o, t->params, t->spec.clip, t->spec.backend, &t->dist_opt);
+  if (!s) s = kt_dist_create(t->ctx, t->comm, t->dt, t->params, t->step_g, t->step_c,
+                             t->has_opts ? &t->opts : NULL, &t->dist);
+  return s;
 }
 
-kiln_status kiln_trainer_create(kiln_ctx *ctx, const kiln_train_spec *spec,
-                                const kiln_params *init, kiln_trainer **out) {
+/* What a rank of a data-parallel step holds beside the gradient program: the summed gradients
+   and the update (a graph of its own). */
+static kiln_status dist_local(kiln_trainer *t) {
+  kiln_status s = kiln_params_create(t->ctx, &t->dist_grads);
+  for (size_t i = 0; !s && i < kiln_params_count(t->params); i++) {
+    const kiln_tensor *p = kiln_params_tensor(t->params, i);
+    int64_t dims[KILN_MAX_RANK];
+    for (size_t a = 0; a < kiln_tensor_rank(p); a++) dims[a] = kiln_tensor_dim(p, a);
+    kiln_tensor *g = NULL;
+    if (!(s = kiln_tensor_create(t->ctx, t->dt, kiln_tensor_rank(p), dims, &g)))
+      s = kiln_params_add(t->dist_grads, kiln_params_name(t->params, i), g);
+  }
+  if (s) return s;
+  return kt_opt_state_create(t->ctx, &t->spec.opt, t->params, t->spec.clip, t->spec.backend,
+                             &t->dist_opt);
+}
+
+/*
+ * Data-parallel: once every rank has built its step, the ranks agree that all of them did — a
+ * rank that failed alone (an option only it was given, memory, the JIT) would otherwise leave
+ * the others waiting in the first exchange until the timeout — and only then compare the model,
+ * take rank 0's parameters and the gradients' order (dist_setup). A rank that failed keeps its
+ * own message; the others name it.
+ */
+static kiln_status dist_join(kiln_ctx *ctx, kiln_comm *comm, kiln_trainer *t, kiln_status built) {
+  char *mine = built ? strdup(kiln_ctx_error(ctx)) : NULL;
+  int worst = 0, rank = kiln_comm_rank(comm);
+  kiln_status s = kiln_comm_agree(comm, built ? rank + 1 : 0, &worst);
+  if (built) {
+    kir_fail(ctx, built, "%s", mine ? mine : "out of memory");
+    free(mine);
+    return built;
+  }
+  if (s) return s;
+  if (worst)
+    return kir_fail(ctx, KILN_ERR_RUNTIME, "data-parallel training: rank %d could not build the "
+                    "training step (its message says why)", worst - 1);
+  return dist_setup(t);
+}
+
+/* kiln_trainer_create on this rank alone: no exchange. */
+static kiln_status trainer_build(kiln_ctx *ctx, const kiln_train_spec *spec,
+                                 const kiln_params *init, kiln_trainer **out) {
   *out = NULL;
   kiln_trainer *t = calloc(1, sizeof *t);
   if (!t) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
@@ -451,7 +494,7 @@ kiln_status kiln_trainer_create(kiln_ctx *ctx, const kiln_train_spec *spec,
     }
   }
   if (s) goto fail;
-  if (t->comm && (s = dist_setup(t))) goto fail;
+  if (t->comm && (s = dist_local(t))) goto fail;
   if ((s = compile_graph(ctx, spec, t->step_g, &t->step_c))) goto fail;
   t->has_opts = spec->options != NULL;
   if (t->has_opts) t->opts = *spec->options;
@@ -469,6 +512,20 @@ fail:
   return s;
 }
 
+kiln_status kiln_trainer_create(kiln_ctx *ctx, const kiln_train_spec *spec,
+                                const kiln_params *init, kiln_trainer **out) {
+  kiln_trainer *t = NULL;
+  kiln_status s = trainer_build(ctx, spec, init, &t);
+  kiln_comm *comm = spec && spec->comm && kiln_comm_size(spec->comm) > 1 ? spec->comm : NULL;
+  if (comm) s = dist_join(ctx, comm, t, s);
+  if (s) {
+    kiln_trainer_destroy(t);
+    t = NULL;
+  }
+  *out = t;
+  return s;
+}
+
 void kiln_trainer_destroy(kiln_trainer *t) {
   if (!t) return;
   for (uint32_t i = 0; t->in_names && i < t->nin; i++) free(t->in_names[i]);
@@ -481,6 +538,8 @@ void kiln_trainer_destroy(kiln_trainer *t) {
   free(t->device);
   free(t->opts_block);
   kiln_opt_state_destroy(t->dist_opt);
+  kt_dist_destroy(t->dist);
+  kiln_params_destroy(t->dist_grads);
   kiln_graph_destroy(t->step_g);
   kiln_graph_destroy(t->eval_g);
   free(t->step_roles);
@@ -509,99 +568,21 @@ static kiln_tensor *scalar_tensor(kiln_ctx *ctx, kiln_dtype dt, double v) {
 
 static bool batched(const kiln_trainer *t, size_t i, int64_t nsamples);
 
-static double buf_get(kiln_dtype dt, const void *buf, size_t i) {
-  return dt == KILN_F64 ? ((const double *)buf)[i] : (double)((const float *)buf)[i];
-}
-static void buf_set(kiln_dtype dt, void *buf, size_t i, double v) {
-  if (dt == KILN_F64) ((double *)buf)[i] = v;
-  else ((float *)buf)[i] = (float)v;
-}
-
-/* buf[off, off + numel) = g * w, in buf's type (t->dt) */
-static void scale_into(kiln_dtype dt, void *buf, size_t off, const kiln_tensor *g, double w) {
-  size_t n = kiln_tensor_numel(g);
-  if (kiln_tensor_dtype(g) == dt && dt == KILN_F32) {
-    const float *x = kiln_tensor_cdata(g);
-    float *y = (float *)buf + off, fw = (float)w; /* row counts are exact in f32 */
-    for (size_t e = 0; e < n; e++) y[e] = fw * x[e];
-  } else if (kiln_tensor_dtype(g) == dt && dt == KILN_F64) {
-    const double *x = kiln_tensor_cdata(g);
-    double *y = (double *)buf + off;
-    for (size_t e = 0; e < n; e++) y[e] = w * x[e];
-  } else {
-    for (size_t e = 0; e < n; e++) buf_set(dt, buf, off + e, w * kiln_tensor_get(g, e));
-  }
-}
-
-/* g = buf[off, off + numel) / d (g of type dt) */
-static void scale_from(kiln_dtype dt, const void *buf, size_t off, kiln_tensor *g, double d) {
-  size_t n = kiln_tensor_numel(g);
-  if (dt == KILN_F32) {
-    const float *x = (const float *)buf + off;
-    float *y = kiln_tensor_data(g);
-    for (size_t e = 0; e < n; e++) y[e] = (float)((double)x[e] / d);
-  } else {
-    const double *x = (const double *)buf + off;
-    double *y = kiln_tensor_data(g);
-    for (size_t e = 0; e < n; e++) y[e] = x[e] / d;
-  }
-}
-
 /*
- * The data-parallel step: this rank's gradients (of the mean loss over its shard) times its
- * shard's size, summed over the ranks with its loss times that size, the size and a failure
- * count; divided by the global batch, the mean gradient of the global batch — an unequal last
- * shard (or an empty one) weighs what it holds. Then the update, the same on every rank.
+ * The data-parallel step: this rank's gradients, summed over the ranks with their shards' row
+ * counts as weights (train/dist_step.c), then the update, the same on every rank.
  */
 static kiln_status dist_step(kiln_trainer *t, kiln_tensor *const *inputs, kiln_tensor **in,
                              double lr, double *loss) {
-  uint32_t np = t->np;
-  size_t n = t->grad_numel;
   int64_t nloc = 1;
   for (uint32_t i = 0; i < t->nin; i++)
     if (batched(t, i, 1) && kiln_tensor_rank(inputs[i]) > 0) {
       nloc = kiln_tensor_dim(inputs[i], 0);
       break;
     }
-  kiln_tensor **out = calloc(np + 1, sizeof *out);
-  char *buf = calloc(n + 3, kiln_dtype_size(t->dt));
-  kiln_params *grads = NULL;
-  if (!out || !buf) {
-    free(out), free(buf);
-    return kir_fail(t->ctx, KILN_ERR_NOMEM, "out of memory");
-  }
-  kiln_status ran = nloc > 0 ? run_graph(t, t->step_g, t->step_c, t->step_nparams, in, 1 + np, out)
-                             : KILN_OK;
-  double w = (double)nloc;
-  for (size_t i = 0, off = 0; !ran && nloc > 0 && i < np; off += kiln_tensor_numel(out[1 + i]), i++)
-    scale_into(t->dt, buf, off, out[1 + i], w);
-  buf_set(t->dt, buf, n, !ran && nloc > 0 ? w * kiln_tensor_get(out[0], 0) : 0);
-  buf_set(t->dt, buf, n + 1, ran ? 0 : w);
-  buf_set(t->dt, buf, n + 2, ran ? 1 : 0);
-  kiln_status s = kiln_comm_allreduce_sum(t->comm, t->dt, buf, n + 3);
-  double total = buf_get(t->dt, buf, n + 1), failed = buf_get(t->dt, buf, n + 2);
-  if (!s && ran) s = ran;
-  else if (!s && failed > 0)
-    s = kir_fail(t->ctx, KILN_ERR_RUNTIME, "data-parallel step %lld failed on %.0f other rank(s) "
-                 "(their messages say why)", (long long)t->steps + 1, failed);
-  else if (!s && !(total > 0))
-    s = kir_fail(t->ctx, KILN_ERR_INVALID, "data-parallel step: the global batch is empty");
-  if (!s) s = kiln_params_create(t->ctx, &grads);
-  for (size_t i = 0, off = 0; !s && i < np; i++) {
-    const kiln_tensor *p = kiln_params_tensor(t->params, i);
-    int64_t dims[KILN_MAX_RANK];
-    for (size_t a = 0; a < kiln_tensor_rank(p); a++) dims[a] = kiln_tensor_dim(p, a);
-    kiln_tensor *g = NULL;
-    if ((s = kiln_tensor_create(t->ctx, t->dt, kiln_tensor_rank(p), dims, &g))) break;
-    scale_from(t->dt, buf, off, g, total);
-    off += kiln_tensor_numel(g);
-    s = kiln_params_add(grads, kiln_params_name(t->params, i), g);
-  }
-  if (!s) s = kt_opt_state_step(t->dist_opt, t->params, grads, lr);
-  if (!s) *loss = buf_get(t->dt, buf, n) / total;
-  kiln_params_destroy(grads);
-  for (uint32_t i = 0; i <= np; i++) kiln_tensor_destroy(out[i]);
-  free(out), free(buf);
+  kiln_status s = kt_dist_step(t->dist, t->step_g, t->step_c, t->step_nparams, in, nloc,
+                               t->steps + 1, t->dist_grads, loss);
+  if (!s) s = kt_opt_state_step(t->dist_opt, t->params, t->dist_grads, lr);
   return s;
 }
 
@@ -626,7 +607,14 @@ kiln_status kiln_trainer_step(kiln_trainer *t, size_t n, kiln_tensor *const *inp
   }
   /* Every bit of the step's seed: through kiln_tensor_set's double the low bits of the mixed
    * value were rounded away, and seeds 0, 1, 2, ... drew the same dropout after step 0. */
-  *(int64_t *)kiln_tensor_data(seedt) = (int64_t)(seed ^ (uint64_t)t->steps * 0x9E3779B97F4A7C15ull);
+  uint64_t sd = seed ^ (uint64_t)t->steps * 0x9E3779B97F4A7C15ull;
+  /* Data-parallel: a random op draws by position in its tensor, so with one key every shard's
+   * row i would get the dropout mask of the global batch's row i — rows of one step sharing a
+   * mask, which one process never does. Rank 0 (whose shard is the batch's first rows) keeps
+   * one process's key and masks; rank r > 0 draws from a key of its own (docs/distributed.md). */
+  int rank = t->comm ? kiln_comm_rank(t->comm) : 0;
+  if (rank > 0) sd = kt_mix64(sd ^ (uint64_t)rank * 0xD1B54A32D192ED03ull);
+  *(int64_t *)kiln_tensor_data(seedt) = (int64_t)sd;
   for (uint32_t i = 0; i < t->step_nparams; i++) {
     role r = t->step_roles[i];
     switch (r.kind) {

@@ -100,6 +100,10 @@ typedef struct kiln_options {
                                    KILN_COMM_TIMEOUT */
   int64_t comm_bucket;          /* bytes of gradient summed per exchange; 0: 4 MiB; KILN_COMM_BUCKET
                                    (bytes, with K, M or G for powers of 1024) */
+  kiln_switch comm_overlap;     /* sum a bucket while the backward pass goes on; default on;
+                                   KILN_COMM_OVERLAP=0 sums after it */
+  kiln_switch comm_trace;       /* a line per data-parallel step on stderr: when its buckets went
+                                   (debugging, tests); default off; KILN_COMM_TRACE=1 */
 } kiln_options;
 
 /* What the KILN_* environment variables set now (a value a variable cannot mean is ignored). */

@@ -8,6 +8,7 @@
 
 #include <stdio.h>
 
+#include "comm.h"
 #include "tensor.h"
 
 #ifdef __cplusplus
@@ -22,6 +23,8 @@ typedef struct kiln_program_options {
   const char *const *input_names;
   kiln_tensor *const *inputs; /* borrowed (copied; float tensors become f64) */
   int force;            /* run even a file that reads as a model file */
+  kiln_comm *comm;      /* data-parallel (include/kiln/comm.h): fit() trains over its ranks, and
+                           print() and save_params() act on rank 0 only; NULL: one process */
   /* set by kiln_program_run: */
   unsigned graphs_run;
   kiln_run_info info; /* of the last graph run */

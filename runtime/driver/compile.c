@@ -32,6 +32,7 @@
 #include "ir/kir.h"
 #include "passes/pipeline.h"
 #include "runtime/device/device.h"
+#include "runtime/driver/compiled.h"
 #include "runtime/exec/rt.h"
 
 struct kiln_compiled {
@@ -277,7 +278,8 @@ static kiln_status check_tensors(const kiln_compiled *c, kiln_ctx *ctx,
 
 /* Allocates the results at the workspace's shapes, runs, and frees them again on failure. */
 static kiln_status run_tensors(kiln_compiled *c, kiln_ctx *ctx, krt_workspace *w,
-                               kiln_tensor *const *inputs, kiln_tensor **outputs) {
+                               kiln_tensor *const *inputs, kiln_tensor **outputs,
+                               const krt_run_hook *hook) {
   const kcg_program *p = c->prog;
   const void **in = calloc(p->nparams + 1u, sizeof *in);
   void **out = calloc(p->nresults + 1u, sizeof *out);
@@ -290,7 +292,9 @@ static kiln_status run_tensors(kiln_compiled *c, kiln_ctx *ctx, krt_workspace *w
     s = kiln_tensor_create(ctx, t->dtype, t->rank, dims, &outputs[r]);
     if (!s) out[r] = outputs[r]->data;
   }
-  if (!s) s = krt_execute(w, ctx, in, out);
+  if (!s && hook && hook->begin) hook->begin(hook->arg, out);
+  if (!s) s = krt_execute_hooked(w, ctx, in, out, hook ? hook->after_step : NULL,
+                                 hook ? hook->arg : NULL);
   if (s)
     for (uint32_t r = 0; r < p->nresults; r++) {
       kiln_tensor_destroy(outputs[r]);
@@ -327,9 +331,16 @@ static kiln_status run_device(kiln_compiled *c, kiln_ctx *ctx, const int64_t *co
   return s;
 }
 
-KILN_API kiln_status kiln_compiled_run(kiln_compiled *c, kiln_ctx *ctx, size_t n_in,
-                                       kiln_tensor *const *inputs, size_t n_out,
-                                       kiln_tensor **outputs, kiln_run_info *info) {
+bool krt_compiled_result_ready(const kiln_compiled *c, uint32_t *ready, uint32_t *nsteps) {
+  if (c->dprog || !c->model) return false;
+  krt_model_result_ready(c->model, ready);
+  *nsteps = krt_model_num_steps(c->model);
+  return true;
+}
+
+static kiln_status run_compiled(kiln_compiled *c, kiln_ctx *ctx, size_t n_in,
+                                kiln_tensor *const *inputs, size_t n_out, kiln_tensor **outputs,
+                                kiln_run_info *info, const krt_run_hook *hook) {
   if (!ctx) ctx = c->ctx;
   for (size_t i = 0; outputs && i < n_out; i++) outputs[i] = NULL;
   kiln_status s = check_counts(c, ctx, n_in, inputs, n_out, outputs);
@@ -352,7 +363,7 @@ KILN_API kiln_status kiln_compiled_run(kiln_compiled *c, kiln_ctx *ctx, size_t n
   s = krt_prepare(c->model, ctx, dims, &w);
   free(dims);
   if (s) return s;
-  s = run_tensors(c, ctx, w, inputs, outputs);
+  s = run_tensors(c, ctx, w, inputs, outputs, hook);
   krt_release(w);
   if (!s && info) {
     info->backend = KILN_BACKEND_COMPILED;
@@ -360,6 +371,18 @@ KILN_API kiln_status kiln_compiled_run(kiln_compiled *c, kiln_ctx *ctx, size_t n
     snprintf(info->device, sizeof info->device, "cpu");
   }
   return s;
+}
+
+KILN_API kiln_status kiln_compiled_run(kiln_compiled *c, kiln_ctx *ctx, size_t n_in,
+                                       kiln_tensor *const *inputs, size_t n_out,
+                                       kiln_tensor **outputs, kiln_run_info *info) {
+  return run_compiled(c, ctx, n_in, inputs, n_out, outputs, info, NULL);
+}
+
+kiln_status krt_compiled_run_hooked(kiln_compiled *c, kiln_ctx *ctx, size_t n_in,
+                                    kiln_tensor *const *inputs, size_t n_out,
+                                    kiln_tensor **outputs, const krt_run_hook *hook) {
+  return run_compiled(c, ctx, n_in, inputs, n_out, outputs, NULL, hook);
 }
 
 KILN_API kiln_status kiln_compiled_output_shape(kiln_compiled *c, kiln_ctx *ctx,

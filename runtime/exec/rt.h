@@ -163,6 +163,23 @@ const int64_t *krt_workspace_sizes(const krt_workspace *w);
  */
 kiln_status krt_execute(krt_workspace *w, kiln_ctx *ctx, const void *const *in,
                         void *const *out);
+/*
+ * For a caller that uses results before the run ends (the data-parallel step sums each
+ * bucket of gradients while the backward pass goes on, train/fit.c): ready[r] is the step of
+ * the top-level program after which result r's memory holds its final value, or KRT_AT_END
+ * when the run copies it there as it ends (a result that is an input, a constant, or another
+ * result's buffer). Structural: the same for every run of the model.
+ */
+#define KRT_AT_END UINT32_MAX
+void krt_model_result_ready(const krt_model *m, uint32_t *ready);
+uint32_t krt_model_num_steps(const krt_model *m);
+/*
+ * krt_execute that calls after(arg, s) on the calling thread when top-level step s has ended
+ * (every thread of the pool done with it), before step s + 1 starts; not after a failed step.
+ */
+typedef void (*krt_step_fn)(void *arg, uint32_t step);
+kiln_status krt_execute_hooked(krt_workspace *w, kiln_ctx *ctx, const void *const *in,
+                               void *const *out, krt_step_fn after, void *arg);
 /* Gives the workspace back to its model (kept as the spare, or freed). */
 void krt_release(krt_workspace *w);
 

@@ -115,6 +115,8 @@ struct krt_workspace {
   char *arena;
   size_t arena_cap;
   kiln_ctx *ctx;  /* of the current run */
+  krt_step_fn after; /* of the current run: called after each top-level step */
+  void *after_arg;
 };
 
 static uint64_t now_ns(void) {
@@ -1159,6 +1161,7 @@ static kiln_status exec_program(krt_workspace *w, rt_plan *pl, char *base,
       atomic_fetch_add(&prof[s].ns, now_ns() - t0);
       atomic_fetch_add(&prof[s].calls, 1);
     }
+    if (w->after && pl == w->plan && !r) w->after(w->after_arg, s);
   }
   if (prof && pl == w->plan && !r) atomic_fetch_add(&w->m->prof_runs, 1);
   for (uint32_t i = 0; i < p->nresults && !r; i++) {
@@ -1192,17 +1195,46 @@ static kiln_status check_pointers(krt_workspace *w, kiln_ctx *ctx, const void *c
   return KILN_OK;
 }
 
-kiln_status krt_execute(krt_workspace *w, kiln_ctx *ctx, const void *const *in,
-                        void *const *out) {
+kiln_status krt_execute_hooked(krt_workspace *w, kiln_ctx *ctx, const void *const *in,
+                               void *const *out, krt_step_fn after, void *arg) {
   w->ctx = ctx;
   kiln_status c = check_pointers(w, ctx, in, out);
   if (c) return c;
+  w->after = after;
+  w->after_arg = arg;
   kiln_status r = exec_program(w, w->plan, w->arena, (void *const *)in, out);
+  w->after = NULL;
   if (!r) {
     atomic_store(&w->m->last_peak, w->plan->peak);
     atomic_store(&w->m->last_total, krt_workspace_total(w));
   }
   return r;
+}
+
+kiln_status krt_execute(krt_workspace *w, kiln_ctx *ctx, const void *const *in,
+                        void *const *out) {
+  return krt_execute_hooked(w, ctx, in, out, NULL, NULL);
+}
+
+uint32_t krt_model_num_steps(const krt_model *m) { return m->prog->nsteps; }
+
+/*
+ * A result is written in place (collect_items' result_of) when its buffer is a temporary that
+ * some step writes and no earlier result names; then it is final after the last step that
+ * writes it (results never share bytes with another buffer, plan_inplace). The rest are copied
+ * at the end of the run.
+ */
+void krt_model_result_ready(const krt_model *m, uint32_t *ready) {
+  const kcg_program *p = m->prog;
+  for (uint32_t r = 0; r < p->nresults; r++) {
+    uint32_t b = p->results[r], last = KRT_AT_END;
+    bool first = p->bufs[b].kind == KCG_PBUF_TEMP;
+    for (uint32_t q = 0; q < r && first; q++) first = p->results[q] != b;
+    for (uint32_t s = 0; first && s < p->nsteps; s++)
+      for (uint32_t i = 0; i < p->steps[s].nargs; i++)
+        if (p->steps[s].args[i] == b && step_writes(p, &p->steps[s], i)) last = s;
+    ready[r] = first ? last : KRT_AT_END;
+  }
 }
 
 kiln_status krt_run(krt_model *m, kiln_ctx *ctx, const int64_t *const *in_dims,

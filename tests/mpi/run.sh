@@ -5,8 +5,11 @@
 #           (oversubscribed) on loopback, their parameters against one process's with the same
 #           global batch: f32 within 1e-5 (rounding), f64 within 1e-12 (the sum's order); a batch
 #           smaller than the ranks (empty shards) gives the one-process bits; rank 0 alone prints
-#           and writes.
-#   faults  ranks with different models end with the same error on every rank; a rank killed
+#           and writes. The sum that overlaps the backward pass gives the bits of the sum after
+#           it (KILN_COMM_OVERLAP=0) and of 1 KiB buckets, and starts during the pass (overlap).
+#           A program's fit() under mpirun (`kiln run`) and dropout's masks over ranks.
+#   faults  ranks with different models end with the same error on every rank, and so does a
+#           rank that fails alone to build its step (without waiting for the timeout); a rank killed
 #           mid-run (SIGKILL) and a rank that hangs (SIGSTOP, found by KILN_COMM_TIMEOUT) end the
 #           whole job with a non-zero status, never a hang.
 #
@@ -54,6 +57,43 @@ compare() {
     echo "$tag, $np ranks: $("$py" "$src/compare.py" "$tag.1.safetensors" "$tag.$np.safetensors" "$tol")" ||
       fail "$tag: $np ranks differ from one process by more than $tol"
   done
+  overlap "$tag" "${args[@]}"
+}
+
+# overlap TAG ARGS...: the sum that overlaps the backward pass (the default, above) gives the
+# same bits as the sum after it (KILN_COMM_OVERLAP=0) and as small buckets (KILN_COMM_BUCKET=1K),
+# and really overlaps: with small buckets the first bucket is handed to the communicator's thread
+# after a step of the gradient program that is not its last (the trace's "went after step X of
+# N", fixed by the program), and, where the ranks have more than one CPU between them, the
+# thread began it before the run's last step ended in at least one step of the run ("began after
+# step Y of N", Y < N - 1; on one CPU the thread runs when the computing thread lets it).
+overlap() {
+  local tag=$1
+  shift
+  KILN_COMM_OVERLAP=0 mpi 2 "$kiln" "$@" -o "$tag.after.safetensors" > /dev/null 2> "$tag.after.err" ||
+    { cat "$tag.after.err"; fail "$tag: KILN_COMM_OVERLAP=0"; }
+  KILN_COMM_BUCKET=1K KILN_COMM_TRACE=1 mpi 2 "$kiln" "$@" -o "$tag.small.safetensors" > /dev/null \
+    2> "$tag.trace" || { cat "$tag.trace"; fail "$tag: KILN_COMM_BUCKET=1K"; }
+  cmp "$tag.2.safetensors" "$tag.after.safetensors" || fail "$tag: the overlapped sum differs from the sum after the run"
+  cmp "$tag.2.safetensors" "$tag.small.safetensors" || fail "$tag: 1 KiB buckets give other bits"
+  local summary
+  summary=$(awk '/^kiln: rank .* step .*: overlapped;/ {
+      n++; went = $16; began = $21; N = $23 + 0; b = $7
+      if (went + 0 >= 0 && went + 0 < N - 1) early++
+      if (began + 0 >= 0 && began + 0 < N - 1) during++
+    } /after the run/ { late++ }
+    END { printf "%d %d %d %d %s %s", n, early, during, late, b, N }' "$tag.trace")
+  read -r n early during late nb nsteps <<< "$summary"
+  echo "$tag: overlap: $n rank-steps, $nb buckets of 1 KiB, the first sent before the last of" \
+    "$nsteps steps in $early, begun before it in $during ($late after the run: empty shards);" \
+    "bit-identical to KILN_COMM_OVERLAP=0"
+  [[ $n -gt 0 ]] || { cat "$tag.trace"; fail "$tag: no step overlapped"; }
+  [[ $early -eq $n ]] || { cat "$tag.trace"; fail "$tag: the first bucket went after the last step"; }
+  if [[ $(nproc) -gt 1 ]]; then
+    [[ $during -gt 0 ]] || { cat "$tag.trace"; fail "$tag: no bucket began before the backward pass ended"; }
+  else
+    echo "$tag: one CPU (nproc): whether the thread began a bucket during the run is not checked"
+  fi
 }
 
 case $what in
@@ -67,6 +107,37 @@ fit)
   compare tiny "$src/../../examples/models/mlp.kiln" x.npy y.npy 2 f64 0 --epochs 1
   grep -q "bit-identical" < <("$py" "$src/compare.py" tiny.1.safetensors tiny.4.safetensors 0) ||
     fail "a batch of 2 on 4 ranks is not bit-identical to one process"
+  # A program's fit() under mpirun (`kiln run`): rank 0 alone prints and saves; f64 parameters
+  # within 1e-12 of one process's.
+  prog=(run "$src/fit_prog.kiln" --input X=x.npy --input y=y.npy)
+  "$kiln" "${prog[@]}" > prog.1.out 2>&1 || { cat prog.1.out; fail "program: one process"; }
+  mv prog.safetensors prog.1.safetensors
+  mpi 2 "$kiln" "${prog[@]}" > prog.2.out 2>&1 || { cat prog.2.out; fail "program: 2 ranks"; }
+  mv prog.safetensors prog.2.safetensors
+  grep -q "data-parallel (MPI)" prog.2.out || { cat prog.2.out; fail "program: not data-parallel"; }
+  [[ $(grep -c '^\[' prog.2.out) -eq 1 ]] || { cat prog.2.out; fail "program: printed by more than rank 0"; }
+  echo "program fit(), 2 ranks: $("$py" "$src/compare.py" prog.1.safetensors prog.2.safetensors 1e-12)" ||
+    fail "program: 2 ranks differ from one process by more than 1e-12"
+
+  # Dropout: rank 0 keeps one process's key, the other ranks draw from keys of their own, so
+  # that no two rows of a global batch share a mask. One row twice on 2 ranks (a row each)
+  # against that row alone on one process, one SGD step in f64: without dropout the same bits
+  # (the mean of two equal gradients); with dropout 0.5 other bits — rank 1's mask is not the
+  # mask of rank 0's row, as it was when every rank drew with one key.
+  "$py" -c "import numpy as np; x = np.load('x.npy')[:1]; y = np.load('y.npy')[:1]
+np.save('x1.npy', x); np.save('y1.npy', y); np.save('x2.npy', np.concatenate([x, x])); np.save('y2.npy', np.concatenate([y, y]))"
+  for p in 0.0 0.5; do
+    printf 'use layers\ninput x: f32[N, 2]\nmlp([2, 64, 64, 3], dropout=%s)\n' "$p" > drop.kiln
+    d=(fit drop.kiln --loss cross_entropy --opt sgd --lr 0.5 --seed 3 --dtype f64 --epochs 1 -q)
+    "$kiln" "${d[@]}" --x x1.npy --y y1.npy --batch-size 1 -o "drop$p.1.safetensors" > /dev/null 2>&1 ||
+      fail "dropout $p: one process"
+    mpi 2 "$kiln" "${d[@]}" --x x2.npy --y y2.npy --batch-size 2 -o "drop$p.2.safetensors" > /dev/null 2>&1 ||
+      fail "dropout $p: 2 ranks"
+    same=$("$py" "$src/compare.py" "drop$p.1.safetensors" "drop$p.2.safetensors" 1 | grep -c bit-identical || true)
+    echo "dropout $p: one row on one process against it twice on 2 ranks: $([[ $same = 1 ]] && echo bit-identical || echo different)"
+    [[ $p = 0.0 && $same = 1 ]] || [[ $p = 0.5 && $same = 0 ]] ||
+      fail "dropout $p: expected $([[ $p = 0.0 ]] && echo the same bits || echo other bits)"
+  done
   ;;
 faults)
   # Different models on the two ranks (MPMD): the same error on both, status 1, no hang.
@@ -94,6 +165,25 @@ faults)
   [[ $rc -ne 0 && $rc -ne 124 ]] || fail "a missing file on rank 1: status $rc"
   grep -q "another rank failed before training" missing.out ||
     fail "a missing file on rank 1: rank 0 did not say that another rank failed"
+
+  # A rank that fails alone while building its step (fp16 is refused with several ranks, and
+  # only rank 1 asks for it): the ranks agree on that after building, so every rank fails at
+  # once with a message, long before KILN_COMM_TIMEOUT (60 s) — rank 0 does not wait for it in
+  # the first exchange.
+  start=$SECONDS
+  set +e
+  KILN_COMM_TIMEOUT=60 timeout 300 "$mpiexec" -np 1 "$kiln" fit "$src/../../examples/models/mlp.kiln" \
+    "${common[@]}" : -np 1 "$kiln" fit "$src/../../examples/models/mlp.kiln" "${common[@]}" \
+    --precision fp16 > build.out 2>&1
+  rc=$?
+  set -e
+  took=$((SECONDS - start))
+  cat build.out
+  echo "a rank that fails to build its step: status $rc after $took s"
+  [[ $rc -ne 0 && $rc -ne 124 ]] || fail "a step that fails to build on rank 1: status $rc"
+  [[ $took -lt 50 ]] || fail "a step that fails to build on rank 1: the job took $took s (the timeout?)"
+  grep -q "rank 1 could not build the training step" build.out ||
+    fail "a step that fails to build on rank 1: rank 0 did not say so"
 
   # A rank killed mid-run, then one that hangs: the job ends, non-zero, within the timeout.
   long=(fit "$src/../../examples/models/mlp.kiln" --x x.npy --y y.npy --loss cross_entropy

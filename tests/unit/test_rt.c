@@ -302,6 +302,52 @@ static void test_chain(void) {
   fixture_free(&f);
 }
 
+/*
+ * Where results become final (krt_model_result_ready) and the call after each step
+ * (krt_execute_hooked), on the chain: t2 (result 3) after step 1, t4 (result 0) after step 3,
+ * each already in the caller's memory then; x and the second t4 only when the run returns.
+ */
+typedef struct {
+  int64_t n;
+  const double *x;
+  double *const *o;
+  uint32_t calls;
+  bool ok;
+} hook_seen;
+
+static void on_step(void *arg, uint32_t s) {
+  hook_seen *h = arg;
+  h->ok = h->ok && s == h->calls++;
+  for (int64_t i = 0; i < h->n; i++) {
+    if (s == 1) h->ok = h->ok && h->o[3][i] == (h->x[i] + 1) * 2;
+    if (s == 3) h->ok = h->ok && h->o[0][i] == ((h->x[i] + 1) * 2 + 1) * 2;
+  }
+}
+
+static void test_result_ready(void) {
+  fixture f = {0};
+  build_chain(&f);
+  if (!make_model(&f)) return fixture_free(&f);
+  uint32_t ready[4];
+  krt_model_result_ready(f.m, ready);
+  CHECK(krt_model_num_steps(f.m) == 4);
+  CHECK(ready[0] == 3 && ready[1] == KRT_AT_END && ready[2] == KRT_AT_END && ready[3] == 1);
+  int64_t n = 50;
+  double x[50], o0[50], o1[50], o2[50], o3[50];
+  for (int64_t i = 0; i < n; i++) x[i] = (double)i - 3.5;
+  hook_seen h = {n, x, (double *const[]){o0, o1, o2, o3}, 0, true};
+  krt_workspace *w = NULL;
+  CHECK(krt_prepare(f.m, ctx, (const int64_t *[]){&n}, &w) == KILN_OK);
+  if (w) {
+    CHECK(krt_execute_hooked(w, ctx, (const void *[]){x}, (void *[]){o0, o1, o2, o3}, on_step,
+                             &h) == KILN_OK);
+    krt_release(w);
+    CHECK(h.ok && h.calls == 4);
+    CHECK(o2[7] == o0[7] && o1[7] == x[7]);
+  }
+  fixture_free(&f);
+}
+
 /* The plan: buffers in a line of elementwise kernels run in one slot, each written in place
    over the one before (runtime/exec/rt_inplace.c); one alive throughout takes a second. */
 static void test_plan_reuse(void) {
@@ -857,6 +903,7 @@ int main(int argc, char **argv) {
   }
   test_pool();
   test_chain();
+  test_result_ready();
   test_plan_reuse();
   test_bad_shapes();
   test_kernel_errors();
