@@ -193,12 +193,17 @@ faults)
   for sig in KILL STOP; do
     cat > rank.sh <<EOF
 #!/bin/sh
-# rank 1 trains for a few seconds, then gets SIG$sig. The rank is the kiln process itself (exec),
-# so Open MPI's abort reaches it; a stopped rank is killed 30 s later in any case (six times
+# rank 1 trains until it has summed a step with rank 0 (its first KILN_COMM_TRACE line: the
+# job's start-up is over, so rank 0 then waits in a step's sum, where KILN_COMM_TIMEOUT holds),
+# a second more, then gets SIG$sig. The rank is the kiln process itself (exec), so Open MPI's
+# abort reaches it; a stopped rank is killed 30 s later in any case (six times
 # KILN_COMM_TIMEOUT). A kiln started in the background of the rank's shell outlived that shell
 # when stopped, and in a fresh Debian root mpirun then waited for it until timeout's 300 s.
 if [ "\$OMPI_COMM_WORLD_RANK" = 1 ]; then
-  (sleep 3; kill -$sig \$\$; [ $sig = STOP ] && sleep 30 && kill -KILL \$\$) > /dev/null 2>&1 < /dev/null &
+  rm -f $sig.rank1
+  (i=0; while [ ! -s $sig.rank1 ] && [ \$i -lt 600 ]; do sleep 0.1; i=\$((i + 1)); done
+   sleep 1; kill -$sig \$\$; [ $sig = STOP ] && sleep 30 && kill -KILL \$\$) > /dev/null 2>&1 < /dev/null &
+  KILN_COMM_TRACE=1 exec "$kiln" ${long[*]} 2> $sig.rank1
 fi
 exec "$kiln" ${long[*]}
 EOF
