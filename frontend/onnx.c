@@ -122,8 +122,24 @@ static bool node_builder_failed(ox_node *n, kiln_status s) {
 
 /* --------------------------------------------------------------- dtypes */
 
+/* ONNX's newer TensorProto types, by number (Debian's onnx.proto predates them). */
+enum {
+  OX_FLOAT8E4M3FN = 17, OX_FLOAT8E4M3FNUZ, OX_FLOAT8E5M2, OX_FLOAT8E5M2FNUZ, OX_UINT4, OX_INT4,
+  OX_FLOAT4E2M1, OX_FLOAT8E8M0, OX_UINT2, OX_INT2
+};
+
 bool ox_dtype(int32_t t, kiln_dtype *out) {
   switch (t) {
+  case OX_FLOAT8E4M3FN: *out = KILN_F8E4M3FN; return true;
+  case OX_FLOAT8E4M3FNUZ: *out = KILN_F8E4M3FNUZ; return true;
+  case OX_FLOAT8E5M2: *out = KILN_F8E5M2; return true;
+  case OX_FLOAT8E5M2FNUZ: *out = KILN_F8E5M2FNUZ; return true;
+  case OX_UINT4: *out = KILN_U4; return true;
+  case OX_INT4: *out = KILN_I4; return true;
+  case OX_FLOAT4E2M1: *out = KILN_F4E2M1; return true;
+  case OX_FLOAT8E8M0: *out = KILN_F8E8M0; return true;
+  case OX_UINT2: *out = KILN_U2; return true;
+  case OX_INT2: *out = KILN_I2; return true;
   case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: *out = KILN_F32; return true;
   case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: *out = KILN_F64; return true;
   case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16: *out = KILN_F16; return true;
@@ -141,7 +157,9 @@ const char *ox_dtype_name(int32_t t) {
   static const char *const names[] = {"UNDEFINED", "FLOAT",  "UINT8",     "INT8",      "UINT16",
                                       "INT16",     "INT32",  "INT64",     "STRING",    "BOOL",
                                       "FLOAT16",   "DOUBLE", "UINT32",    "UINT64",    "COMPLEX64",
-                                      "COMPLEX128", "BFLOAT16"};
+                                      "COMPLEX128", "BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ",
+                                      "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4", "INT4",
+                                      "FLOAT4E2M1", "FLOAT8E8M0", "UINT2", "INT2"};
   return t >= 0 && t < (int32_t)(sizeof names / sizeof *names) ? names[t] : "an unknown type";
 }
 
@@ -205,8 +223,33 @@ static size_t elem_size(int32_t t) {
   }
 }
 
+/* Elements per byte: 2 for the 4-bit types, 4 for the 2-bit ones (packed from the low bits up),
+   else 1. */
+static size_t per_byte(int32_t t) {
+  if (t == OX_UINT4 || t == OX_INT4 || t == OX_FLOAT4E2M1) return 2;
+  return t == OX_UINT2 || t == OX_INT2 ? 4 : 1;
+}
+
+/* Bytes that n elements of ONNX type t take in raw_data. */
+static size_t raw_bytes(int32_t t, size_t n) {
+  size_t k = per_byte(t);
+  return k > 1 ? (n + k - 1) / k : n * elem_size(t);
+}
+
 /* Element k of little-endian bytes of ONNX type t. */
 static void raw_elem(ox_const *c, int32_t t, const uint8_t *p, size_t k) {
+  size_t pb = per_byte(t);
+  if (pb > 1) { /* packed: an unsigned field, sign-extended for INT4 and INT2 */
+    int bits = 8 / (int)pb;
+    int v = (p[k / pb] >> (bits * (int)(k % pb))) & ((1 << bits) - 1);
+    if (t == OX_FLOAT4E2M1) const_set(c, k, kir_narrow_to_f64(KILN_F4E2M1, (uint8_t)v));
+    else const_set_i(c, k, kir_wrap_int(c->dtype, v));
+    return;
+  }
+  if (kir_dtype_is_storage(c->dtype)) { /* the float8 types: one byte each */
+    const_set(c, k, kir_narrow_to_f64(c->dtype, p[k]));
+    return;
+  }
   switch (t) {
   case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: {
     float f;
@@ -247,6 +290,12 @@ static void raw_elem(ox_const *c, int32_t t, const uint8_t *p, size_t k) {
 
 /* Element k from the typed field that holds type t (int32_data for the small types). */
 static void typed_elem(ox_const *c, const Onnx__TensorProto *t, size_t k) {
+  if (kir_dtype_is_storage(c->dtype)) { /* float8 one per entry; 4- and 2-bit packed per entry */
+    size_t pb = per_byte(t->data_type);
+    uint8_t b = (uint8_t)t->int32_data[k / pb];
+    raw_elem(c, t->data_type, &b, pb > 1 ? k % pb : 0);
+    return;
+  }
   switch (t->data_type) {
   case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: const_set(c, k, t->float_data[k]); break;
   case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: const_set(c, k, t->double_data[k]); break;
@@ -417,7 +466,7 @@ bool ox_tensor_decode(ox *im, const Onnx__TensorProto *t, const char *what, ox_c
       return fail(im, KILN_ERR_UNSUPPORTED, "%s: more than 2^31 elements", what);
     n *= t->dims[k];
   }
-  size_t es = elem_size(t->data_type), nbytes = (size_t)n * es;
+  size_t nbytes = raw_bytes(t->data_type, (size_t)n);
   bool external = t->has_data_location &&
                   t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
   const char *field = "raw_data";
@@ -428,7 +477,7 @@ bool ox_tensor_decode(ox *im, const Onnx__TensorProto *t, const char *what, ox_c
                   what, t->raw_data.len, (long long)n, ox_dtype_name(t->data_type), nbytes);
   } else if (!external) {
     have = typed_count(t, &field);
-    if (have != (size_t)n)
+    if (have != (per_byte(t->data_type) > 1 ? nbytes : (size_t)n))
       return fail(im, KILN_ERR_PARSE, "%s: %s holds %zu values, but its dims give %lld elements",
                   what, field, have, (long long)n);
   }

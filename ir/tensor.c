@@ -98,11 +98,13 @@ static double get_float(const kiln_tensor *t, size_t i) {
     memcpy(&v, p + i * 4, 4);
     return v;
   }
-  default: {
+  case KILN_F16:
+  case KILN_BF16: {
     uint16_t h;
     memcpy(&h, p + i * 2, 2);
     return t->dtype == KILN_F16 ? kir_f16_to_f64(h) : kir_bf16_to_f64(h);
   }
+  default: return kir_narrow_to_f64(t->dtype, (uint8_t)p[i]); /* f8*, f4e2m1: one byte */
   }
 }
 
@@ -121,6 +123,10 @@ static int64_t get_int(const kiln_tensor *t, size_t i) {
   }
   case KILN_I8: return (int8_t)p[i];
   case KILN_U8: return (uint8_t)p[i];
+  case KILN_I4:
+  case KILN_I2: return (int8_t)p[i]; /* one byte each, wrapped: kir_wrap_int */
+  case KILN_U4:
+  case KILN_U2: return (uint8_t)p[i];
   default: return p[i] != 0; /* bool */
   }
 }
@@ -134,11 +140,13 @@ static void set_float(kiln_tensor *t, size_t i, double v) {
     memcpy(p + i * 4, &f, 4);
     break;
   }
-  default: {
+  case KILN_F16:
+  case KILN_BF16: {
     uint16_t h = t->dtype == KILN_F16 ? kir_f64_to_f16(v) : kir_f64_to_bf16(v);
     memcpy(p + i * 2, &h, 2);
     break;
   }
+  default: p[i] = (char)kir_f64_to_narrow_nosat(t->dtype, v); break; /* f8*, f4e2m1: as kir_round_to */
   }
 }
 

@@ -425,7 +425,8 @@ kiln_status krt_npy_write_mem(kiln_ctx *ctx, const kiln_tensor *t, void **out, s
   *out_len = 0;
   if ((unsigned)t->dtype >= KILN_DTYPE_COUNT || !descr_of[t->dtype])
     return kir_fail(ctx, KILN_ERR_UNSUPPORTED, ".npy has no dtype for %s tensors (NumPy has no "
-                    "bfloat16); cast to f32 first", kiln_dtype_name(t->dtype));
+                    "%s without ml_dtypes); cast to f32 first", kiln_dtype_name(t->dtype),
+                    t->dtype == KILN_BF16 ? "bfloat16" : "such type");
   char dict[512];
   size_t dlen = format_dict(t, dict, sizeof dict);
   /* Version 1.0 has a 2-byte length; 2.0 a 4-byte one. Pad so the data starts at a multiple of 64. */
