@@ -114,6 +114,15 @@ static kv read_elem(const void *p, kir_dtype t, int64_t e) {
   case KILN_I2:
     v.i = ((const int8_t *)p)[e];
     break;
+  case KILN_I16:
+    v.i = ((const int16_t *)p)[e];
+    break;
+  case KILN_U16:
+    v.i = ((const uint16_t *)p)[e];
+    break;
+  case KILN_U32:
+    v.i = ((const uint32_t *)p)[e];
+    break;
   case KILN_BOOL:
     v.i = ((const uint8_t *)p)[e] != 0;
     break;
@@ -142,7 +151,12 @@ static void write_elem(void *p, kir_dtype t, int64_t e, kv v) {
     ((int64_t *)p)[e] = v.i;
     break;
   case KILN_I32:
-    ((int32_t *)p)[e] = (int32_t)(uint32_t)(uint64_t)v.i;
+  case KILN_U32:
+    ((uint32_t *)p)[e] = (uint32_t)(uint64_t)v.i;
+    break;
+  case KILN_I16:
+  case KILN_U16:
+    ((uint16_t *)p)[e] = (uint16_t)(uint64_t)v.i;
     break;
   case KILN_I8:
     ((int8_t *)p)[e] = (int8_t)(uint8_t)(uint64_t)v.i;

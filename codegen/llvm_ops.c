@@ -60,6 +60,11 @@ LLVMTypeRef kcg_llvm_type(kcg_llvm *L, kir_dtype t) {
     return L->i8;
   case KILN_BOOL:
     return L->i1;
+  case KILN_I16:
+  case KILN_U16:
+    return L->i16;
+  case KILN_U32:
+    return L->i32;
   default: /* the storage types: floats in float registers, i4 u4 i2 u2 wrapped in an i8 */
     return kir_dtype_is_float(t) ? L->f32 : L->i8;
   }

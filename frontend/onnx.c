@@ -149,6 +149,9 @@ bool ox_dtype(int32_t t, kiln_dtype *out) {
   case ONNX__TENSOR_PROTO__DATA_TYPE__INT8: *out = KILN_I8; return true;
   case ONNX__TENSOR_PROTO__DATA_TYPE__UINT8: *out = KILN_U8; return true;
   case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL: *out = KILN_BOOL; return true;
+  case ONNX__TENSOR_PROTO__DATA_TYPE__INT16: *out = KILN_I16; return true;
+  case ONNX__TENSOR_PROTO__DATA_TYPE__UINT16: *out = KILN_U16; return true;
+  case ONNX__TENSOR_PROTO__DATA_TYPE__UINT32: *out = KILN_U32; return true;
   default: return false;
   }
 }
@@ -216,8 +219,11 @@ static size_t elem_size(int32_t t) {
   case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE:
   case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: return 8;
   case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT:
+  case ONNX__TENSOR_PROTO__DATA_TYPE__UINT32:
   case ONNX__TENSOR_PROTO__DATA_TYPE__INT32: return 4;
   case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16:
+  case ONNX__TENSOR_PROTO__DATA_TYPE__INT16:
+  case ONNX__TENSOR_PROTO__DATA_TYPE__UINT16:
   case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16: return 2;
   default: return 1;
   }
@@ -284,6 +290,19 @@ static void raw_elem(ox_const *c, int32_t t, const uint8_t *p, size_t k) {
     break;
   }
   case ONNX__TENSOR_PROTO__DATA_TYPE__INT8: const_set_i(c, k, (int8_t)p[k]); break;
+  case ONNX__TENSOR_PROTO__DATA_TYPE__INT16:
+  case ONNX__TENSOR_PROTO__DATA_TYPE__UINT16: {
+    uint16_t v;
+    memcpy(&v, p + 2 * k, 2);
+    const_set_i(c, k, t == ONNX__TENSOR_PROTO__DATA_TYPE__INT16 ? (int16_t)v : (int64_t)v);
+    break;
+  }
+  case ONNX__TENSOR_PROTO__DATA_TYPE__UINT32: {
+    uint32_t v;
+    memcpy(&v, p + 4 * k, 4);
+    const_set_i(c, k, v);
+    break;
+  }
   default: const_set_i(c, k, p[k]); break; /* UINT8, BOOL */
   }
 }
@@ -308,6 +327,9 @@ static void typed_elem(ox_const *c, const Onnx__TensorProto *t, size_t k) {
     break;
   case ONNX__TENSOR_PROTO__DATA_TYPE__INT8: const_set_i(c, k, (int8_t)t->int32_data[k]); break;
   case ONNX__TENSOR_PROTO__DATA_TYPE__UINT8: const_set_i(c, k, (uint8_t)t->int32_data[k]); break;
+  case ONNX__TENSOR_PROTO__DATA_TYPE__INT16: const_set_i(c, k, (int16_t)t->int32_data[k]); break;
+  case ONNX__TENSOR_PROTO__DATA_TYPE__UINT16: const_set_i(c, k, (uint16_t)t->int32_data[k]); break;
+  case ONNX__TENSOR_PROTO__DATA_TYPE__UINT32: const_set_i(c, k, (uint32_t)t->uint64_data[k]); break;
   default: const_set_i(c, k, t->int32_data[k]); break; /* INT32, BOOL */
   }
 }
@@ -317,6 +339,7 @@ static size_t typed_count(const Onnx__TensorProto *t, const char **field) {
   case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: *field = "float_data"; return t->n_float_data;
   case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: *field = "double_data"; return t->n_double_data;
   case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: *field = "int64_data"; return t->n_int64_data;
+  case ONNX__TENSOR_PROTO__DATA_TYPE__UINT32: *field = "uint64_data"; return t->n_uint64_data;
   default: *field = "int32_data"; return t->n_int32_data;
   }
 }

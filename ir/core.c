@@ -59,6 +59,7 @@ static const struct {
     [KILN_F8E5M2] = {"f8e5m2", 1},     [KILN_F8E5M2FNUZ] = {"f8e5m2fnuz", 1},
     [KILN_F8E8M0] = {"f8e8m0", 1},     [KILN_F4E2M1] = {"f4e2m1", 1},
     [KILN_I4] = {"i4", 1}, [KILN_U4] = {"u4", 1}, [KILN_I2] = {"i2", 1}, [KILN_U2] = {"u2", 1},
+    [KILN_I16] = {"i16", 2}, [KILN_U16] = {"u16", 2}, [KILN_U32] = {"u32", 4},
 };
 
 KILN_API const char *kiln_dtype_name(kiln_dtype t) {
@@ -84,10 +85,12 @@ bool kir_dtype_is_float(kir_dtype t) {
 bool kir_dtype_is_int(kir_dtype t) {
   return (t >= KILN_I64 && t <= KILN_BOOL) || (t >= KILN_I4 && t < KILN_DTYPE_COUNT);
 }
-bool kir_dtype_is_storage(kir_dtype t) { return t >= KILN_F8E4M3FN && t < KILN_DTYPE_COUNT; }
+bool kir_dtype_is_storage(kir_dtype t) { return t >= KILN_F8E4M3FN && t <= KILN_U2; }
 bool kir_dtype_is_unsigned(kir_dtype t) {
-  return t == KILN_U8 || t == KILN_BOOL || t == KILN_U4 || t == KILN_U2;
+  return t == KILN_U8 || t == KILN_BOOL || t == KILN_U4 || t == KILN_U2 || t == KILN_U16 ||
+         t == KILN_U32;
 }
+bool kir_dtype_on_gpu(kir_dtype t) { return t <= KILN_BOOL; }
 
 bool kir_type_eq(const kir_type *a, const kir_type *b) {
   if (a->dtype != b->dtype || a->rank != b->rank) return false;
@@ -188,6 +191,9 @@ int64_t kir_wrap_int(kir_dtype t, int64_t v) {
   case KILN_U4: return (int64_t)((uint64_t)v & 15);
   case KILN_I2: return (int64_t)(((uint64_t)v & 3) ^ 2) - 2;
   case KILN_U2: return (int64_t)((uint64_t)v & 3);
+  case KILN_I16: return (int16_t)(uint16_t)(uint64_t)v;
+  case KILN_U16: return (uint16_t)(uint64_t)v;
+  case KILN_U32: return (uint32_t)(uint64_t)v;
   default: return v;
   }
 }

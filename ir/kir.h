@@ -100,7 +100,9 @@ bool kir_dtype_is_float(kir_dtype t);
 bool kir_dtype_is_int(kir_dtype t); /* the integer types and bool */
 /* The storage types (f8*, f4e2m1, i4, u4, i2, u2): only ops flagged KIR_F_STORAGE take them. */
 bool kir_dtype_is_storage(kir_dtype t);
-bool kir_dtype_is_unsigned(kir_dtype t); /* u8, u4, u2 and bool */
+bool kir_dtype_is_unsigned(kir_dtype t); /* u8, u4, u2, u16, u32 and bool */
+/* Whether the GPU renderers (CUDA, HIP, SPIR-V) and MLIR have code for dtype t. */
+bool kir_dtype_on_gpu(kir_dtype t);
 bool kir_dtype_from_name(const char *s, size_t n, kir_dtype *out);
 bool kir_type_eq(const kir_type *a, const kir_type *b);
 /* Product of the dims if all are constant, else -1. */

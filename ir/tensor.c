@@ -127,6 +127,17 @@ static int64_t get_int(const kiln_tensor *t, size_t i) {
   case KILN_I2: return (int8_t)p[i]; /* one byte each, wrapped: kir_wrap_int */
   case KILN_U4:
   case KILN_U2: return (uint8_t)p[i];
+  case KILN_I16:
+  case KILN_U16: {
+    uint16_t v;
+    memcpy(&v, p + i * 2, 2);
+    return t->dtype == KILN_I16 ? (int16_t)v : (int64_t)v;
+  }
+  case KILN_U32: {
+    uint32_t v;
+    memcpy(&v, p + i * 4, 4);
+    return v;
+  }
   default: return p[i] != 0; /* bool */
   }
 }
@@ -156,12 +167,19 @@ static void set_int(kiln_tensor *t, size_t i, int64_t v) {
   v = kir_wrap_int(t->dtype, v);
   switch (t->dtype) {
   case KILN_I64: memcpy(p + i * 8, &v, 8); break;
-  case KILN_I32: {
-    int32_t w = (int32_t)v;
+  case KILN_I32:
+  case KILN_U32: {
+    uint32_t w = (uint32_t)(uint64_t)v;
     memcpy(p + i * 4, &w, 4);
     break;
   }
-  default: p[i] = (char)(uint8_t)v; break; /* i8, u8, bool: already wrapped */
+  case KILN_I16:
+  case KILN_U16: {
+    uint16_t w = (uint16_t)(uint64_t)v;
+    memcpy(p + i * 2, &w, 2);
+    break;
+  }
+  default: p[i] = (char)(uint8_t)v; break; /* i8, u8, bool, i4 u4 i2 u2: already wrapped */
   }
 }
 

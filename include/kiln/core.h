@@ -68,6 +68,10 @@ typedef enum kiln_dtype {
   KILN_U4,         /* 0..15 */
   KILN_I2,         /* -2..1 */
   KILN_U2,         /* 0..3 */
+  /* More integer widths (computed in their own width; not yet on the GPU targets). */
+  KILN_I16,
+  KILN_U16,
+  KILN_U32,
   KILN_DTYPE_COUNT
 } kiln_dtype;
 

@@ -140,7 +140,7 @@ static size_t dtype_bytes(kir_dtype t) {
       /* the storage types, one byte per element */
       [KILN_F8E4M3FN] = 1, [KILN_F8E4M3FNUZ] = 1, [KILN_F8E5M2] = 1, [KILN_F8E5M2FNUZ] = 1,
       [KILN_F8E8M0] = 1, [KILN_F4E2M1] = 1, [KILN_I4] = 1, [KILN_U4] = 1, [KILN_I2] = 1,
-      [KILN_U2] = 1};
+      [KILN_U2] = 1, [KILN_I16] = 2, [KILN_U16] = 2, [KILN_U32] = 4};
   return (unsigned)t < KILN_DTYPE_COUNT ? size[t] : 0;
 }
 

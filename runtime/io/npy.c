@@ -34,7 +34,7 @@ static const char MAGIC[MAGIC_LEN] = "\x93NUMPY";
 static const char *const descr_of[KILN_DTYPE_COUNT] = {
     [KILN_F64] = "<f8", [KILN_F32] = "<f4", [KILN_F16] = "<f2", [KILN_BF16] = NULL,
     [KILN_I64] = "<i8", [KILN_I32] = "<i4", [KILN_I8] = "|i1",  [KILN_U8] = "|u1",
-    [KILN_BOOL] = "|b1",
+    [KILN_BOOL] = "|b1", [KILN_I16] = "<i2", [KILN_U16] = "<u2", [KILN_U32] = "<u4",
 };
 
 static bool host_is_little(void) {

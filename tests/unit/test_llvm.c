@@ -84,7 +84,7 @@ static double rand_float(void) {
 static int64_t rand_int(kir_dtype t) {
   static const int64_t special[] = {
       0,   1,    -1,  2,   -2, INT64_MIN, INT64_MAX, 0x80000000LL, -0x80000000LL, 0x7fffffffLL,
-      127, -128, 255, 128, 7};
+      127, -128, 255, 128, 7, 32767, -32768, 65535, 0xffffffffLL};
   uint64_t r = rnd() % 4;
   int64_t v = r == 0   ? special[rnd() % (sizeof special / sizeof *special)]
               : r == 1 ? (int64_t)rnd()
@@ -112,7 +112,12 @@ static void mem_set(kir_dtype t, void *p, int64_t i, double f, int64_t v) {
     ((int64_t *)p)[i] = v;
     break;
   case KILN_I32:
-    ((int32_t *)p)[i] = (int32_t)v;
+  case KILN_U32:
+    ((uint32_t *)p)[i] = (uint32_t)v;
+    break;
+  case KILN_I16:
+  case KILN_U16:
+    ((uint16_t *)p)[i] = (uint16_t)v;
     break;
   case KILN_I8:
     ((int8_t *)p)[i] = (int8_t)v;
@@ -158,6 +163,12 @@ static int64_t mem_i(kir_dtype t, const void *p, int64_t i) {
   case KILN_I4:
   case KILN_I2:
     return ((const int8_t *)p)[i];
+  case KILN_I16:
+    return ((const int16_t *)p)[i];
+  case KILN_U16:
+    return ((const uint16_t *)p)[i];
+  case KILN_U32:
+    return ((const uint32_t *)p)[i];
   default:
     return ((const uint8_t *)p)[i];
   }
@@ -340,7 +351,8 @@ static void check_int_op(uint16_t op, kir_dtype t, int nin) {
  * bool arithmetic, and logical ops on integers, which are bitwise).
  */
 static void test_all_ops(void) {
-  static const kir_dtype ints[] = {KILN_I64, KILN_I32, KILN_I8, KILN_U8, KILN_BOOL};
+  static const kir_dtype ints[] = {KILN_I64, KILN_I32, KILN_I8,  KILN_U8,
+                                   KILN_BOOL, KILN_I16, KILN_U16, KILN_U32};
   int tested = 0;
   for (uint16_t op = 0; op < KIR_OP_COUNT; op++) {
     const kir_op_desc *d = kir_op(op);

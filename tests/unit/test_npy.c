@@ -371,7 +371,7 @@ static const bad_case bad[] = {
     {"{'descr': '<f4', 'descr': '<f4'}", NULL, 0, 0, "byte 27: header: key 'descr' appears twice"},
     {HDR("<f4", "False", "()") " x", NULL, 0, 4, "header: unexpected text after the dict"},
     {RAW("\x93NUMPY\x01\x00\x03\x00{\0}"), 0, "t.npy: byte 11: header: a NUL byte in the header"},
-    {HDR("<u2", "False", "(2,)"), NULL, 0, 4, "t.npy: header: dtype '<u2' is not one Kiln reads"},
+    {HDR("<u8", "False", "(2,)"), NULL, 0, 4, "t.npy: header: dtype '<u8' is not one Kiln reads"},
     {HDR("<c8", "False", "(2,)"), NULL, 0, 16, "dtype '<c8' is not one Kiln reads"},
     {HDR("|O", "False", "(2,)"), NULL, 0, 16, "descr '|O' is not a simple dtype"},
     {HDR("<U10", "False", "(2,)"), NULL, 0, 16, "descr '<U10' is not a simple dtype"},
