@@ -268,6 +268,24 @@ static bool op_mish(ox_node *n) {
   return true;
 }
 
+/* Swish (opset 24) and SwiGLU (opset 28, A and B of one shape): x * sigmoid(alpha x). */
+static kiln_value swish(ox_node *n, kiln_value x, double alpha) {
+  kiln_value ax = alpha == 1 ? x : kiln_mul(G, x, ox_scalar_like(n, x, alpha));
+  return kiln_mul(G, x, kiln_unary(G, "sigmoid", ax));
+}
+
+static bool op_swish(ox_node *n) {
+  n->out[0] = swish(n, ox_in0(n), ox_attr_f(n, "alpha", 1.0));
+  return true;
+}
+
+static bool op_swiglu(ox_node *n) {
+  kiln_value a = ox_in(n, 0), b = ox_in(n, 1);
+  if (a == KILN_NO_VALUE || b == KILN_NO_VALUE) return false;
+  n->out[0] = kiln_mul(G, swish(n, a, ox_attr_f(n, "alpha", 1.0)), b);
+  return true;
+}
+
 static bool op_softsign(ox_node *n) {
   kiln_value x = ox_in0(n);
   n->out[0] =
@@ -584,6 +602,8 @@ const ox_op ox_ops_elementwise[] = {
     {"Sqrt", op_unary, 1, "sqrt"},
     {"Sub", op_binary, 1, "sub"},
     {"Sum", op_variadic, 1, "add"},
+    {"SwiGLU", op_swiglu, 1, NULL},
+    {"Swish", op_swish, 1, NULL},
     {"Tan", op_tan, 1, NULL},
     {"Tanh", op_unary, 1, "tanh"},
     {"ThresholdedRelu", op_thresholded_relu, 1, NULL},

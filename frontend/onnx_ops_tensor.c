@@ -307,6 +307,10 @@ static bool op_split(ox_node *n) {
   }
   if (sz && c != n->nout)
     return ox_fail(n, KILN_ERR_PARSE, "%zu split sizes for %zu outputs", c, n->nout);
+  int64_t num = ox_attr_i(n, "num_outputs", 0); /* opset 18: equal parts, the last smaller */
+  if (num && (sz || num != (int64_t)n->nout))
+    return ox_fail(n, KILN_ERR_PARSE, "num_outputs %lld with %s%zu outputs", (long long)num,
+                   sz ? "split sizes and " : "", n->nout);
   /* dim / parts rounded up, and sums compared by difference: dim and sizes may be near 2^63 */
   int64_t parts = n->nout ? (int64_t)n->nout : 1, chunk = dim / parts + (dim % parts != 0), at = 0;
   for (size_t k = 0; k < n->nout; k++) {
@@ -804,7 +808,9 @@ static bool op_range(ox_node *n) {
   const ox_const *s = ox_known(n, 0), *l = ox_known(n, 1), *dl = ox_known(n, 2);
   for (size_t k = 0; k < 3; k++)
     if (!ox_known(n, k)) return ox_need_known(n, k);
-  if (s->sym || l->sym || dl->sym || s->n != 1 || l->n != 1 || dl->n != 1)
+  /* sym holds a flag per element (Shape and Size make it even where no dim is symbolic) */
+  bool sym = (s->sym && s->sym[0]) || (l->sym && l->sym[0]) || (dl->sym && dl->sym[0]);
+  if (sym || s->n != 1 || l->n != 1 || dl->n != 1)
     return ox_fail(n, KILN_ERR_UNSUPPORTED,
                    "start, limit and delta must be scalars known at import");
   double cnt = ceil((l->d[0] - s->d[0]) / dl->d[0]);
