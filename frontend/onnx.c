@@ -242,18 +242,21 @@ static size_t raw_bytes(int32_t t, size_t n) {
   return k > 1 ? (n + k - 1) / k : n * elem_size(t);
 }
 
+/* Element k of a storage type (ONNX type t) from `byte`, which holds it at position `sub`:
+   packed from the low bits up, an unsigned field sign-extended for INT4 and INT2. */
+static void narrow_elem(ox_const *c, int32_t t, uint8_t byte, size_t sub, size_t k) {
+  size_t pb = per_byte(t);
+  int bits = 8 / (int)pb;
+  int v = pb > 1 ? (byte >> (bits * (int)sub)) & ((1 << bits) - 1) : byte;
+  if (kir_dtype_is_float(c->dtype)) const_set(c, k, kir_narrow_to_f64(c->dtype, (uint8_t)v));
+  else const_set_i(c, k, kir_wrap_int(c->dtype, v));
+}
+
 /* Element k of little-endian bytes of ONNX type t. */
 static void raw_elem(ox_const *c, int32_t t, const uint8_t *p, size_t k) {
-  size_t pb = per_byte(t);
-  if (pb > 1) { /* packed: an unsigned field, sign-extended for INT4 and INT2 */
-    int bits = 8 / (int)pb;
-    int v = (p[k / pb] >> (bits * (int)(k % pb))) & ((1 << bits) - 1);
-    if (t == OX_FLOAT4E2M1) const_set(c, k, kir_narrow_to_f64(KILN_F4E2M1, (uint8_t)v));
-    else const_set_i(c, k, kir_wrap_int(c->dtype, v));
-    return;
-  }
-  if (kir_dtype_is_storage(c->dtype)) { /* the float8 types: one byte each */
-    const_set(c, k, kir_narrow_to_f64(c->dtype, p[k]));
+  if (kir_dtype_is_storage(c->dtype)) {
+    size_t pb = per_byte(t);
+    narrow_elem(c, t, p[k / pb], k % pb, k);
     return;
   }
   switch (t) {
@@ -311,8 +314,7 @@ static void raw_elem(ox_const *c, int32_t t, const uint8_t *p, size_t k) {
 static void typed_elem(ox_const *c, const Onnx__TensorProto *t, size_t k) {
   if (kir_dtype_is_storage(c->dtype)) { /* float8 one per entry; 4- and 2-bit packed per entry */
     size_t pb = per_byte(t->data_type);
-    uint8_t b = (uint8_t)t->int32_data[k / pb];
-    raw_elem(c, t->data_type, &b, pb > 1 ? k % pb : 0);
+    narrow_elem(c, t->data_type, (uint8_t)t->int32_data[k / pb], k % pb, k);
     return;
   }
   switch (t->data_type) {

@@ -143,6 +143,12 @@ static kiln_value cast_nosat(ox_node *n, kiln_value x, kiln_dtype t) {
   return kiln_op(G, "select", 3, in, 0, NULL);
 }
 
+kiln_value ox_cast_saturate(ox_node *n, kiln_value x, kiln_dtype t, bool saturate) {
+  if (!saturate && kir_narrow_format(t) && t != KILN_F4E2M1 && ox_vdtype(n, x) != t)
+    return cast_nosat(n, x, t);
+  return kiln_cast(G, x, t);
+}
+
 static bool cast_to(ox_node *n, kiln_dtype t) {
   bool saturate = ox_attr_i(n, "saturate", 1) != 0;
   const char *round = ox_attr_s(n, "round_mode", "up");
@@ -150,11 +156,7 @@ static bool cast_to(ox_node *n, kiln_dtype t) {
     return ox_fail(n, KILN_ERR_UNSUPPORTED,
                    "a cast to FLOAT8E8M0 with round_mode '%s' and saturate %d (Kiln's cast rounds "
                    "up and saturates, ONNX's default)", round, saturate);
-  kiln_value x = ox_in0(n);
-  if (!saturate && kir_narrow_format(t) && t != KILN_F4E2M1 && ox_vdtype(n, x) != t)
-    n->out[0] = cast_nosat(n, x, t);
-  else
-    n->out[0] = kiln_cast(G, x, t);
+  n->out[0] = ox_cast_saturate(n, ox_in0(n), t, saturate);
   return true;
 }
 

@@ -3,12 +3,16 @@
  * interpreter (ir/narrow.c, ir/core.c): cast's conversions against values worked out by hand
  * from ONNX's Cast tables (onnx.ai, Cast-25: saturate, -0, NaN and infinity per type, ties to
  * even), every byte read back unchanged, and the refusal of ops that do not compute in them.
- * codegen/llvm_narrow.c is checked against this reference in test_llvm.
+ * codegen/llvm_narrow.c is checked against this reference in test_llvm. Last, ONNX tensors of
+ * these types as the reader meets them: packed raw_data, and int32_data (one float8 per entry,
+ * two 4-bit values per entry).
  */
 #include <math.h>
+#include <stdlib.h>
 
 #include "harness.h"
 #include "ir/kir.h"
+#include "pb_write.h"
 
 typedef struct {
   kir_dtype t;
@@ -135,11 +139,51 @@ static void test_refusal(void) {
   kiln_ctx_destroy(ctx);
 }
 
+/* A TensorProto of ONNX type `type` and dims [n]: int32_data entries, or raw bytes. */
+static kiln_tensor *read_proto(int type, int64_t n, const int32_t *ints, size_t nints,
+                               const uint8_t *raw, size_t nraw) {
+  pb t = {0};
+  f_int(&t, 1, n); /* dims */
+  f_int(&t, 2, type);
+  for (size_t k = 0; k < nints; k++) f_int(&t, 5, ints[k]);
+  if (raw) f_bytes(&t, 9, raw, nraw);
+  kiln_ctx *ctx = kiln_ctx_create();
+  kiln_tensor *out = NULL;
+  if (kiln_onnx_read_tensor_mem(ctx, t.p, t.n, "t.pb", &out) != KILN_OK)
+    fprintf(stderr, "reading type %d: %s\n", type, kiln_ctx_error(ctx));
+  kiln_ctx_destroy(ctx);
+  free(t.p);
+  return out;
+}
+
+static void check_values(kiln_tensor *t, kiln_dtype dt, const double *want, size_t n) {
+  CHECK(t && kiln_tensor_dtype(t) == dt && kiln_tensor_numel(t) == n);
+  for (size_t k = 0; t && k < n && k < kiln_tensor_numel(t); k++)
+    if (kiln_tensor_get(t, k) != want[k]) {
+      fprintf(stderr, "%s element %zu: %g, want %g\n", kiln_dtype_name(dt), k,
+              kiln_tensor_get(t, k), want[k]);
+      failures++;
+    }
+  kiln_tensor_destroy(t);
+}
+
+static void test_onnx_reader(void) {
+  const int32_t f8[] = {0x00, 0x38, 0x7e, 0xfe};
+  check_values(read_proto(17, 4, f8, 4, NULL, 0), KILN_F8E4M3FN, (double[]){0, 1, 448, -448}, 4);
+  const int32_t i4[] = {0x10, 0x87, 0x0f}; /* 0 1 | 7 -8 | -1 (the last half unused) */
+  check_values(read_proto(22, 5, i4, 3, NULL, 0), KILN_I4, (double[]){0, 1, 7, -8, -1}, 5);
+  const uint8_t u2[] = {0xe4, 0x02}; /* 0 1 2 3 | 2 */
+  check_values(read_proto(25, 5, NULL, 0, u2, 2), KILN_U2, (double[]){0, 1, 2, 3, 2}, 5);
+  const uint8_t f4[] = {0x72, 0x0f}; /* 1.0 6.0 | -6.0 */
+  check_values(read_proto(23, 3, NULL, 0, f4, 2), KILN_F4E2M1, (double[]){1, 6, -6}, 3);
+}
+
 int main(void) {
   test_conversions();
   test_round_trip();
   test_small_ints();
   test_refusal();
+  test_onnx_reader();
   if (!failures) printf("storage types: all checks passed\n");
   return test_status(failures);
 }
