@@ -685,6 +685,9 @@ static bool render_kernel(cw *w, uint32_t index) {
   for (uint32_t b = 0; b < k->nbufs; b++)
     if (k->bufs[b].dtype >= KILN_DTYPE_COUNT)
       return cw_fail(w, KILN_ERR_INVALID, "malformed kernel: buffer %u", b);
+    else if (!kir_dtype_on_gpu(k->bufs[b].dtype))
+      return cw_fail(w, KILN_ERR_UNSUPPORTED, "dtype %s has no %s code yet",
+                     kiln_dtype_name(k->bufs[b].dtype), w->d->name);
   for (uint32_t s = 0; s < k->nstmts; s++)
     if (k->stmts[s].kind == KCG_STORE && k->stmts[s].var < k->nbufs)
       w->stored[k->stmts[s].var] = true;

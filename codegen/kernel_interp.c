@@ -106,10 +106,28 @@ static kv read_elem(const void *p, kir_dtype t, int64_t e) {
     v.i = ((const int8_t *)p)[e];
     break;
   case KILN_U8:
+  case KILN_U4:
+  case KILN_U2:
     v.i = ((const uint8_t *)p)[e];
     break;
-  default:
+  case KILN_I4:
+  case KILN_I2:
+    v.i = ((const int8_t *)p)[e];
+    break;
+  case KILN_I16:
+    v.i = ((const int16_t *)p)[e];
+    break;
+  case KILN_U16:
+    v.i = ((const uint16_t *)p)[e];
+    break;
+  case KILN_U32:
+    v.i = ((const uint32_t *)p)[e];
+    break;
+  case KILN_BOOL:
     v.i = ((const uint8_t *)p)[e] != 0;
+    break;
+  default: /* the float storage types */
+    v.f = kir_narrow_to_f64(t, ((const uint8_t *)p)[e]);
     break;
   }
   return v;
@@ -133,14 +151,20 @@ static void write_elem(void *p, kir_dtype t, int64_t e, kv v) {
     ((int64_t *)p)[e] = v.i;
     break;
   case KILN_I32:
-    ((int32_t *)p)[e] = (int32_t)(uint32_t)(uint64_t)v.i;
+  case KILN_U32:
+    ((uint32_t *)p)[e] = (uint32_t)(uint64_t)v.i;
+    break;
+  case KILN_I16:
+  case KILN_U16:
+    ((uint16_t *)p)[e] = (uint16_t)(uint64_t)v.i;
     break;
   case KILN_I8:
     ((int8_t *)p)[e] = (int8_t)(uint8_t)(uint64_t)v.i;
     break;
   default:
-    ((uint8_t *)p)[e] = (uint8_t)(uint64_t)v.i;
-    break; /* u8; bool is 0/1 already */
+    if (kir_dtype_is_float(t)) ((uint8_t *)p)[e] = kir_f64_to_narrow_nosat(t, v.f);
+    else ((uint8_t *)p)[e] = (uint8_t)(uint64_t)v.i; /* u8 i4 u4 i2 u2: wrapped; bool 0/1 */
+    break;
   }
 }
 
@@ -163,13 +187,13 @@ static kv cast_value(kv a, kir_dtype from, kir_dtype to) {
   kv v = {0};
   bool ffrom = kir_dtype_is_float(from), fto = kir_dtype_is_float(to);
   if (ffrom && fto)
-    v.f = kir_round_to(to, a.f);
+    v.f = from == to ? a.f : kir_cast_round(to, a.f);
   else if (ffrom)
     v.i = kir_float_to_int(to, a.f);
   else if (to == KILN_F64)
     v.f = (double)a.i;
   else if (fto)
-    v.f = kir_round_to(to, int_to_double_odd(a.i));
+    v.f = kir_cast_round(to, int_to_double_odd(a.i));
   else
     v.i = kir_wrap_int(to, a.i);
   return v;

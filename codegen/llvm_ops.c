@@ -58,8 +58,15 @@ LLVMTypeRef kcg_llvm_type(kcg_llvm *L, kir_dtype t) {
   case KILN_I8:
   case KILN_U8:
     return L->i8;
-  default:
+  case KILN_BOOL:
     return L->i1;
+  case KILN_I16:
+  case KILN_U16:
+    return L->i16;
+  case KILN_U32:
+    return L->i32;
+  default: /* the storage types: floats in float registers, i4 u4 i2 u2 wrapped in an i8 */
+    return kir_dtype_is_float(t) ? L->f32 : L->i8;
   }
 }
 
@@ -72,11 +79,11 @@ LLVMTypeRef kcg_llvm_mem_type(kcg_llvm *L, kir_dtype t) {
   case KILN_BOOL:
     return L->i8;
   default:
-    return kcg_llvm_type(L, t);
+    return kir_dtype_is_storage(t) ? L->i8 : kcg_llvm_type(L, t);
   }
 }
 
-static bool is_unsigned(kir_dtype t) { return t == KILN_U8 || t == KILN_BOOL; }
+static bool is_unsigned(kir_dtype t) { return kir_dtype_is_unsigned(t); }
 
 static LLVMValueRef iconst(LLVMTypeRef ty, int64_t v) {
   return LLVMConstInt(ty, (unsigned long long)v, 1);
@@ -422,7 +429,8 @@ static LLVMValueRef bool_binary(kcg_llvm *L, emit2_fn f, LLVMValueRef a, LLVMVal
 }
 
 LLVMValueRef kcg_llvm_unary(kcg_llvm *L, uint16_t op, kir_dtype t, LLVMValueRef a) {
-  if (op >= KIR_OP_COUNT || t >= KILN_DTYPE_COUNT) return no_code(L, op, t);
+  if (op >= KIR_OP_COUNT || t >= KILN_DTYPE_COUNT || kir_dtype_is_storage(t))
+    return no_code(L, op, t);
   const kir_op_desc *d = kir_op(op);
   if (kir_dtype_is_float(t)) {
     if (t != KILN_F64 && kcg_llvm_has_math(op) && d->f1)
@@ -446,7 +454,8 @@ static LLVMValueRef bitwise(kcg_llvm *L, uint16_t op, LLVMValueRef a, LLVMValueR
 
 LLVMValueRef kcg_llvm_binary(kcg_llvm *L, uint16_t op, kir_dtype t, LLVMValueRef a,
                              LLVMValueRef b) {
-  if (op >= KIR_OP_COUNT || t >= KILN_DTYPE_COUNT) return no_code(L, op, t);
+  if (op >= KIR_OP_COUNT || t >= KILN_DTYPE_COUNT || kir_dtype_is_storage(t))
+    return no_code(L, op, t);
   const kir_op_desc *d = kir_op(op);
   bool fl = kir_dtype_is_float(t);
   if (d->family == KIR_FAM_COMPARE && (fl ? d->f2 != NULL : d->i2 != NULL)) {
@@ -519,7 +528,7 @@ LLVMValueRef kcg_llvm_from_mem(kcg_llvm *L, kir_dtype t, LLVMValueRef v) {
     return LLVMBuildBitCast(L->b, w, L->f32, "");
   }
   default:
-    return v;
+    return kir_dtype_is_storage(t) && kir_dtype_is_float(t) ? kcg_llvm_narrow_decode(L, t, v) : v;
   }
 }
 
@@ -533,7 +542,7 @@ LLVMValueRef kcg_llvm_to_mem(kcg_llvm *L, kir_dtype t, LLVMValueRef v) {
     return LLVMBuildTrunc(L->b, LLVMBuildLShr(L->b, bf16_bits(L, v), iconst(L->i32, 16), ""),
                           L->i16, "");
   default:
-    return v;
+    return kir_dtype_is_storage(t) && kir_dtype_is_float(t) ? kcg_llvm_narrow_encode(L, t, v) : v;
   }
 }
 
@@ -543,7 +552,16 @@ static LLVMValueRef float_to_float(kcg_llvm *L, kir_dtype from, kir_dtype to, LL
   if (to == KILN_F64) return from == KILN_F64 ? v : LLVMBuildFPExt(L->b, v, L->f64, "");
   if (to == KILN_F32) return from == KILN_F64 ? LLVMBuildFPTrunc(L->b, v, L->f32, "") : v;
   if (from == KILN_F64) v = f64_to_f32_odd(L, v);
+  if (kir_dtype_is_storage(to)) return kcg_llvm_narrow_round(L, to, v);
   return round_narrow(L, to, v);
+}
+
+/* i4 u4 i2 u2 live wrapped in an i8: the low bits, sign-extended for i4 and i2. */
+static LLVMValueRef wrap_small(kcg_llvm *L, kir_dtype to, LLVMValueRef v8) {
+  int bits = to == KILN_I4 || to == KILN_U4 ? 4 : 2;
+  if (is_unsigned(to)) return LLVMBuildAnd(L->b, v8, iconst(L->i8, (1 << bits) - 1), "");
+  LLVMValueRef sh = iconst(L->i8, 8 - bits);
+  return LLVMBuildAShr(L->b, LLVMBuildShl(L->b, v8, sh, ""), sh, "");
 }
 
 /* Truncates toward zero, NaN -> 0, saturating at the int64 range, then wraps. */
@@ -551,6 +569,11 @@ static LLVMValueRef float_to_int(kcg_llvm *L, kir_dtype to, LLVMValueRef v) {
   if (to == KILN_BOOL) return LLVMBuildFCmp(L->b, LLVMRealUNE, v, fconst(v, 0), "");
   LLVMTypeRef over[2] = {L->i64, LLVMTypeOf(v)};
   LLVMValueRef i = kcg_llvm_intrinsic(L, "llvm.fptosi.sat", over, 2, &v, 1);
+  if (kir_dtype_is_storage(to)) { /* out of the type's range gives 0 (kir_float_to_int) */
+    LLVMValueRef in = LLVMBuildICmp(L->b, LLVMIntEQ, LLVMBuildSExt(L->b, wrap_small(L, to,
+                                    LLVMBuildTrunc(L->b, i, L->i8, "")), L->i64, ""), i, "");
+    return LLVMBuildSelect(L->b, in, LLVMBuildTrunc(L->b, i, L->i8, ""), iconst(L->i8, 0), "");
+  }
   return to == KILN_I64 ? i : LLVMBuildTrunc(L->b, i, kcg_llvm_type(L, to), "");
 }
 
@@ -585,16 +608,18 @@ static LLVMValueRef i64_to_f64_odd(kcg_llvm *L, LLVMValueRef v) {
    is exact (f16 overflows long before float rounds) or rounded to odd (bf16; an i64 through
    a double rounded to odd too). */
 static LLVMValueRef int_to_float(kcg_llvm *L, kir_dtype from, kir_dtype to, LLVMValueRef v) {
-  LLVMTypeRef ty = to == KILN_F64 || to == KILN_BF16 ? L->f64 : L->f32;
+  bool odd = to == KILN_BF16 || kir_dtype_is_storage(to); /* rounded from a double to odd */
+  LLVMTypeRef ty = to == KILN_F64 || odd ? L->f64 : L->f32;
   LLVMValueRef f;
-  if (to == KILN_BF16 && from == KILN_I64)
+  if (odd && from == KILN_I64)
     f = i64_to_f64_odd(L, v);
   else if (is_unsigned(from))
     f = LLVMBuildUIToFP(L->b, v, ty, "");
   else
     f = LLVMBuildSIToFP(L->b, v, ty, "");
   if (to == KILN_F64 || to == KILN_F32) return f;
-  if (to == KILN_BF16) f = f64_to_f32_odd(L, f);
+  if (odd) f = f64_to_f32_odd(L, f);
+  if (kir_dtype_is_storage(to)) return kcg_llvm_narrow_round(L, to, f);
   return round_narrow(L, to, f);
 }
 
@@ -602,9 +627,11 @@ static LLVMValueRef int_to_int(kcg_llvm *L, kir_dtype from, kir_dtype to, LLVMVa
   if (to == KILN_BOOL) return truth(L, v);
   LLVMTypeRef ty = kcg_llvm_type(L, to);
   unsigned wf = LLVMGetIntTypeWidth(LLVMTypeOf(v)), wt = LLVMGetIntTypeWidth(ty);
-  if (wf == wt) return v;
-  if (wf > wt) return LLVMBuildTrunc(L->b, v, ty, "");
-  return is_unsigned(from) ? LLVMBuildZExt(L->b, v, ty, "") : LLVMBuildSExt(L->b, v, ty, "");
+  LLVMValueRef r = v;
+  if (wf > wt) r = LLVMBuildTrunc(L->b, v, ty, "");
+  else if (wf < wt)
+    r = is_unsigned(from) ? LLVMBuildZExt(L->b, v, ty, "") : LLVMBuildSExt(L->b, v, ty, "");
+  return kir_dtype_is_storage(to) ? wrap_small(L, to, r) : r;
 }
 
 LLVMValueRef kcg_llvm_cast(kcg_llvm *L, kir_dtype from, kir_dtype to, LLVMValueRef v) {

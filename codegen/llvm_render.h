@@ -59,6 +59,12 @@ LLVMValueRef kcg_llvm_unary(kcg_llvm *L, uint16_t op, kir_dtype t, LLVMValueRef 
 LLVMValueRef kcg_llvm_binary(kcg_llvm *L, uint16_t op, kir_dtype t, LLVMValueRef a, LLVMValueRef b);
 LLVMValueRef kcg_llvm_cast(kcg_llvm *L, kir_dtype from, kir_dtype to, LLVMValueRef v);
 
+/* The float storage types (llvm_narrow.c): a float register rounded as cast does (still a
+   float), a held value's bits (an i8), and the float that bits stand for. */
+LLVMValueRef kcg_llvm_narrow_round(kcg_llvm *L, kir_dtype t, LLVMValueRef x);
+LLVMValueRef kcg_llvm_narrow_encode(kcg_llvm *L, kir_dtype t, LLVMValueRef x);
+LLVMValueRef kcg_llvm_narrow_decode(kcg_llvm *L, kir_dtype t, LLVMValueRef byte);
+
 /* acc + x (or acc + x * y when y is not NULL) that LLVM may reassociate and
    contract: the update of a float sum accumulator (see the prelude in llvm_cpu.c). */
 LLVMValueRef kcg_llvm_sum_update(kcg_llvm *L, kir_dtype t, LLVMValueRef acc, LLVMValueRef x,

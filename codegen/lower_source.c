@@ -48,9 +48,19 @@ static void put_native(void *p, kir_dtype t, int64_t e, double v) {
   case KILN_I8:
     ((int8_t *)p)[e] = (int8_t)kir_float_to_int(t, v);
     break;
+  case KILN_I16:
+  case KILN_U16:
+    ((uint16_t *)p)[e] = (uint16_t)kir_float_to_int(t, v);
+    break;
+  case KILN_U32:
+    ((uint32_t *)p)[e] = (uint32_t)kir_float_to_int(t, v);
+    break;
   default:
-    ((uint8_t *)p)[e] = (uint8_t)kir_float_to_int(t, v);
-    break; /* u8, bool */
+    if (kir_dtype_is_float(t)) /* the float storage types, as kir_round_to */
+      ((uint8_t *)p)[e] = kir_f64_to_narrow_nosat(t, v);
+    else
+      ((uint8_t *)p)[e] = (uint8_t)kir_float_to_int(t, v);
+    break; /* u8, bool, i4 u4 i2 u2 (wrapped) */
   }
 }
 

@@ -714,6 +714,10 @@ static bool emit_func(me *e, MlirModule mod) {
 static const char *const dialects[] = {"func", "arith", "math", "linalg", "tensor", "scf"};
 
 kiln_status kcg_emit_mlir(kir_graph *src, FILE *out) {
+  for (uint32_t v = 0; v < src->nvalues; v++)
+    if (!kir_dtype_on_gpu(src->values[v].type.dtype))
+      return kir_fail(src->mod->ctx, KILN_ERR_UNSUPPORTED, "mlir: dtype %s has no MLIR form yet",
+                      kiln_dtype_name(src->values[v].type.dtype));
   kir_graph *g = kp_legalize(src);
   if (!g) return src->mod->status ? src->mod->status : KILN_ERR_INVALID;
   me e = {.g = g};

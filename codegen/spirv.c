@@ -418,7 +418,7 @@ static uint32_t size_value(sw *s, uint32_t sym) {
 }
 
 static bool check_dtype(sw *s, kir_dtype t) {
-  if (t >= KILN_DTYPE_COUNT)
+  if (t >= KILN_DTYPE_COUNT || !kir_dtype_on_gpu(t))
     return sw_fail(s, KILN_ERR_UNSUPPORTED, "dtype %s has no SPIR-V code",
                    t < KILN_DTYPE_COUNT ? kiln_dtype_name(t) : "?");
   if (t == KILN_F64 && !s->f64)

@@ -736,9 +736,10 @@ static bool parse_dims(parser *p, kf_type *ty) {
 static void *fail_unknown_type(parser *p, const kf_token *t) {
   char names[160] = "";
   size_t o = 0;
-  for (int i = 0; i < KILN_DTYPE_COUNT && o < sizeof names; i++)
-    o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? ", " : "",
-                          kiln_dtype_name((kir_dtype)i));
+  for (int i = 0; i < KILN_DTYPE_COUNT && o < sizeof names; i++) /* the arithmetic ones */
+    if (!kir_dtype_is_storage((kir_dtype)i))
+      o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? ", " : "",
+                            kiln_dtype_name((kir_dtype)i));
   return FAIL_TOK(p, t, "unknown type '%.*s' (the types are %s and graph)",
                   (int)(t->n < 40 ? t->n : 40), t->s, names);
 }

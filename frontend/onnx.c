@@ -122,8 +122,24 @@ static bool node_builder_failed(ox_node *n, kiln_status s) {
 
 /* --------------------------------------------------------------- dtypes */
 
+/* ONNX's newer TensorProto types, by number (Debian's onnx.proto predates them). */
+enum {
+  OX_FLOAT8E4M3FN = 17, OX_FLOAT8E4M3FNUZ, OX_FLOAT8E5M2, OX_FLOAT8E5M2FNUZ, OX_UINT4, OX_INT4,
+  OX_FLOAT4E2M1, OX_FLOAT8E8M0, OX_UINT2, OX_INT2
+};
+
 bool ox_dtype(int32_t t, kiln_dtype *out) {
   switch (t) {
+  case OX_FLOAT8E4M3FN: *out = KILN_F8E4M3FN; return true;
+  case OX_FLOAT8E4M3FNUZ: *out = KILN_F8E4M3FNUZ; return true;
+  case OX_FLOAT8E5M2: *out = KILN_F8E5M2; return true;
+  case OX_FLOAT8E5M2FNUZ: *out = KILN_F8E5M2FNUZ; return true;
+  case OX_UINT4: *out = KILN_U4; return true;
+  case OX_INT4: *out = KILN_I4; return true;
+  case OX_FLOAT4E2M1: *out = KILN_F4E2M1; return true;
+  case OX_FLOAT8E8M0: *out = KILN_F8E8M0; return true;
+  case OX_UINT2: *out = KILN_U2; return true;
+  case OX_INT2: *out = KILN_I2; return true;
   case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: *out = KILN_F32; return true;
   case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: *out = KILN_F64; return true;
   case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16: *out = KILN_F16; return true;
@@ -133,6 +149,9 @@ bool ox_dtype(int32_t t, kiln_dtype *out) {
   case ONNX__TENSOR_PROTO__DATA_TYPE__INT8: *out = KILN_I8; return true;
   case ONNX__TENSOR_PROTO__DATA_TYPE__UINT8: *out = KILN_U8; return true;
   case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL: *out = KILN_BOOL; return true;
+  case ONNX__TENSOR_PROTO__DATA_TYPE__INT16: *out = KILN_I16; return true;
+  case ONNX__TENSOR_PROTO__DATA_TYPE__UINT16: *out = KILN_U16; return true;
+  case ONNX__TENSOR_PROTO__DATA_TYPE__UINT32: *out = KILN_U32; return true;
   default: return false;
   }
 }
@@ -141,7 +160,9 @@ const char *ox_dtype_name(int32_t t) {
   static const char *const names[] = {"UNDEFINED", "FLOAT",  "UINT8",     "INT8",      "UINT16",
                                       "INT16",     "INT32",  "INT64",     "STRING",    "BOOL",
                                       "FLOAT16",   "DOUBLE", "UINT32",    "UINT64",    "COMPLEX64",
-                                      "COMPLEX128", "BFLOAT16"};
+                                      "COMPLEX128", "BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ",
+                                      "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4", "INT4",
+                                      "FLOAT4E2M1", "FLOAT8E8M0", "UINT2", "INT2"};
   return t >= 0 && t < (int32_t)(sizeof names / sizeof *names) ? names[t] : "an unknown type";
 }
 
@@ -198,15 +219,46 @@ static size_t elem_size(int32_t t) {
   case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE:
   case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: return 8;
   case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT:
+  case ONNX__TENSOR_PROTO__DATA_TYPE__UINT32:
   case ONNX__TENSOR_PROTO__DATA_TYPE__INT32: return 4;
   case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16:
+  case ONNX__TENSOR_PROTO__DATA_TYPE__INT16:
+  case ONNX__TENSOR_PROTO__DATA_TYPE__UINT16:
   case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16: return 2;
   default: return 1;
   }
 }
 
+/* Elements per byte: 2 for the 4-bit types, 4 for the 2-bit ones (packed from the low bits up),
+   else 1. */
+static size_t per_byte(int32_t t) {
+  if (t == OX_UINT4 || t == OX_INT4 || t == OX_FLOAT4E2M1) return 2;
+  return t == OX_UINT2 || t == OX_INT2 ? 4 : 1;
+}
+
+/* Bytes that n elements of ONNX type t take in raw_data. */
+static size_t raw_bytes(int32_t t, size_t n) {
+  size_t k = per_byte(t);
+  return k > 1 ? (n + k - 1) / k : n * elem_size(t);
+}
+
+/* Element k of a storage type (ONNX type t) from `byte`, which holds it at position `sub`:
+   packed from the low bits up, an unsigned field sign-extended for INT4 and INT2. */
+static void narrow_elem(ox_const *c, int32_t t, uint8_t byte, size_t sub, size_t k) {
+  size_t pb = per_byte(t);
+  int bits = 8 / (int)pb;
+  int v = pb > 1 ? (byte >> (bits * (int)sub)) & ((1 << bits) - 1) : byte;
+  if (kir_dtype_is_float(c->dtype)) const_set(c, k, kir_narrow_to_f64(c->dtype, (uint8_t)v));
+  else const_set_i(c, k, kir_wrap_int(c->dtype, v));
+}
+
 /* Element k of little-endian bytes of ONNX type t. */
 static void raw_elem(ox_const *c, int32_t t, const uint8_t *p, size_t k) {
+  if (kir_dtype_is_storage(c->dtype)) {
+    size_t pb = per_byte(t);
+    narrow_elem(c, t, p[k / pb], k % pb, k);
+    return;
+  }
   switch (t) {
   case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: {
     float f;
@@ -241,12 +293,30 @@ static void raw_elem(ox_const *c, int32_t t, const uint8_t *p, size_t k) {
     break;
   }
   case ONNX__TENSOR_PROTO__DATA_TYPE__INT8: const_set_i(c, k, (int8_t)p[k]); break;
+  case ONNX__TENSOR_PROTO__DATA_TYPE__INT16:
+  case ONNX__TENSOR_PROTO__DATA_TYPE__UINT16: {
+    uint16_t v;
+    memcpy(&v, p + 2 * k, 2);
+    const_set_i(c, k, t == ONNX__TENSOR_PROTO__DATA_TYPE__INT16 ? (int16_t)v : (int64_t)v);
+    break;
+  }
+  case ONNX__TENSOR_PROTO__DATA_TYPE__UINT32: {
+    uint32_t v;
+    memcpy(&v, p + 4 * k, 4);
+    const_set_i(c, k, v);
+    break;
+  }
   default: const_set_i(c, k, p[k]); break; /* UINT8, BOOL */
   }
 }
 
 /* Element k from the typed field that holds type t (int32_data for the small types). */
 static void typed_elem(ox_const *c, const Onnx__TensorProto *t, size_t k) {
+  if (kir_dtype_is_storage(c->dtype)) { /* float8 one per entry; 4- and 2-bit packed per entry */
+    size_t pb = per_byte(t->data_type);
+    narrow_elem(c, t->data_type, (uint8_t)t->int32_data[k / pb], k % pb, k);
+    return;
+  }
   switch (t->data_type) {
   case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: const_set(c, k, t->float_data[k]); break;
   case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: const_set(c, k, t->double_data[k]); break;
@@ -259,6 +329,9 @@ static void typed_elem(ox_const *c, const Onnx__TensorProto *t, size_t k) {
     break;
   case ONNX__TENSOR_PROTO__DATA_TYPE__INT8: const_set_i(c, k, (int8_t)t->int32_data[k]); break;
   case ONNX__TENSOR_PROTO__DATA_TYPE__UINT8: const_set_i(c, k, (uint8_t)t->int32_data[k]); break;
+  case ONNX__TENSOR_PROTO__DATA_TYPE__INT16: const_set_i(c, k, (int16_t)t->int32_data[k]); break;
+  case ONNX__TENSOR_PROTO__DATA_TYPE__UINT16: const_set_i(c, k, (uint16_t)t->int32_data[k]); break;
+  case ONNX__TENSOR_PROTO__DATA_TYPE__UINT32: const_set_i(c, k, (uint32_t)t->uint64_data[k]); break;
   default: const_set_i(c, k, t->int32_data[k]); break; /* INT32, BOOL */
   }
 }
@@ -268,6 +341,7 @@ static size_t typed_count(const Onnx__TensorProto *t, const char **field) {
   case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: *field = "float_data"; return t->n_float_data;
   case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: *field = "double_data"; return t->n_double_data;
   case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: *field = "int64_data"; return t->n_int64_data;
+  case ONNX__TENSOR_PROTO__DATA_TYPE__UINT32: *field = "uint64_data"; return t->n_uint64_data;
   default: *field = "int32_data"; return t->n_int32_data;
   }
 }
@@ -417,7 +491,7 @@ bool ox_tensor_decode(ox *im, const Onnx__TensorProto *t, const char *what, ox_c
       return fail(im, KILN_ERR_UNSUPPORTED, "%s: more than 2^31 elements", what);
     n *= t->dims[k];
   }
-  size_t es = elem_size(t->data_type), nbytes = (size_t)n * es;
+  size_t nbytes = raw_bytes(t->data_type, (size_t)n);
   bool external = t->has_data_location &&
                   t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
   const char *field = "raw_data";
@@ -428,7 +502,7 @@ bool ox_tensor_decode(ox *im, const Onnx__TensorProto *t, const char *what, ox_c
                   what, t->raw_data.len, (long long)n, ox_dtype_name(t->data_type), nbytes);
   } else if (!external) {
     have = typed_count(t, &field);
-    if (have != (size_t)n)
+    if (have != (per_byte(t->data_type) > 1 ? nbytes : (size_t)n))
       return fail(im, KILN_ERR_PARSE, "%s: %s holds %zu values, but its dims give %lld elements",
                   what, field, have, (long long)n);
   }

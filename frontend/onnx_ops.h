@@ -62,9 +62,12 @@ kiln_value ox_take(ox_node *n, kiln_value x, int axis, size_t cnt, const int64_t
 /* An i64 vector constant. */
 kiln_value ox_index_const(ox_node *n, size_t cnt, const int64_t *idx);
 
+/* x cast to t as ONNX's Cast with `saturate` (onnx_ops_elementwise.c). */
+kiln_value ox_cast_saturate(ox_node *n, kiln_value x, kiln_dtype t, bool saturate);
+
 extern const ox_op ox_ops_attention[], ox_ops_elementwise[], ox_ops_index[], ox_ops_nn[],
-    ox_ops_rnn[], ox_ops_sample[], ox_ops_tensor[];
+    ox_ops_quant[], ox_ops_rnn[], ox_ops_sample[], ox_ops_tensor[];
 extern const size_t ox_n_ops_attention, ox_n_ops_elementwise, ox_n_ops_index, ox_n_ops_nn,
-    ox_n_ops_rnn, ox_n_ops_sample, ox_n_ops_tensor;
+    ox_n_ops_quant, ox_n_ops_rnn, ox_n_ops_sample, ox_n_ops_tensor;
 
 #endif

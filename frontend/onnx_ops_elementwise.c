@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "frontend/onnx_ops.h"
+#include "ir/kir.h"
 
 /* ---------------------------------------------------------- elementwise */
 
@@ -116,20 +117,61 @@ static bool op_where(ox_node *n) {
   return true;
 }
 
+/*
+ * Cast and CastLike. Kiln's cast is ONNX's with the default attributes: to a float8 type it
+ * saturates, to f8e8m0 it rounds up. `saturate` = 0 to f8e4m3fn, f8e4m3fnuz, f8e5m2 or
+ * f8e5m2fnuz is the saturating cast where |x| does not round past the largest finite value,
+ * else NaN (infinity of x's sign for f8e5m2): |x| is compared with the midpoint above that
+ * largest value, which rounds up (ties to even) where the largest value's mantissa is odd.
+ */
+static kiln_value cast_nosat(ox_node *n, kiln_value x, kiln_dtype t) {
+  const kir_narrow_fmt *f = kir_narrow_format(t);
+  if (!kir_dtype_is_float(ox_vdtype(n, x))) x = kiln_cast(G, x, KILN_F64);
+  int e;
+  frexp(f->max, &e);
+  double ulp = ldexp(1, e - 1 - f->m), mid = f->max + ulp / 2;
+  bool odd = (int64_t)(f->max / ulp) & 1;
+  kiln_value over = kiln_binary(G, odd ? "ge" : "gt", kiln_unary(G, "abs", x),
+                                ox_scalar_like(n, x, mid));
+  kiln_value big = kiln_scalar(G, t, NAN);
+  if (f->inf) {
+    kiln_value neg = kiln_binary(G, "lt", x, ox_scalar_like(n, x, 0));
+    kiln_value in[3] = {neg, kiln_scalar(G, t, -INFINITY), kiln_scalar(G, t, INFINITY)};
+    big = kiln_op(G, "select", 3, in, 0, NULL);
+  }
+  kiln_value in[3] = {over, big, kiln_cast(G, x, t)};
+  return kiln_op(G, "select", 3, in, 0, NULL);
+}
+
+kiln_value ox_cast_saturate(ox_node *n, kiln_value x, kiln_dtype t, bool saturate) {
+  if (!saturate && kir_narrow_format(t) && t != KILN_F4E2M1 && ox_vdtype(n, x) != t)
+    return cast_nosat(n, x, t);
+  return kiln_cast(G, x, t);
+}
+
+static bool cast_to(ox_node *n, kiln_dtype t) {
+  bool saturate = ox_attr_i(n, "saturate", 1) != 0;
+  const char *round = ox_attr_s(n, "round_mode", "up");
+  if (t == KILN_F8E8M0 && (strcmp(round, "up") || !saturate))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED,
+                   "a cast to FLOAT8E8M0 with round_mode '%s' and saturate %d (Kiln's cast rounds "
+                   "up and saturates, ONNX's default)", round, saturate);
+  n->out[0] = ox_cast_saturate(n, ox_in0(n), t, saturate);
+  return true;
+}
+
 static bool op_cast(ox_node *n) {
   kiln_dtype t;
   int64_t to = ox_attr_i(n, "to", 0);
   if (!ox_dtype((int32_t)to, &t))
     return ox_fail(n, KILN_ERR_UNSUPPORTED, "cast to %s", ox_dtype_name((int32_t)to));
-  n->out[0] = kiln_cast(G, ox_in0(n), t);
-  return true;
+  return cast_to(n, t);
 }
 
 static bool op_cast_like(ox_node *n) {
   kiln_value like = ox_in(n, 1);
   if (like == KILN_NO_VALUE) return false;
-  n->out[0] = kiln_cast(G, ox_in0(n), ox_vdtype(n, like));
-  return true;
+  return cast_to(n, ox_vdtype(n, like));
 }
 
 static bool op_identity(ox_node *n) {
@@ -225,6 +267,24 @@ static bool op_softplus(ox_node *n) {
 
 static bool op_mish(ox_node *n) {
   n->out[0] = kiln_unary(G, "mish", ox_in0(n));
+  return true;
+}
+
+/* Swish (opset 24) and SwiGLU (opset 28, A and B of one shape): x * sigmoid(alpha x). */
+static kiln_value swish(ox_node *n, kiln_value x, double alpha) {
+  kiln_value ax = alpha == 1 ? x : kiln_mul(G, x, ox_scalar_like(n, x, alpha));
+  return kiln_mul(G, x, kiln_unary(G, "sigmoid", ax));
+}
+
+static bool op_swish(ox_node *n) {
+  n->out[0] = swish(n, ox_in0(n), ox_attr_f(n, "alpha", 1.0));
+  return true;
+}
+
+static bool op_swiglu(ox_node *n) {
+  kiln_value a = ox_in(n, 0), b = ox_in(n, 1);
+  if (a == KILN_NO_VALUE || b == KILN_NO_VALUE) return false;
+  n->out[0] = kiln_mul(G, swish(n, a, ox_attr_f(n, "alpha", 1.0)), b);
   return true;
 }
 
@@ -544,6 +604,8 @@ const ox_op ox_ops_elementwise[] = {
     {"Sqrt", op_unary, 1, "sqrt"},
     {"Sub", op_binary, 1, "sub"},
     {"Sum", op_variadic, 1, "add"},
+    {"SwiGLU", op_swiglu, 1, NULL},
+    {"Swish", op_swish, 1, NULL},
     {"Tan", op_tan, 1, NULL},
     {"Tanh", op_unary, 1, "tanh"},
     {"ThresholdedRelu", op_thresholded_relu, 1, NULL},

@@ -49,7 +49,7 @@ static bool op_trilu(ox_node *n) {
 /* CumSum along a known axis as a masked sum: x gets a second copy of the
  * axis (j at `axis`, i at axis + 1), the mask keeps j <= i (< when
  * exclusive, >= / > when reversed), and the sum over j leaves i. */
-static bool op_cumsum(ox_node *n) {
+static bool cumulative(ox_node *n, const char *reduce, double identity) {
   kiln_value x = ox_in0(n);
   if (x == KILN_NO_VALUE) return false;
   kiln_dim d[KILN_MAX_RANK];
@@ -80,11 +80,15 @@ static bool op_cumsum(ox_node *n) {
     md[k] = (k == axis || k == axis + 1) ? L : 1;
   mask = ox_broadcast_to(n, ox_reshape(n, mask, r + 1, md), r + 1, e);
   kiln_value xb = ox_broadcast_to(n, ox_reshape(n, x, r + 1, xe), r + 1, e);
-  kiln_value t = ox_select3(n, mask, xb, ox_scalar_like(n, x, 0));
+  kiln_value t = ox_select3(n, mask, xb, ox_scalar_like(n, x, identity));
   int64_t ax = axis;
-  n->out[0] = kiln_reduce(G, "reduce_sum", t, 1, &ax, 0);
+  n->out[0] = kiln_reduce(G, reduce, t, 1, &ax, 0);
   return true;
 }
+
+static bool op_cumsum(ox_node *n) { return cumulative(n, "reduce_sum", 0); }
+/* CumProd (opset 26): as CumSum, the masked-out elements 1 and the reduction a product. */
+static bool op_cumprod(ox_node *n) { return cumulative(n, "reduce_prod", 1); }
 
 /* Hardmax: one-hot of the first maximum along the axis (2-D view before opset 13). */
 static bool op_hardmax(ox_node *n) {
@@ -444,6 +448,7 @@ static bool op_det(ox_node *n) {
 }
 
 const ox_op ox_ops_index[] = {
+    {"CumProd", op_cumprod, 1, NULL},
     {"CumSum", op_cumsum, 1, NULL},
     {"Det", op_det, 1, NULL},
     {"EyeLike", op_eye_like, 1, NULL},

@@ -358,6 +358,41 @@ static bool pool(ox_node *n, bool max) {
   n->out[0] = from_2d(n, y, &w);
   return true;
 }
+/*
+ * LpPool: (sum over the window of |x|^p)^(1/p), padding counting as 0: |x|^p padded with
+ * zeros, then an average pool over whole windows times the window's size. Dilations and
+ * ceil_mode are refused.
+ */
+static bool op_lp_pool(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  window w;
+  if (!read_window(n, x, NULL, false, &w)) return false;
+  if (w.d[0] != 1 || w.d[1] != 1 || ox_attr_i(n, "ceil_mode", 0))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "dilated LpPool, or LpPool with ceil_mode");
+  kiln_dtype dt = ox_vdtype(n, x);
+  if (dt != KILN_F32 && dt != KILN_F64 && dt != KILN_F16 && dt != KILN_BF16)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "LpPool of %s", kiln_dtype_name(dt));
+  int64_t p = ox_attr_i(n, "p", 2);
+  if (p < 1) return ox_fail(n, KILN_ERR_PARSE, "p is %lld; LpPool needs p >= 1", (long long)p);
+  kiln_value a = kiln_unary(G, "abs", x);
+  kiln_value xp = p == 1 ? a : p == 2 ? kiln_mul(G, x, x)
+                                      : kiln_binary(G, "pow", a, ox_scalar_like(n, x, (double)p));
+  kiln_value x2 = to_2d(n, xp, &w);
+  int64_t lo[4] = {0, 0, w.pad[0], w.pad[1]}, hi[4] = {0, 0, w.pad[2], w.pad[3]}, none[4] = {0};
+  kiln_attr pa[3] = {kiln_attr_ints("low", 4, lo), kiln_attr_ints("high", 4, hi),
+                     kiln_attr_float("value", 0)};
+  kiln_attr pl[4] = {kiln_attr_ints("kernel", 2, w.k), kiln_attr_ints("stride", 2, w.s),
+                     kiln_attr_ints("padding", 4, none), kiln_attr_bool("count_include_pad", true)};
+  kiln_value padded = kiln_op(G, "pad", 1, &x2, 3, pa);
+  kiln_value s = kiln_mul(G, kiln_op(G, "avg_pool2d", 1, &padded, 4, pl),
+                          ox_scalar_like(n, x, (double)(w.k[0] * w.k[1])));
+  kiln_value y = p == 1 ? s : p == 2 ? kiln_unary(G, "sqrt", s)
+                                     : kiln_binary(G, "pow", s, ox_scalar_like(n, x, 1.0 / p));
+  n->out[0] = from_2d(n, y, &w);
+  return true;
+}
+
 static bool op_max_pool(ox_node *n) { return pool(n, true); }
 static bool op_average_pool(ox_node *n) { return pool(n, false); }
 
@@ -492,6 +527,48 @@ static bool op_instance_norm(ox_node *n) {
   kiln_value y = kiln_mul(G, c, kiln_unary(G, "rsqrt", kiln_add(G, v, ox_scalar_like(n, x, eps))));
   y = kiln_mul(G, y, ox_per_channel(n, ox_in(n, 1), r));
   n->out[0] = kiln_add(G, y, ox_per_channel(n, ox_in(n, 2), r));
+  return true;
+}
+
+/*
+ * GroupNormalization: x [N, C, ...] seen as [N, G, C/G, ...], normalised over all but the
+ * first two axes, then scaled and shifted per channel (opset 21; per group before it). With
+ * stash_type 1 (float, the default) a 16-bit input is normalised in f32.
+ */
+static bool op_group_norm(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim d[KILN_MAX_RANK], gd[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d);
+  int64_t g = ox_attr_i(n, "num_groups", 0);
+  if (r < 2 || r + 1 > KILN_MAX_RANK)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "GroupNormalization of rank %d", r);
+  if (g <= 0 || d[1] < 0 || d[1] % g)
+    return ox_fail(n, KILN_ERR_PARSE, "num_groups %lld does not divide the channels",
+                   (long long)g);
+  kiln_dtype dt = ox_vdtype(n, x);
+  bool stash = ox_attr_i(n, "stash_type", 1) == 1 && (dt == KILN_F16 || dt == KILN_BF16);
+  kiln_value xs = stash ? kiln_cast(G, x, KILN_F32) : x;
+  gd[0] = d[0], gd[1] = g, gd[2] = d[1] / g;
+  for (int k = 2; k < r; k++) gd[k + 1] = d[k];
+  int64_t axes[KILN_MAX_RANK];
+  for (int k = 2; k <= r; k++) axes[k - 2] = k;
+  kiln_value xg = kiln_reshape(G, xs, (size_t)r + 1, gd);
+  kiln_value m = kiln_reduce(G, "reduce_mean", xg, (size_t)(r - 1), axes, 1);
+  kiln_value c = kiln_binary(G, "sub", xg, m);
+  kiln_value v = kiln_reduce(G, "reduce_mean", kiln_mul(G, c, c), (size_t)(r - 1), axes, 1);
+  double eps = ox_attr_f(n, "epsilon", 1e-5);
+  kiln_value y = kiln_mul(G, c, kiln_unary(G, "rsqrt", kiln_add(G, v, ox_scalar_like(n, xs, eps))));
+  kiln_value scale = ox_in(n, 1), bias = ox_in(n, 2);
+  if (stash) scale = kiln_cast(G, scale, KILN_F32), bias = kiln_cast(G, bias, KILN_F32);
+  if (n->opset < 21) { /* scale and bias per group */
+    y = kiln_add(G, kiln_mul(G, y, ox_per_channel(n, scale, r + 1)), ox_per_channel(n, bias, r + 1));
+    y = kiln_reshape(G, y, (size_t)r, d);
+  } else {
+    y = kiln_reshape(G, y, (size_t)r, d);
+    y = kiln_add(G, kiln_mul(G, y, ox_per_channel(n, scale, r)), ox_per_channel(n, bias, r));
+  }
+  n->out[0] = stash ? kiln_cast(G, y, dt) : y;
   return true;
 }
 
@@ -945,11 +1022,13 @@ const ox_op ox_ops_nn[] = {
     {"Gemm", op_gemm, 0, NULL},
     {"GlobalAveragePool", op_global_pool, 0, "reduce_mean"},
     {"GlobalMaxPool", op_global_pool, 0, "reduce_max"},
+    {"GroupNormalization", op_group_norm, 0, NULL},
     {"InstanceNormalization", op_instance_norm, 0, NULL},
     {"LRN", op_lrn, 0, NULL},
     {"LayerNormalization", op_layer_norm, 0, NULL},
     {"LogSoftmax", op_softmax, 1, "log_softmax"},
     {"LpNormalization", op_lp_norm, 1, NULL},
+    {"LpPool", op_lp_pool, 0, NULL},
     {"MatMul", op_matmul, 0, NULL},
     {"MaxPool", op_max_pool, 0, NULL},
     {"MaxUnpool", op_max_unpool, 0, NULL},

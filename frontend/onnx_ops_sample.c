@@ -102,7 +102,8 @@ static bool op_grid_sample(ox_node *n) {
   for (int k = 0; k < 4; k++)
     if (d[k] < 0 || gd[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
   char mode[32], pad[32];
-  snprintf(mode, sizeof mode, "%s", ox_attr_s(n, "mode", "bilinear"));
+  /* opset 20 renamed bilinear and bicubic to linear and cubic (the same on 2-D grids) */
+  snprintf(mode, sizeof mode, "%s", ox_attr_s(n, "mode", n->opset >= 20 ? "linear" : "bilinear"));
   snprintf(pad, sizeof pad, "%s", ox_attr_s(n, "padding_mode", "zeros"));
   gs s = {.H = d[2],
           .W = d[3],
@@ -113,10 +114,10 @@ static bool op_grid_sample(ox_node *n) {
           .od = {d[0], d[1], gd[1], gd[2]}};
   if (s.pad == 0 && strcmp(pad, "zeros"))
     return ox_fail(n, KILN_ERR_UNSUPPORTED, "padding_mode '%s'", pad);
-  int m = !strcmp(mode, "nearest")    ? 0
-          : !strcmp(mode, "bilinear") ? 1
-          : !strcmp(mode, "bicubic")  ? 2
-                                      : -1;
+  int m = !strcmp(mode, "nearest")                               ? 0
+          : !strcmp(mode, "bilinear") || !strcmp(mode, "linear") ? 1
+          : !strcmp(mode, "bicubic") || !strcmp(mode, "cubic")   ? 2
+                                                                 : -1;
   if (m < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "mode '%s'", mode);
   kiln_dim flat, nc[4] = {d[0], d[1], 1, 1};
   if (!ox_dims_product(n, d, 0, 4, &flat)) return false;
@@ -279,8 +280,11 @@ static bool op_dft(ox_node *n) {
 /* ---------------------------------------------------------- Resize */
 
 /* Where output position x of an axis samples the input, as ONNX's reference
- * computes it (`width` is scale * in, not the rounded output size). */
-static double resize_coord(const char *mode, double x, double scale, double in, double width) {
+ * computes it (`width` is scale * in, not the rounded output size `out`). */
+static double resize_coord(const char *mode, double x, double scale, double in, double width,
+                           double out) {
+  if (!strcmp(mode, "half_pixel_symmetric")) /* the input's centre on the output's */
+    return in / 2 * (1 - out / width) + (x + 0.5) / scale - 0.5;
   if (!strcmp(mode, "align_corners")) return width == 1 ? 0 : x * (in - 1) / (width - 1);
   if (!strcmp(mode, "asymmetric")) return x / scale;
   if (!strcmp(mode, "pytorch_half_pixel")) return width == 1 ? -0.5 : (x + 0.5) / scale - 0.5;
@@ -351,7 +355,8 @@ static bool resize_axis(ox_node *n, kiln_value *x, int r, int axis, int64_t in, 
   int taps = 2;
   bool identity = in == out;
   for (int64_t i = 0; i < out; i++) {
-    double xo = resize_coord(coord, (double)i, scale, (double)in, scale * (double)in), tw[4];
+    double xo = resize_coord(coord, (double)i, scale, (double)in, scale * (double)in, (double)out),
+           tw[4];
     int64_t base;
     resize_taps(mode, nearest, cubic_a, xo, &base, &taps, tw);
     double sum = 0;
@@ -397,6 +402,59 @@ static bool resize_to(ox_node *n, kiln_value x, const char *mode, const char *co
                       const char *nearest, const ox_const *sc, const ox_const *sz, double cubic_a,
                       bool exclude);
 
+/*
+ * Resize's `axes` (opset 18): the scales or sizes given are those of these axes, the others
+ * keep theirs; and `keep_aspect_ratio_policy` with sizes: one scale for the axes, the least
+ * (not_larger) or largest (not_smaller) of sizes / dims, and sizes round(scale dim) rounded
+ * half up, as ONNX's reference. Rewrites *sc and *sz to full-rank ones in full_sc / full_sz
+ * (both set when a policy gives sizes and their scale).
+ */
+static bool full_axes(ox_node *n, kiln_value x, const char *policy, const ox_const **sc,
+                      const ox_const **sz, ox_const *full_sc, ox_const *full_sz) {
+  size_t na = 0;
+  const int64_t *ax = ox_attr_ints(n, "axes", &na);
+  bool keep = *sz && strcmp(policy, "stretch");
+  if (!ax && !keep) return true;
+  kiln_dim d[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d), axes[KILN_MAX_RANK];
+  if (!ax) na = (size_t)r;
+  const ox_const *c = *sc ? *sc : *sz;
+  if (na > (size_t)r || c->n != na)
+    return ox_fail(n, KILN_ERR_PARSE, "%zu scales or sizes for %zu axes", c->n, na);
+  if (*sz && !(*sz)->i) return ox_fail(n, KILN_ERR_PARSE, "sizes must be integers");
+  for (int k = 0; k < r; k++) {
+    if (d[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "Resize's axes with symbolic dims");
+    full_sc->d[k] = 1, full_sz->i[k] = d[k];
+  }
+  bool seen[KILN_MAX_RANK] = {0};
+  for (size_t j = 0; j < na; j++) {
+    axes[j] = (int)j;
+    if (ax && !ox_norm_axis(n, ax[j], r, &axes[j])) return false;
+    if (seen[axes[j]]) return ox_fail(n, KILN_ERR_PARSE, "axis %d twice", axes[j]);
+    seen[axes[j]] = true;
+    if (*sc) full_sc->d[axes[j]] = (*sc)->d[j];
+    else full_sz->i[axes[j]] = (*sz)->i[j];
+  }
+  if (keep) {
+    double s = 0;
+    for (size_t j = 0; j < na; j++) {
+      double f = d[axes[j]] ? (double)(*sz)->i[j] / (double)d[axes[j]] : 0;
+      if (j == 0 || (strcmp(policy, "not_larger") ? f > s : f < s)) s = f;
+    }
+    for (size_t j = 0; j < na; j++) {
+      full_sc->d[axes[j]] = s;
+      full_sz->i[axes[j]] = (int64_t)(s * (double)d[axes[j]] + 0.5);
+    }
+  }
+  full_sc->n = full_sz->n = (size_t)r;
+  full_sc->dims[0] = full_sz->dims[0] = r;
+  for (int k = 0; k < r; k++) full_sz->d[k] = (double)full_sz->i[k];
+  bool had_sz = *sz != NULL;
+  *sc = had_sz && !keep ? NULL : full_sc;
+  *sz = had_sz ? full_sz : NULL;
+  return true;
+}
+
 static bool op_resize(ox_node *n) {
   kiln_value x = ox_in0(n);
   if (x == KILN_NO_VALUE) return false;
@@ -408,8 +466,8 @@ static bool op_resize(ox_node *n) {
   snprintf(nearest, sizeof nearest, "%s", ox_attr_s(n, "nearest_mode", "round_prefer_floor"));
   if (strcmp(mode, "nearest") && strcmp(mode, "linear") && strcmp(mode, "cubic"))
     return ox_fail(n, KILN_ERR_UNSUPPORTED, "mode '%s'", mode);
-  static const char *const coords[] = {"half_pixel", "pytorch_half_pixel", "align_corners",
-                                       "asymmetric", "tf_half_pixel_for_nn"};
+  static const char *const coords[] = {"half_pixel",   "pytorch_half_pixel",   "align_corners",
+                                       "asymmetric",   "tf_half_pixel_for_nn", "half_pixel_symmetric"};
   bool known_coord = false;
   for (size_t k = 0; k < sizeof coords / sizeof *coords; k++)
     known_coord |= !strcmp(coord, coords[k]);
@@ -420,9 +478,11 @@ static bool op_resize(ox_node *n) {
   for (size_t k = 0; k < 4; k++)
     known_nearest |= !strcmp(nearest, nmodes[k]);
   if (!known_nearest) return ox_fail(n, KILN_ERR_UNSUPPORTED, "nearest_mode '%s'", nearest);
-  if (ox_attr(n, "axes") || ox_attr_i(n, "antialias", 0) ||
-      strcmp(ox_attr_s(n, "keep_aspect_ratio_policy", "stretch"), "stretch"))
-    return ox_fail(n, KILN_ERR_UNSUPPORTED, "axes, antialias or keep_aspect_ratio_policy");
+  if (ox_attr_i(n, "antialias", 0)) return ox_fail(n, KILN_ERR_UNSUPPORTED, "antialias");
+  char policy[32];
+  snprintf(policy, sizeof policy, "%s", ox_attr_s(n, "keep_aspect_ratio_policy", "stretch"));
+  if (strcmp(policy, "stretch") && strcmp(policy, "not_larger") && strcmp(policy, "not_smaller"))
+    return ox_fail(n, KILN_ERR_PARSE, "keep_aspect_ratio_policy '%s'", policy);
   if (strcmp(mode, "nearest") && !ox_is_float(ox_vdtype(n, x)))
     return ox_fail(n, KILN_ERR_UNSUPPORTED, "%s resizing of an integer tensor", mode);
   const ox_const *sc = ox_has(n, 2) ? ox_known(n, 2) : NULL,
@@ -432,6 +492,11 @@ static bool op_resize(ox_node *n) {
   if (sc && sc->n == 0) sc = NULL;
   if (sz && sz->n == 0) sz = NULL;
   if (!sc == !sz) return ox_fail(n, KILN_ERR_PARSE, "needs exactly one of scales and sizes");
+  double fsc[KILN_MAX_RANK], fszd[KILN_MAX_RANK];
+  int64_t fsz[KILN_MAX_RANK];
+  ox_const full_sc = {.dtype = KILN_F32, .rank = 1, .d = fsc},
+           full_sz = {.dtype = KILN_I64, .rank = 1, .d = fszd, .i = fsz};
+  if (!full_axes(n, x, policy, &sc, &sz, &full_sc, &full_sz)) return false;
   double cubic_a = ox_attr_f(n, "cubic_coeff_a", -0.75);
   /* used by tf_crop_and_resize only, which is refused above */
   ox_attrs_accept(n, (const char *const[]){"extrapolation_value", NULL});
@@ -483,7 +548,8 @@ static bool resize_to(ox_node *n, kiln_value x, const char *mode, const char *co
     if (sz) {
       out = sz->i[k];
       if (d[k] < 0 && out == d[k]) continue;
-      scale = d[k] > 0 ? (double)out / (double)d[k] : 0;
+      /* with both, the sizes and the scale a keep_aspect_ratio_policy chose (full_axes) */
+      scale = sc ? sc->d[k] : d[k] > 0 ? (double)out / (double)d[k] : 0;
     } else {
       scale = sc->d[k];
       if (d[k] < 0 && scale == 1) continue;

@@ -307,6 +307,10 @@ static bool op_split(ox_node *n) {
   }
   if (sz && c != n->nout)
     return ox_fail(n, KILN_ERR_PARSE, "%zu split sizes for %zu outputs", c, n->nout);
+  int64_t num = ox_attr_i(n, "num_outputs", 0); /* opset 18: equal parts, the last smaller */
+  if (num && (sz || num != (int64_t)n->nout))
+    return ox_fail(n, KILN_ERR_PARSE, "num_outputs %lld with %s%zu outputs", (long long)num,
+                   sz ? "split sizes and " : "", n->nout);
   /* dim / parts rounded up, and sums compared by difference: dim and sizes may be near 2^63 */
   int64_t parts = n->nout ? (int64_t)n->nout : 1, chunk = dim / parts + (dim % parts != 0), at = 0;
   for (size_t k = 0; k < n->nout; k++) {
@@ -604,6 +608,43 @@ static bool op_pad(ox_node *n) {
 }
 
 /* DepthToSpace and SpaceToDepth (DCR or CRD) as ox_reshape, transpose, ox_reshape. */
+/* CenterCropPad (opset 18): along each axis, the centred `shape[k]` elements, or the input
+   centred in zeros; the odd one out goes to the end, as ONNX's reference. The shape is known at
+   import. */
+static bool op_center_crop_pad(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  const int64_t *sh, *ax;
+  size_t ns, na = 0;
+  if (!ox_known_ints(n, 1, &sh, &ns, NULL)) return false;
+  kiln_dim d[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, d);
+  ax = ox_attr_ints(n, "axes", &na);
+  if (!ax) na = (size_t)r;
+  if (na != ns)
+    return ox_fail(n, KILN_ERR_PARSE, "%zu target sizes for %zu axes", ns, na);
+  for (size_t k = 0; k < ns; k++) {
+    int a = (int)k;
+    if (ax && !ox_norm_axis(n, ax[k], r, &a)) return false;
+    if (d[a] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "CenterCropPad along a symbolic dim");
+    if (sh[k] < 0) return ox_fail(n, KILN_ERR_PARSE, "target size %lld", (long long)sh[k]);
+    if (sh[k] < d[a]) {
+      int64_t at = (d[a] - sh[k]) / 2;
+      x = ox_slice_axis(n, x, a, at, at + sh[k]);
+    } else if (sh[k] > d[a]) {
+      int64_t lo[KILN_MAX_RANK] = {0}, hi[KILN_MAX_RANK] = {0};
+      lo[a] = (sh[k] - d[a]) / 2;
+      hi[a] = sh[k] - d[a] - lo[a];
+      kiln_attr pa[3] = {kiln_attr_ints("low", (size_t)r, lo), kiln_attr_ints("high", (size_t)r, hi),
+                         kiln_attr_float("value", 0)};
+      x = kiln_op(G, "pad", 1, &x, 3, pa);
+    }
+    d[a] = sh[k];
+  }
+  n->out[0] = x;
+  return true;
+}
+
 static bool op_depth_to_space(ox_node *n) {
   kiln_value x = ox_in0(n);
   if (x == KILN_NO_VALUE) return false;
@@ -804,7 +845,9 @@ static bool op_range(ox_node *n) {
   const ox_const *s = ox_known(n, 0), *l = ox_known(n, 1), *dl = ox_known(n, 2);
   for (size_t k = 0; k < 3; k++)
     if (!ox_known(n, k)) return ox_need_known(n, k);
-  if (s->sym || l->sym || dl->sym || s->n != 1 || l->n != 1 || dl->n != 1)
+  /* sym holds a flag per element (Shape and Size make it even where no dim is symbolic) */
+  bool sym = (s->sym && s->sym[0]) || (l->sym && l->sym[0]) || (dl->sym && dl->sym[0]);
+  if (sym || s->n != 1 || l->n != 1 || dl->n != 1)
     return ox_fail(n, KILN_ERR_UNSUPPORTED,
                    "start, limit and delta must be scalars known at import");
   double cnt = ceil((l->d[0] - s->d[0]) / dl->d[0]);
@@ -830,6 +873,7 @@ static bool op_range(ox_node *n) {
 const ox_op ox_ops_tensor[] = {
     {"ArgMax", op_arg_reduce, 1, "argmax"},
     {"ArgMin", op_arg_reduce, 1, "argmin"},
+    {"CenterCropPad", op_center_crop_pad, 1, NULL},
     {"Concat", op_concat, 2, NULL},
     {"Constant", op_constant, 0, NULL},
     {"ConstantOfShape", op_constant_of_shape, 0, NULL},

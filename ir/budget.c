@@ -66,7 +66,12 @@ void kir_format_shape(kiln_dtype t, int rank, const int64_t *dims, char *buf, si
   static const char *const names[KILN_DTYPE_COUNT] = {
       [KILN_F64] = "f64",   [KILN_F32] = "f32", [KILN_F16] = "f16",
       [KILN_BF16] = "bf16", [KILN_I64] = "i64", [KILN_I32] = "i32",
-      [KILN_I8] = "i8",     [KILN_U8] = "u8",   [KILN_BOOL] = "bool"};
+      [KILN_I8] = "i8",     [KILN_U8] = "u8",   [KILN_BOOL] = "bool",
+      /* kiln_dtype_name's, which the AOT runtime does not link */
+      [KILN_F8E4M3FN] = "f8e4m3fn", [KILN_F8E4M3FNUZ] = "f8e4m3fnuz", [KILN_F8E5M2] = "f8e5m2",
+      [KILN_F8E5M2FNUZ] = "f8e5m2fnuz", [KILN_F8E8M0] = "f8e8m0", [KILN_F4E2M1] = "f4e2m1",
+      [KILN_I4] = "i4", [KILN_U4] = "u4", [KILN_I2] = "i2", [KILN_U2] = "u2",
+      [KILN_I16] = "i16", [KILN_U16] = "u16", [KILN_U32] = "u32"};
   size_t at = (size_t)snprintf(buf, n, "%s[", (unsigned)t < KILN_DTYPE_COUNT ? names[t] : "?");
   for (int i = 0; i < rank && at < n; i++)
     at += (size_t)snprintf(buf + at, n - at, "%s%lld", i ? ", " : "", (long long)dims[i]);

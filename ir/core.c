@@ -55,6 +55,11 @@ static const struct {
     [KILN_F64] = {"f64", 8}, [KILN_F32] = {"f32", 4}, [KILN_F16] = {"f16", 2},
     [KILN_BF16] = {"bf16", 2}, [KILN_I64] = {"i64", 8}, [KILN_I32] = {"i32", 4},
     [KILN_I8] = {"i8", 1},   [KILN_U8] = {"u8", 1},   [KILN_BOOL] = {"bool", 1},
+    [KILN_F8E4M3FN] = {"f8e4m3fn", 1}, [KILN_F8E4M3FNUZ] = {"f8e4m3fnuz", 1},
+    [KILN_F8E5M2] = {"f8e5m2", 1},     [KILN_F8E5M2FNUZ] = {"f8e5m2fnuz", 1},
+    [KILN_F8E8M0] = {"f8e8m0", 1},     [KILN_F4E2M1] = {"f4e2m1", 1},
+    [KILN_I4] = {"i4", 1}, [KILN_U4] = {"u4", 1}, [KILN_I2] = {"i2", 1}, [KILN_U2] = {"u2", 1},
+    [KILN_I16] = {"i16", 2}, [KILN_U16] = {"u16", 2}, [KILN_U32] = {"u32", 4},
 };
 
 KILN_API const char *kiln_dtype_name(kiln_dtype t) {
@@ -74,8 +79,18 @@ bool kir_dtype_from_name(const char *s, size_t n, kir_dtype *out) {
   return false;
 }
 
-bool kir_dtype_is_float(kir_dtype t) { return t <= KILN_BF16; }
-bool kir_dtype_is_int(kir_dtype t) { return t >= KILN_I64 && t < KILN_DTYPE_COUNT; }
+bool kir_dtype_is_float(kir_dtype t) {
+  return t <= KILN_BF16 || (t >= KILN_F8E4M3FN && t <= KILN_F4E2M1);
+}
+bool kir_dtype_is_int(kir_dtype t) {
+  return (t >= KILN_I64 && t <= KILN_BOOL) || (t >= KILN_I4 && t < KILN_DTYPE_COUNT);
+}
+bool kir_dtype_is_storage(kir_dtype t) { return t >= KILN_F8E4M3FN && t <= KILN_U2; }
+bool kir_dtype_is_unsigned(kir_dtype t) {
+  return t == KILN_U8 || t == KILN_BOOL || t == KILN_U4 || t == KILN_U2 || t == KILN_U16 ||
+         t == KILN_U32;
+}
+bool kir_dtype_on_gpu(kir_dtype t) { return t <= KILN_BOOL; }
 
 bool kir_type_eq(const kir_type *a, const kir_type *b) {
   if (a->dtype != b->dtype || a->rank != b->rank) return false;
@@ -156,8 +171,14 @@ double kir_round_to(kir_dtype t, double v) {
   case KILN_F32: return (double)(float)v;
   case KILN_F16: return kir_f16_to_f64(kir_f64_to_f16(v));
   case KILN_BF16: return kir_bf16_to_f64(kir_f64_to_bf16(v));
-  default: return v;
+  case KILN_F64: return v;
+  default: /* a value, as a constant holds it: past the range is infinity or NaN, as for f16 */
+    return kir_dtype_is_storage(t) ? kir_narrow_to_f64(t, kir_f64_to_narrow_nosat(t, v)) : v;
   }
+}
+
+double kir_cast_round(kir_dtype t, double v) {
+  return kir_dtype_is_storage(t) ? kir_narrow_to_f64(t, kir_f64_to_narrow(t, v)) : kir_round_to(t, v);
 }
 
 int64_t kir_wrap_int(kir_dtype t, int64_t v) {
@@ -166,6 +187,13 @@ int64_t kir_wrap_int(kir_dtype t, int64_t v) {
   case KILN_I8: return (int8_t)(uint8_t)(uint64_t)v;
   case KILN_U8: return (uint8_t)(uint64_t)v;
   case KILN_BOOL: return v != 0;
+  case KILN_I4: return (int64_t)(((uint64_t)v & 15) ^ 8) - 8;
+  case KILN_U4: return (int64_t)((uint64_t)v & 15);
+  case KILN_I2: return (int64_t)(((uint64_t)v & 3) ^ 2) - 2;
+  case KILN_U2: return (int64_t)((uint64_t)v & 3);
+  case KILN_I16: return (int16_t)(uint16_t)(uint64_t)v;
+  case KILN_U16: return (uint16_t)(uint64_t)v;
+  case KILN_U32: return (uint32_t)(uint64_t)v;
   default: return v;
   }
 }

@@ -114,6 +114,18 @@ static bool type_valid(kir_graph *g, const kir_type *t) {
  * 0 dims: an empty tensor still has strides). Every size and stride the passes,
  * the planner and the runtime compute from a type is then exact.
  */
+/* The storage dtypes (f8*, f4e2m1, i4, u4, i2, u2) only go where an op moves or casts values
+   (KIR_F_STORAGE): no kernel computes in them, so the refusal is "unsupported", not a type error. */
+static bool storage_ok(kir_graph *g, const kir_op_desc *d, const kir_type *t, const char *what,
+                       uint32_t i) {
+  if (!kir_dtype_is_storage(t->dtype) || (d->flags & KIR_F_STORAGE)) return true;
+  kir_graph_fail(g, KILN_ERR_UNSUPPORTED,
+                 "%s: %s %u has dtype %s, a storage type that %s does not compute in (cast it to "
+                 "f32 or another arithmetic dtype first)",
+                 d->name, what, i, kiln_dtype_name(t->dtype), d->name);
+  return false;
+}
+
 static bool type_fits(const kir_type *t) {
   int64_t bytes = kiln_dtype_size(t->dtype) ? (int64_t)kiln_dtype_size(t->dtype) : 1;
   for (int i = 0; i < t->rank; i++)
@@ -191,6 +203,8 @@ int kir_add_inst(kir_graph *g, uint16_t op, uint32_t nin, const uint32_t *in,
     }
     intypes[i] = g->values[in[i]].type;
   }
+  for (uint32_t i = 0; i < nin; i++)
+    if (!storage_ok(g, d, &intypes[i], "operand", i)) return -1;
   kir_attr full[KIR_MAX_ATTRS];
   if (attrs) memcpy(full, attrs, d->nattrs * sizeof *full);
   else fill_defaults(d, full);
@@ -215,6 +229,8 @@ int kir_add_inst(kir_graph *g, uint16_t op, uint32_t nin, const uint32_t *in,
       return -1;
     } else if (!type_fits(&outtypes[i])) {
       fail_too_large(g, d->name, &outtypes[i]);
+      return -1;
+    } else if (!storage_ok(g, d, &outtypes[i], "result", i)) {
       return -1;
     }
   if (!kir_arena_grow(&m->arena, (void **)&g->insts, &g->capinsts, g->ninsts + 1,

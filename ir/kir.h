@@ -98,6 +98,11 @@ typedef struct kir_type {
 
 bool kir_dtype_is_float(kir_dtype t);
 bool kir_dtype_is_int(kir_dtype t); /* the integer types and bool */
+/* The storage types (f8*, f4e2m1, i4, u4, i2, u2): only ops flagged KIR_F_STORAGE take them. */
+bool kir_dtype_is_storage(kir_dtype t);
+bool kir_dtype_is_unsigned(kir_dtype t); /* u8, u4, u2, u16, u32 and bool */
+/* Whether the GPU renderers (CUDA, HIP, SPIR-V) and MLIR have code for dtype t. */
+bool kir_dtype_on_gpu(kir_dtype t);
 bool kir_dtype_from_name(const char *s, size_t n, kir_dtype *out);
 bool kir_type_eq(const kir_type *a, const kir_type *b);
 /* Product of the dims if all are constant, else -1. */
@@ -108,8 +113,30 @@ double kir_f16_to_f64(uint16_t h);
 uint16_t kir_f64_to_f16(double v);
 double kir_bf16_to_f64(uint16_t h);
 uint16_t kir_f64_to_bf16(double v);
+/* The float storage types (ir/narrow.c): a byte's value, and the byte nearest a double as
+   `cast` makes it (nearest even, saturating at the largest finite value; f8e8m0 rounds up). */
+double kir_narrow_to_f64(kir_dtype t, uint8_t bits);
+uint8_t kir_f64_to_narrow(kir_dtype t, double v);
+/* The same with ONNX's `saturate` = 0: out of range gives infinity (f8e5m2) or NaN. */
+uint8_t kir_f64_to_narrow_nosat(kir_dtype t, double v);
+/* An e<E>m<M> storage format: M mantissa bits, exponent bias, width in bits, largest finite
+   value; `uz`: no -0 and NaN is the sign bit alone; `inf`: has infinities (f8e5m2); `nan`: the
+   bits cast gives NaN (f4e2m1 has none: -0, as ml_dtypes and onnx's reference give). NULL for
+   f8e8m0 and every other dtype. */
+typedef struct kir_narrow_fmt {
+  int m, bias, nbits;
+  double max;
+  bool uz, inf;
+  uint8_t nan;
+} kir_narrow_fmt;
+const kir_narrow_fmt *kir_narrow_format(kir_dtype t);
+/* Largest finite value of a float storage type. */
+double kir_narrow_max(kir_dtype t);
 /* Rounds a double to the precision and range of a float dtype (f64: unchanged). */
 double kir_round_to(kir_dtype t, double v);
+/* A double converted to a float dtype as `cast` does: kir_round_to, except that to a float
+   storage type it saturates (kir_f64_to_narrow). */
+double kir_cast_round(kir_dtype t, double v);
 /* Wraps an integer to the width of an integer dtype (bool: v != 0). */
 int64_t kir_wrap_int(kir_dtype t, int64_t v);
 /* A float converted to an integer dtype as `cast` does it (ir/scalar.c). */
@@ -262,6 +289,7 @@ enum {
   KIR_F_NUMERIC = KIR_F_FLOAT | KIR_F_INT,
   KIR_F_ANY = KIR_F_FLOAT | KIR_F_INT | KIR_F_BOOL,
   KIR_F_RANDOM = 1 << 3,  /* reads a seed; never constant-folded */
+  KIR_F_STORAGE = 1 << 4, /* takes the storage dtypes (kir_dtype_is_storage): moves or casts */
 };
 
 typedef struct kir_shape_ctx kir_shape_ctx;

@@ -156,7 +156,8 @@ static double int_to_double_odd(int64_t v) {
 }
 
 /*
- * Float -> float rounds to nearest even (kir_round_to); float -> integer is
+ * Float -> float rounds to nearest even (kir_round_to; to a float storage type it saturates,
+ * kir_cast_round; to its own dtype it changes nothing); float -> integer is
  * kir_float_to_int (truncate toward zero, NaN -> 0, saturate to int64, then
  * wrap to the width); integer -> float is exact, then rounded once to the
  * target; integer -> integer wraps; anything -> bool is `!= 0` (NaN is
@@ -168,10 +169,10 @@ bool kir_ref_cast(kir_ref_ctx *rc) {
   kir_dtype to = y->dtype;
   bool ffrom = kir_dtype_is_float(x->dtype), fto = kir_dtype_is_float(to);
   for (int64_t e = 0; e < x->numel; e++) {
-    if (ffrom && fto) y->f[e] = kir_round_to(to, x->f[e]);
+    if (ffrom && fto) y->f[e] = x->dtype == to ? x->f[e] : kir_cast_round(to, x->f[e]);
     else if (ffrom) y->i[e] = kir_float_to_int(to, x->f[e]);
     else if (fto && to == KILN_F64) y->f[e] = (double)x->i[e];
-    else if (fto) y->f[e] = kir_round_to(to, int_to_double_odd(x->i[e]));
+    else if (fto) y->f[e] = kir_cast_round(to, int_to_double_odd(x->i[e]));
     else y->i[e] = kir_wrap_int(to, x->i[e]);
   }
   return true;

@@ -157,6 +157,11 @@ int64_t kir_i_shift_right(int64_t x, int64_t y) {
 int64_t kir_float_to_int(kir_dtype t, double v) {
   if (t == KILN_BOOL) return v != 0;
   if (isnan(v)) return 0;
+  if (kir_dtype_is_storage(t)) { /* i4 u4 i2 u2: out of range gives 0 (docs/decisions.md) */
+    double t0 = trunc(v), lo = t == KILN_I4 ? -8 : t == KILN_I2 ? -2 : 0;
+    double hi = t == KILN_I4 ? 7 : t == KILN_U4 ? 15 : t == KILN_I2 ? 1 : 3;
+    return t0 >= lo && t0 <= hi ? (int64_t)t0 : 0;
+  }
   int64_t i;
   if (v >= 0x1p63) i = INT64_MAX;
   else if (v < -0x1p63) i = INT64_MIN;

@@ -98,11 +98,13 @@ static double get_float(const kiln_tensor *t, size_t i) {
     memcpy(&v, p + i * 4, 4);
     return v;
   }
-  default: {
+  case KILN_F16:
+  case KILN_BF16: {
     uint16_t h;
     memcpy(&h, p + i * 2, 2);
     return t->dtype == KILN_F16 ? kir_f16_to_f64(h) : kir_bf16_to_f64(h);
   }
+  default: return kir_narrow_to_f64(t->dtype, (uint8_t)p[i]); /* f8*, f4e2m1: one byte */
   }
 }
 
@@ -121,6 +123,21 @@ static int64_t get_int(const kiln_tensor *t, size_t i) {
   }
   case KILN_I8: return (int8_t)p[i];
   case KILN_U8: return (uint8_t)p[i];
+  case KILN_I4:
+  case KILN_I2: return (int8_t)p[i]; /* one byte each, wrapped: kir_wrap_int */
+  case KILN_U4:
+  case KILN_U2: return (uint8_t)p[i];
+  case KILN_I16:
+  case KILN_U16: {
+    uint16_t v;
+    memcpy(&v, p + i * 2, 2);
+    return t->dtype == KILN_I16 ? (int16_t)v : (int64_t)v;
+  }
+  case KILN_U32: {
+    uint32_t v;
+    memcpy(&v, p + i * 4, 4);
+    return v;
+  }
   default: return p[i] != 0; /* bool */
   }
 }
@@ -134,11 +151,13 @@ static void set_float(kiln_tensor *t, size_t i, double v) {
     memcpy(p + i * 4, &f, 4);
     break;
   }
-  default: {
+  case KILN_F16:
+  case KILN_BF16: {
     uint16_t h = t->dtype == KILN_F16 ? kir_f64_to_f16(v) : kir_f64_to_bf16(v);
     memcpy(p + i * 2, &h, 2);
     break;
   }
+  default: p[i] = (char)kir_f64_to_narrow_nosat(t->dtype, v); break; /* f8*, f4e2m1: as kir_round_to */
   }
 }
 
@@ -148,12 +167,19 @@ static void set_int(kiln_tensor *t, size_t i, int64_t v) {
   v = kir_wrap_int(t->dtype, v);
   switch (t->dtype) {
   case KILN_I64: memcpy(p + i * 8, &v, 8); break;
-  case KILN_I32: {
-    int32_t w = (int32_t)v;
+  case KILN_I32:
+  case KILN_U32: {
+    uint32_t w = (uint32_t)(uint64_t)v;
     memcpy(p + i * 4, &w, 4);
     break;
   }
-  default: p[i] = (char)(uint8_t)v; break; /* i8, u8, bool: already wrapped */
+  case KILN_I16:
+  case KILN_U16: {
+    uint16_t w = (uint16_t)(uint64_t)v;
+    memcpy(p + i * 2, &w, 2);
+    break;
+  }
+  default: p[i] = (char)(uint8_t)v; break; /* i8, u8, bool, i4 u4 i2 u2: already wrapped */
   }
 }
 

@@ -197,9 +197,10 @@ static bool r_reshape(rw *r) {
 static bool lossless(kir_dtype a, kir_dtype b) {
   if (a == b) return true;
   switch (a) {
-  case KILN_BOOL: return true;
+  case KILN_BOOL: return b != KILN_F8E8M0; /* 0 and 1 fit every type but f8e8m0 (no 0) */
   case KILN_I8:
-  case KILN_U8: return b != KILN_BOOL && b != (a == KILN_I8 ? KILN_U8 : KILN_I8);
+  case KILN_U8: /* not into the storage types, which are narrower */
+    return b != KILN_BOOL && b != (a == KILN_I8 ? KILN_U8 : KILN_I8) && !kir_dtype_is_storage(b);
   case KILN_I32: return b == KILN_I64 || b == KILN_F64;
   case KILN_F16:
   case KILN_BF16: return b == KILN_F32 || b == KILN_F64;

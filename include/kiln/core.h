@@ -56,6 +56,22 @@ typedef enum kiln_dtype {
   KILN_I8,
   KILN_U8,
   KILN_BOOL,
+  /* Storage types (docs/decisions.md, "Narrow storage types"): one byte per element, values
+     converted by `cast` and moved by the data-movement ops; no arithmetic computes in them. */
+  KILN_F8E4M3FN,   /* float8: 4 exponent bits, 3 mantissa bits, no infinity */
+  KILN_F8E4M3FNUZ, /* float8 e4m3, no infinity, no -0 (NaN is 0x80) */
+  KILN_F8E5M2,     /* float8: the top byte of an IEEE half */
+  KILN_F8E5M2FNUZ, /* float8 e5m2, no infinity, no -0 (NaN is 0x80) */
+  KILN_F8E8M0,     /* float8: a power of two 2^(bits-127), 0xff is NaN */
+  KILN_F4E2M1,     /* float4: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives */
+  KILN_I4,         /* -8..7 */
+  KILN_U4,         /* 0..15 */
+  KILN_I2,         /* -2..1 */
+  KILN_U2,         /* 0..3 */
+  /* More integer widths (computed in their own width; not yet on the GPU targets). */
+  KILN_I16,
+  KILN_U16,
+  KILN_U32,
   KILN_DTYPE_COUNT
 } kiln_dtype;
 

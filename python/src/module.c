@@ -65,7 +65,13 @@ PyObject *kp_as_f64(PyObject *o) {
 static const char *const numpy_names[KILN_DTYPE_COUNT] = {
     [KILN_F64] = "float64", [KILN_F32] = "float32", [KILN_F16] = "float16",
     [KILN_BF16] = "uint16", [KILN_I64] = "int64",   [KILN_I32] = "int32",
-    [KILN_I8] = "int8",     [KILN_U8] = "uint8",    [KILN_BOOL] = "bool"};
+    [KILN_I8] = "int8",     [KILN_U8] = "uint8",    [KILN_BOOL] = "bool",
+    /* the storage types by ml_dtypes' names (numpy knows them once ml_dtypes is imported) */
+    [KILN_F8E4M3FN] = "float8_e4m3fn", [KILN_F8E4M3FNUZ] = "float8_e4m3fnuz",
+    [KILN_F8E5M2] = "float8_e5m2",     [KILN_F8E5M2FNUZ] = "float8_e5m2fnuz",
+    [KILN_F8E8M0] = "float8_e8m0fnu",  [KILN_F4E2M1] = "float4_e2m1fn",
+    [KILN_I4] = "int4", [KILN_U4] = "uint4", [KILN_I2] = "int2", [KILN_U2] = "uint2",
+    [KILN_I16] = "int16", [KILN_U16] = "uint16", [KILN_U32] = "uint32"};
 
 const char *kp_dtype_numpy(kiln_dtype t) {
   return (unsigned)t < KILN_DTYPE_COUNT ? numpy_names[t] : "?";

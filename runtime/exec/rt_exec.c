@@ -139,7 +139,11 @@ kiln_status krt_fail(kiln_ctx *ctx, kiln_status s, const char *fmt, ...) {
 static size_t dtype_bytes(kir_dtype t) {
   static const uint8_t size[KILN_DTYPE_COUNT] = {
       [KILN_F64] = 8, [KILN_F32] = 4, [KILN_F16] = 2, [KILN_BF16] = 2, [KILN_I64] = 8,
-      [KILN_I32] = 4, [KILN_I8] = 1,  [KILN_U8] = 1,  [KILN_BOOL] = 1};
+      [KILN_I32] = 4, [KILN_I8] = 1,  [KILN_U8] = 1,  [KILN_BOOL] = 1,
+      /* the storage types, one byte per element */
+      [KILN_F8E4M3FN] = 1, [KILN_F8E4M3FNUZ] = 1, [KILN_F8E5M2] = 1, [KILN_F8E5M2FNUZ] = 1,
+      [KILN_F8E8M0] = 1, [KILN_F4E2M1] = 1, [KILN_I4] = 1, [KILN_U4] = 1, [KILN_I2] = 1,
+      [KILN_U2] = 1, [KILN_I16] = 2, [KILN_U16] = 2, [KILN_U32] = 4};
   return (unsigned)t < KILN_DTYPE_COUNT ? size[t] : 0;
 }
 

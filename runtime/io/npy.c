@@ -34,7 +34,7 @@ static const char MAGIC[MAGIC_LEN] = "\x93NUMPY";
 static const char *const descr_of[KILN_DTYPE_COUNT] = {
     [KILN_F64] = "<f8", [KILN_F32] = "<f4", [KILN_F16] = "<f2", [KILN_BF16] = NULL,
     [KILN_I64] = "<i8", [KILN_I32] = "<i4", [KILN_I8] = "|i1",  [KILN_U8] = "|u1",
-    [KILN_BOOL] = "|b1",
+    [KILN_BOOL] = "|b1", [KILN_I16] = "<i2", [KILN_U16] = "<u2", [KILN_U32] = "<u4",
 };
 
 static bool host_is_little(void) {
@@ -425,7 +425,8 @@ kiln_status krt_npy_write_mem(kiln_ctx *ctx, const kiln_tensor *t, void **out, s
   *out_len = 0;
   if ((unsigned)t->dtype >= KILN_DTYPE_COUNT || !descr_of[t->dtype])
     return kir_fail(ctx, KILN_ERR_UNSUPPORTED, ".npy has no dtype for %s tensors (NumPy has no "
-                    "bfloat16); cast to f32 first", kiln_dtype_name(t->dtype));
+                    "%s without ml_dtypes); cast to f32 first", kiln_dtype_name(t->dtype),
+                    t->dtype == KILN_BF16 ? "bfloat16" : "such type");
   char dict[512];
   size_t dlen = format_dict(t, dict, sizeof dict);
   /* Version 1.0 has a 2-byte length; 2.0 a 4-byte one. Pad so the data starts at a multiple of 64. */

@@ -24,7 +24,8 @@
 static const char *const st_dtypes[KILN_DTYPE_COUNT] = {
     [KILN_F64] = "F64", [KILN_F32] = "F32", [KILN_F16] = "F16", [KILN_BF16] = "BF16",
     [KILN_I64] = "I64", [KILN_I32] = "I32", [KILN_I8] = "I8",   [KILN_U8] = "U8",
-    [KILN_BOOL] = "BOOL"};
+    [KILN_BOOL] = "BOOL", [KILN_F8E4M3FN] = "F8_E4M3", [KILN_F8E5M2] = "F8_E5M2",
+    [KILN_I16] = "I16", [KILN_U16] = "U16", [KILN_U32] = "U32"};
 
 enum { MAX_HEADER = 100 * 1000 * 1000 }; /* the format's own limit */
 
@@ -57,11 +58,11 @@ static kiln_status read_entry(kiln_ctx *ctx, const char *file, const cJSON *e, c
                       name, k->string);
   int dtype = -1;
   for (int t = 0; t < KILN_DTYPE_COUNT; t++)
-    if (!strcmp(dt->valuestring, st_dtypes[t])) dtype = t;
+    if (st_dtypes[t] && !strcmp(dt->valuestring, st_dtypes[t])) dtype = t;
   if (dtype < 0)
     return kir_fail(ctx, KILN_ERR_PARSE,
                     "%s: header: tensor '%s' has dtype '%s' (Kiln reads F64 F32 F16 BF16 I64 I32 "
-                    "I8 U8 BOOL)", file, name, dt->valuestring);
+                    "I8 U8 BOOL F8_E4M3 F8_E5M2 I16 U16 U32)", file, name, dt->valuestring);
   int rank = cJSON_GetArraySize(sh);
   if (rank > KILN_MAX_RANK)
     return kir_fail(ctx, KILN_ERR_PARSE, "%s: header: tensor '%s' has rank %d (at most %d)", file,
@@ -252,6 +253,11 @@ static char *make_header(const kiln_params *p, uint64_t *offsets) {
 
 KILN_API kiln_status kiln_safetensors_write(kiln_ctx *ctx, const char *path,
                                             const kiln_params *p) {
+  for (size_t i = 0; i < kiln_params_count(p); i++)
+    if (!st_dtypes[kiln_tensor_dtype(kiln_params_tensor(p, i))])
+      return kir_fail(ctx, KILN_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s, which safetensors "
+                      "has no name for", path, kiln_params_name(p, i),
+                      kiln_dtype_name(kiln_tensor_dtype(kiln_params_tensor(p, i))));
   uint64_t *offsets = calloc(kiln_params_count(p) + 1, sizeof *offsets);
   char *json = offsets ? make_header(p, offsets) : NULL;
   free(offsets);

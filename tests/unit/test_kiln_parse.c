@@ -309,7 +309,7 @@ static const struct {
     {"fn f(p):\n    return p\nfor i in 0..4:\n    let x = 1 1\nlet y = 2 $\n",
      "t.kiln:4:15: error: expected the end of the line after the expression, got '1'"},
     {"input x: f31[N]\nx", "t.kiln:1:10: error: unknown type 'f31' (the types are f64, f32, f16, "
-                           "bf16, i64, i32, i8, u8, bool and graph)"},
+                           "bf16, i64, i32, i8, u8, bool, i16, u16, u32 and graph)"},
     {"input x: 3\nx", "t.kiln:1:10: error: expected a type after ':', got '3' (e.g. f32[N, 4] or "
                       "graph)"},
     {"input x f32[N]\nx", "t.kiln:1:9: error: expected ':' after 'input x', got 'f32' (e.g. input "

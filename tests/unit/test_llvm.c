@@ -70,7 +70,11 @@ static double rand_float(void) {
   static const double special[] = {0.0,    -0.0,   1.0,     -1.0,     0.5,       -0.5, 1.5,
                                    2.5,    -2.5,   3.0,     INFINITY, -INFINITY, NAN,  1e300,
                                    -1e300, 1e-310, 88.5,    -88.5,    710.0,     1e10, 300.7,
-                                   -300.7, 0x1p63, -0x1p63, 1e30};
+                                   -300.7, 0x1p63, -0x1p63, 1e30,
+                                   /* around the float8/float4 limits and ties */
+                                   448.0, 464.0, -464.5, 480.0, 240.0, 248.0, 247.9, 57344.0,
+                                   61440.0, -61439.0, 0x3p-10, 0x1p-10, 0x1p-17, 0.25, 0.75,
+                                   5.0, -6.5, 0x1p-127, 0x1.8p-127, 0x1p127, 0x1.1p127};
   uint64_t r = rnd() % 8;
   if (r == 0) return special[rnd() % (sizeof special / sizeof *special)];
   if (r == 1) return (rnd() & 1 ? -1 : 1) * pow(10.0, uniform(-30, 30));
@@ -80,7 +84,7 @@ static double rand_float(void) {
 static int64_t rand_int(kir_dtype t) {
   static const int64_t special[] = {
       0,   1,    -1,  2,   -2, INT64_MIN, INT64_MAX, 0x80000000LL, -0x80000000LL, 0x7fffffffLL,
-      127, -128, 255, 128, 7};
+      127, -128, 255, 128, 7, 32767, -32768, 65535, 0xffffffffLL};
   uint64_t r = rnd() % 4;
   int64_t v = r == 0   ? special[rnd() % (sizeof special / sizeof *special)]
               : r == 1 ? (int64_t)rnd()
@@ -108,16 +112,28 @@ static void mem_set(kir_dtype t, void *p, int64_t i, double f, int64_t v) {
     ((int64_t *)p)[i] = v;
     break;
   case KILN_I32:
-    ((int32_t *)p)[i] = (int32_t)v;
+  case KILN_U32:
+    ((uint32_t *)p)[i] = (uint32_t)v;
+    break;
+  case KILN_I16:
+  case KILN_U16:
+    ((uint16_t *)p)[i] = (uint16_t)v;
     break;
   case KILN_I8:
     ((int8_t *)p)[i] = (int8_t)v;
     break;
   case KILN_U8:
-    ((uint8_t *)p)[i] = (uint8_t)v;
+  case KILN_I4:
+  case KILN_U4:
+  case KILN_I2:
+  case KILN_U2:
+    ((uint8_t *)p)[i] = (uint8_t)v; /* v is wrapped to the dtype already */
     break;
-  default:
+  case KILN_BOOL:
     ((uint8_t *)p)[i] = v != 0;
+    break;
+  default: /* the float storage types */
+    ((uint8_t *)p)[i] = kir_f64_to_narrow_nosat(t, f);
     break;
   }
 }
@@ -130,8 +146,10 @@ static double mem_f(kir_dtype t, const void *p, int64_t i) {
     return ((const float *)p)[i];
   case KILN_F16:
     return kir_f16_to_f64(((const uint16_t *)p)[i]);
-  default:
+  case KILN_BF16:
     return kir_bf16_to_f64(((const uint16_t *)p)[i]);
+  default: /* the float storage types, one byte each */
+    return kir_narrow_to_f64(t, ((const uint8_t *)p)[i]);
   }
 }
 
@@ -142,7 +160,15 @@ static int64_t mem_i(kir_dtype t, const void *p, int64_t i) {
   case KILN_I32:
     return ((const int32_t *)p)[i];
   case KILN_I8:
+  case KILN_I4:
+  case KILN_I2:
     return ((const int8_t *)p)[i];
+  case KILN_I16:
+    return ((const int16_t *)p)[i];
+  case KILN_U16:
+    return ((const uint16_t *)p)[i];
+  case KILN_U32:
+    return ((const uint32_t *)p)[i];
   default:
     return ((const uint8_t *)p)[i];
   }
@@ -154,6 +180,8 @@ static void *rand_buf(kir_dtype t, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     if (t == KILN_F16 || t == KILN_BF16)
       ((uint16_t *)p)[i] = (uint16_t)rnd();
+    else if (kir_dtype_is_storage(t) && kir_dtype_is_float(t)) /* any bits of the type */
+      ((uint8_t *)p)[i] = (uint8_t)(rnd() & (t == KILN_F4E2M1 ? 15 : 255));
     else if (t == KILN_F32 && rnd() % 4 == 0)
       ((uint32_t *)p)[i] = (uint32_t)rnd();
     else
@@ -323,7 +351,8 @@ static void check_int_op(uint16_t op, kir_dtype t, int nin) {
  * bool arithmetic, and logical ops on integers, which are bitwise).
  */
 static void test_all_ops(void) {
-  static const kir_dtype ints[] = {KILN_I64, KILN_I32, KILN_I8, KILN_U8, KILN_BOOL};
+  static const kir_dtype ints[] = {KILN_I64, KILN_I32, KILN_I8,  KILN_U8,
+                                   KILN_BOOL, KILN_I16, KILN_U16, KILN_U32};
   int tested = 0;
   for (uint16_t op = 0; op < KIR_OP_COUNT; op++) {
     const kir_op_desc *d = kir_op(op);
@@ -380,14 +409,14 @@ static void test_is_finite_select(void) {
   kir_arena_free(&a);
 }
 
-/* Every pair of dtypes against the reference cast kernel. */
-static void check_cast(kir_dtype from, kir_dtype to) {
+/* The cast of the n elements in x (dtype `from`, n + 1 elements of 8 bytes) against the
+   reference cast kernel; frees x. */
+static void check_cast_buf(kir_dtype from, kir_dtype to, void *x, int64_t n) {
   kir_arena a = {0};
   kcg_kernel *k = elementwise(&a, KIR_OP_cast, from, to, 1);
   kcg_cpu_fn fn;
   kcg_cpu_module *m = jit(&k, 1, &fn, NULL);
-  int64_t n = NOPS;
-  void *x = rand_buf(from, n), *out = calloc(n, 8);
+  void *out = calloc(n, 8);
   void *bufs[2] = {x, out};
   if (m) run(fn, bufs, &n, 0, n);
   kir_tensor *tx = kir_tensor_new(from, 1, &n), *ty = kir_tensor_new(to, 1, &n);
@@ -414,6 +443,39 @@ static void check_cast(kir_dtype from, kir_dtype to) {
   kcg_cpu_module_destroy(m);
   free(x), free(out);
   kir_arena_free(&a);
+}
+
+static void check_cast(kir_dtype from, kir_dtype to) {
+  check_cast_buf(from, to, rand_buf(from, NOPS), NOPS);
+}
+
+/*
+ * The storage types exhaustively where that is cheap: every f16 (so every rounding tie of
+ * the float8 and float4 formats, subnormals and the overflow midpoints) and every f32 next to
+ * a f16, rounded to each storage type; every byte of each float storage type to every dtype.
+ */
+static void test_narrow_casts(void) {
+  int64_t n = 65536;
+  for (int to = 0; to < KILN_DTYPE_COUNT; to++) {
+    if (!kir_dtype_is_storage((kir_dtype)to)) continue;
+    uint16_t *h = calloc((size_t)n + 1, 8);
+    float *f = calloc((size_t)n + 1, 8);
+    for (int64_t i = 0; i < n; i++) {
+      h[i] = (uint16_t)i;
+      double v = kir_f16_to_f64((uint16_t)i);
+      f[i] = (float)(i & 1 ? nextafter(v, INFINITY) : nextafter(v, -INFINITY)); /* beside ties */
+    }
+    check_cast_buf(KILN_F16, (kir_dtype)to, h, n);
+    check_cast_buf(KILN_F32, (kir_dtype)to, f, n);
+  }
+  for (int from = 0; from < KILN_DTYPE_COUNT; from++) {
+    if (!kir_dtype_is_storage((kir_dtype)from) || !kir_dtype_is_float((kir_dtype)from)) continue;
+    for (int to = 0; to < KILN_DTYPE_COUNT; to++) {
+      uint8_t *b = calloc(257, 8);
+      for (int i = 0; i < 256; i++) b[i] = (uint8_t)(from == KILN_F4E2M1 ? i & 15 : i);
+      check_cast_buf((kir_dtype)from, (kir_dtype)to, b, 256);
+    }
+  }
 }
 
 static void test_casts(void) {
@@ -1238,6 +1300,7 @@ int main(int argc, char **argv) {
   test_all_ops();
   test_is_finite_select();
   test_casts();
+  test_narrow_casts();
   test_math_f32();
   test_broadcast_split();
   test_vectorised();

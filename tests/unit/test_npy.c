@@ -130,6 +130,17 @@ static void test_round_trips(void) {
   static const size_t ranks[] = {0, 1, 1, 2, 3, 4, 8};
   for (int dt = 0; dt < KILN_DTYPE_COUNT; dt++) {
     if (dt == KILN_BF16) continue;
+    if (kir_dtype_is_storage((kir_dtype)dt)) { /* numpy has no such dtype without ml_dtypes */
+      kiln_tensor *t = NULL;
+      void *buf = NULL;
+      size_t len = 0;
+      CHECK(kiln_tensor_create(ctx, (kiln_dtype)dt, 1, (int64_t[]){3}, &t) == KILN_OK);
+      CHECK(krt_npy_write_mem(ctx, t, &buf, &len) != KILN_OK);
+      CHECK(strstr(kiln_ctx_error(ctx), kiln_dtype_name((kiln_dtype)dt)) != NULL);
+      free(buf);
+      kiln_tensor_destroy(t);
+      continue;
+    }
     for (size_t s = 0; s < sizeof ranks / sizeof ranks[0]; s++) {
       kiln_tensor *t = sample((kiln_dtype)dt, ranks[s], shapes[s]), *u = NULL;
       void *buf = NULL;
@@ -360,7 +371,7 @@ static const bad_case bad[] = {
     {"{'descr': '<f4', 'descr': '<f4'}", NULL, 0, 0, "byte 27: header: key 'descr' appears twice"},
     {HDR("<f4", "False", "()") " x", NULL, 0, 4, "header: unexpected text after the dict"},
     {RAW("\x93NUMPY\x01\x00\x03\x00{\0}"), 0, "t.npy: byte 11: header: a NUL byte in the header"},
-    {HDR("<u2", "False", "(2,)"), NULL, 0, 4, "t.npy: header: dtype '<u2' is not one Kiln reads"},
+    {HDR("<u8", "False", "(2,)"), NULL, 0, 4, "t.npy: header: dtype '<u8' is not one Kiln reads"},
     {HDR("<c8", "False", "(2,)"), NULL, 0, 16, "dtype '<c8' is not one Kiln reads"},
     {HDR("|O", "False", "(2,)"), NULL, 0, 16, "descr '|O' is not a simple dtype"},
     {HDR("<U10", "False", "(2,)"), NULL, 0, 16, "descr '<U10' is not a simple dtype"},

@@ -631,7 +631,7 @@ static void test_rnn_fixtures(kiln_ctx *ctx) {
     if (kiln_onnx_import(ctx, path, &g) != KILN_OK || kiln_compile(g, &opt, &c) != KILN_OK)
       snprintf(why, sizeof why, "%s", kiln_ctx_error(ctx));
     else
-      r = run_sets(ctx, c, dir, why, sizeof why);
+      r = run_sets(ctx, g, c, dir, why, sizeof why);
     CHECK(r == R_PASS);
     if (r != R_PASS) printf("  %s: %s\n", cases[k][0], why);
     kiln_compiled_destroy(c);
