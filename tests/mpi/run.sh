@@ -6,7 +6,7 @@
 #           global batch: f32 within 1e-5 (rounding), f64 within 1e-12 (the sum's order); a batch
 #           smaller than the ranks (empty shards) gives the one-process bits; rank 0 alone prints
 #           and writes. The sum that overlaps the backward pass gives the bits of the sum after
-#           it (KILN_COMM_OVERLAP=0) and of 1 KiB buckets, and starts during the pass (overlap).
+#           it (KILN_COMM_OVERLAP=0) and of 1 KiB buckets, and is handed over during the pass (overlap).
 #           A program's fit() under mpirun (`kiln run`) and dropout's masks over ranks.
 #   faults  ranks with different models end with the same error on every rank, and so does a
 #           rank that fails alone to build its step (without waiting for the timeout); a rank killed
@@ -66,9 +66,9 @@ compare() {
 # same bits as the sum after it (KILN_COMM_OVERLAP=0) and as small buckets (KILN_COMM_BUCKET=1K),
 # and really overlaps: with small buckets the first bucket is handed to the communicator's thread
 # after a step of the gradient program that is not its last (the trace's "went after step X of
-# N", fixed by the program), and, where the ranks have more than one CPU between them, the
-# thread began it before the run's last step ended in at least one step of the run ("began after
-# step Y of N", Y < N - 1; on one CPU the thread runs when the computing thread lets it).
+# N", fixed by the program). When the thread began it ("began after step Y of N") is the
+# scheduler's choice: it is counted and printed, not checked (on a loaded machine, as CI's
+# parallel tests make it, no bucket may begin before the run's last step ends).
 overlap() {
   local tag=$1
   shift
@@ -91,11 +91,6 @@ overlap() {
     "bit-identical to KILN_COMM_OVERLAP=0"
   [[ $n -gt 0 ]] || { cat "$tag.trace"; fail "$tag: no step overlapped"; }
   [[ $early -eq $n ]] || { cat "$tag.trace"; fail "$tag: the first bucket went after the last step"; }
-  if [[ $(nproc) -gt 1 ]]; then
-    [[ $during -gt 0 ]] || { cat "$tag.trace"; fail "$tag: no bucket began before the backward pass ended"; }
-  else
-    echo "$tag: one CPU (nproc): whether the thread began a bucket during the run is not checked"
-  fi
 }
 
 case $what in
