@@ -90,6 +90,37 @@ static bool op_cumsum(ox_node *n) { return cumulative(n, "reduce_sum", 0); }
 /* CumProd (opset 26): as CumSum, the masked-out elements 1 and the reduction a product. */
 static bool op_cumprod(ox_node *n) { return cumulative(n, "reduce_prod", 1); }
 
+/* Compress: the entries along `axis` (along the flattened input without one) whose condition
+ * is true, a gather; the condition decides the shape, so it is known at import (a graph input
+ * is frozen to its value, as shape inputs are). */
+static bool op_compress(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  const ox_const *c = ox_known(n, 1);
+  if (!c) return ox_need_known(n, 1);
+  kiln_dim d[KILN_MAX_RANK], len;
+  int r = ox_dims_of(n, x, d), axis = 0;
+  if (ox_attr(n, "axis")) {
+    if (!ox_norm_axis(n, ox_attr_i(n, "axis", 0), r, &axis)) return false;
+    len = d[axis];
+  } else {
+    if (!ox_dims_product(n, d, 0, r, &len)) return false;
+    x = ox_reshape(n, x, 1, &len);
+  }
+  if (len < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "Compress along a symbolic dim");
+  if ((int64_t)c->n > len)
+    return ox_fail(n, KILN_ERR_PARSE, "a condition of %zu for an axis of %lld", c->n,
+                   (long long)len);
+  int64_t *idx = malloc((c->n ? c->n : 1) * sizeof *idx);
+  if (!idx) return ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+  size_t m = 0;
+  for (size_t k = 0; k < c->n; k++)
+    if (c->i ? c->i[k] != 0 : c->d[k] != 0) idx[m++] = (int64_t)k;
+  n->out[0] = ox_take(n, x, axis, m, idx);
+  free(idx);
+  return true;
+}
+
 /* Hardmax: one-hot of the first maximum along the axis (2-D view before opset 13). */
 static bool op_hardmax(ox_node *n) {
   kiln_value x = ox_in0(n);
@@ -448,6 +479,7 @@ static bool op_det(ox_node *n) {
 }
 
 const ox_op ox_ops_index[] = {
+    {"Compress", op_compress, 1, NULL},
     {"CumProd", op_cumprod, 1, NULL},
     {"CumSum", op_cumsum, 1, NULL},
     {"Det", op_det, 1, NULL},

@@ -157,8 +157,40 @@ static bool op_quantize(ox_node *n) {
   return true;
 }
 
+/*
+ * DynamicQuantizeLinear (opset 11): uint8 with the range of x widened to hold 0, in f32 as
+ * ONNX's reference: scale = (max - min) / 255 (1 / 255 when max = min), zero point =
+ * round(clip(-min / scale, 0, 255)), y = clip(round(x / scale) + zero point, 0, 255).
+ */
+static bool op_dynamic_quantize(ox_node *n) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  if (ox_vdtype(n, x) != KILN_F32)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "DynamicQuantizeLinear of %s",
+                   kiln_dtype_name(ox_vdtype(n, x)));
+  int r = ox_vrank(n, x);
+  int64_t axes[KILN_MAX_RANK];
+  for (int k = 0; k < r; k++) axes[k] = k;
+  kiln_value zero = kiln_scalar(G, KILN_F32, 0), top = kiln_scalar(G, KILN_F32, 255);
+  kiln_value mx = kiln_binary(G, "max", kiln_reduce(G, "reduce_max", x, (size_t)r, axes, 0), zero);
+  kiln_value mn = kiln_binary(G, "min", kiln_reduce(G, "reduce_min", x, (size_t)r, axes, 0), zero);
+  kiln_value same = kiln_binary(G, "eq", mx, mn);
+  kiln_value range = ox_select3(n, same, kiln_scalar(G, KILN_F32, 1), kiln_binary(G, "sub", mx, mn));
+  kiln_value scale = kiln_binary(G, "div", range, top);
+  kiln_value izp = kiln_binary(G, "sub", zero, kiln_binary(G, "div", mn, scale));
+  izp = kiln_binary(G, "min", kiln_binary(G, "max", izp, zero), top);
+  kiln_value zp = kiln_unary(G, "round", izp);
+  kiln_value y = kiln_add(G, kiln_unary(G, "round", kiln_binary(G, "div", x, scale)), zp);
+  y = kiln_binary(G, "min", kiln_binary(G, "max", y, zero), top);
+  n->out[0] = kiln_cast(G, y, KILN_U8);
+  if (n->nout > 1) n->out[1] = scale;
+  if (n->nout > 2) n->out[2] = kiln_cast(G, zp, KILN_U8);
+  return true;
+}
+
 const ox_op ox_ops_quant[] = {
     {"DequantizeLinear", op_dequantize, 1, NULL},
+    {"DynamicQuantizeLinear", op_dynamic_quantize, 1, NULL},
     {"QuantizeLinear", op_quantize, 1, NULL},
 };
 const size_t ox_n_ops_quant = sizeof ox_ops_quant / sizeof *ox_ops_quant;

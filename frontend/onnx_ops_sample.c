@@ -93,6 +93,57 @@ static void gs_cubic(ox_node *n, kiln_value t, kiln_value w[4]) {
   }
 }
 
+/*
+ * AffineGrid (opset 20): theta [N, k, k+1] (k = 2 or 3) applied to the homogeneous points
+ * (x, y[, z], 1) of a grid over [-1, 1] of the size given (known at import): centres of the
+ * cells, or the corners with align_corners; in f64, as ONNX's reference, then theta's dtype.
+ */
+static bool op_affine_grid(ox_node *n) {
+  kiln_value theta = ox_in0(n);
+  if (theta == KILN_NO_VALUE) return false;
+  const int64_t *sz;
+  size_t ns;
+  if (!ox_known_ints(n, 1, &sz, &ns, NULL)) return false;
+  kiln_dim td[KILN_MAX_RANK];
+  int k = (int)ns - 2;
+  if ((k != 2 && k != 3) || ox_dims_of(n, theta, td) != 3 || td[1] != k || td[2] != k + 1)
+    return ox_fail(n, KILN_ERR_PARSE, "theta of the wrong shape for a size of %zu entries", ns);
+  bool align = ox_attr_i(n, "align_corners", 0) != 0;
+  int64_t pts = 1;
+  for (int j = 0; j < k; j++) {
+    if (sz[2 + j] < 1) return ox_fail(n, KILN_ERR_PARSE, "size %lld", (long long)sz[2 + j]);
+    pts *= sz[2 + j];
+    if (pts > ((int64_t)1 << 22)) return ox_fail(n, KILN_ERR_UNSUPPORTED, "a grid of %lld points", (long long)pts);
+  }
+  double *v = malloc((size_t)(pts * (k + 1)) * sizeof *v);
+  if (!v) return ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+  for (int64_t p = 0; p < pts; p++) {
+    int64_t rest = p;
+    for (int j = k - 1; j >= 0; j--) { /* the last size is x (column 0), then y, then z */
+      int64_t len = sz[2 + j], i = rest % len;
+      rest /= len;
+      double step = align ? 2.0 / (double)(len - 1) : 2.0 / (double)len;
+      double start = align ? -1.0 : -1.0 + step / 2;
+      v[p * (k + 1) + (k - 1 - j)] = len == 1 && align ? -1.0 : start + (double)i * step;
+    }
+    v[p * (k + 1) + k] = 1.0;
+  }
+  kiln_dim bd[3] = {1, pts, k + 1}, bb[3] = {td[0], pts, k + 1};
+  kiln_attr a[3] = {kiln_attr_dtype("dtype", KILN_F64), kiln_attr_dims("shape", 3, bd),
+                    kiln_attr_floats("value", (size_t)(pts * (k + 1)), v)};
+  kiln_value base = kiln_op(G, "constant", 0, NULL, 3, a);
+  free(v);
+  int64_t perm[3] = {0, 2, 1};
+  kiln_value tt = kiln_transpose(G, kiln_cast(G, theta, KILN_F64), 3, perm);
+  kiln_value g = kiln_matmul(G, ox_broadcast_to(n, base, 3, bb), tt); /* [N, points, k] */
+  kiln_dim od[KILN_MAX_RANK];
+  od[0] = td[0];
+  for (int j = 0; j < k; j++) od[1 + j] = sz[2 + j];
+  od[1 + k] = k;
+  n->out[0] = kiln_cast(G, ox_reshape(n, g, k + 2, od), ox_vdtype(n, theta));
+  return true;
+}
+
 static bool op_grid_sample(ox_node *n) {
   kiln_value x = ox_in0(n), grid = ox_in(n, 1);
   if (x == KILN_NO_VALUE || grid == KILN_NO_VALUE) return false;
@@ -571,6 +622,7 @@ const ox_op ox_ops_sample[] = {
     {"Resize", op_resize, 0, NULL},
     {"Upsample", op_upsample, 0, NULL},
     {"GridSample", op_grid_sample, 0, NULL},
+    {"AffineGrid", op_affine_grid, 1, NULL},
     {"DFT", op_dft, 0, NULL},
 };
 const size_t ox_n_ops_sample = sizeof ox_ops_sample / sizeof *ox_ops_sample;
