@@ -59,6 +59,9 @@ struct ox {
   size_t nfrozen; /* graph inputs known at import (kiln_onnx_import_frozen) */
   const kiln_onnx_frozen *frozen;
   uint64_t frozen_used; /* bit k: frozen[k] named a graph input */
+  size_t nshaped; /* graph inputs whose symbolic dims take the dims of a value (not its data) */
+  const kiln_onnx_frozen *shaped;
+  bool sym_failed; /* the first failure was a node with a symbolic dim among its operands */
   kiln_status err;      /* of the first failure */
   char msg[1024];  /* its message, restored at the end (later builder calls may overwrite ctx's) */
   char *needed;    /* if set: the ONNX value the first failure needed known (ox_need_known) */
@@ -672,9 +675,18 @@ static bool any_sym(const ox_const *c) {
   return false;
 }
 
-/* A constant of tg holding c, symbolic entries replaced by sentinels. */
+/* The largest double below 2^63: INT64_MAX (ONNX's "to the end" in Slice's ends) as a double
+   rounds up to 2^63, which no int64 constant holds. */
+#define OX_FOLD_I64_MAX 9223372036854774784.0
+
+/*
+ * A constant of tg holding c, symbolic entries replaced by sentinels. An integer entry of
+ * INT64_MAX (from 2^63 - 1024 up) is folded as OX_FOLD_I64_MAX, the same "past any dim".
+ */
 static kiln_value fold_input(ox *im, kiln_graph *tg, const ox_const *c) {
-  if (!c->sym) return materialize(im, tg, c, "");
+  bool huge = false;
+  for (size_t k = 0; c->i && k < c->n; k++) huge |= c->i[k] > (int64_t)OX_FOLD_I64_MAX;
+  if (!c->sym && !huge) return materialize(im, tg, c, "");
   ox_const tmp = *c;
   tmp.sym = NULL;
   tmp.d = malloc((c->n ? c->n : 1) * sizeof *tmp.d);
@@ -682,7 +694,10 @@ static kiln_value fold_input(ox *im, kiln_graph *tg, const ox_const *c) {
     fail(im, KILN_ERR_NOMEM, "out of memory");
     return KILN_NO_VALUE;
   }
-  for (size_t k = 0; k < c->n; k++) tmp.d[k] = c->sym[k] ? (double)(OX_SYM_BASE + c->i[k]) : c->d[k];
+  for (size_t k = 0; k < c->n; k++)
+    tmp.d[k] = c->sym && c->sym[k]                        ? (double)(OX_SYM_BASE + c->i[k])
+               : c->i && c->i[k] > (int64_t)OX_FOLD_I64_MAX ? OX_FOLD_I64_MAX
+                                                            : c->d[k];
   kiln_value v = materialize(im, tg, &tmp, "");
   free(tmp.d);
   return v;
@@ -836,13 +851,31 @@ static bool should_fold(const ox_node *n, const ox_op *op) {
   for (size_t k = 0; k < n->nin; k++) {
     if (!n->in[k]) continue;
     const ox_const *c = n->in[k]->c;
-    if (!c || (op->fold < 2 && any_sym(c))) return false;
+    if (!c || (any_sym(c) && (op->fold < 2 || (op->fold == 3 && !ox_fold_sym_exact(n)))))
+      return false;
     total += c->n;
   }
   return total <= OX_FOLD_MAX_IN;
 }
 
 /* ----------------------------------------------------------------- nodes */
+
+/*
+ * Notes whether failing node n had a symbolic dim among its operands (a value's dims, or the
+ * entries of a known shape), so that kiln_onnx_model can try the import again with the inputs'
+ * dims fixed to a run's (ox_import_model's sym_failed). Always true, to chain in a condition.
+ */
+static bool note_sym(const ox_node *n) {
+  ox *im = n->im;
+  for (size_t k = 0; k < n->nin && !im->sym_failed; k++) {
+    const ox_value *v = n->in[k];
+    if (!v) continue;
+    if (v->c && any_sym(v->c)) im->sym_failed = true;
+    for (size_t d = 0; v->v != KILN_NO_VALUE && d < kiln_value_rank(im->g, v->v); d++)
+      if (kiln_value_dim(im->g, v->v, d) < 0) im->sym_failed = true;
+  }
+  return true;
+}
 
 static bool import_node(ox *im, const Onnx__NodeProto *p) {
   const ox_op *op = ox_find_op(S(p->op_type));
@@ -870,15 +903,16 @@ static bool import_node(ox *im, const Onnx__NodeProto *p) {
                      name);
   }
   int folded = should_fold(&n, op) ? fold_node(&n, op) : 0;
-  if (folded < 0) return false;
+  if (folded < 0) return !note_sym(&n);
   if (!folded) {
     if (!op->fn(&n) || im->err != KILN_OK) {
       free_consts(&n, 0);
-      return im->err != KILN_OK ? false : node_builder_failed(&n, kiln_graph_status(im->g));
+      return note_sym(&n) &&
+             (im->err != KILN_OK ? false : node_builder_failed(&n, kiln_graph_status(im->g)));
     }
     if (kiln_graph_status(im->g) != KILN_OK) {
       free_consts(&n, 0);
-      return node_builder_failed(&n, kiln_graph_status(im->g));
+      return note_sym(&n) && node_builder_failed(&n, kiln_graph_status(im->g));
     }
   }
   if (!ox_attrs_all_read(&n)) {
@@ -997,6 +1031,20 @@ static bool import_input(ox *im, const Onnx__ValueInfoProto *vi) {
       dims[k] = kiln_graph_symbol(im->g, sym);
     }
   }
+  for (size_t k = 0; k < im->nshaped; k++) {
+    const kiln_tensor *t = im->shaped[k].value;
+    if (strcmp(im->shaped[k].name, name)) continue;
+    if (kiln_tensor_rank(t) != tt->shape->n_dim)
+      return fail(im, KILN_ERR_TYPE, "graph input '%s' has rank %zu, the value given %zu", name,
+                  tt->shape->n_dim, kiln_tensor_rank(t));
+    for (size_t d = 0; d < tt->shape->n_dim; d++) {
+      int64_t v = kiln_tensor_dim(t, d);
+      if (dims[d] >= 0 && dims[d] != v)
+        return fail(im, KILN_ERR_TYPE, "graph input '%s': dim %zu is %lld, the value's %lld", name,
+                    d, (long long)dims[d], (long long)v);
+      dims[d] = v;
+    }
+  }
   for (size_t k = 0; k < im->nfrozen; k++)
     if (!strcmp(im->frozen[k].name, name)) {
       im->frozen_used |= (uint64_t)1 << k;
@@ -1093,10 +1141,12 @@ void ox_note_needed(ox *im, const char *value) {
    as they are decoded (a model kept for more imports, kiln_onnx_model's, is not consumed). */
 static kiln_status import_model(kiln_ctx *ctx, const Onnx__ModelProto *m, const char *name,
                                 const char *base_dir, size_t nfrozen,
-                                const kiln_onnx_frozen *frozen, kiln_graph **out, char *needed,
-                                size_t needed_cap, bool consume) {
+                                const kiln_onnx_frozen *frozen, ox_dims_fix *fix,
+                                kiln_graph **out, char *needed, size_t needed_cap, bool consume) {
   ox im = {.ctx = ctx, .name = name, .base_dir = base_dir, .nfrozen = nfrozen, .frozen = frozen,
+           .nshaped = fix ? fix->n : 0, .shaped = fix ? fix->shaped : NULL,
            .needed = needed_cap ? needed : NULL, .needed_cap = needed_cap, .consume = consume};
+  if (fix) fix->sym_failed = false;
   if (im.needed) im.needed[0] = 0;
   *out = NULL;
   const Onnx__GraphProto *gp = m->graph;
@@ -1117,6 +1167,7 @@ static kiln_status import_model(kiln_ctx *ctx, const Onnx__ModelProto *m, const 
     ok = fail(&im, KILN_ERR_INVALID, "the imported graph does not verify: %s", msg);
   }
   free_values(&im);
+  if (!ok && fix) fix->sym_failed = im.sym_failed;
   if (!ok) {
     kiln_graph_destroy(im.g);
     if (im.err == KILN_OK) return KILN_ERR_PARSE;
@@ -1128,8 +1179,8 @@ static kiln_status import_model(kiln_ctx *ctx, const Onnx__ModelProto *m, const 
 
 kiln_status ox_import_model(kiln_ctx *ctx, const Onnx__ModelProto *m, const char *name,
                             const char *base_dir, size_t nfrozen, const kiln_onnx_frozen *frozen,
-                            kiln_graph **out, char *needed, size_t needed_cap) {
-  return import_model(ctx, m, name, base_dir, nfrozen, frozen, out, needed, needed_cap, false);
+                            ox_dims_fix *fix, kiln_graph **out, char *needed, size_t needed_cap) {
+  return import_model(ctx, m, name, base_dir, nfrozen, frozen, fix, out, needed, needed_cap, false);
 }
 
 static kiln_status import_mem(kiln_ctx *ctx, const void *buf, size_t len, const char *name,
@@ -1140,7 +1191,7 @@ static kiln_status import_mem(kiln_ctx *ctx, const void *buf, size_t len, const 
   if (!name) name = "<memory>";
   Onnx__ModelProto *m = ox_decode_model(ctx, buf, len, name);
   if (!m) return KILN_ERR_PARSE;
-  kiln_status s = import_model(ctx, m, name, base_dir, nfrozen, frozen, out, NULL, 0, true);
+  kiln_status s = import_model(ctx, m, name, base_dir, nfrozen, frozen, NULL, out, NULL, 0, true);
   onnx__model_proto__free_unpacked(m, NULL);
   return s;
 }
@@ -1207,7 +1258,7 @@ KILN_API kiln_status kiln_onnx_import_frozen(kiln_ctx *ctx, const char *path, si
   /* decoded, the file's bytes are not needed: protobuf-c copied every field */
   Onnx__ModelProto *m = ox_decode_model(ctx, buf, len, path);
   free(buf);
-  s = m ? import_model(ctx, m, path, dir, nfrozen, frozen, out, NULL, 0, true) : KILN_ERR_PARSE;
+  s = m ? import_model(ctx, m, path, dir, nfrozen, frozen, NULL, out, NULL, 0, true) : KILN_ERR_PARSE;
   onnx__model_proto__free_unpacked(m, NULL);
   free(dir);
   return s;

@@ -73,9 +73,15 @@ typedef bool (*ox_op_fn)(ox_node *n);
 struct ox_op {
   const char *name;
   ox_op_fn fn;
-  int fold;       /* 0: never folded; 1: folded when all inputs are known; 2: also with symbolic entries */
+  /* 0: never folded; 1: folded when all inputs are known; 2: also with symbolic entries;
+     3: also with symbolic entries where ox_fold_sym_exact says the result is exact */
+  int fold;
   const char *ir; /* for functions that serve several op types: the IR op, else NULL */
 };
+
+/* For fold 3: whether node n's result over its symbolic entries (as sentinels) is exact
+   (onnx_ops_elementwise.c: Cast, Equal, Where). */
+bool ox_fold_sym_exact(const ox_node *n);
 
 /* The op tables (onnx_ops.c); NULL if op_type is not mapped. */
 const ox_op *ox_find_op(const char *op_type);
@@ -139,9 +145,17 @@ Onnx__ModelProto *ox_decode_model(kiln_ctx *ctx, const void *buf, size_t len, co
  * On failure, if needed_cap: `needed` holds the name of the ONNX value that the first failing
  * node needed known at import (ox_need_known), or "" when the failure was another.
  */
+/* Graph inputs whose symbolic dims take the dims of shaped[k].value (its data is not read), and
+   what the import says back: whether it failed at a node with a symbolic dim among its operands
+   (so that fixing the dims may let it through). */
+typedef struct ox_dims_fix {
+  size_t n;
+  const kiln_onnx_frozen *shaped;
+  bool sym_failed;
+} ox_dims_fix;
 kiln_status ox_import_model(kiln_ctx *ctx, const Onnx__ModelProto *m, const char *name,
                             const char *base_dir, size_t nfrozen, const kiln_onnx_frozen *frozen,
-                            kiln_graph **out, char *needed, size_t needed_cap);
+                            ox_dims_fix *fix, kiln_graph **out, char *needed, size_t needed_cap);
 /* Notes `value` as the one the first failure needs known (when the caller asked, and none yet). */
 void ox_note_needed(ox *im, const char *value);
 

@@ -111,6 +111,33 @@ static bool variadic(ox_node *n, const char *op, bool mean) {
 static bool op_variadic(ox_node *n) { return variadic(n, n->op->ir, false); }
 static bool op_mean(ox_node *n) { return variadic(n, "add", true); }
 
+/*
+ * Equal over a shape with symbolic entries is known at import where each symbolic entry meets
+ * only negative numbers, which no dim equals (the `Where(Equal(shape, -1), 1, shape)` that
+ * torch's exporter writes before an Expand); two symbolic entries may or may not be equal.
+ */
+static bool equal_sym_exact(const ox_node *n) {
+  const ox_const *a = ox_known(n, 0), *b = ox_known(n, 1);
+  if (!a || !b) return false;
+  for (int side = 0; side < 2; side++) {
+    const ox_const *s = side ? b : a, *o = side ? a : b;
+    bool has = false;
+    for (size_t k = 0; s->sym && k < s->n; k++) has |= s->sym[k] != 0;
+    if (!has) continue;
+    for (size_t k = 0; k < o->n; k++)
+      if ((o->sym && o->sym[k]) || !(o->d[k] < 0)) return false;
+  }
+  return true;
+}
+
+/* Where moves its operands' entries: exact over symbolic ones, but not over a symbolic condition */
+static bool where_sym_exact(const ox_node *n) {
+  const ox_const *c = ox_known(n, 0);
+  for (size_t k = 0; c && c->sym && k < c->n; k++)
+    if (c->sym[k]) return false;
+  return c != NULL;
+}
+
 static bool op_where(ox_node *n) {
   kiln_value in[3] = {ox_in(n, 0), ox_in(n, 1), ox_in(n, 2)};
   n->out[0] = kiln_op(G, "select", 3, in, 0, NULL);
@@ -158,6 +185,16 @@ static bool cast_to(ox_node *n, kiln_dtype t) {
                    "up and saturates, ONNX's default)", round, saturate);
   n->out[0] = ox_cast_saturate(n, ox_in0(n), t, saturate);
   return true;
+}
+
+/* A cast of symbolic entries to int64 keeps them (the sentinels are int64 values). */
+static bool cast_sym_exact(const ox_node *n) {
+  kiln_dtype t;
+  const Onnx__NodeProto *p = n->p;
+  for (size_t k = 0; k < p->n_attribute; k++)
+    if (p->attribute[k]->name && !strcmp(p->attribute[k]->name, "to"))
+      return ox_dtype((int32_t)p->attribute[k]->i, &t) && t == KILN_I64;
+  return false;
 }
 
 static bool op_cast(ox_node *n) {
@@ -535,6 +572,14 @@ static bool op_window(ox_node *n) {
 
 /* ---------------------------------------------------------- the table */
 
+bool ox_fold_sym_exact(const ox_node *n) {
+  const char *op = n->op->name;
+  return !strcmp(op, "Cast")    ? cast_sym_exact(n)
+         : !strcmp(op, "Equal") ? equal_sym_exact(n)
+         : !strcmp(op, "Where") ? where_sym_exact(n)
+                                : false;
+}
+
 const ox_op ox_ops_elementwise[] = {
     {"Abs", op_unary, 1, "abs"},
     {"Acos", op_acos, 1, NULL},
@@ -551,7 +596,7 @@ const ox_op ox_ops_elementwise[] = {
     {"BitwiseOr", op_binary, 1, "bit_or"},
     {"BitwiseXor", op_binary, 1, "bit_xor"},
     {"BlackmanWindow", op_window, 1, NULL},
-    {"Cast", op_cast, 1, NULL},
+    {"Cast", op_cast, 3, NULL},
     {"CastLike", op_cast_like, 1, NULL},
     {"Ceil", op_unary, 1, "ceil"},
     {"Celu", op_celu, 1, NULL},
@@ -561,7 +606,7 @@ const ox_op ox_ops_elementwise[] = {
     {"Div", op_binary, 1, "div"},
     {"Dropout", op_dropout, 0, NULL},
     {"Elu", op_elu, 1, NULL},
-    {"Equal", op_binary, 1, "eq"},
+    {"Equal", op_binary, 3, "eq"},
     {"Erf", op_unary, 1, "erf"},
     {"Exp", op_unary, 1, "exp"},
     {"Floor", op_unary, 1, "floor"},
@@ -609,7 +654,7 @@ const ox_op ox_ops_elementwise[] = {
     {"Tan", op_tan, 1, NULL},
     {"Tanh", op_unary, 1, "tanh"},
     {"ThresholdedRelu", op_thresholded_relu, 1, NULL},
-    {"Where", op_where, 1, NULL},
+    {"Where", op_where, 3, NULL},
     {"Xor", op_binary, 1, "logical_xor"},
 };
 const size_t ox_n_ops_elementwise = sizeof ox_ops_elementwise / sizeof *ox_ops_elementwise;

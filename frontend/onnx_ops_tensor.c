@@ -847,6 +847,15 @@ static bool op_range(ox_node *n) {
     if (!ox_known(n, k)) return ox_need_known(n, k);
   /* sym holds a flag per element (Shape and Size make it even where no dim is symbolic) */
   bool sym = (s->sym && s->sym[0]) || (l->sym && l->sym[0]) || (dl->sym && dl->sym[0]);
+  /* arange(n) of a symbolic dim n (the dynamo exporter's arange over the batch): an iota of
+     that length, at run time */
+  if (s->n == 1 && l->n == 1 && dl->n == 1 && l->sym && l->sym[0] && !(s->sym && s->sym[0]) &&
+      !(dl->sym && dl->sym[0]) && s->d[0] == 0 && dl->d[0] == 1 && s->i && dl->i) {
+    kiln_dim len = (kiln_dim)l->i[0];
+    kiln_value io = ox_iota_i64(n, 1, &len, 0);
+    n->out[0] = s->dtype == KILN_I64 ? io : kiln_cast(G, io, s->dtype);
+    return true;
+  }
   if (sym || s->n != 1 || l->n != 1 || dl->n != 1)
     return ox_fail(n, KILN_ERR_UNSUPPORTED,
                    "start, limit and delta must be scalars known at import");

@@ -1,6 +1,7 @@
 /*
  * cmd_compile.c — `kiln compile MODEL.kir|MODEL.kiln|MODEL.onnx -o model.so [--header model.h]
- * [--target cpu|vulkan|cuda|hip] [--freeze NAME=FILE.npy]`: ahead-of-time compilation into a shared object that needs
+ * [--target cpu|vulkan|cuda|hip] [--freeze NAME=FILE.npy] [--shape NAME=D0xD1x...]`:
+ * ahead-of-time compilation into a shared object that needs
  * no LLVM (for a GPU target: its kernels compiled now and embedded, runtime/driver/aot_gpu.c).
  *
  * The work is kiln_compile_shared() (runtime/driver/aot.c); this file reads the
@@ -10,6 +11,7 @@
  * says otherwise.
  */
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,12 +40,36 @@ enum { MAX_FREEZE = 64 };
  * Slice's starts, ...) cannot be a symbolic input of a .so, since Kiln's IR has no shape made
  * from a tensor's values: without --freeze the error names it and says how to give it.
  */
+/* --shape NAME=D0xD1x...: a u8 tensor of those dims (the importer reads only its dims). */
+static int parse_shape(kiln_ctx *ctx, const char *spec, char **name, kiln_tensor **t) {
+  const char *eq = strchr(spec, '='), *p = eq + 1;
+  int64_t dims[KILN_MAX_RANK];
+  size_t rank = 0;
+  for (;;) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(p, &end, 10);
+    if (end == p || errno || v < 0 || rank == KILN_MAX_RANK || *p == '-' || *p == '+')
+      return cli_usage_error("compile", "--shape expects NAME=D0xD1x... (dims from 0, at most %d), "
+                             "got '%s'", KILN_MAX_RANK, spec);
+    dims[rank++] = v;
+    if (!*end) break;
+    if (*end != 'x')
+      return cli_usage_error("compile", "--shape expects NAME=D0xD1x..., got '%s'", spec);
+    p = end + 1;
+  }
+  if (!(*name = strndup(spec, (size_t)(eq - spec)))) return cli_error("out of memory");
+  if (kiln_tensor_create(ctx, KILN_U8, rank, dims, t) != KILN_OK)
+    return cli_error("--shape %s: %s", spec, kiln_ctx_error(ctx));
+  return 0;
+}
+
 static int load_onnx(kiln_ctx *ctx, const char *path, size_t n, const char *const *freeze,
-                     kiln_graph **g) {
+                     size_t nshape, const char *const *shape, kiln_graph **g) {
   kiln_onnx_model_options mo = {.backend = KILN_BACKEND_EAGER}; /* specialised here, not run */
   kiln_onnx_model *m = NULL;
-  kiln_tensor *vals[MAX_FREEZE] = {0};
-  char *names[MAX_FREEZE] = {0};
+  kiln_tensor *vals[MAX_FREEZE] = {0}, *dims[MAX_FREEZE] = {0};
+  char *names[MAX_FREEZE] = {0}, *dnames[MAX_FREEZE] = {0};
   int status = 0;
   if (kiln_onnx_model_open(ctx, path, &mo, &m) != KILN_OK) return cli_error("%s", kiln_ctx_error(ctx));
   for (size_t i = 0; i < n && !status; i++) {
@@ -52,8 +78,12 @@ static int load_onnx(kiln_ctx *ctx, const char *path, size_t n, const char *cons
     else if (kiln_npy_read(ctx, eq + 1, &vals[i]) != KILN_OK)
       status = cli_error("%s", kiln_ctx_error(ctx));
   }
+  for (size_t i = 0; i < nshape && !status; i++)
+    status = parse_shape(ctx, shape[i], &dnames[i], &dims[i]);
   kiln_status s = status ? KILN_OK
-                         : kiln_onnx_model_specialize(m, ctx, n, (const char *const *)names, vals, g);
+                         : kiln_onnx_model_specialize_dims(m, ctx, n, (const char *const *)names,
+                                                           vals, nshape,
+                                                           (const char *const *)dnames, dims, g);
   size_t k = 0, nin = kiln_onnx_model_num_inputs(m); /* the first shape input not frozen */
   for (; s == KILN_ERR_UNSUPPORTED && k < nin; k++) {
     bool given = false;
@@ -66,10 +96,16 @@ static int load_onnx(kiln_ctx *ctx, const char *path, size_t n, const char *cons
                        "bake a value in with --freeze %s=FILE.npy, or run the model with `kiln run "
                        "--input %s=FILE.npy`, which specialises it to each value",
                        kiln_ctx_error(ctx), name, name, name);
+  } else if (s == KILN_ERR_UNSUPPORTED && kiln_onnx_model_fixes_dims(m)) {
+    status = cli_error("%s; a .so cannot keep these symbolic dims: fix them with --shape "
+                       "NAME=D0xD1x... for each input (a .so for those dims), or run the model "
+                       "with `kiln run`, which specialises it to each run's dims",
+                       kiln_ctx_error(ctx));
   } else if (s) {
     status = cli_error("%s", kiln_ctx_error(ctx));
   }
   for (size_t i = 0; i < n; i++) free(names[i]), kiln_tensor_destroy(vals[i]);
+  for (size_t i = 0; i < nshape; i++) free(dnames[i]), kiln_tensor_destroy(dims[i]);
   kiln_onnx_model_destroy(m);
   return status;
 }
@@ -100,16 +136,17 @@ static void print_peak(kiln_graph *g, size_t peak) {
 
 int cmd_compile(int argc, char **argv) {
   cli_parser p = {.cmd = "compile", .argc = argc, .argv = argv, .i = 1};
-  enum { O_OUT, O_HEADER, O_NAME, O_TARGET, O_TARGET_CPU, O_KEEP, O_PARAMS, O_PRECISION, O_FREEZE };
+  enum { O_OUT, O_HEADER, O_NAME, O_TARGET, O_TARGET_CPU, O_KEEP, O_PARAMS, O_PRECISION, O_FREEZE,
+         O_SHAPE };
   static const cli_option opts[] = {
       [O_OUT] = {"--output", "-o", true},     [O_HEADER] = {"--header", NULL, true},
       [O_NAME] = {"--name", NULL, true},      [O_TARGET] = {"--target", NULL, true},
       [O_TARGET_CPU] = {"--target-cpu", NULL, true}, [O_KEEP] = {"--keep-temps", NULL, false},
       [O_PARAMS] = {"--params", NULL, true},  [O_PRECISION] = {"--precision", NULL, true},
-      [O_FREEZE] = {"--freeze", NULL, true},
+      [O_FREEZE] = {"--freeze", NULL, true}, [O_SHAPE] = {"--shape", NULL, true},
       {0}};
-  const char *freeze[MAX_FREEZE];
-  size_t nfreeze = 0;
+  const char *freeze[MAX_FREEZE], *shape[MAX_FREEZE];
+  size_t nfreeze = 0, nshape = 0;
   kp_precision precision = KP_PREC_FP32;
   const char *model = NULL, *params_path = NULL, *v;
   kiln_aot_options opt = {0};
@@ -142,6 +179,14 @@ int cmd_compile(int argc, char **argv) {
       freeze[nfreeze++] = v;
       break;
     }
+    case O_SHAPE: {
+      const char *eq = strchr(v, '=');
+      if (!eq || eq == v || !eq[1])
+        return cli_usage_error("compile", "--shape expects NAME=D0xD1x..., got '%s'", v);
+      if (nshape == MAX_FREEZE) return cli_usage_error("compile", "too many --shape options");
+      shape[nshape++] = v;
+      break;
+    }
     case O_PRECISION:
       if (!kp_precision_parse(v, &precision))
         return cli_usage_error("compile",
@@ -150,8 +195,8 @@ int cmd_compile(int argc, char **argv) {
     }
   }
   if (!model) return cli_usage_error("compile", "no model file given");
-  if (nfreeze && !cli_is_onnx_file(model))
-    return cli_usage_error("compile", "--freeze applies to ONNX models (.onnx)");
+  if ((nfreeze || nshape) && !cli_is_onnx_file(model))
+    return cli_usage_error("compile", "--freeze and --shape apply to ONNX models (.onnx)");
   if (!opt.output) return cli_usage_error("compile", "no output file given (-o model.so)");
   if (!opt.name) {
     name_from_path(opt.output, name, sizeof name);
@@ -168,7 +213,7 @@ int cmd_compile(int argc, char **argv) {
   /* A .kiln model is built into its graph (parameters by path, then its inputs); its
    * parameters, when given, are checked against the model before they are embedded. */
   kiln_model_file *mf = NULL;
-  if (!status && cli_is_onnx_file(model)) status = load_onnx(ctx, model, nfreeze, freeze, &g);
+  if (!status && cli_is_onnx_file(model)) status = load_onnx(ctx, model, nfreeze, freeze, nshape, shape, &g);
   else if (!status) status = cli_load_model(ctx, model, KILN_DTYPE_COUNT, false, &g, &mf);
   if (!status && mf && params &&
       kiln_layer_check_params(ctx, kiln_model_file_layer(mf), params) != KILN_OK)

@@ -40,7 +40,7 @@ static const cli_command commands[] = {
     {"compile", cmd_compile,
      "MODEL.kir|MODEL.kiln|MODEL.onnx -o MODEL.so [--header MODEL.h] [--params P.safetensors] "
      "[--name NAME] [--target cpu|vulkan|cuda|hip] [--target-cpu CPU] [--keep-temps] "
-     "[--precision P] [--freeze NAME=FILE.npy]",
+     "[--precision P] [--freeze NAME=FILE.npy] [--shape NAME=D0xD1x...]",
      "compile a model ahead of time into a shared object and a C header",
      "The .so needs only libc, libm, pthreads and OpenBLAS (no LLVM). Its entry points are\n"
      "NAME_create, NAME_output_dims, NAME_run, NAME_error and NAME_destroy, NAME taken from\n"
@@ -55,7 +55,11 @@ static const cli_command commands[] = {
      "  --precision P      fp32 (default), fp64, tf32, bf16 or fp16 (docs/precision.md)\n"
      "  --freeze NAME=F    (ONNX) bakes the value in F.npy into the .so for graph input NAME,\n"
      "                     which is then no input: needed for inputs that decide shapes\n"
-     "                     (Reshape's shape, Slice's starts, ...); the .so serves that value"},
+     "                     (Reshape's shape, Slice's starts, ...); the .so serves that value\n"
+     "  --shape NAME=DIMS  (ONNX) fixes the symbolic dims of graph input NAME (e.g. 1x128),\n"
+     "                     which stays an input: needed where a node refuses a symbolic dim\n"
+     "                     (a batch folded into another dim, a dim used as data); the .so\n"
+     "                     serves those dims"},
     {"devices", cmd_devices, "",
      "list the devices this machine can run models on",
      "One line per device: name (what --device takes), kind, detail. For the CPU the\n"

@@ -14,7 +14,8 @@
 #                             and matplotlib (charts), then the pip peers in a virtual environment
 #                             of /usr/bin/python3 at build-bench-venv/: torch 2.x (eager and
 #                             torch.compile), torchvision and transformers (bench/models.sh's
-#                             models), onnxruntime, onnx and numpy (bench/peers.sh names it)
+#                             models), onnxruntime, onnx, onnxscript (torch's dynamo exporter,
+#                             bench/exporters.py) and numpy (bench/peers.sh names it)
 #
 # Idempotent and quick when everything is there: it asks dpkg which packages
 # are missing and only then runs `apt-get update` and `apt-get install`
@@ -58,8 +59,8 @@ bench_venv=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build-bench-venv
 # torch and torchvision in one pip command, so that pip picks a torchvision built for that torch;
 # pip_check asks for one of torchvision's C++ ops, which register only against the torch they were
 # built for
-pip_peers=("torch>=2" torchvision transformers onnxruntime onnx numpy)
-pip_check='import sys, torch, torch._dynamo, torchvision, transformers, onnxruntime, onnx, numpy
+pip_peers=("torch>=2" torchvision transformers onnxruntime onnx onnxscript numpy)
+pip_check='import sys, torch, torch._dynamo, torchvision, transformers, onnxruntime, onnx, onnxscript, numpy
 torch.ops.torchvision.nms
 print("torch %s, torchvision %s, transformers %s, onnxruntime %s, onnx %s, numpy %s"
       % (torch.__version__, torchvision.__version__, transformers.__version__,

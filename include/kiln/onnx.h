@@ -157,6 +157,23 @@ KILN_API kiln_status kiln_onnx_model_run(kiln_onnx_model *m, kiln_ctx *ctx, size
 KILN_API kiln_status kiln_onnx_model_specialize(kiln_onnx_model *m, kiln_ctx *ctx, size_t n,
                                                 const char *const *names,
                                                 kiln_tensor *const *values, kiln_graph **out);
+/*
+ * kiln_onnx_model_specialize, and the inputs dnames[k] (no shape inputs) stay inputs with their
+ * symbolic dims fixed to the dims of dims[k] (its data is not read): what `kiln compile --shape`
+ * compiles, for a model whose nodes refuse a symbolic dim (kiln_onnx_model_fixes_dims).
+ */
+KILN_API kiln_status kiln_onnx_model_specialize_dims(kiln_onnx_model *m, kiln_ctx *ctx, size_t n,
+                                                     const char *const *names,
+                                                     kiln_tensor *const *values, size_t nd,
+                                                     const char *const *dnames,
+                                                     kiln_tensor *const *dims, kiln_graph **out);
+/*
+ * 1 once an import was refused at a node that met a symbolic dim the IR cannot carry (the product
+ * of a symbolic dim and another as one dim, a dim used as data, ...): the model is then
+ * specialised to the dims of every run's inputs too, as to its shape inputs' values (each
+ * distinct set of dims is a cache entry), and a .so needs them fixed (`kiln compile --shape`).
+ */
+KILN_API int kiln_onnx_model_fixes_dims(const kiln_onnx_model *m);
 
 /* The cache's counters since the open. */
 typedef struct kiln_onnx_cache_stats {

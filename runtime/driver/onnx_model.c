@@ -64,6 +64,8 @@ struct kiln_onnx_model {
   model_input *in;
   size_t nin, nout;
   bool complete;
+  bool fix_dims; /* the inputs' symbolic dims are specialised too (the import refused them) */
+  char *dims_why; /* the refusal that made it so */
   kiln_backend backend;
   char device[32];
   kp_precision precision;
@@ -187,6 +189,14 @@ static bool walk_back(const kiln_onnx_model *m, const char *value, bool *mark) {
 
 /* ------------------------------------------------------------ specialising */
 
+/* Whether an input that is not a shape input has a symbolic dim. */
+static bool has_symbolic_dims(const kiln_onnx_model *m) {
+  for (size_t k = 0; k < m->nin; k++)
+    for (size_t d = 0; !m->in[k].shape && m->in[k].rank != SIZE_MAX && d < m->in[k].rank; d++)
+      if (m->in[k].dims[d] < 0) return true;
+  return false;
+}
+
 static kiln_status missing_shape(const kiln_onnx_model *m, kiln_ctx *ctx, size_t k,
                                  kiln_status s) {
   return kir_fail(ctx, s, "shape input '%s' has no value: %s", m->in[k].name, m->in[k].why);
@@ -200,35 +210,66 @@ static kiln_status missing_shape(const kiln_onnx_model *m, kiln_ctx *ctx, size_t
  * import stopped because a shape input has no value.
  */
 static kiln_status import_spec(kiln_onnx_model *m, kiln_ctx *ctx, kiln_tensor *const *vals,
-                               const bool *also, kiln_graph **out, bool *missing) {
-  kiln_onnx_frozen fz[MAX_FROZEN];
+                               const bool *also, kiln_tensor *const *dimv, kiln_graph **out,
+                               bool *missing) {
+  kiln_onnx_frozen fz[MAX_FROZEN], *shaped = calloc(m->nin + 1, sizeof *shaped);
   char needed[512];
   *missing = false;
+  if (!shaped) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   for (;;) {
+    ox_dims_fix fix = {.shaped = shaped};
+    for (size_t k = 0; k < m->nin; k++) {
+      if (m->in[k].shape || (also && also[k])) continue;
+      kiln_tensor *t = dimv && dimv[k] ? dimv[k] : m->fix_dims ? vals[k] : NULL;
+      if (!t && m->fix_dims) { /* opening, or a .so: the dims come with a run, or not at all */
+        free(shaped);
+        *missing = true;
+        return kir_fail(ctx, KILN_ERR_UNSUPPORTED, "%s: input '%s' needs its dims fixed (the "
+                        "import refused a symbolic dim: %s)", m->name, m->in[k].name,
+                        m->dims_why ? m->dims_why : "");
+      }
+      if (t) shaped[fix.n++] = (kiln_onnx_frozen){m->in[k].name, t};
+    }
     size_t nfz = 0;
     for (size_t k = 0; k < m->nin; k++) {
       if (!m->in[k].shape && !(also && also[k])) continue;
       if (!vals[k]) {
+        free(shaped);
         *missing = true;
         return missing_shape(m, ctx, k, KILN_ERR_UNSUPPORTED);
       }
-      if (nfz == MAX_FROZEN)
+      if (nfz == MAX_FROZEN) {
+        free(shaped);
         return kir_fail(ctx, KILN_ERR_UNSUPPORTED, "%s: more than %d shape inputs", m->name,
                         MAX_FROZEN);
+      }
       fz[nfz++] = (kiln_onnx_frozen){m->in[k].name, vals[k]};
     }
-    kiln_status s = ox_import_model(ctx, m->proto, m->name, m->base_dir, nfz, fz, out, needed,
-                                    sizeof needed);
+    kiln_status s = ox_import_model(ctx, m->proto, m->name, m->base_dir, nfz, fz, &fix, out,
+                                    needed, sizeof needed);
     if (s == KILN_OK) {
       bool extra = false;
       for (size_t k = 0; also && k < m->nin; k++) extra |= also[k] && !m->in[k].shape;
       if (!extra) m->complete = true; /* nothing frozen could hide a shape input */
+      free(shaped);
       return KILN_OK;
     }
-    if (!needed[0]) return s;
+    if (!needed[0]) {
+      /* a node that refused a symbolic dim (a product of dims as one, a dim as data, ...): the
+         inputs' dims are fixed to each run's, as the shape inputs' values are */
+      if (s == KILN_ERR_UNSUPPORTED && fix.sym_failed && !m->fix_dims && has_symbolic_dims(m)) {
+        m->fix_dims = true;
+        free(m->dims_why);
+        m->dims_why = strdup(kiln_ctx_error(ctx)); /* NULL (no memory): the message says less */
+        continue;
+      }
+      free(shaped);
+      return s;
+    }
     bool *mark = calloc(m->nin + 1, sizeof *mark);
     if (!mark || !walk_back(m, needed, mark)) {
       free(mark);
+      free(shaped);
       return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
     }
     size_t added = 0;
@@ -237,12 +278,16 @@ static kiln_status import_spec(kiln_onnx_model *m, kiln_ctx *ctx, kiln_tensor *c
       char *why = strdup(kiln_ctx_error(ctx));
       if (!why) {
         free(mark);
+        free(shaped);
         return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
       }
       m->in[k].shape = true, m->in[k].why = why, added++;
     }
     free(mark);
-    if (!added) return s; /* frozen already, or from no input: the refusal stands */
+    if (!added) { /* frozen already, or from no input: the refusal stands */
+      free(shaped);
+      return s;
+    }
   }
 }
 
@@ -257,7 +302,7 @@ static void entry_free(entry *e) {
 static kiln_status make_entry(kiln_onnx_model *m, kiln_ctx *ctx, kiln_tensor *const *vals,
                               entry *e, bool *missing) {
   kiln_graph *g = NULL;
-  kiln_status s = import_spec(m, m->ictx, vals, NULL, &g, missing);
+  kiln_status s = import_spec(m, m->ictx, vals, NULL, NULL, &g, missing);
   if (s) return pass_on(ctx, m->ictx, s);
   size_t nparams = 0;
   for (size_t k = 0; k < m->nin; k++) nparams += !m->in[k].shape;
@@ -294,9 +339,17 @@ static kiln_status make_key(const kiln_onnx_model *m, kiln_ctx *ctx, kiln_tensor
   size_t n = 0;
   for (size_t k = 0; k < m->nin; k++)
     if (m->in[k].shape) n += 2 + 8 * kiln_tensor_rank(vals[k]) + kiln_tensor_nbytes(vals[k]);
+    else if (m->fix_dims && vals[k]) n += 1 + 8 * kiln_tensor_rank(vals[k]);
   uint8_t *p = *key = malloc(n + 1);
   if (!p) return kir_fail(ctx, KILN_ERR_NOMEM, "out of memory");
   for (size_t k = 0; k < m->nin; k++) {
+    if (!m->in[k].shape && m->fix_dims && vals[k]) { /* the dims a specialisation fixed */
+      *p++ = (uint8_t)kiln_tensor_rank(vals[k]);
+      for (size_t d = 0; d < kiln_tensor_rank(vals[k]); d++) {
+        int64_t v = kiln_tensor_dim(vals[k], d);
+        memcpy(p, &v, 8), p += 8;
+      }
+    }
     if (!m->in[k].shape) continue;
     const kiln_tensor *t = vals[k];
     *p++ = (uint8_t)kiln_tensor_dtype(t);
@@ -360,6 +413,7 @@ KILN_API void kiln_onnx_model_destroy(kiln_onnx_model *m) {
   free(m->cache);
   for (size_t k = 0; k < m->nin; k++) free(m->in[k].name), free(m->in[k].why);
   free(m->in);
+  free(m->dims_why);
   free(m->prod);
   if (m->proto) onnx__model_proto__free_unpacked(m->proto, NULL);
   free(m->name);
@@ -588,20 +642,42 @@ KILN_API kiln_status kiln_onnx_model_run(kiln_onnx_model *m, kiln_ctx *ctx, size
   return s;
 }
 
-KILN_API kiln_status kiln_onnx_model_specialize(kiln_onnx_model *m, kiln_ctx *ctx, size_t n,
-                                                const char *const *names,
-                                                kiln_tensor *const *values, kiln_graph **out) {
-  if (!m || !ctx || !out || (n && !names)) return KILN_ERR_INVALID;
+/* kiln_onnx_model_specialize, and the inputs dnames[k] with their dims fixed to dims[k]'s. */
+KILN_API kiln_status kiln_onnx_model_specialize_dims(kiln_onnx_model *m, kiln_ctx *ctx, size_t n,
+                                                     const char *const *names,
+                                                     kiln_tensor *const *values, size_t nd,
+                                                     const char *const *dnames,
+                                                     kiln_tensor *const *dims, kiln_graph **out) {
+  if (!m || !ctx || !out || (n && !names) || (nd && (!dnames || !dims))) return KILN_ERR_INVALID;
   *out = NULL;
-  kiln_tensor **vals = calloc(m->nin + 1, sizeof *vals);
+  kiln_tensor **vals = calloc(m->nin + 1, sizeof *vals), **dimv = calloc(m->nin + 1, sizeof *dimv);
   bool *also = calloc(m->nin + 1, sizeof *also);
-  kiln_status s = !vals || !also ? kir_fail(ctx, KILN_ERR_NOMEM, "out of memory")
-                 : n            ? bind(m, ctx, n, names, values, vals)
-                                : KILN_OK;
+  kiln_status s = !vals || !also || !dimv ? kir_fail(ctx, KILN_ERR_NOMEM, "out of memory")
+                 : n                      ? bind(m, ctx, n, names, values, vals)
+                                          : KILN_OK;
   for (size_t k = 0; !s && k < m->nin; k++) also[k] = vals[k] != NULL;
+  for (size_t i = 0; !s && i < nd; i++) {
+    size_t k = find_input(m, dnames[i]);
+    if (k == SIZE_MAX)
+      s = kir_fail(ctx, KILN_ERR_INVALID, "%s: no graph input is named '%s'", m->name, dnames[i]);
+    else if (also[k])
+      s = kir_fail(ctx, KILN_ERR_INVALID, "%s: input '%s' is given a value and dims", m->name,
+                   dnames[i]);
+    else
+      dimv[k] = dims[i];
+  }
   bool missing;
-  if (!s) s = import_spec(m, ctx, vals, also, out, &missing);
+  if (!s) s = import_spec(m, ctx, vals, also, dimv, out, &missing);
   free(vals);
+  free(dimv);
   free(also);
   return s;
 }
+
+KILN_API kiln_status kiln_onnx_model_specialize(kiln_onnx_model *m, kiln_ctx *ctx, size_t n,
+                                                const char *const *names,
+                                                kiln_tensor *const *values, kiln_graph **out) {
+  return kiln_onnx_model_specialize_dims(m, ctx, n, names, values, 0, NULL, NULL, out);
+}
+
+KILN_API int kiln_onnx_model_fixes_dims(const kiln_onnx_model *m) { return m && m->fix_dims; }

@@ -7,7 +7,13 @@
  *            input reaches Reshape through a Concat, so the importer's refusal names the
  *            Concat's output and the model walks back to h;
  *   slice:   z = Slice(x, starts, [100], [1]) * 2, x: f32[N, 6], starts: i64[1];
- *   plain:   y = Relu(x), no shape input (specialised once, at the open).
+ *   plain:   y = Relu(x), no shape input (specialised once, at the open);
+ *   flatten: y = Relu(Flatten(x, 2)), x: f32[N, 3, 2] — N * 3 is no single dim of the IR, so the
+ *            model is specialised to each run's dims (kiln_onnx_model_fixes_dims), and a
+ *            specialisation for a .so needs them given (kiln_onnx_model_specialize_dims);
+ *   expand:  what torch's exporters write around a symbolic batch, folded at import:
+ *            Expand(b, Where(Equal(Shape(x), [-1, -1]), [1, 1], Shape(x))) + x, and
+ *            Cast(Range(0, Cast(Gather(Shape(x), 0), int64), 1), float) — no dims fixed.
  *
  * Each run takes fresh random inputs; every output is compared with values computed here and
  * with the eager backend (the reference interpreter) on the same inputs. The cache's counters
@@ -289,11 +295,147 @@ static void test_plain(kiln_ctx *ctx) {
   CHECK(!m);
 }
 
+static pb flatten_model(void) {
+  pb g = {0}, t;
+  const int64_t xd[3] = {-1, 3, 2}, yd[2] = {-1, 2};
+  const char *xp[3] = {"N", NULL, NULL}, *yp[2] = {"M", NULL};
+  t = value_info("x", 3, xd, xp), f_msg(&g, 11, &t);
+  t = value_info("y", 2, yd, yp), f_msg(&g, 12, &t);
+  pb axis = attr_int("axis", 2);
+  t = node("Flatten", (const char *[]){"x", NULL}, (const char *[]){"f", NULL}, &axis, 1);
+  f_msg(&g, 1, &t);
+  t = node("Relu", (const char *[]){"f", NULL}, (const char *[]){"y", NULL}, NULL, 0);
+  f_msg(&g, 1, &t);
+  return model(&g, 13);
+}
+
+/* The flatten model at batch n: y is Relu of x laid out as [3n, 2]. */
+static void run_flatten(kiln_ctx *ctx, kiln_onnx_model *m, int64_t n) {
+  const int64_t xd[3] = {n, 3, 2};
+  kiln_tensor *x = random_f32(ctx, 3, xd), *y = NULL;
+  CHECK_STATUS(ctx, kiln_onnx_model_run(m, ctx, 1, NULL, &x, 1, &y, NULL), KILN_OK);
+  CHECK(y && kiln_tensor_rank(y) == 2 && kiln_tensor_dim(y, 0) == 3 * n &&
+        kiln_tensor_dim(y, 1) == 2);
+  for (size_t k = 0; y && k < kiln_tensor_numel(x); k++)
+    CHECK(kiln_tensor_get(y, k) == fmax(kiln_tensor_get(x, k), 0));
+  kiln_tensor_destroy(x);
+  kiln_tensor_destroy(y);
+}
+
+static void test_flatten_dims(kiln_ctx *ctx) {
+  pb mp = flatten_model();
+  kiln_onnx_model *m = open_pb(ctx, mp, "flatten.onnx", KILN_BACKEND_AUTO, 0);
+  if (!m) {
+    free(mp.p);
+    return;
+  }
+  CHECK(kiln_onnx_model_fixes_dims(m) == 1); /* learnt at the open, which compiled nothing */
+  STATS(m, 0, 0, 0, 0);
+  run_flatten(ctx, m, 2);
+  run_flatten(ctx, m, 4);
+  run_flatten(ctx, m, 2);
+  STATS(m, 1, 2, 0, 2); /* one specialisation per batch */
+  kiln_graph *g = NULL;
+  CHECK_STATUS(ctx, kiln_onnx_model_specialize(m, ctx, 0, NULL, NULL, &g), KILN_ERR_UNSUPPORTED);
+  CHECK_MSG(ctx, "flatten.onnx: input 'x' needs its dims fixed (the import refused a symbolic "
+                 "dim: flatten.onnx: node with output 'f' (Flatten, opset 13): the product of dims that "
+                 "include a symbolic dim is not a single dim)");
+  const int64_t d5[3] = {5, 3, 2}, d2[2] = {5, 6};
+  kiln_tensor *dims = random_f32(ctx, 3, d5), *bad = random_f32(ctx, 2, d2);
+  const char *name = "x";
+  CHECK_STATUS(ctx, kiln_onnx_model_specialize_dims(m, ctx, 0, NULL, NULL, 1, &name, &dims, &g),
+               KILN_OK);
+  CHECK(g && kiln_graph_num_params(g) == 1);
+  if (g) {
+    kiln_value p = kiln_graph_get_param(g, 0);
+    CHECK(kiln_value_rank(g, p) == 3 && kiln_value_dim(g, p, 0) == 5);
+  }
+  kiln_graph_destroy(g);
+  g = NULL;
+  CHECK_STATUS(ctx, kiln_onnx_model_specialize_dims(m, ctx, 0, NULL, NULL, 1, &name, &bad, &g),
+               KILN_ERR_TYPE);
+  CHECK_MSG(ctx, "flatten.onnx: graph input 'x' has rank 3, the value given 2");
+  const char *other = "w";
+  CHECK_STATUS(ctx, kiln_onnx_model_specialize_dims(m, ctx, 0, NULL, NULL, 1, &other, &dims, &g),
+               KILN_ERR_INVALID);
+  CHECK_MSG(ctx, "flatten.onnx: no graph input is named 'w'");
+  kiln_tensor_destroy(dims);
+  kiln_tensor_destroy(bad);
+  kiln_onnx_model_destroy(m);
+  free(mp.p);
+}
+
+static pb expand_model(void) {
+  pb g = {0}, t;
+  const int64_t xd[2] = {-1, 4}, yd[2] = {-1, 4}, rd[1] = {-1}, m1[2] = {-1, -1}, one[2] = {1, 1};
+  const char *xp[2] = {"N", NULL}, *rp[1] = {"N"};
+  t = value_info("x", 2, xd, xp), f_msg(&g, 11, &t);
+  t = value_info("y", 2, yd, xp), f_msg(&g, 12, &t);
+  t = value_info("r", 1, rd, rp), f_msg(&g, 12, &t);
+  t = tensor_i64("minus", 2, m1), f_msg(&g, 5, &t);
+  t = tensor_i64("ones", 2, one), f_msg(&g, 5, &t);
+  add_init(&g, "zero", 0);
+  add_init(&g, "step", 1);
+  const float bv[4] = {0.5f, -1, 2, 0.25f};
+  const int64_t bd[2] = {1, 4};
+  t = tensor_f("b", 2, bd, bv, false), f_msg(&g, 5, &t);
+  t = node("Shape", (const char *[]){"x", NULL}, (const char *[]){"s", NULL}, NULL, 0);
+  f_msg(&g, 1, &t);
+  t = node("Equal", (const char *[]){"s", "minus", NULL}, (const char *[]){"e", NULL}, NULL, 0);
+  f_msg(&g, 1, &t);
+  t = node("Where", (const char *[]){"e", "ones", "s", NULL}, (const char *[]){"w", NULL}, NULL, 0);
+  f_msg(&g, 1, &t);
+  t = node("Expand", (const char *[]){"b", "w", NULL}, (const char *[]){"bx", NULL}, NULL, 0);
+  f_msg(&g, 1, &t);
+  t = node("Add", (const char *[]){"bx", "x", NULL}, (const char *[]){"y", NULL}, NULL, 0);
+  f_msg(&g, 1, &t);
+  pb ax = attr_int("axis", 0);
+  t = node("Gather", (const char *[]){"s", "zero", NULL}, (const char *[]){"n", NULL}, &ax, 1);
+  f_msg(&g, 1, &t);
+  pb to = attr_int("to", T_INT64);
+  t = node("Cast", (const char *[]){"n", NULL}, (const char *[]){"n64", NULL}, &to, 1);
+  f_msg(&g, 1, &t);
+  t = node("Range", (const char *[]){"zero", "n64", "step", NULL}, (const char *[]){"ri", NULL},
+           NULL, 0);
+  f_msg(&g, 1, &t);
+  pb tf = attr_int("to", T_FLOAT);
+  t = node("Cast", (const char *[]){"ri", NULL}, (const char *[]){"r", NULL}, &tf, 1);
+  f_msg(&g, 1, &t);
+  return model(&g, 13);
+}
+
+static void test_expand_folded(kiln_ctx *ctx) {
+  pb mp = expand_model();
+  kiln_onnx_model *m = open_pb(ctx, mp, "expand.onnx", KILN_BACKEND_AUTO, 0);
+  free(mp.p);
+  if (!m) return;
+  CHECK(kiln_onnx_model_fixes_dims(m) == 0);
+  STATS(m, 0, 1, 0, 1); /* imported with N symbolic, at the open */
+  const float bv[4] = {0.5f, -1, 2, 0.25f};
+  for (int64_t n = 1; n <= 3; n += 2) {
+    const int64_t xd[2] = {n, 4};
+    kiln_tensor *x = random_f32(ctx, 2, xd), *out[2] = {NULL, NULL};
+    CHECK_STATUS(ctx, kiln_onnx_model_run(m, ctx, 1, NULL, &x, 2, out, NULL), KILN_OK);
+    CHECK(out[0] && kiln_tensor_numel(out[0]) == (size_t)(4 * n));
+    CHECK(out[1] && kiln_tensor_rank(out[1]) == 1 && kiln_tensor_dim(out[1], 0) == n);
+    for (size_t k = 0; out[0] && k < kiln_tensor_numel(x); k++)
+      CHECK(fabs(kiln_tensor_get(out[0], k) - (kiln_tensor_get(x, k) + bv[k % 4])) <= 1e-6);
+    for (int64_t k = 0; out[1] && k < n; k++) CHECK(kiln_tensor_get(out[1], (size_t)k) == (double)k);
+    kiln_tensor_destroy(x);
+    kiln_tensor_destroy(out[0]);
+    kiln_tensor_destroy(out[1]);
+  }
+  STATS(m, 2, 1, 0, 1); /* both batches from the one symbolic entry */
+  kiln_onnx_model_destroy(m);
+}
+
 int main(void) {
   kiln_ctx *ctx = kiln_ctx_create();
   test_reshape(ctx);
   test_slice_lru(ctx);
   test_plain(ctx);
+  test_flatten_dims(ctx);
+  test_expand_folded(ctx);
   kiln_ctx_destroy(ctx);
   if (!failures) printf("test_onnx_shape_inputs: OK\n");
   return test_status(failures);
