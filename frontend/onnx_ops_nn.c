@@ -259,6 +259,115 @@ static bool op_conv_transpose(ox_node *n) {
   return true;
 }
 
+/*
+ * CausalConvWithState (opset 27), as ONNX's reference: past_state (or k - 1 zeros) and the input
+ * concatenated along time, a depthwise conv of the valid positions (a `conv2d` over a height of
+ * 1, groups = channels), the bias, SiLU when `activation` asks (in f32 for 16-bit inputs), and
+ * present_state the last k - 1 steps of the concatenation.
+ */
+static bool op_causal_conv_with_state(ox_node *n) {
+  kiln_value x = ox_in(n, 0), wt = ox_in(n, 1);
+  if (x == KILN_NO_VALUE || wt == KILN_NO_VALUE) return false;
+  const char *act = ox_attr_s(n, "activation", "none");
+  bool silu = !strcmp(act, "silu") || !strcmp(act, "swish");
+  if (!silu && strcmp(act, "none"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "activation '%s' (none, silu, swish)", act);
+  if (ox_vrank(n, x) != 3 || ox_vrank(n, wt) != 3)
+    return ox_fail(n, KILN_ERR_PARSE, "input and weight must be 3-D");
+  kiln_dim xd[3], wd[3];
+  ox_dims_of(n, x, xd);
+  ox_dims_of(n, wt, wd);
+  int64_t k = wd[2];
+  if (k < 1 || xd[1] < 0 || wd[1] != 1 || xd[2] < 0)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED,
+                   "weight [C, 1, k] and the channels and length static (k %lld)", (long long)k);
+  kiln_value padded = x;
+  if (k > 1) {
+    kiln_value past;
+    if (ox_has(n, 3)) {
+      past = ox_in(n, 3);
+    } else {
+      kiln_dim pd[3] = {xd[0], xd[1], k - 1};
+      past = ox_broadcast_to(n, ox_scalar_like(n, x, 0), 3, pd);
+    }
+    if (past == KILN_NO_VALUE) return false;
+    kiln_value pair[2] = {past, x};
+    kiln_attr ca = kiln_attr_int("axis", 2);
+    padded = kiln_op(G, "concat", 2, pair, 1, &ca);
+  }
+  int64_t one[2] = {1, 1}, pads[4] = {0, 0, 0, 0};
+  kiln_attr a[4] = {kiln_attr_ints("stride", 2, one), kiln_attr_ints("padding", 4, pads),
+                    kiln_attr_ints("dilation", 2, one), kiln_attr_int("groups", xd[1])};
+  kiln_dim p4[4] = {xd[0], xd[1], 1, xd[2] + k - 1}, w4[4] = {wd[0], 1, 1, k};
+  kiln_value in[2] = {ox_reshape(n, padded, 4, p4), ox_reshape(n, wt, 4, w4)};
+  kiln_value y = kiln_op(G, "conv2d", 2, in, 4, a);
+  kiln_dim yd[3] = {xd[0], xd[1], xd[2]};
+  y = add_channel_bias(n, ox_reshape(n, y, 3, yd), 2, 3);
+  if (silu && y != KILN_NO_VALUE) {
+    kiln_dtype t = ox_vdtype(n, x);
+    bool narrow = t == KILN_F16 || t == KILN_BF16;
+    if (narrow) y = kiln_cast(G, y, KILN_F32);
+    y = kiln_unary(G, "silu", y);
+    if (narrow) y = kiln_cast(G, y, t);
+  }
+  n->out[0] = y;
+  if (ox_wants(n, 1)) {
+    if (k == 1) return ox_fail(n, KILN_ERR_UNSUPPORTED, "present_state of kernel size 1 is empty");
+    n->out[1] = ox_slice_axis(n, padded, 2, xd[2], xd[2] + k - 1);
+  }
+  return true;
+}
+
+/*
+ * Col2Im (2-D; image_shape and block_shape known at import): the transposed convolution of the
+ * columns, as [N, C kh kw, L1, L2], with a one-hot kernel per block offset, groups = C — each
+ * column's value lands at its offset of its block, overlaps summed.
+ */
+static bool op_col2im(ox_node *n) {
+  kiln_value x = ox_in(n, 0);
+  if (x == KILN_NO_VALUE) return false;
+  const int64_t *img, *blk;
+  size_t ni, nb;
+  if (!ox_known_ints(n, 1, &img, &ni, NULL) || !ox_known_ints(n, 2, &blk, &nb, NULL)) return false;
+  if (ni != 2 || nb != 2 || ox_vrank(n, x) != 3)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "Col2Im of %zu spatial dims (Kiln maps 2-D)", ni);
+  window w = {.sp = 2, .k = {blk[0], blk[1]}};
+  if (!read_pair(n, "strides", 2, 1, w.s) || !read_pair(n, "dilations", 2, 1, w.d)) return false;
+  size_t c;
+  const int64_t *p = ox_attr_ints(n, "pads", &c);
+  if (p && c != 4) return ox_fail(n, KILN_ERR_PARSE, "pads has %zu entries, not 4", c);
+  if (p) memcpy(w.pad, p, sizeof w.pad);
+  int64_t l[2], kk = blk[0] * blk[1];
+  if (!window_in_range(n, x, &w)) return false;
+  for (int a = 0; a < 2; a++) {
+    if (img[a] < 1 || img[a] > OX_WINDOW_MAX)
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "image dim %lld outside [1, 2^30]", (long long)img[a]);
+    l[a] = (img[a] + w.pad[a] + w.pad[a + 2] - (w.d[a] * (w.k[a] - 1) + 1)) / w.s[a] + 1;
+    if (l[a] < 1) return ox_fail(n, KILN_ERR_PARSE, "no block fits the image");
+  }
+  kiln_dim xd[3];
+  ox_dims_of(n, x, xd);
+  if (xd[1] < 0 || xd[1] % kk || xd[2] != l[0] * l[1])
+    return ox_fail(n, KILN_ERR_PARSE, "input [N, %lld, %lld] is not [N, C * %lld, %lld]",
+                   (long long)xd[1], (long long)xd[2], (long long)kk, (long long)(l[0] * l[1]));
+  int64_t ch = xd[1] / kk;
+  double *wv = calloc((size_t)(xd[1] * kk), sizeof *wv);
+  if (!wv) return ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+  for (int64_t i = 0; i < xd[1]; i++) wv[i * kk + i % kk] = 1; /* channel c kk + k: offset k */
+  kiln_dim wd[4] = {xd[1], 1, blk[0], blk[1]};
+  kiln_attr ca[3] = {kiln_attr_dtype("dtype", ox_vdtype(n, x)), kiln_attr_dims("shape", 4, wd),
+                     kiln_attr_floats("value", (size_t)(xd[1] * kk), wv)};
+  kiln_value kern = kiln_op(G, "constant", 0, NULL, 3, ca);
+  free(wv);
+  kiln_attr at[5] = {kiln_attr_ints("stride", 2, w.s), kiln_attr_ints("padding", 4, w.pad),
+                     kiln_attr_ints("dilation", 2, w.d), kiln_attr_int("groups", ch),
+                     kiln_attr_ints("input_size", 2, img)};
+  kiln_dim x4[4] = {xd[0], xd[1], l[0], l[1]};
+  kiln_value in[2] = {ox_reshape(n, x, 4, x4), kern};
+  n->out[0] = kiln_op(G, "conv2d_grad_input", 2, in, 5, at);
+  return true;
+}
+
 /* ceil_mode as extra padding at the end, so that the last partial window counts. */
 static bool ceil_pads(ox_node *n, kiln_value x, window *w) {
   for (int a = 2 - w->sp; a < 2; a++) {
@@ -1016,6 +1125,8 @@ static bool op_einsum(ox_node *n) {
 const ox_op ox_ops_nn[] = {
     {"AveragePool", op_average_pool, 0, NULL},
     {"BatchNormalization", op_batch_norm, 0, NULL},
+    {"CausalConvWithState", op_causal_conv_with_state, 0, NULL},
+    {"Col2Im", op_col2im, 0, NULL},
     {"Conv", op_conv, 0, NULL},
     {"ConvTranspose", op_conv_transpose, 0, NULL},
     {"Einsum", op_einsum, 1, NULL},

@@ -1,5 +1,6 @@
 /*
- * onnx_ops_rnn.c — ONNX's recurrent ops: RNN, GRU and LSTM.
+ * onnx_ops_rnn.c — ONNX's recurrent ops: RNN, GRU and LSTM; and Scan, whose body is imported
+ * inline once per step (ox_inline_graph).
  *
  * The sequence axis must be static; the recurrence is unrolled over it, one
  * step a few matmuls and elementwise ops. The input projection of every
@@ -286,11 +287,121 @@ static bool op_rnn(ox_node *n) { return recurrent(n, K_RNN); }
 static bool op_gru(ox_node *n) { return recurrent(n, K_GRU); }
 static bool op_lstm(ox_node *n) { return recurrent(n, K_LSTM); }
 
+/* ---------------------------------------------------------- Scan */
+
+#define SCAN_MAX_STEPS 4096
+
+/* The `name` attribute's entry k, or def (an error when it has too few entries). */
+static bool scan_attr(ox_node *n, const char *name, size_t cnt, size_t k, int64_t def,
+                      int64_t *out) {
+  size_t c;
+  const int64_t *v = ox_attr_ints(n, name, &c);
+  *out = def;
+  if (!v) return true;
+  if (c != cnt) return ox_fail(n, KILN_ERR_PARSE, "%s has %zu entries, not %zu", name, c, cnt);
+  *out = v[k];
+  return true;
+}
+
+/*
+ * Scan (opset 9 and later), unrolled over its static sequence: at step t the body graph is
+ * imported inline (ox_inline_graph) with the states and slice t of every scan input (from the
+ * end in reverse directions); the last states and the stacked scan outputs are the results.
+ */
+static bool op_scan(ox_node *n) {
+  if (n->opset < 9)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "Scan of opset 8 (batched, with sequence_lens)");
+  const Onnx__AttributeProto *body = ox_attr(n, "body");
+  if (!body || body->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH || !body->g)
+    return ox_fail(n, KILN_ERR_PARSE, "no body graph");
+  int64_t m = ox_attr_i(n, "num_scan_inputs", -1);
+  size_t nin = n->nin, nout = n->nout;
+  if (m < 1 || (size_t)m > nin)
+    return ox_fail(n, KILN_ERR_PARSE, "num_scan_inputs %lld", (long long)m);
+  size_t ns = nin - (size_t)m, nk = body->g->n_output - ns;
+  if (body->g->n_output < ns || nout != ns + nk)
+    return ox_fail(n, KILN_ERR_PARSE, "the body's outputs do not match the node's");
+  kiln_value in[OX_MAX_IO], cur[OX_MAX_IO];
+  int axis[OX_MAX_IO];
+  bool rev[OX_MAX_IO];
+  int64_t steps = -1;
+  for (size_t k = 0; k < nin; k++)
+    if ((in[k] = ox_in(n, k)) == KILN_NO_VALUE) return false;
+  for (size_t j = 0; j < (size_t)m; j++) {
+    kiln_value x = in[ns + j];
+    int64_t a, d;
+    if (!scan_attr(n, "scan_input_axes", (size_t)m, j, 0, &a) ||
+        !scan_attr(n, "scan_input_directions", (size_t)m, j, 0, &d) ||
+        !ox_norm_axis(n, a, ox_vrank(n, x), &axis[j]))
+      return false;
+    rev[j] = d != 0;
+    int64_t len = ox_vdim(n, x, axis[j]);
+    if (len < 1 || len > SCAN_MAX_STEPS || (steps >= 0 && len != steps))
+      return ox_fail(n, KILN_ERR_UNSUPPORTED,
+                     "a sequence of %lld steps (static, 1 to %d, the "
+                     "same for every scan input)",
+                     (long long)len, SCAN_MAX_STEPS);
+    steps = len;
+  }
+  kiln_value *outs = calloc((size_t)steps * (nk ? nk : 1), sizeof *outs);
+  if (!outs) return ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+  for (size_t k = 0; k < ns; k++)
+    cur[k] = in[k];
+  bool ok = true;
+  for (int64_t t = 0; ok && t < steps; t++) {
+    for (size_t j = 0; j < (size_t)m; j++) {
+      kiln_value x = in[ns + j];
+      int64_t at = rev[j] ? steps - 1 - t : t;
+      kiln_dim d[KILN_MAX_RANK], e[KILN_MAX_RANK];
+      int r = ox_dims_of(n, x, d), q = 0;
+      for (int a = 0; a < r; a++)
+        if (a != axis[j]) e[q++] = d[a];
+      cur[ns + j] = ox_reshape(n, ox_slice_axis(n, x, axis[j], at, at + 1), q, e);
+    }
+    kiln_value res[OX_MAX_IO];
+    ok = ox_inline_graph(n, body->g, nin, cur, ns + nk, res, NULL);
+    for (size_t k = 0; ok && k < ns; k++)
+      cur[k] = res[k];
+    for (size_t k = 0; ok && k < nk; k++)
+      outs[k * (size_t)steps + (size_t)t] = res[ns + k];
+  }
+  for (size_t k = 0; ok && k < ns; k++)
+    n->out[k] = cur[k];
+  for (size_t k = 0; ok && k < nk; k++) {
+    kiln_value *seq = outs + k * (size_t)steps;
+    int64_t a, d;
+    int r = ox_vrank(n, seq[0]) + 1, ax;
+    if (!scan_attr(n, "scan_output_axes", nk, k, 0, &a) ||
+        !scan_attr(n, "scan_output_directions", nk, k, 0, &d) || !ox_norm_axis(n, a, r, &ax)) {
+      ok = false;
+      break;
+    }
+    for (int64_t t = 0; t < steps; t++) { /* each step's output with a new axis of 1 */
+      kiln_dim od[KILN_MAX_RANK], e[KILN_MAX_RANK];
+      ox_dims_of(n, seq[t], od);
+      for (int b = 0, q = 0; b < r; b++)
+        e[b] = b == ax ? 1 : od[q++];
+      seq[t] = ox_reshape(n, seq[t], r, e);
+    }
+    if (d) /* reverse: the last step first */
+      for (int64_t t = 0; t < steps / 2; t++) {
+        kiln_value tmp = seq[t];
+        seq[t] = seq[steps - 1 - t];
+        seq[steps - 1 - t] = tmp;
+      }
+    kiln_attr ca = kiln_attr_int("axis", ax);
+    n->out[ns + k] = steps == 1 ? seq[0] : kiln_op(G, "concat", (size_t)steps, seq, 1, &ca);
+  }
+  free(outs);
+  return ok;
+}
+
 /* ---------------------------------------------------------- the table */
 
 const ox_op ox_ops_rnn[] = {
     {"GRU", op_gru, 0, NULL},
     {"LSTM", op_lstm, 0, NULL},
     {"RNN", op_rnn, 0, NULL},
+    {"Scan", op_scan, 0, NULL},
 };
 const size_t ox_n_ops_rnn = sizeof ox_ops_rnn / sizeof *ox_ops_rnn;
