@@ -413,7 +413,159 @@ static kiln_value dilated_max_pool(ox_node *n, kiln_value x2, const window *w) {
   return y;
 }
 
+/*
+ * Pools the 2-D ops do not take — 3-D windows, dilated AveragePool and LpPool, AveragePool's
+ * ceil_mode with count_include_pad — as ONNX's reference computes them, one spatial axis at a
+ * time (a box window is separable): the axis padded (-inf for max, 0 otherwise), then the max or
+ * sum over the kernel's taps, each a strided slice. The average divides by the count of the
+ * elements ONNX's reference averages: per axis, the taps inside the input (inside input and pads
+ * with count_include_pad), multiplied over the axes. ceil_mode's extra padding goes at the end;
+ * where ONNX's reference would put part of it before the input (2 or more), the node is refused.
+ */
+typedef enum { POOL_MAX, POOL_AVG, POOL_LP } pool_kind;
+
+static bool pool_nd(ox_node *n, pool_kind kind) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim xd[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, xd), sp = r - 2;
+  kiln_dtype dt = ox_vdtype(n, x);
+  if (sp < 1 || sp > 3 || !ox_is_float(dt))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "a pool of rank %d over %s", r, kiln_dtype_name(dt));
+  if (kind == POOL_MAX && ox_wants(n, 1))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "MaxPool's Indices output");
+  if (kind == POOL_MAX) ox_attrs_accept(n, (const char *const[]){"storage_order", NULL});
+  size_t ck, cs, cd, cp;
+  const int64_t *k = ox_attr_ints(n, "kernel_shape", &ck), *s = ox_attr_ints(n, "strides", &cs),
+                *dl = ox_attr_ints(n, "dilations", &cd), *pd = ox_attr_ints(n, "pads", &cp);
+  if (!k || ck != (size_t)sp || (s && cs != (size_t)sp) || (dl && cd != (size_t)sp) ||
+      (pd && cp != 2 * (size_t)sp))
+    return ox_fail(n, KILN_ERR_PARSE, "kernel_shape, strides, dilations or pads do not have %d "
+                   "entries", sp);
+  const char *ap = ox_attr_s(n, "auto_pad", "NOTSET");
+  bool valid = !strcmp(ap, "VALID");
+  if (!valid && strcmp(ap, "NOTSET"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "auto_pad '%s' with this pool", ap);
+  bool ceil = ox_attr_i(n, "ceil_mode", 0) != 0;
+  bool include = kind == POOL_AVG && ox_attr_i(n, "count_include_pad", 0) != 0;
+  int64_t p = kind == POOL_LP ? ox_attr_i(n, "p", 2) : 1;
+  if (p < 1) return ox_fail(n, KILN_ERR_PARSE, "p is %lld; LpPool needs p >= 1", (long long)p);
+  kiln_value y = x;
+  if (kind == POOL_LP) {
+    kiln_value a = kiln_unary(G, "abs", x);
+    y = p == 1 ? a : p == 2 ? kiln_mul(G, x, x) : kiln_binary(G, "pow", a, ox_scalar_like(n, x, (double)p));
+  }
+  kiln_dim od[KILN_MAX_RANK];
+  memcpy(od, xd, sizeof od);
+  double *cnt[3] = {NULL, NULL, NULL};
+  bool ok = true;
+  for (int a = 0; ok && a < sp; a++) {
+    int64_t ka = k[a], sa = s ? s[a] : 1, da = dl ? dl[a] : 1, in = xd[a + 2];
+    int64_t pb = pd && !valid ? pd[a] : 0, pe = pd && !valid ? pd[a + sp] : 0;
+    if (ka < 1 || sa < 1 || da < 1 || ka > OX_WINDOW_MAX || sa > OX_WINDOW_MAX ||
+        da > OX_WINDOW_MAX || pb < 0 || pe < 0 || pb > OX_WINDOW_MAX || pe > OX_WINDOW_MAX ||
+        in < 1 || in > OX_WINDOW_MAX || ka > 4096) {
+      ok = ox_fail(n, KILN_ERR_UNSUPPORTED, "window numbers outside [1, 2^30] (kernel at most "
+                   "4096), or a symbolic spatial dim");
+      break;
+    }
+    int64_t sw = (ka - 1) * da + 1, span = in + pb + pe - sw;
+    if (span < 0) {
+      ok = ox_fail(n, KILN_ERR_PARSE, "the window is larger than the padded input");
+      break;
+    }
+    int64_t out = span / sa + 1;
+    if (ceil && span % sa) {
+      out++;
+      if ((out - 1) * sa >= in + pb) out--; /* the last window must start inside */
+    }
+    int64_t extra = (out - 1) * sa + sw - (in + pb + pe);
+    if (extra >= 2) {
+      ok = ox_fail(n, KILN_ERR_UNSUPPORTED, "ceil_mode adding %lld elements (ONNX's reference "
+                   "puts part of them before the input)", (long long)extra);
+      break;
+    }
+    if (extra < 0) extra = 0;
+    int64_t lo[KILN_MAX_RANK] = {0}, hi[KILN_MAX_RANK] = {0};
+    lo[a + 2] = pb, hi[a + 2] = pe + extra;
+    kiln_attr pa[3] = {kiln_attr_ints("low", (size_t)r, lo), kiln_attr_ints("high", (size_t)r, hi),
+                       kiln_attr_float("value", kind == POOL_MAX ? -INFINITY : 0)};
+    kiln_value yp = pb || pe + extra ? kiln_op(G, "pad", 1, &y, 3, pa) : y, acc = KILN_NO_VALUE;
+    for (int64_t j = 0; j < ka; j++) {
+      int64_t st[KILN_MAX_RANK], stop[KILN_MAX_RANK], step[KILN_MAX_RANK];
+      for (int q = 0; q < r; q++) st[q] = 0, stop[q] = od[q], step[q] = 1;
+      st[a + 2] = j * da, stop[a + 2] = j * da + (out - 1) * sa + 1, step[a + 2] = sa;
+      kiln_attr sl[3] = {kiln_attr_ints("start", (size_t)r, st),
+                         kiln_attr_ints("stop", (size_t)r, stop),
+                         kiln_attr_ints("step", (size_t)r, step)};
+      kiln_value t = kiln_op(G, "slice", 1, &yp, 3, sl);
+      acc = acc == KILN_NO_VALUE ? t
+            : kind == POOL_MAX   ? kiln_binary(G, "max", acc, t)
+                                 : kiln_add(G, acc, t);
+    }
+    y = acc;
+    od[a + 2] = out;
+    if (kind != POOL_AVG) continue;
+    if (!(cnt[a] = malloc((size_t)out * sizeof *cnt[a]))) {
+      ok = ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+      break;
+    }
+    for (int64_t o = 0; o < out; o++) { /* the taps ONNX's reference averages */
+      int64_t c = 0;
+      for (int64_t j = 0; j < ka; j++) {
+        int64_t at = o * sa + j * da; /* in the padded axis */
+        c += include ? at < in + pb + pe : at >= pb && at < pb + in;
+      }
+      cnt[a][o] = (double)c;
+    }
+  }
+  if (ok && kind == POOL_AVG) { /* divide by the product of the per-axis counts */
+    size_t total = 1;
+    kiln_dim cd4[KILN_MAX_RANK] = {1, 1};
+    for (int a = 0; a < sp; a++) total *= (size_t)od[a + 2], cd4[a + 2] = od[a + 2];
+    double *div = malloc(total * sizeof *div);
+    if (!div) ok = ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+    for (size_t e = 0; div && e < total; e++) {
+      size_t rest = e;
+      double v = 1;
+      for (int a = sp - 1; a >= 0; a--) {
+        v *= cnt[a][rest % (size_t)od[a + 2]];
+        rest /= (size_t)od[a + 2];
+      }
+      div[e] = v;
+    }
+    if (div) {
+      kiln_attr ca[3] = {kiln_attr_dtype("dtype", dt), kiln_attr_dims("shape", (size_t)r, cd4),
+                         kiln_attr_floats("value", total, div)};
+      y = kiln_binary(G, "div", y, kiln_op(G, "constant", 0, NULL, 3, ca));
+      free(div);
+    }
+  }
+  for (int a = 0; a < 3; a++) free(cnt[a]);
+  if (!ok) return false;
+  if (kind == POOL_LP && p > 1)
+    y = p == 2 ? kiln_unary(G, "sqrt", y) : kiln_binary(G, "pow", y, ox_scalar_like(n, x, 1.0 / p));
+  n->out[0] = y;
+  return true;
+}
+
+/* Whether pool() and op_lp_pool leave node n to pool_nd. */
+static bool pool_nd_form(ox_node *n, pool_kind kind) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  size_t c;
+  const int64_t *dl = ox_attr_ints(n, "dilations", &c);
+  bool dilated = false;
+  for (size_t j = 0; dl && j < c; j++) dilated |= dl[j] != 1;
+  bool ceil = ox_attr_i(n, "ceil_mode", 0) != 0;
+  if (ox_vrank(n, x) == 5) return true;
+  if (kind == POOL_AVG)
+    return dilated || (ceil && ox_attr_i(n, "count_include_pad", 0) != 0);
+  return kind == POOL_LP && (dilated || ceil);
+}
+
 static bool pool(ox_node *n, bool max) {
+  if (pool_nd_form(n, max ? POOL_MAX : POOL_AVG)) return pool_nd(n, max ? POOL_MAX : POOL_AVG);
   kiln_value x = ox_in0(n);
   if (x == KILN_NO_VALUE) return false;
   window w;
@@ -473,6 +625,7 @@ static bool pool(ox_node *n, bool max) {
  * ceil_mode are refused.
  */
 static bool op_lp_pool(ox_node *n) {
+  if (pool_nd_form(n, POOL_LP)) return pool_nd(n, POOL_LP);
   kiln_value x = ox_in0(n);
   if (x == KILN_NO_VALUE) return false;
   window w;
