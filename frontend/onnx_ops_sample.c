@@ -330,6 +330,38 @@ static bool op_dft(ox_node *n) {
 
 /* ---------------------------------------------------------- Resize */
 
+/* Resize's options beyond the mode and coordinates: antialias (linear and cubic filters widened
+   by 1 / scale when downsampling) and tf_crop_and_resize's roi (start and end of each axis, as
+   fractions of in - 1; NULL for the other modes) and extrapolation value. */
+typedef struct resize_extra {
+  bool antialias;
+  const double *roi; /* 2 r entries: starts, then ends */
+  double extrapolation;
+} resize_extra;
+
+/* ONNX's reference's antialiased filters at `ratio` (linear: triangle; cubic: Keys with a) over
+   the taps it picks, normalised; returns their count (at most cap), 0 if more. */
+static int antialias_taps(bool cubic, double a, double ratio, double scale, double *w, int cap) {
+  double s = scale < 1 ? scale : 1, sum = 0;
+  int start = (int)floor((cubic ? -2 : -1) / s) + 1, n = 2 - 2 * start;
+  if (n > cap) return 0;
+  for (int t = 0; t < n; t++) {
+    double x = fabs(s * (start + t - ratio)), c;
+    if (!cubic)
+      c = x < 1 ? 1 - x : 0;
+    else if (x <= 1)
+      c = ((a + 2) * x - (a + 3)) * x * x + 1;
+    else if (x < 2)
+      c = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
+    else
+      c = 0;
+    w[t] = c;
+    sum += c;
+  }
+  for (int t = 0; t < n; t++) w[t] /= sum;
+  return n;
+}
+
 /* Where output position x of an axis samples the input, as ONNX's reference
  * computes it (`width` is scale * in, not the rounded output size `out`). */
 static double resize_coord(const char *mode, double x, double scale, double in, double width,
@@ -394,22 +426,47 @@ static kiln_value axis_const(ox_node *n, kiln_value x, int r, int axis, int64_t 
 
 /* Resize one axis from `in` to `out` entries: each tap is a gather of x
  * along the axis times a per-position weight (nearest is one gather). */
+#define RESIZE_MAX_TAPS 64
+
 static bool resize_axis(ox_node *n, kiln_value *x, int r, int axis, int64_t in, int64_t out,
                         double scale, const char *mode, const char *coord, const char *nearest,
-                        double cubic_a, bool exclude) {
-  int64_t *idx = malloc((size_t)(4 * out + 1) * sizeof *idx);
-  double *w = malloc((size_t)(4 * out + 1) * sizeof *w);
-  if (!idx || !w) {
-    free(idx), free(w);
+                        double cubic_a, bool exclude, const resize_extra *ex) {
+  bool aa = ex->antialias && strcmp(mode, "nearest");
+  size_t cap = aa ? RESIZE_MAX_TAPS : 4;
+  int64_t *idx = malloc((size_t)(cap * (size_t)out + 1) * sizeof *idx);
+  double *w = malloc((size_t)(cap * (size_t)out + 1) * sizeof *w);
+  double *outside = ex->roi ? calloc((size_t)out, sizeof *outside) : NULL;
+  if (!idx || !w || (ex->roi && !outside)) {
+    free(idx), free(w), free(outside);
     return ox_fail(n, KILN_ERR_NOMEM, "out of memory");
   }
   int taps = 2;
-  bool identity = in == out;
+  bool identity = in == out && !ex->roi, any_outside = false;
   for (int64_t i = 0; i < out; i++) {
-    double xo = resize_coord(coord, (double)i, scale, (double)in, scale * (double)in, (double)out),
-           tw[4];
+    double width = scale * (double)in, tw[RESIZE_MAX_TAPS], xo;
+    if (ex->roi) { /* tf_crop_and_resize: the roi's span of the input over the output */
+      double lo = ex->roi[axis], hi = ex->roi[r + axis];
+      xo = width == 1 ? (hi - lo) * (double)(in - 1) / 2
+                      : (double)i * (hi - lo) * (double)(in - 1) / (width - 1);
+      xo += lo * (double)(in - 1);
+      if (xo < 0 || xo > (double)(in - 1)) outside[i] = 1, any_outside = true;
+    } else {
+      xo = resize_coord(coord, (double)i, scale, (double)in, width, (double)out);
+    }
     int64_t base;
     resize_taps(mode, nearest, cubic_a, xo, &base, &taps, tw);
+    if (aa) {
+      double fl = floor(xo), ratio = xo - fl;
+      if (ratio == 0) ratio = 1;
+      taps = antialias_taps(!strcmp(mode, "cubic"), cubic_a, ratio, scale, tw, RESIZE_MAX_TAPS);
+      if (!taps) {
+        free(idx), free(w), free(outside);
+        return ox_fail(n, KILN_ERR_UNSUPPORTED, "antialias over more than %d taps (scale %g)",
+                       RESIZE_MAX_TAPS, scale);
+      }
+    }
+    if (ex->roi && outside[i])
+      for (int t = 0; t < taps; t++) tw[t] = 0;
     double sum = 0;
     for (int t = 0; t < taps; t++) {
       int64_t j = base - taps / 2 + 1 + t;
@@ -423,7 +480,7 @@ static bool resize_axis(ox_node *n, kiln_value *x, int r, int axis, int64_t in, 
     }
   }
   if (identity) {
-    free(idx), free(w);
+    free(idx), free(w), free(outside);
     return true;
   }
   kiln_value acc = KILN_NO_VALUE;
@@ -442,8 +499,15 @@ static bool resize_axis(ox_node *n, kiln_value *x, int r, int axis, int64_t in, 
                               axis_const(n, *x, r, axis, out, w + t * out));
       acc = acc == KILN_NO_VALUE ? p : kiln_add(G, acc, p);
     }
+    if (acc == KILN_NO_VALUE && any_outside) /* every position outside: only the shape matters */
+      acc = ox_take(n, *x, axis, (size_t)out, idx);
   }
-  free(idx), free(w);
+  if (any_outside && acc != KILN_NO_VALUE) { /* tf_crop_and_resize: the extrapolation value */
+    kiln_value m = kiln_binary(G, "ne", axis_const(n, *x, r, axis, out, outside),
+                               ox_scalar_like(n, *x, 0));
+    acc = ox_select3(n, m, ox_scalar_like(n, *x, ex->extrapolation), acc);
+  }
+  free(idx), free(w), free(outside);
   if (acc == KILN_NO_VALUE) return ox_fail(n, KILN_ERR_PARSE, "all resize weights are 0");
   *x = acc;
   return true;
@@ -451,7 +515,7 @@ static bool resize_axis(ox_node *n, kiln_value *x, int r, int axis, int64_t in, 
 
 static bool resize_to(ox_node *n, kiln_value x, const char *mode, const char *coord,
                       const char *nearest, const ox_const *sc, const ox_const *sz, double cubic_a,
-                      bool exclude);
+                      bool exclude, const resize_extra *ex);
 
 /*
  * Resize's `axes` (opset 18): the scales or sizes given are those of these axes, the others
@@ -506,6 +570,27 @@ static bool full_axes(ox_node *n, kiln_value x, const char *policy, const ox_con
   return true;
 }
 
+/* tf_crop_and_resize's roi (input 1, known at import) as starts and ends of every axis of x: for
+   the axes of `axes` when given (the others 0 and 1). */
+static bool resize_roi(ox_node *n, kiln_value x, double *roi) {
+  int r = ox_vrank(n, x);
+  const ox_const *c = ox_known(n, 1);
+  if (!ox_has(n, 1)) return ox_fail(n, KILN_ERR_PARSE, "tf_crop_and_resize without roi");
+  if (!c) return ox_need_known(n, 1);
+  size_t na = 0;
+  const int64_t *ax = ox_attr_ints(n, "axes", &na);
+  if (!ax) na = (size_t)r;
+  if (c->n != 2 * na || na > (size_t)r)
+    return ox_fail(n, KILN_ERR_PARSE, "roi has %zu entries, not %zu", c->n, 2 * na);
+  for (int k = 0; k < r; k++) roi[k] = 0, roi[r + k] = 1;
+  for (size_t j = 0; j < na; j++) {
+    int a = (int)j;
+    if (ax && !ox_norm_axis(n, ax[j], r, &a)) return false;
+    roi[a] = c->d[j], roi[r + a] = c->d[na + j];
+  }
+  return true;
+}
+
 static bool op_resize(ox_node *n) {
   kiln_value x = ox_in0(n);
   if (x == KILN_NO_VALUE) return false;
@@ -517,8 +602,10 @@ static bool op_resize(ox_node *n) {
   snprintf(nearest, sizeof nearest, "%s", ox_attr_s(n, "nearest_mode", "round_prefer_floor"));
   if (strcmp(mode, "nearest") && strcmp(mode, "linear") && strcmp(mode, "cubic"))
     return ox_fail(n, KILN_ERR_UNSUPPORTED, "mode '%s'", mode);
-  static const char *const coords[] = {"half_pixel",   "pytorch_half_pixel",   "align_corners",
-                                       "asymmetric",   "tf_half_pixel_for_nn", "half_pixel_symmetric"};
+  static const char *const coords[] = {"half_pixel",           "pytorch_half_pixel",
+                                       "align_corners",        "asymmetric",
+                                       "tf_half_pixel_for_nn", "half_pixel_symmetric",
+                                       "tf_crop_and_resize"};
   bool known_coord = false;
   for (size_t k = 0; k < sizeof coords / sizeof *coords; k++)
     known_coord |= !strcmp(coord, coords[k]);
@@ -529,7 +616,8 @@ static bool op_resize(ox_node *n) {
   for (size_t k = 0; k < 4; k++)
     known_nearest |= !strcmp(nearest, nmodes[k]);
   if (!known_nearest) return ox_fail(n, KILN_ERR_UNSUPPORTED, "nearest_mode '%s'", nearest);
-  if (ox_attr_i(n, "antialias", 0)) return ox_fail(n, KILN_ERR_UNSUPPORTED, "antialias");
+  resize_extra ex = {.antialias = ox_attr_i(n, "antialias", 0) != 0,
+                     .extrapolation = ox_attr_f(n, "extrapolation_value", 0)};
   char policy[32];
   snprintf(policy, sizeof policy, "%s", ox_attr_s(n, "keep_aspect_ratio_policy", "stretch"));
   if (strcmp(policy, "stretch") && strcmp(policy, "not_larger") && strcmp(policy, "not_smaller"))
@@ -549,10 +637,13 @@ static bool op_resize(ox_node *n) {
            full_sz = {.dtype = KILN_I64, .rank = 1, .d = fszd, .i = fsz};
   if (!full_axes(n, x, policy, &sc, &sz, &full_sc, &full_sz)) return false;
   double cubic_a = ox_attr_f(n, "cubic_coeff_a", -0.75);
-  /* used by tf_crop_and_resize only, which is refused above */
-  ox_attrs_accept(n, (const char *const[]){"extrapolation_value", NULL});
   bool exclude = ox_attr_i(n, "exclude_outside", 0) != 0;
-  return resize_to(n, x, mode, coord, nearest, sc, sz, cubic_a, exclude);
+  double roi[2 * KILN_MAX_RANK];
+  if (!strcmp(coord, "tf_crop_and_resize")) {
+    if (!resize_roi(n, x, roi)) return false;
+    ex.roi = roi;
+  }
+  return resize_to(n, x, mode, coord, nearest, sc, sz, cubic_a, exclude, &ex);
 }
 
 /* Upsample (opsets 7 and 9, Resize's predecessor): nearest (floor) or
@@ -580,13 +671,14 @@ static bool op_upsample(ox_node *n) {
     attr.dims[0] = (int64_t)a->n_floats;
     attr.d = v;
   }
-  return resize_to(n, x, mode, "asymmetric", "floor", sc, NULL, -0.75, false);
+  resize_extra ex = {0};
+  return resize_to(n, x, mode, "asymmetric", "floor", sc, NULL, -0.75, false, &ex);
 }
 
 /* Resizes x by scales sc or to sizes sz (one of them NULL). */
 static bool resize_to(ox_node *n, kiln_value x, const char *mode, const char *coord,
                       const char *nearest, const ox_const *sc, const ox_const *sz, double cubic_a,
-                      bool exclude) {
+                      bool exclude, const resize_extra *ex) {
   kiln_dim d[KILN_MAX_RANK];
   int r = ox_dims_of(n, x, d);
   const ox_const *c = sc ? sc : sz;
@@ -598,18 +690,18 @@ static bool resize_to(ox_node *n, kiln_value x, const char *mode, const char *co
     double scale;
     if (sz) {
       out = sz->i[k];
-      if (d[k] < 0 && out == d[k]) continue;
+      if (d[k] < 0 && out == d[k] && !ex->roi) continue;
       /* with both, the sizes and the scale a keep_aspect_ratio_policy chose (full_axes) */
       scale = sc ? sc->d[k] : d[k] > 0 ? (double)out / (double)d[k] : 0;
     } else {
       scale = sc->d[k];
-      if (d[k] < 0 && scale == 1) continue;
+      if (d[k] < 0 && scale == 1 && !ex->roi) continue;
       out = (int64_t)(scale * (double)d[k]);
     }
     if (d[k] <= 0 || !(scale > 0) || out < 1 || out > ((int64_t)1 << 24))
       return ox_fail(n, KILN_ERR_UNSUPPORTED, "resizing axis %d of %lld to %lld", k,
                      (long long)d[k], (long long)out);
-    if (!resize_axis(n, &x, r, k, d[k], out, scale, mode, coord, nearest, cubic_a, exclude))
+    if (!resize_axis(n, &x, r, k, d[k], out, scale, mode, coord, nearest, cubic_a, exclude, ex))
       return false;
   }
   n->out[0] = x;
