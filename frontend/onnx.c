@@ -920,7 +920,8 @@ static bool import_node(ox *im, const Onnx__NodeProto *p) {
 static bool import_initializers(ox *im, const Onnx__GraphProto *gp);
 
 /*
- * The graph attribute gp of node n imported inline into n's graph: its inputs bound to ins[nin],
+ * The graph attribute gp of node n imported inline into n's graph: its inputs bound to ins[nin]
+ * (or, where cins is given and cins[k] is set, to a copy of that known value),
  * its initializers and nodes defined in the one value table (outer values stay visible, as ONNX's
  * scoping says; inside, a name may be defined again, so that a body can be imported once per
  * step), its outputs in outs[nout] — or, where couts is given and an output is known at import,
@@ -928,7 +929,7 @@ static bool import_initializers(ox *im, const Onnx__GraphProto *gp);
  * be read after this.
  */
 /* A copy of c (owned by the caller); NULL on failure (the error set). */
-static ox_const *const_copy(ox *im, const ox_const *c) {
+ox_const *ox_const_copy(ox *im, const ox_const *c) {
   ox_const *o = ox_const_new(im, c->dtype, c->rank, c->dims);
   if (!o) return NULL;
   memcpy(o->d, c->d, c->n * sizeof *c->d);
@@ -945,7 +946,8 @@ static ox_const *const_copy(ox *im, const ox_const *c) {
 }
 
 bool ox_inline_graph(ox_node *n, const Onnx__GraphProto *gp, size_t nin, const kiln_value *ins,
-                     size_t nout, kiln_value *outs, ox_const **couts) {
+                     const ox_const *const *cins, size_t nout, kiln_value *outs,
+                     ox_const **couts) {
   ox *im = n->im;
   if (n->g != im->g)
     return ox_fail(n, KILN_ERR_UNSUPPORTED, "a graph attribute while folding");
@@ -956,8 +958,11 @@ bool ox_inline_graph(ox_node *n, const Onnx__GraphProto *gp, size_t nin, const k
     return ox_fail(n, KILN_ERR_UNSUPPORTED, "sparse initializers in a graph attribute");
   im->depth++;
   bool ok = import_initializers(im, gp);
-  for (size_t k = 0; ok && k < nin; k++)
-    ok = define(im, S(gp->input[k]->name), ins[k], NULL, true) != NULL;
+  for (size_t k = 0; ok && k < nin; k++) {
+    ox_const *c = cins && cins[k] ? ox_const_copy(im, cins[k]) : NULL;
+    ok = (!cins || !cins[k] || c) &&
+         define(im, S(gp->input[k]->name), c ? KILN_NO_VALUE : ins[k], c, true) != NULL;
+  }
   for (size_t k = 0; ok && k < gp->n_node; k++) ok = import_node(im, gp->node[k]);
   for (size_t k = 0; ok && k < nout; k++) {
     ox_value *v = lookup(im, S(gp->output[k]->name));
@@ -968,7 +973,7 @@ bool ox_inline_graph(ox_node *n, const Onnx__GraphProto *gp, size_t nin, const k
     }
     if (couts && v->c) { /* a known output stays known */
       outs[k] = KILN_NO_VALUE;
-      ok = (couts[k] = const_copy(im, v->c)) != NULL;
+      ok = (couts[k] = ox_const_copy(im, v->c)) != NULL;
       continue;
     }
     if (v->v == KILN_NO_VALUE && (v->v = materialize(im, im->g, v->c, v->name)) != KILN_NO_VALUE)

@@ -594,7 +594,7 @@ static kiln_value flex_mod(ox_node *n, const char *name, kiln_value x, kiln_dtyp
     return KILN_NO_VALUE;
   }
   kiln_value y;
-  if (!ox_inline_graph(n, at->g, 1, &x, 1, &y, NULL)) return KILN_NO_VALUE;
+  if (!ox_inline_graph(n, at->g, 1, &x, NULL, 1, &y, NULL)) return KILN_NO_VALUE;
   return ox_vdtype(n, y) == t ? y : kiln_cast(G, y, t);
 }
 

@@ -312,7 +312,6 @@ static bool op_causal_conv_with_state(ox_node *n) {
   }
   n->out[0] = y;
   if (ox_wants(n, 1)) {
-    if (k == 1) return ox_fail(n, KILN_ERR_UNSUPPORTED, "present_state of kernel size 1 is empty");
     n->out[1] = ox_slice_axis(n, padded, 2, xd[2], xd[2] + k - 1);
   }
   return true;

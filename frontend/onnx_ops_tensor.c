@@ -893,7 +893,7 @@ static bool op_if(ox_node *n) {
   const Onnx__AttributeProto *b = br[c->d[0] != 0];
   if (!b || b->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH || !b->g)
     return ox_fail(n, KILN_ERR_PARSE, "no %s graph", c->d[0] != 0 ? "then_branch" : "else_branch");
-  return ox_inline_graph(n, b->g, 0, NULL, n->nout, n->out, n->cout);
+  return ox_inline_graph(n, b->g, 0, NULL, NULL, n->nout, n->out, n->cout);
 }
 
 /* ---------------------------------------------------------- the table */
