@@ -919,15 +919,6 @@ static bool import_node(ox *im, const Onnx__NodeProto *p) {
 
 static bool import_initializers(ox *im, const Onnx__GraphProto *gp);
 
-/*
- * The graph attribute gp of node n imported inline into n's graph: its inputs bound to ins[nin]
- * (or, where cins is given and cins[k] is set, to a copy of that known value),
- * its initializers and nodes defined in the one value table (outer values stay visible, as ONNX's
- * scoping says; inside, a name may be defined again, so that a body can be imported once per
- * step), its outputs in outs[nout] — or, where couts is given and an output is known at import,
- * a copy of it in couts[k] (outs[k] then KILN_NO_VALUE). The value table may grow: n's input entries (n->in) must not
- * be read after this.
- */
 /* A copy of c (owned by the caller); NULL on failure (the error set). */
 ox_const *ox_const_copy(ox *im, const ox_const *c) {
   ox_const *o = ox_const_new(im, c->dtype, c->rank, c->dims);
@@ -945,6 +936,15 @@ ox_const *ox_const_copy(ox *im, const ox_const *c) {
   return o;
 }
 
+/*
+ * The graph attribute gp of node n imported inline into n's graph: its inputs bound to ins[nin]
+ * (or, where cins is given and cins[k] is set, to a copy of that known value), its initializers
+ * and nodes defined in the one value table (outer values stay visible, as ONNX's scoping says;
+ * inside, a name may be defined again, so that a body can be imported once per step), its
+ * outputs in outs[nout] — or, where couts is given and an output is known at import, a copy of
+ * it in couts[k] (outs[k] then KILN_NO_VALUE). The value table may grow: n's input entries
+ * (n->in) must not be read after this.
+ */
 bool ox_inline_graph(ox_node *n, const Onnx__GraphProto *gp, size_t nin, const kiln_value *ins,
                      const ox_const *const *cins, size_t nout, kiln_value *outs,
                      ox_const **couts) {

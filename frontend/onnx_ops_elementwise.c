@@ -568,8 +568,8 @@ static kiln_value div64(ox_node *n, kiln_value a, kiln_value b) {
 /* The inputs' count per group (groups of `per` after R and T); false if they do not split so. */
 static bool opt_inputs(ox_node *n, size_t per, opt_step *s, size_t *count) {
   if (n->nin < 2 + per || (n->nin - 2) % per || n->nout != n->nin - 2 - (n->nin - 2) / per)
-    return ox_fail(n, KILN_ERR_PARSE, "%zu inputs and %zu outputs do not make groups of %zu", n->nin,
-                   n->nout, per);
+    return ox_fail(n, KILN_ERR_PARSE, "%zu inputs and %zu outputs do not make groups of %zu",
+                   n->nin, n->nout, per);
   *count = (n->nin - 2) / per;
   kiln_value r = ox_in(n, 0), t = ox_in(n, 1);
   if (r == KILN_NO_VALUE || t == KILN_NO_VALUE) return false;

@@ -340,7 +340,8 @@ static bool op_col2im(ox_node *n) {
   if (!window_in_range(n, x, &w)) return false;
   for (int a = 0; a < 2; a++) {
     if (img[a] < 1 || img[a] > OX_WINDOW_MAX)
-      return ox_fail(n, KILN_ERR_UNSUPPORTED, "image dim %lld outside [1, 2^30]", (long long)img[a]);
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "image dim %lld outside [1, 2^30]",
+                     (long long)img[a]);
     l[a] = (img[a] + w.pad[a] + w.pad[a + 2] - (w.d[a] * (w.k[a] - 1) + 1)) / w.s[a] + 1;
     if (l[a] < 1) return ox_fail(n, KILN_ERR_PARSE, "no block fits the image");
   }
@@ -452,7 +453,9 @@ static bool pool_nd(ox_node *n, pool_kind kind) {
   kiln_value y = x;
   if (kind == POOL_LP) {
     kiln_value a = kiln_unary(G, "abs", x);
-    y = p == 1 ? a : p == 2 ? kiln_mul(G, x, x) : kiln_binary(G, "pow", a, ox_scalar_like(n, x, (double)p));
+    y = p == 1   ? a
+        : p == 2 ? kiln_mul(G, x, x)
+                 : kiln_binary(G, "pow", a, ox_scalar_like(n, x, (double)p));
   }
   kiln_dim od[KILN_MAX_RANK];
   memcpy(od, xd, sizeof od);

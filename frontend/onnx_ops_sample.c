@@ -251,7 +251,9 @@ static bool dft_axis_input(ox_node *n, int r, int *axis) {
 
 /* DFT (opset 17) as two matmuls with cos / sin matrices along the axis,
  * moved last: forward Y = (C xr + S xi) + i (C xi - S xr), inverse with the
- * signs of S flipped and a 1/N; onesided keeps N/2 + 1 frequencies. */
+ * signs of S flipped and a 1/N; onesided keeps N/2 + 1 frequencies. The
+ * onesided inverse is numpy's irfft: the half spectrum's N points to L real
+ * values (dft_length, else 2 (N - 1)), the points between 0 and L/2 twice. */
 static bool op_dft(ox_node *n) {
   kiln_value x = ox_in0(n);
   if (x == KILN_NO_VALUE) return false;
@@ -267,21 +269,30 @@ static bool op_dft(ox_node *n) {
   }
   bool inverse = ox_attr_i(n, "inverse", 0) != 0, onesided = ox_attr_i(n, "onesided", 0) != 0;
   int64_t N = d[axis];
-  if (N < 1 || N > 1024)
-    return ox_fail(n, KILN_ERR_UNSUPPORTED, "a DFT of %lld points", (long long)N);
+  bool irfft = onesided && inverse; /* N Hermitian half-spectrum points in, L real values out */
+  int64_t L = irfft ? 2 * (N - 1) : N;
   if (ox_has(n, 1)) {
     const ox_const *c = ox_known(n, 1);
     if (!c) return ox_need_known(n, 1);
-    if (c->n != 1 || c->d[0] != (double)N)
+    if (c->n != 1 || (!irfft && c->d[0] != (double)N))
       return ox_fail(n, KILN_ERR_UNSUPPORTED, "dft_length other than the axis length");
+    L = (int64_t)c->d[0];
   }
-  if (onesided && inverse) return ox_fail(n, KILN_ERR_UNSUPPORTED, "onesided inverse DFT");
-  int64_t K = onesided ? N / 2 + 1 : N;
+  if (N < 1 || N > 1024 || L < 1 || L > 1024)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "a DFT of %lld points", (long long)(irfft ? L : N));
+  int64_t K = irfft ? L : onesided ? N / 2 + 1 : N;
   double *cs = malloc((size_t)(2 * N * K) * sizeof *cs);
   if (!cs) return ox_fail(n, KILN_ERR_NOMEM, "out of memory");
-  double scale = inverse ? 1.0 / (double)N : 1.0;
+  double scale = inverse ? 1.0 / (double)(irfft ? L : N) : 1.0;
   for (int64_t j = 0; j < N; j++)
     for (int64_t k = 0; k < K; k++) { /* [N, K]: x (.., N) @ m -> (.., K) */
+      if (irfft) { /* numpy's irfft: input j < L/2 + 1 counts twice but for 0 and L/2 */
+        double t = 2 * M_PI * (double)((j * k) % L) / (double)L;
+        double w = j > L / 2 ? 0 : j == 0 || 2 * j == L ? 1 : 2;
+        cs[j * K + k] = w * cos(t) * scale;
+        cs[N * K + j * K + k] = -w * sin(t) * scale;
+        continue;
+      }
       double t = 2 * M_PI * (double)((j * k) % N) / (double)N;
       cs[j * K + k] = cos(t) * scale;
       cs[N * K + j * K + k] = sin(t) * scale * (inverse ? -1 : 1);
@@ -324,7 +335,7 @@ static bool op_dft(ox_node *n) {
   for (int c = 0; c < 2; c++)
     ys[c] = ox_reshape(n, kiln_transpose(G, ys[c], (size_t)(r - 1), inv), r, od);
   kiln_attr a = kiln_attr_int("axis", r - 1);
-  n->out[0] = kiln_op(G, "concat", 2, ys, 1, &a);
+  n->out[0] = irfft ? ys[0] : kiln_op(G, "concat", 2, ys, 1, &a); /* irfft: real values */
   return true;
 }
 

@@ -548,7 +548,9 @@ static bool op_pad(ox_node *n) {
     if (ox_has(n, 2)) {
       const ox_const *cv = ox_known(n, 2);
       if (!cv && (fill = ox_in(n, 2)) == KILN_NO_VALUE) return false;
-      if (cv ? cv->n != 1 : ox_vrank(n, fill) > 1 || (ox_vrank(n, fill) && ox_vdim(n, fill, 0) != 1))
+      int fr = cv ? 0 : ox_vrank(n, fill);
+      bool scalar = cv ? cv->n == 1 : fr == 0 || (fr == 1 && ox_vdim(n, fill, 0) == 1);
+      if (!scalar)
         return ox_fail(n, KILN_ERR_PARSE, "constant_value must be a scalar");
       if (cv) value = cv->d[0];
     }
