@@ -520,7 +520,10 @@ static bool op_linear_attention(ox_node *n) {
   kiln_value q4 = la_heads(n, q, hq), k4 = la_heads(n, k, hk), v4 = la_heads(n, v, hk);
   if (q4 == KILN_NO_VALUE || k4 == KILN_NO_VALUE || v4 == KILN_NO_VALUE) return false;
   kiln_dim b = ox_vdim(n, q, 0);
-  int64_t dk = ox_vdim(n, q4, 3), dv = ox_vdim(n, v4, 3), grp = hq / hk;
+  int64_t dk = ox_vdim(n, q4, 3), dv = ox_vdim(n, v4, 3), grp = hq / hk, hdv;
+  if (dk < 1 || dv < 1 || __builtin_mul_overflow(hq, dv, &hdv))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "head sizes %lld and %lld", (long long)dk,
+                   (long long)dv);
   if (ox_vdim(n, k4, 3) != dk)
     return ox_fail(n, KILN_ERR_PARSE, "key's head size %lld is not query's %lld",
                    (long long)ox_vdim(n, k4, 3), (long long)dk);
@@ -576,7 +579,7 @@ static bool op_linear_attention(ox_node *n) {
   if (scale == 0.0) scale = 1.0 / sqrt((double)dk);
   y = kiln_mul(G, y, kiln_scalar(G, KILN_F32, scale));
   int64_t perm[4] = {0, 2, 1, 3};
-  kiln_dim od[3] = {b, steps, hq * dv};
+  kiln_dim od[3] = {b, steps, hdv};
   y = ox_reshape(n, kiln_transpose(G, y, 4, perm), 3, od);
   n->out[0] = kiln_cast(G, y, out_t);
   if (ox_wants(n, 1)) n->out[1] = kiln_cast(G, s, state_t);

@@ -336,8 +336,8 @@ static bool op_col2im(ox_node *n) {
   const int64_t *p = ox_attr_ints(n, "pads", &c);
   if (p && c != 4) return ox_fail(n, KILN_ERR_PARSE, "pads has %zu entries, not 4", c);
   if (p) memcpy(w.pad, p, sizeof w.pad);
+  if (!window_in_range(n, x, &w)) return false; /* block dims in [1, 2^30] */
   int64_t l[2], kk = blk[0] * blk[1];
-  if (!window_in_range(n, x, &w)) return false;
   for (int a = 0; a < 2; a++) {
     if (img[a] < 1 || img[a] > OX_WINDOW_MAX)
       return ox_fail(n, KILN_ERR_UNSUPPORTED, "image dim %lld outside [1, 2^30]",
@@ -347,7 +347,10 @@ static bool op_col2im(ox_node *n) {
   }
   kiln_dim xd[3];
   ox_dims_of(n, x, xd);
-  if (xd[1] < 0 || xd[1] % kk || xd[2] != l[0] * l[1])
+  if (xd[1] > 0 && xd[1] > ((int64_t)1 << 24) / kk) /* the one-hot kernel: xd[1] kk elements */
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "a kernel of %lld x %lld elements", (long long)xd[1],
+                   (long long)kk);
+  if (xd[1] < 1 || xd[1] % kk || xd[2] != l[0] * l[1])
     return ox_fail(n, KILN_ERR_PARSE, "input [N, %lld, %lld] is not [N, C * %lld, %lld]",
                    (long long)xd[1], (long long)xd[2], (long long)kk, (long long)(l[0] * l[1]));
   int64_t ch = xd[1] / kk;
@@ -508,6 +511,10 @@ static bool pool_nd(ox_node *n, pool_kind kind) {
     y = acc;
     od[a + 2] = out;
     if (kind != POOL_AVG) continue;
+    if (out > ((int64_t)1 << 26)) {
+      ok = ox_fail(n, KILN_ERR_UNSUPPORTED, "an average pool of more than 2^26 outputs");
+      break;
+    }
     if (!(cnt[a] = malloc((size_t)out * sizeof *cnt[a]))) {
       ok = ox_fail(n, KILN_ERR_NOMEM, "out of memory");
       break;
@@ -524,9 +531,13 @@ static bool pool_nd(ox_node *n, pool_kind kind) {
   if (ok && kind == POOL_AVG) { /* divide by the product of the per-axis counts */
     size_t total = 1;
     kiln_dim cd4[KILN_MAX_RANK] = {1, 1};
-    for (int a = 0; a < sp; a++) total *= (size_t)od[a + 2], cd4[a + 2] = od[a + 2];
-    double *div = malloc(total * sizeof *div);
-    if (!div) ok = ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+    for (int a = 0; ok && a < sp; a++) {
+      cd4[a + 2] = od[a + 2];
+      if (__builtin_mul_overflow(total, (size_t)od[a + 2], &total) || total > ((size_t)1 << 26))
+        ok = ox_fail(n, KILN_ERR_UNSUPPORTED, "an average pool of more than 2^26 outputs");
+    }
+    double *div = ok ? malloc(total * sizeof *div) : NULL;
+    if (ok && !div) ok = ox_fail(n, KILN_ERR_NOMEM, "out of memory");
     for (size_t e = 0; div && e < total; e++) {
       size_t rest = e;
       double v = 1;

@@ -444,6 +444,9 @@ static bool resize_axis(ox_node *n, kiln_value *x, int r, int axis, int64_t in, 
                         double cubic_a, bool exclude, const resize_extra *ex) {
   bool aa = ex->antialias && strcmp(mode, "nearest");
   size_t cap = aa ? RESIZE_MAX_TAPS : 4;
+  if (aa && out > ((int64_t)1 << 20))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "antialias to %lld entries (at most 2^20)",
+                   (long long)out);
   int64_t *idx = malloc((size_t)(cap * (size_t)out + 1) * sizeof *idx);
   double *w = malloc((size_t)(cap * (size_t)out + 1) * sizeof *w);
   double *outside = ex->roi ? calloc((size_t)out, sizeof *outside) : NULL;
