@@ -15,18 +15,19 @@
 
 /* ---------------------------------------------------------- GridSample */
 
-/* GridSample (2-D) as PyTorch's grid_sample computes it, in f64: the grid's
+/* GridSample (2-D and 3-D) as PyTorch's grid_sample computes it, in f64: the grid's
  * [-1, 1] coordinates are unnormalized (align_corners or not); nearest and
  * bilinear first pad the coordinate (border: clip; reflection: reflect,
  * then clip), bicubic pads each of its 4 x 4 taps (A = -0.75). Each tap is
  * a gather from the flattened input, 0 outside it. */
 typedef struct gs {
   kiln_value flat; /* the input, flattened, f64 */
-  kiln_value nc;   /* i64 (n * C + c) * H over [N, C, Ho, Wo] */
-  int64_t H, W;
+  kiln_value nc;   /* i64 (n * C + c) over [N, C, 1, 1(, 1)] */
+  int sp;          /* 2, or 3 (volumetric: D, H, W) */
+  int64_t D, H, W;
   bool align;
   int pad;        /* 0 zeros, 1 border, 2 reflection */
-  kiln_dim od[4]; /* N, C, Ho, Wo */
+  kiln_dim od[5]; /* N, C, (Do,) Ho, Wo */
 } gs;
 
 static kiln_value gs_c(ox_node *n, double v) { return kiln_scalar(G, KILN_F64, v); }
@@ -58,21 +59,26 @@ static kiln_value gs_pad(ox_node *n, const gs *s, kiln_value v, int64_t size) {
   return v;
 }
 
-/* The input at integer coordinates (x, y), 0 outside. */
-static kiln_value gs_tap(ox_node *n, const gs *s, kiln_value x, kiln_value y) {
-  x = kiln_unary(G, "floor", x);
-  y = kiln_unary(G, "floor", y);
-  kiln_value in = kiln_binary(G, "logical_and", kiln_binary(G, "ge", x, gs_c(n, 0)),
-                              kiln_binary(G, "le", x, gs_c(n, (double)(s->W - 1))));
-  in = kiln_binary(G, "logical_and", in, kiln_binary(G, "ge", y, gs_c(n, 0)));
-  in = kiln_binary(G, "logical_and", in, kiln_binary(G, "le", y, gs_c(n, (double)(s->H - 1))));
-  kiln_value xi = kiln_cast(G, gs_clip(n, x, s->W), KILN_I64);
-  kiln_value yi = kiln_cast(G, gs_clip(n, y, s->H), KILN_I64);
-  kiln_value lin = kiln_mul(G, kiln_add(G, s->nc, yi), kiln_scalar(G, KILN_I64, (double)s->W));
-  lin = ox_broadcast_to(n, kiln_add(G, lin, xi), 4, s->od);
+/* The input at integer coordinates (x, y[, z]), 0 outside. */
+static kiln_value gs_tap3(ox_node *n, const gs *s, kiln_value x, kiln_value y, kiln_value z) {
+  kiln_value c[3] = {z, y, x}, in = KILN_NO_VALUE, lin = s->nc;
+  int64_t size[3] = {s->D, s->H, s->W};
+  for (int k = 3 - s->sp; k < 3; k++) { /* lin = ((nc D + z) H + y) W + x */
+    kiln_value v = kiln_unary(G, "floor", c[k]);
+    kiln_value ok = kiln_binary(G, "logical_and", kiln_binary(G, "ge", v, gs_c(n, 0)),
+                                kiln_binary(G, "le", v, gs_c(n, (double)(size[k] - 1))));
+    in = in == KILN_NO_VALUE ? ok : kiln_binary(G, "logical_and", in, ok);
+    kiln_value vi = kiln_cast(G, gs_clip(n, v, size[k]), KILN_I64);
+    lin = kiln_add(G, kiln_mul(G, lin, kiln_scalar(G, KILN_I64, (double)size[k])), vi);
+  }
+  lin = ox_broadcast_to(n, lin, s->sp + 2, s->od);
   kiln_value g[2] = {s->flat, lin};
   kiln_attr a = kiln_attr_int("axis", 0);
   return ox_select3(n, in, kiln_op(G, "gather", 2, g, 1, &a), gs_c(n, 0));
+}
+
+static kiln_value gs_tap(ox_node *n, const gs *s, kiln_value x, kiln_value y) {
+  return gs_tap3(n, s, x, y, KILN_NO_VALUE);
 }
 
 static void gs_cubic(ox_node *n, kiln_value t, kiln_value w[4]) {
@@ -144,19 +150,91 @@ static bool op_affine_grid(ox_node *n) {
   return true;
 }
 
+/* The grid's [-1, 1] coordinate k over an axis of `size`, unnormalised and padded. */
+static kiln_value gs_coord(ox_node *n, const gs *s, kiln_value g64, int r, int k, int64_t size) {
+  kiln_dim pd[5];
+  for (int j = 0; j < r; j++) /* [N, 1, spatial...] */
+    pd[j] = j == 0 ? ox_vdim(n, g64, 0) : j == 1 ? 1 : ox_vdim(n, g64, j - 1);
+  kiln_value v = ox_reshape(n, ox_slice_axis(n, g64, r - 1, k, k + 1), r, pd);
+  v = kiln_add(G, v, gs_c(n, 1));
+  if (s->align)
+    v = kiln_mul(G, v, gs_c(n, (double)(size - 1) / 2));
+  else
+    v = kiln_mul(G, kiln_binary(G, "sub", kiln_mul(G, v, gs_c(n, (double)size)), gs_c(n, 1)),
+                 gs_c(n, 0.5));
+  return gs_pad(n, s, v, size);
+}
+
+/* Volumetric GridSample (x [N, C, D, H, W], grid [N, Do, Ho, Wo, 3] of (x, y, z)): nearest or
+   trilinear, as PyTorch's grid_sample and ONNX's reference; not cubic (ONNX defines it only in
+   2-D). */
+static bool grid_sample_3d(ox_node *n, kiln_value x, kiln_value grid, const kiln_dim *d,
+                           const kiln_dim *gd) {
+  char mode[32], pad[32];
+  snprintf(mode, sizeof mode, "%s", ox_attr_s(n, "mode", n->opset >= 20 ? "linear" : "bilinear"));
+  snprintf(pad, sizeof pad, "%s", ox_attr_s(n, "padding_mode", "zeros"));
+  gs s = {.sp = 3, .D = d[2], .H = d[3], .W = d[4],
+          .align = ox_attr_i(n, "align_corners", 0) != 0,
+          .pad = !strcmp(pad, "border") ? 1 : !strcmp(pad, "reflection") ? 2 : 0,
+          .od = {d[0], d[1], gd[1], gd[2], gd[3]}};
+  if (s.pad == 0 && strcmp(pad, "zeros"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "padding_mode '%s'", pad);
+  bool nearest = !strcmp(mode, "nearest");
+  if (!nearest && strcmp(mode, "linear") && strcmp(mode, "bilinear"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "mode '%s' of a volumetric GridSample", mode);
+  kiln_dim flat, nc[5] = {d[0], d[1], 1, 1, 1};
+  if (!ox_dims_product(n, d, 0, 5, &flat)) return false;
+  s.flat = ox_reshape(n, kiln_cast(G, x, KILN_F64), 1, &flat);
+  kiln_value ni = ox_iota_i64(n, 5, nc, 0), ci = ox_iota_i64(n, 5, nc, 1);
+  s.nc = kiln_add(G, kiln_mul(G, ni, kiln_scalar(G, KILN_I64, (double)d[1])), ci);
+  kiln_value g64 = kiln_cast(G, grid, KILN_F64), c[3];
+  int64_t size[3] = {s.W, s.H, s.D};
+  for (int k = 0; k < 3; k++) c[k] = gs_coord(n, &s, g64, 5, k, size[k]); /* x, y, z */
+  kiln_value y;
+  if (nearest) {
+    y = gs_tap3(n, &s, kiln_unary(G, "round", c[0]), kiln_unary(G, "round", c[1]),
+                kiln_unary(G, "round", c[2]));
+  } else {
+    kiln_value lo[3], w[3][2];
+    for (int k = 0; k < 3; k++) {
+      lo[k] = kiln_unary(G, "floor", c[k]);
+      w[k][1] = kiln_binary(G, "sub", c[k], lo[k]);
+      w[k][0] = kiln_binary(G, "sub", gs_c(n, 1), w[k][1]);
+    }
+    y = KILN_NO_VALUE;
+    for (int corner = 0; corner < 8; corner++) {
+      kiln_value at[3], wt = KILN_NO_VALUE;
+      for (int k = 0; k < 3; k++) {
+        int b = corner >> k & 1;
+        at[k] = b ? kiln_add(G, lo[k], gs_c(n, 1)) : lo[k];
+        wt = wt == KILN_NO_VALUE ? w[k][b] : kiln_mul(G, wt, w[k][b]);
+      }
+      kiln_value t = kiln_mul(G, gs_tap3(n, &s, at[0], at[1], at[2]), wt);
+      y = y == KILN_NO_VALUE ? t : kiln_add(G, y, t);
+    }
+  }
+  n->out[0] = kiln_cast(G, y, ox_vdtype(n, x));
+  return true;
+}
+
 static bool op_grid_sample(ox_node *n) {
   kiln_value x = ox_in0(n), grid = ox_in(n, 1);
   if (x == KILN_NO_VALUE || grid == KILN_NO_VALUE) return false;
   kiln_dim d[KILN_MAX_RANK], gd[KILN_MAX_RANK];
-  if (ox_dims_of(n, x, d) != 4 || ox_dims_of(n, grid, gd) != 4 || gd[3] != 2)
-    return ox_fail(n, KILN_ERR_UNSUPPORTED, "GridSample beyond 2-D");
-  for (int k = 0; k < 4; k++)
+  int r = ox_dims_of(n, x, d);
+  if ((r != 4 && r != 5) || ox_dims_of(n, grid, gd) != r || gd[r - 1] != r - 2)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "GridSample beyond 2-D and 3-D");
+  for (int k = 0; k < r; k++)
     if (d[k] < 0 || gd[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
+  if (r == 5)
+    return grid_sample_3d(n, x, grid, d, gd);
   char mode[32], pad[32];
   /* opset 20 renamed bilinear and bicubic to linear and cubic (the same on 2-D grids) */
   snprintf(mode, sizeof mode, "%s", ox_attr_s(n, "mode", n->opset >= 20 ? "linear" : "bilinear"));
   snprintf(pad, sizeof pad, "%s", ox_attr_s(n, "padding_mode", "zeros"));
-  gs s = {.H = d[2],
+  gs s = {.sp = 2,
+          .D = 1,
+          .H = d[2],
           .W = d[3],
           .align = ox_attr_i(n, "align_corners", 0) != 0,
           .pad = !strcmp(pad, "border")       ? 1
@@ -174,8 +252,7 @@ static bool op_grid_sample(ox_node *n) {
   if (!ox_dims_product(n, d, 0, 4, &flat)) return false;
   s.flat = ox_reshape(n, kiln_cast(G, x, KILN_F64), 1, &flat);
   kiln_value ni = ox_iota_i64(n, 4, nc, 0), ci = ox_iota_i64(n, 4, nc, 1);
-  s.nc = kiln_mul(G, kiln_add(G, kiln_mul(G, ni, kiln_scalar(G, KILN_I64, (double)d[1])), ci),
-                  kiln_scalar(G, KILN_I64, (double)d[2]));
+  s.nc = kiln_add(G, kiln_mul(G, ni, kiln_scalar(G, KILN_I64, (double)d[1])), ci);
   kiln_dim pd[4] = {gd[0], 1, gd[1], gd[2]};
   kiln_value g64 = kiln_cast(G, grid, KILN_F64), c[2];
   for (int k = 0; k < 2; k++) { /* c[0] = x (width), c[1] = y (height) */
