@@ -67,6 +67,7 @@ struct ox {
   char *needed;    /* if set: the ONNX value the first failure needed known (ox_need_known) */
   size_t needed_cap;
   bool consume; /* imported once: each initializer's bytes are freed once decoded */
+  int depth;    /* > 0 inside a graph attribute imported inline (ox_inline_graph) */
 };
 
 static const char *S(const char *s) { return s ? s : ""; }
@@ -877,13 +878,25 @@ static bool note_sym(const ox_node *n) {
   return true;
 }
 
+/* The ops of ONNX's preview domains that Kiln maps (in the tables with the others). */
+static bool preview_op(const char *domain, const char *op_type) {
+  if (!strcmp(domain, "ai.onnx.preview")) return !strcmp(op_type, "FlexAttention");
+  return !strcmp(domain, "ai.onnx.preview.training") &&
+         (!strcmp(op_type, "Adagrad") || !strcmp(op_type, "Adam") || !strcmp(op_type, "Momentum"));
+}
+
 static bool import_node(ox *im, const Onnx__NodeProto *p) {
   const ox_op *op = ox_find_op(S(p->op_type));
   ox_node n = {.im = im, .p = p, .op = op, .g = im->g, .opset = im->opset};
   const char *domain = S(p->domain);
-  if (*domain && strcmp(domain, "ai.onnx"))
-    return ox_fail(&n, KILN_ERR_UNSUPPORTED, "op domain '%s' is not supported (only ai.onnx)",
+  bool preview = *domain && strcmp(domain, "ai.onnx") && preview_op(domain, S(p->op_type));
+  if (*domain && strcmp(domain, "ai.onnx") && !preview)
+    return ox_fail(&n, KILN_ERR_UNSUPPORTED,
+                   "op domain '%s' is not supported (only ai.onnx, and FlexAttention, Adagrad, "
+                   "Adam and Momentum of its preview domains)",
                    domain);
+  if (!preview && im->opset < 0)
+    return ox_fail(&n, KILN_ERR_UNSUPPORTED, "the model imports no opset of the ai.onnx domain");
   if (!op)
     return ox_fail(&n, KILN_ERR_UNSUPPORTED, "op type '%s' is not supported by Kiln",
                    S(p->op_type));
@@ -932,9 +945,76 @@ static bool import_node(ox *im, const Onnx__NodeProto *p) {
                            p->output[k]);
       continue;
     }
-    if (!define(im, p->output[k], n.cout[k] ? KILN_NO_VALUE : n.out[k], n.cout[k], false))
+    if (!define(im, p->output[k], n.cout[k] ? KILN_NO_VALUE : n.out[k], n.cout[k], im->depth > 0))
       ok = false;
   }
+  return ok;
+}
+
+static bool import_initializers(ox *im, const Onnx__GraphProto *gp);
+
+/* A copy of c (owned by the caller); NULL on failure (the error set). */
+ox_const *ox_const_copy(ox *im, const ox_const *c) {
+  ox_const *o = ox_const_new(im, c->dtype, c->rank, c->dims);
+  if (!o) return NULL;
+  memcpy(o->d, c->d, c->n * sizeof *c->d);
+  if (c->i && o->i) memcpy(o->i, c->i, c->n * sizeof *c->i);
+  if (c->sym) {
+    if (!(o->sym = malloc(c->n ? c->n : 1))) {
+      ox_const_free(o);
+      fail(im, KILN_ERR_NOMEM, "out of memory");
+      return NULL;
+    }
+    memcpy(o->sym, c->sym, c->n);
+  }
+  return o;
+}
+
+/*
+ * The graph attribute gp of node n imported inline into n's graph: its inputs bound to ins[nin]
+ * (or, where cins is given and cins[k] is set, to a copy of that known value), its initializers
+ * and nodes defined in the one value table (outer values stay visible, as ONNX's scoping says;
+ * inside, a name may be defined again, so that a body can be imported once per step), its
+ * outputs in outs[nout] — or, where couts is given and an output is known at import, a copy of
+ * it in couts[k] (outs[k] then KILN_NO_VALUE). The value table may grow: n's input entries
+ * (n->in) must not be read after this.
+ */
+bool ox_inline_graph(ox_node *n, const Onnx__GraphProto *gp, size_t nin, const kiln_value *ins,
+                     const ox_const *const *cins, size_t nout, kiln_value *outs,
+                     ox_const **couts) {
+  ox *im = n->im;
+  if (n->g != im->g)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "a graph attribute while folding");
+  if (gp->n_input != nin || gp->n_output != nout)
+    return ox_fail(n, KILN_ERR_PARSE, "graph attribute '%s' has %zu inputs and %zu outputs, "
+                   "not %zu and %zu", S(gp->name), gp->n_input, gp->n_output, nin, nout);
+  if (gp->n_sparse_initializer)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "sparse initializers in a graph attribute");
+  im->depth++;
+  bool ok = import_initializers(im, gp);
+  for (size_t k = 0; ok && k < nin; k++) {
+    ox_const *c = cins && cins[k] ? ox_const_copy(im, cins[k]) : NULL;
+    ok = (!cins || !cins[k] || c) &&
+         define(im, S(gp->input[k]->name), c ? KILN_NO_VALUE : ins[k], c, true) != NULL;
+  }
+  for (size_t k = 0; ok && k < gp->n_node; k++) ok = import_node(im, gp->node[k]);
+  for (size_t k = 0; ok && k < nout; k++) {
+    ox_value *v = lookup(im, S(gp->output[k]->name));
+    if (!v) {
+      ok = ox_fail(n, KILN_ERR_PARSE, "output '%s' of graph attribute '%s' is not defined",
+                   S(gp->output[k]->name), S(gp->name));
+      break;
+    }
+    if (couts && v->c) { /* a known output stays known */
+      outs[k] = KILN_NO_VALUE;
+      ok = (couts[k] = ox_const_copy(im, v->c)) != NULL;
+      continue;
+    }
+    if (v->v == KILN_NO_VALUE && (v->v = materialize(im, im->g, v->c, v->name)) != KILN_NO_VALUE)
+      borrow_stored(im->g, v->v, v->c);
+    ok = (outs[k] = v->v) != KILN_NO_VALUE;
+  }
+  im->depth--;
   return ok;
 }
 
@@ -954,13 +1034,14 @@ static bool import_initializers(ox *im, const Onnx__GraphProto *gp) {
       free(c);
       return false;
     }
-    if (im->consume) { /* decoded: its bytes (a copy protobuf-c made) are not read again */
+    if (im->consume && !im->depth) { /* decoded: its bytes (a copy protobuf-c made) are not
+                                          read again (a graph attribute's may be) */
       Onnx__TensorProto *owned = gp->initializer[k];
       free(owned->raw_data.data);
       owned->raw_data.data = NULL;
       owned->raw_data.len = 0;
     }
-    if (!define(im, t->name, KILN_NO_VALUE, c, false)) return false;
+    if (!define(im, t->name, KILN_NO_VALUE, c, im->depth > 0)) return false;
   }
   return true;
 }
@@ -1126,10 +1207,9 @@ static bool find_opset(ox *im, const Onnx__ModelProto *m) {
     const char *d = S(m->opset_import[k]->domain);
     if (!*d || !strcmp(d, "ai.onnx")) im->opset = m->opset_import[k]->version;
   }
-  if (im->opset < 0) {
-    if (m->n_opset_import) return fail(im, KILN_ERR_UNSUPPORTED, "no opset of the ai.onnx domain");
+  if (im->opset < 0 && !m->n_opset_import)
     im->opset = 1; /* IR version 2 and older had no opset_import */
-  }
+  /* else, with no ai.onnx opset, only the preview domains' ops import (import_node) */
   return true;
 }
 

@@ -118,9 +118,18 @@ void ox_attrs_accept(ox_node *n, const char *const *names);
 /* After the converter: false (the node's error set) if an attribute was not read (onnx_attrs.c). */
 bool ox_attrs_all_read(ox_node *n);
 
+/* The graph attribute gp imported inline into n's graph, its inputs bound to ins (or known values
+   cins), its outputs in outs (or, with couts, the known ones as copies in couts) (onnx.c). The value table may grow:
+   read n's inputs (ox_in, ox_known) before. */
+bool ox_inline_graph(ox_node *n, const Onnx__GraphProto *gp, size_t nin, const kiln_value *ins,
+                     const ox_const *const *cins, size_t nout, kiln_value *outs,
+                     ox_const **couts);
+
 /* Decodes a TensorProto into *c (arrays malloc'ed); `what` names it in messages. */
 bool ox_tensor_decode(ox *im, const Onnx__TensorProto *t, const char *what, ox_const *c);
 ox_const *ox_const_new(ox *im, kiln_dtype dt, int rank, const int64_t *dims);
+/* A copy of c, owned by the caller (onnx.c); NULL on failure, the error set. */
+ox_const *ox_const_copy(ox *im, const ox_const *c);
 void ox_const_free(ox_const *c);
 /* The Kiln dtype of ONNX data type `t`; false if Kiln has none. */
 bool ox_dtype(int32_t t, kiln_dtype *out);

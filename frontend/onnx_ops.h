@@ -3,16 +3,19 @@
  *
  *   onnx_ops.c              the lookup of an op type in the tables below
  *   onnx_ops_common.c       helpers: axes, dims, known integer inputs, gathers
- *   onnx_ops_attention.c    Attention, RotaryEmbedding (the transformer ops)
- *   onnx_ops_elementwise.c  elementwise ops and activations
- *   onnx_ops_index.c        masks, CumSum, TopK, OneHot, scatters, GatherND,
+ *   onnx_ops_attention.c    Attention, RotaryEmbedding, LinearAttention,
+ *                           FlexAttention (the transformer ops)
+ *   onnx_ops_elementwise.c  elementwise ops and activations, the optimizer
+ *                           updates (Adagrad, Adam, Momentum)
+ *   onnx_ops_index.c        masks, CumSum, TopK, OneHot, scatters, TensorScatter, GatherND,
  *                           ReverseSequence, Det
- *   onnx_ops_nn.c           MatMul, Gemm, Conv, pools, normalizations, softmax,
+ *   onnx_ops_nn.c           MatMul, Gemm, Conv, CausalConvWithState, Col2Im,
+ *                           pools, normalizations, softmax,
  *                           losses, Einsum
- *   onnx_ops_rnn.c          RNN, GRU, LSTM (unrolled over the sequence)
+ *   onnx_ops_rnn.c          RNN, GRU, LSTM, Scan (unrolled over the sequence)
  *   onnx_ops_sample.c       Resize, Upsample, GridSample, DFT
  *   onnx_ops_tensor.c       reductions, shapes, slicing, gathers, values known
- *                           at import
+ *                           at import, If on a known condition
  *
  * Each op file ends with its table of {ONNX op type, function, fold, IR op};
  * the IR op name lets one function serve every op type that is a single IR

@@ -1,6 +1,8 @@
 /*
- * onnx_ops_attention.c — ONNX's transformer ops: Attention (opsets 23 to 25) and
- * RotaryEmbedding (opset 23). RMSNormalization is with the other norms in onnx_ops_nn.c.
+ * onnx_ops_attention.c — ONNX's transformer ops: Attention (opsets 23 to 25),
+ * RotaryEmbedding (opset 23), LinearAttention (opset 27, unrolled over the sequence) and
+ * FlexAttention (ai.onnx.preview; composed, its graph attributes imported inline).
+ * RMSNormalization is with the other norms in onnx_ops_nn.c.
  *
  * Attention maps onto the IR's `attention` op wherever its form fits — no softcap, no
  * qk_matmul_output, a positive scale — so that kp_attention_tiling turns it into
@@ -22,6 +24,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "frontend/onnx_ops.h"
@@ -457,10 +460,205 @@ static bool op_attention(ox_node *n) {
   return true;
 }
 
+/* ---------------------------------------------------------- LinearAttention */
+
+/* Linear attention's recurrence is unrolled over a static sequence of at most this many steps, as
+   the RNNs are (onnx_ops_rnn.c). */
+#define LA_MAX_STEPS 4096
+
+/* x[B, T, H * D] as f32 [B, H, T, D]. */
+static kiln_value la_heads(ox_node *n, kiln_value x, int64_t h) {
+  kiln_dim d[3];
+  ox_dims_of(n, x, d);
+  if (d[2] < 0 || d[2] % h) {
+    ox_fail(n, KILN_ERR_UNSUPPORTED, "last dim %lld is not static or not divisible by %lld",
+            (long long)d[2], (long long)h);
+    return KILN_NO_VALUE;
+  }
+  kiln_dim four[4] = {d[0], d[1], h, d[2] / h};
+  int64_t perm[4] = {0, 2, 1, 3};
+  return kiln_transpose(G, ox_reshape(n, kiln_cast(G, x, KILN_F32), 4, four), 4, perm);
+}
+
+/* Step t of a [B, H, T, D] value: [B, H, 1, D]. */
+static kiln_value la_step(ox_node *n, kiln_value x, int64_t t) {
+  return ox_slice_axis(n, x, 2, t, t + 1);
+}
+
+/*
+ * LinearAttention (opset 27), as ONNX's reference: in f32, the state S[B, Hkv, dk, dv] (past_state
+ * or zeros) is, at each step, decayed by exp(decay) (gated rules), has the delta correction
+ * v <- beta (v - k S) (delta rules) and k's outer product with v added; the output of the step
+ * is scale q S, q head h reading kv head h / (Hq / Hkv). Unrolled over the static sequence.
+ */
+static bool op_linear_attention(ox_node *n) {
+  kiln_value q = ox_in(n, 0), k = ox_in(n, 1), v = ox_in(n, 2);
+  if (q == KILN_NO_VALUE || k == KILN_NO_VALUE || v == KILN_NO_VALUE) return false;
+  ox_attr_i(n, "chunk_size", 64); /* a tuning hint: no effect on the result */
+  int64_t hq = ox_attr_i(n, "q_num_heads", 0), hk = ox_attr_i(n, "kv_num_heads", 0);
+  double scale = ox_attr_f(n, "scale", 0.0);
+  const char *rule = ox_attr_s(n, "update_rule", "gated_delta");
+  bool gated = !strcmp(rule, "gated") || !strcmp(rule, "gated_delta");
+  bool delta = !strcmp(rule, "delta") || !strcmp(rule, "gated_delta");
+  if (!gated && !delta && strcmp(rule, "linear"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "update_rule '%s'", rule);
+  if (hq <= 0 || hk <= 0 || hq % hk)
+    return ox_fail(n, KILN_ERR_PARSE,
+                   "q_num_heads %lld is not a positive multiple of "
+                   "kv_num_heads %lld",
+                   (long long)hq, (long long)hk);
+  if (gated != ox_has(n, 4) || delta != ox_has(n, 5))
+    return ox_fail(n, KILN_ERR_PARSE, "update_rule '%s' with%s decay and with%s beta", rule,
+                   ox_has(n, 4) ? "" : "out", ox_has(n, 5) ? "" : "out");
+  if (ox_vrank(n, q) != 3 || ox_vrank(n, k) != 3 || ox_vrank(n, v) != 3)
+    return ox_fail(n, KILN_ERR_PARSE, "query, key and value must be 3-D");
+  int64_t steps = ox_vdim(n, q, 1);
+  if (steps < 1 || steps > LA_MAX_STEPS)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "a sequence of %lld steps (static, 1 to %d)",
+                   (long long)steps, LA_MAX_STEPS);
+  kiln_dtype out_t = ox_vdtype(n, q);
+  kiln_value q4 = la_heads(n, q, hq), k4 = la_heads(n, k, hk), v4 = la_heads(n, v, hk);
+  if (q4 == KILN_NO_VALUE || k4 == KILN_NO_VALUE || v4 == KILN_NO_VALUE) return false;
+  kiln_dim b = ox_vdim(n, q, 0);
+  int64_t dk = ox_vdim(n, q4, 3), dv = ox_vdim(n, v4, 3), grp = hq / hk, hdv;
+  if (dk < 1 || dv < 1 || __builtin_mul_overflow(hq, dv, &hdv))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "head sizes %lld and %lld", (long long)dk,
+                   (long long)dv);
+  if (ox_vdim(n, k4, 3) != dk)
+    return ox_fail(n, KILN_ERR_PARSE, "key's head size %lld is not query's %lld",
+                   (long long)ox_vdim(n, k4, 3), (long long)dk);
+  kiln_value decay = KILN_NO_VALUE, beta = KILN_NO_VALUE;
+  if (gated) { /* [B, T, Hkv] or [B, T, Hkv dk] as [B, Hkv, T, 1 or dk] */
+    kiln_value dcy = ox_in(n, 4);
+    if (dcy == KILN_NO_VALUE) return false;
+    int64_t last = ox_vrank(n, dcy) == 3 ? ox_vdim(n, dcy, 2) : -1;
+    if (last != hk && last != hk * dk)
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "decay must be [B, T, Hkv] or [B, T, Hkv * dk]");
+    decay = kiln_unary(G, "exp", la_heads(n, dcy, hk));
+  }
+  if (delta) { /* [B, T, Hkv or 1] as [B, Hkv or 1, T, 1] */
+    kiln_value bt = ox_in(n, 5);
+    if (bt == KILN_NO_VALUE) return false;
+    int64_t last = ox_vrank(n, bt) == 3 ? ox_vdim(n, bt, 2) : -1;
+    if (last != hk && last != 1)
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "beta must be [B, T, Hkv] or [B, T, 1]");
+    beta = la_heads(n, bt, last);
+  }
+  kiln_dim sd[4] = {b, hk, dk, dv};
+  kiln_value s;
+  kiln_dtype state_t = out_t;
+  if (ox_has(n, 3)) {
+    kiln_value past = ox_in(n, 3);
+    if (past == KILN_NO_VALUE) return false;
+    state_t = ox_vdtype(n, past);
+    s = kiln_cast(G, past, KILN_F32);
+  } else {
+    s = ox_broadcast_to(n, kiln_scalar(G, KILN_F32, 0), 4, sd);
+  }
+  kiln_value *outs = malloc((size_t)steps * sizeof *outs);
+  if (!outs) return ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+  kiln_dim col[4] = {b, hk, dk, 1}, qg[4] = {b, hk, grp, dk}, og[4] = {b, hq, 1, dv};
+  for (int64_t t = 0; t < steps; t++) {
+    kiln_value kt = la_step(n, k4, t), vt = la_step(n, v4, t);
+    if (gated) { /* [B, Hkv, 1, 1 or dk] as a column over dv */
+      kiln_value g = la_step(n, decay, t);
+      kiln_dim gd[4] = {b, hk, ox_vdim(n, decay, 3), 1};
+      s = kiln_mul(G, s, ox_reshape(n, g, 4, gd));
+    }
+    if (delta) {
+      kiln_value bt = la_step(n, beta, t);
+      vt = kiln_mul(G, bt, kiln_binary(G, "sub", vt, kiln_matmul(G, kt, s)));
+    }
+    s = kiln_add(G, s, kiln_matmul(G, ox_reshape(n, kt, 4, col), vt));
+    kiln_value qt = ox_reshape(n, la_step(n, q4, t), 4, qg); /* [B, Hkv, G, dk] */
+    outs[t] = ox_reshape(n, kiln_matmul(G, qt, s), 4, og);
+  }
+  kiln_attr ca = kiln_attr_int("axis", 2);
+  kiln_value y = steps == 1 ? outs[0] : kiln_op(G, "concat", (size_t)steps, outs, 1, &ca);
+  free(outs);
+  if (scale == 0.0) scale = 1.0 / sqrt((double)dk);
+  y = kiln_mul(G, y, kiln_scalar(G, KILN_F32, scale));
+  int64_t perm[4] = {0, 2, 1, 3};
+  kiln_dim od[3] = {b, steps, hdv};
+  y = ox_reshape(n, kiln_transpose(G, y, 4, perm), 3, od);
+  n->out[0] = kiln_cast(G, y, out_t);
+  if (ox_wants(n, 1)) n->out[1] = kiln_cast(G, s, state_t);
+  return true;
+}
+
+/* ---------------------------------------------------------- FlexAttention */
+
+/* The graph attribute `name` applied to x (its one input and output), or x when absent. */
+static kiln_value flex_mod(ox_node *n, const char *name, kiln_value x, kiln_dtype t) {
+  const Onnx__AttributeProto *at = ox_attr(n, name);
+  if (!at || x == KILN_NO_VALUE) return x;
+  if (at->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH || !at->g) {
+    ox_fail(n, KILN_ERR_PARSE, "attribute '%s' is not a graph", name);
+    return KILN_NO_VALUE;
+  }
+  kiln_value y;
+  if (!ox_inline_graph(n, at->g, 1, &x, NULL, 1, &y, NULL)) return KILN_NO_VALUE;
+  return ox_vdtype(n, y) == t ? y : kiln_cast(G, y, t);
+}
+
+/*
+ * FlexAttention (domain ai.onnx.preview), as ONNX's reference: Q and K each scaled by
+ * sqrt(scale) (in f32, then rounded to Q's type), their product, score_mod's graph applied to the
+ * scores in the softmax's type (softmax_precision; f32 for 16-bit inputs), softmax over the
+ * keys, prob_mod's graph, the product with V in that type, cast to V's. The graphs are imported
+ * inline (ox_inline_graph); kv heads are repeated over groups of query heads.
+ */
+static bool op_flex_attention(ox_node *n) {
+  kiln_value q = ox_in(n, 0), k = ox_in(n, 1), v = ox_in(n, 2);
+  if (q == KILN_NO_VALUE || k == KILN_NO_VALUE || v == KILN_NO_VALUE) return false;
+  if (ox_vrank(n, q) != 4 || ox_vrank(n, k) != 4 || ox_vrank(n, v) != 4)
+    return ox_fail(n, KILN_ERR_PARSE, "Q, K and V must be 4-D");
+  kiln_dtype dt = ox_vdtype(n, q);
+  int64_t hq = ox_vdim(n, q, 1), hk = ox_vdim(n, k, 1), e = ox_vdim(n, q, 3);
+  if (hq < 1 || hk < 1 || e < 1 || hq % hk || ox_vdim(n, v, 1) != hk)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED,
+                   "heads %lld and %lld and head size %lld (static, "
+                   "query heads a multiple of kv heads)",
+                   (long long)hq, (long long)hk, (long long)e);
+  double scale = ox_attr_f(n, "scale", 1.0 / sqrt((double)e));
+  int64_t prec = ox_attr_i(n, "softmax_precision", 0);
+  kiln_dtype st = dt == KILN_F16 || dt == KILN_BF16 ? KILN_F32 : dt;
+  if (prec && !ox_dtype((int32_t)prec, &st))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "softmax_precision %lld", (long long)prec);
+  if (!ox_is_float(st))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "softmax_precision %lld", (long long)prec);
+  kiln_value c = kiln_scalar(G, dt, (double)sqrtf((float)scale));
+  kiln_value qs = kiln_mul(G, q, c), ks = kiln_mul(G, k, c);
+  int64_t rep = hq / hk;
+  if (rep > 1) {
+    qs = group(n, qs, hk, rep);
+    ks = group(n, ks, hk, 1);
+    v = group(n, v, hk, 1);
+  }
+  kiln_value in[2] = {qs, ks};
+  kiln_attr tb = kiln_attr_bool("transpose_b", true);
+  kiln_value s = kiln_op(G, "matmul", 2, in, 1, &tb);
+  if (rep > 1) s = ungroup(n, s);
+  if (st != dt) s = kiln_cast(G, s, st);
+  s = flex_mod(n, "score_mod", s, st);
+  kiln_attr ax = kiln_attr_int("axis", 3);
+  kiln_value p = s == KILN_NO_VALUE ? s : kiln_op(G, "softmax", 1, &s, 1, &ax);
+  p = flex_mod(n, "prob_mod", p, st);
+  if (p == KILN_NO_VALUE) return false;
+  if (rep > 1) p = group(n, p, hk, rep);
+  kiln_dtype vt = ox_vdtype(n, v);
+  kiln_value y = kiln_matmul(G, p, vt == st ? v : kiln_cast(G, v, st));
+  if (rep > 1) y = ungroup(n, y);
+  n->out[0] = vt == st ? y : kiln_cast(G, y, vt);
+  return true;
+}
+
 /* ---------------------------------------------------------- the table */
 
 const ox_op ox_ops_attention[] = {
     {"Attention", op_attention, 0, NULL},
+    {"FlexAttention", op_flex_attention, 0, NULL},
+    {"LinearAttention", op_linear_attention, 0, NULL},
     {"RotaryEmbedding", op_rotary_embedding, 0, NULL},
 };
 const size_t ox_n_ops_attention = sizeof ox_ops_attention / sizeof *ox_ops_attention;

@@ -216,6 +216,15 @@ static bool op_identity(ox_node *n) {
   return true;
 }
 
+/* Optional values: Kiln's graph inputs and values are tensors, never empty optionals, so
+   OptionalGetElement is the tensor and OptionalHasElement is true when the input is given. */
+static bool op_optional_has_element(ox_node *n) {
+  kiln_attr a[3] = {kiln_attr_dtype("dtype", KILN_BOOL), kiln_attr_dims("shape", 0, NULL),
+                    kiln_attr_floats("value", 1, (double[]){ox_has(n, 0) ? 1 : 0})};
+  n->out[0] = kiln_op(G, "constant", 0, NULL, 3, a);
+  return true;
+}
+
 static bool op_dropout(ox_node *n) {
   kiln_value x = ox_in0(n);
   /* an inference graph: the ratio of opsets before 12 and the seed do not matter; training_mode
@@ -570,6 +579,120 @@ static bool op_window(ox_node *n) {
   return true;
 }
 
+/* ---------------------------------------------------------- optimizer updates */
+
+/*
+ * Adagrad, Momentum and Adam (domain ai.onnx.preview.training), as ONNX's reference: the
+ * scalars R (learning rate) and T (step count) and, per tensor k of n, X, G and the optimizer's
+ * state (V and/or H) in groups of n inputs; outputs the new X's, then the new states. Elementwise
+ * in f64, each result cast to its input's type; where the reference branches on T > 0, a select.
+ */
+typedef struct opt_step {
+  kiln_value r, t, tpos; /* f64 scalars; tpos: T > 0 */
+} opt_step;
+
+static kiln_value to64(ox_node *n, kiln_value v) {
+  return ox_vdtype(n, v) == KILN_F64 ? v : kiln_cast(G, v, KILN_F64);
+}
+static kiln_value c64(ox_node *n, double v) { return kiln_scalar(G, KILN_F64, v); }
+static kiln_value sub64(ox_node *n, kiln_value a, kiln_value b) {
+  return kiln_binary(G, "sub", a, b);
+}
+static kiln_value div64(ox_node *n, kiln_value a, kiln_value b) {
+  return kiln_binary(G, "div", a, b);
+}
+
+/* The inputs' count per group (groups of `per` after R and T); false if they do not split so. */
+static bool opt_inputs(ox_node *n, size_t per, opt_step *s, size_t *count) {
+  if (n->nin < 2 + per || (n->nin - 2) % per || n->nout != n->nin - 2 - (n->nin - 2) / per)
+    return ox_fail(n, KILN_ERR_PARSE, "%zu inputs and %zu outputs do not make groups of %zu",
+                   n->nin, n->nout, per);
+  *count = (n->nin - 2) / per;
+  kiln_value r = ox_in(n, 0), t = ox_in(n, 1);
+  if (r == KILN_NO_VALUE || t == KILN_NO_VALUE) return false;
+  s->r = ox_reshape(n, to64(n, r), 0, NULL);
+  s->t = ox_reshape(n, to64(n, t), 0, NULL);
+  s->tpos = kiln_binary(G, "gt", s->t, c64(n, 0));
+  return true;
+}
+
+static bool op_adagrad(ox_node *n) {
+  double decay = ox_attr_f(n, "decay_factor", 0), eps = ox_attr_f(n, "epsilon", 1e-6f),
+         norm = ox_attr_f(n, "norm_coefficient", 0);
+  opt_step s;
+  size_t cnt;
+  if (!opt_inputs(n, 3, &s, &cnt)) return false;
+  kiln_value rate = div64(n, s.r, kiln_add(G, c64(n, 1), kiln_mul(G, s.t, c64(n, decay))));
+  for (size_t k = 0; k < cnt; k++) {
+    kiln_value x = ox_in(n, 2 + k), g = ox_in(n, 2 + cnt + k), h = ox_in(n, 2 + 2 * cnt + k);
+    if (x == KILN_NO_VALUE || g == KILN_NO_VALUE || h == KILN_NO_VALUE) return false;
+    kiln_value gr = kiln_add(G, kiln_mul(G, c64(n, norm), to64(n, x)), to64(n, g));
+    kiln_value hn = kiln_add(G, to64(n, h), kiln_mul(G, gr, gr));
+    kiln_value hs = kiln_add(G, kiln_unary(G, "sqrt", hn), c64(n, eps));
+    kiln_value xn = sub64(n, to64(n, x), div64(n, kiln_mul(G, rate, gr), hs));
+    n->out[k] = kiln_cast(G, xn, ox_vdtype(n, x));
+    n->out[cnt + k] = kiln_cast(G, hn, ox_vdtype(n, h));
+  }
+  return true;
+}
+
+static bool op_momentum(ox_node *n) {
+  double alpha = ox_attr_f(n, "alpha", NAN), beta = ox_attr_f(n, "beta", NAN),
+         norm = ox_attr_f(n, "norm_coefficient", NAN);
+  const char *mode = ox_attr_s(n, "mode", "");
+  bool nesterov = !strcmp(mode, "nesterov");
+  if (isnan(alpha) || isnan(beta) || isnan(norm) || (!nesterov && strcmp(mode, "standard")))
+    return ox_fail(n, KILN_ERR_PARSE, "alpha, beta, norm_coefficient and mode (standard or "
+                   "nesterov) are required");
+  opt_step s;
+  size_t cnt;
+  if (!opt_inputs(n, 3, &s, &cnt)) return false;
+  kiln_value badj = ox_select3(n, s.tpos, c64(n, beta), c64(n, 1)); /* 1 at the first step */
+  for (size_t k = 0; k < cnt; k++) {
+    kiln_value x = ox_in(n, 2 + k), g = ox_in(n, 2 + cnt + k), v = ox_in(n, 2 + 2 * cnt + k);
+    if (x == KILN_NO_VALUE || g == KILN_NO_VALUE || v == KILN_NO_VALUE) return false;
+    kiln_value gr = kiln_add(G, kiln_mul(G, c64(n, norm), to64(n, x)), to64(n, g));
+    kiln_value vn = kiln_add(G, kiln_mul(G, c64(n, alpha), to64(n, v)), kiln_mul(G, badj, gr));
+    kiln_value step = nesterov ? kiln_add(G, gr, kiln_mul(G, c64(n, alpha), vn)) : vn;
+    kiln_value xn = sub64(n, to64(n, x), kiln_mul(G, s.r, step));
+    n->out[k] = kiln_cast(G, xn, ox_vdtype(n, x));
+    n->out[cnt + k] = kiln_cast(G, vn, ox_vdtype(n, v));
+  }
+  return true;
+}
+
+static bool op_adam(ox_node *n) {
+  double alpha = ox_attr_f(n, "alpha", 0.9f), beta = ox_attr_f(n, "beta", 0.999f),
+         eps = ox_attr_f(n, "epsilon", 1e-6f), norm = ox_attr_f(n, "norm_coefficient", 0),
+         post = ox_attr_f(n, "norm_coefficient_post", 0);
+  opt_step s;
+  size_t cnt;
+  if (!opt_inputs(n, 4, &s, &cnt)) return false;
+  /* bias correction after the first step: r sqrt(1 - beta^t) / (1 - alpha^t) */
+  kiln_value bt = sub64(n, c64(n, 1), kiln_binary(G, "pow", c64(n, beta), s.t));
+  kiln_value at = sub64(n, c64(n, 1), kiln_binary(G, "pow", c64(n, alpha), s.t));
+  kiln_value rate = ox_select3(n, s.tpos, div64(n, kiln_mul(G, s.r, kiln_unary(G, "sqrt", bt)), at),
+                               s.r);
+  for (size_t k = 0; k < cnt; k++) {
+    kiln_value x = ox_in(n, 2 + k), g = ox_in(n, 2 + cnt + k), v = ox_in(n, 2 + 2 * cnt + k),
+               h = ox_in(n, 2 + 3 * cnt + k);
+    if (x == KILN_NO_VALUE || g == KILN_NO_VALUE || v == KILN_NO_VALUE || h == KILN_NO_VALUE)
+      return false;
+    kiln_value gr = kiln_add(G, kiln_mul(G, c64(n, norm), to64(n, x)), to64(n, g));
+    kiln_value vn = kiln_add(G, kiln_mul(G, c64(n, alpha), to64(n, v)),
+                             kiln_mul(G, c64(n, 1 - alpha), gr));
+    kiln_value hn = kiln_add(G, kiln_mul(G, c64(n, beta), to64(n, h)),
+                             kiln_mul(G, c64(n, 1 - beta), kiln_mul(G, gr, gr)));
+    kiln_value hs = kiln_add(G, kiln_unary(G, "sqrt", hn), c64(n, eps));
+    kiln_value xn = sub64(n, to64(n, x), kiln_mul(G, rate, div64(n, vn, hs)));
+    xn = kiln_mul(G, c64(n, 1 - post), xn);
+    n->out[k] = kiln_cast(G, xn, ox_vdtype(n, x));
+    n->out[cnt + k] = kiln_cast(G, vn, ox_vdtype(n, v));
+    n->out[2 * cnt + k] = kiln_cast(G, hn, ox_vdtype(n, h));
+  }
+  return true;
+}
+
 /* ---------------------------------------------------------- the table */
 
 bool ox_fold_sym_exact(const ox_node *n) {
@@ -581,6 +704,8 @@ bool ox_fold_sym_exact(const ox_node *n) {
 }
 
 const ox_op ox_ops_elementwise[] = {
+    {"Adagrad", op_adagrad, 0, NULL},
+    {"Adam", op_adam, 0, NULL},
     {"Abs", op_unary, 1, "abs"},
     {"Acos", op_acos, 1, NULL},
     {"Acosh", op_acosh, 1, NULL},
@@ -629,8 +754,11 @@ const ox_op ox_ops_elementwise[] = {
     {"Min", op_variadic, 1, "min"},
     {"Mish", op_mish, 1, NULL},
     {"Mod", op_mod, 1, NULL},
+    {"Momentum", op_momentum, 0, NULL},
     {"Mul", op_binary, 1, "mul"},
     {"Neg", op_unary, 1, "neg"},
+    {"OptionalGetElement", op_identity, 0, NULL},
+    {"OptionalHasElement", op_optional_has_element, 0, NULL},
     {"Not", op_unary, 1, "logical_not"},
     {"Or", op_binary, 1, "logical_or"},
     {"PRelu", op_prelu, 1, NULL},

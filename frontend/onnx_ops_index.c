@@ -262,6 +262,51 @@ static bool op_eye_like(ox_node *n) {
 }
 /* ---------------------------------------------------------- ScatterElements */
 
+/*
+ * The reductions mul, max and min of ScatterElements and ScatterND, which the IR has no scatter
+ * for: each update row upd[q] (q over lin's entries, in order) combined into row lin[q] of fx
+ * (axis 0 the indexed one) by a select where an iota equals lin[q] — unrolled over the rows, so
+ * that repeated indices reduce in the order of ONNX's reference.
+ */
+#define SCATTER_MAX_ROWS 4096
+
+static kiln_value scatter_reduce(ox_node *n, kiln_value fx, kiln_value lin, kiln_value upd,
+                                 const char *red) {
+  kiln_dim fd[KILN_MAX_RANK], ld[KILN_MAX_RANK], ud[KILN_MAX_RANK], id[KILN_MAX_RANK],
+      one[KILN_MAX_RANK];
+  int fr = ox_dims_of(n, fx, fd), lr = ox_dims_of(n, lin, ld);
+  kiln_dim q = 1;
+  for (int k = 0; k < lr; k++)
+    q = ld[k] < 0 || q < 0 ? -1 : q * ld[k];
+  if (q < 0 || q > SCATTER_MAX_ROWS) {
+    ox_fail(n, KILN_ERR_UNSUPPORTED, "reduction '%s' over %lld index rows (static, at most %d)",
+            red, (long long)q, SCATTER_MAX_ROWS);
+    return KILN_NO_VALUE;
+  }
+  for (int k = 0; k < fr; k++) {
+    ud[k] = k ? fd[k] : q;
+    id[k] = k ? 1 : fd[0];
+    one[k] = 1;
+  }
+  kiln_value rows = ox_reshape(n, lin, 1, &q), u = ox_reshape(n, upd, fr, ud);
+  kiln_value iota = ox_iota_i64(n, fr, id, 0), y = fx;
+  for (int64_t j = 0; j < q; j++) {
+    kiln_value at = ox_reshape(n, ox_slice_axis(n, rows, 0, j, j + 1), fr, one);
+    kiln_value uj = ox_slice_axis(n, u, 0, j, j + 1);
+    kiln_value v = !strcmp(red, "mul") ? kiln_mul(G, y, uj) : kiln_binary(G, red, y, uj);
+    y = ox_select3(n, kiln_binary(G, "eq", iota, at), v, y);
+  }
+  return y;
+}
+
+static bool scatter_reduction(ox_node *n, const char **red) {
+  *red = ox_attr_s(n, "reduction", "none");
+  if (!strcmp(*red, "none") || !strcmp(*red, "add") || !strcmp(*red, "mul") ||
+      !strcmp(*red, "max") || !strcmp(*red, "min"))
+    return true;
+  return ox_fail(n, KILN_ERR_UNSUPPORTED, "reduction '%s'", *red);
+}
+
 /* ScatterElements (and the older Scatter) on the flattened data: each index
  * becomes a linear position (its own coordinates elsewhere, the index along
  * `axis`), and scatter_add puts the updates there. Without a reduction a
@@ -276,9 +321,9 @@ static bool op_scatter_elements(ox_node *n) {
   for (int k = 0; k < r; k++)
     if (id[k] != ud[k]) return ox_fail(n, KILN_ERR_PARSE, "indices and updates differ in shape");
   if (!ox_norm_axis(n, ox_attr_i(n, "axis", 0), r, &axis)) return false;
-  const char *red = ox_attr_s(n, "reduction", "none");
+  const char *red;
+  if (!scatter_reduction(n, &red)) return false;
   bool add = !strcmp(red, "add");
-  if (!add && strcmp(red, "none")) return ox_fail(n, KILN_ERR_UNSUPPORTED, "reduction '%s'", red);
   int64_t stride[KILN_MAX_RANK], total = 1;
   for (int k = r - 1; k >= 0; k--) {
     if (xd[k] < 0 || id[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
@@ -300,6 +345,10 @@ static bool op_scatter_elements(ox_node *n) {
   if (add) {
     kiln_value in[3] = {fx, lin, upd};
     n->out[0] = ox_reshape(n, kiln_op(G, "scatter_add", 3, in, 1, &a), r, xd);
+    return true;
+  }
+  if (strcmp(red, "none")) {
+    n->out[0] = ox_reshape(n, scatter_reduce(n, fx, lin, upd, red), r, xd);
     return true;
   }
   kiln_value zeros = ox_broadcast_to(n, ox_scalar_like(n, x, 0), 1, &flat);
@@ -368,9 +417,9 @@ static bool op_gather_nd(ox_node *n) {
 static bool op_scatter_nd(ox_node *n) {
   kiln_value x = ox_in0(n), idx = ox_in(n, 1), upd = ox_in(n, 2);
   if (x == KILN_NO_VALUE || idx == KILN_NO_VALUE || upd == KILN_NO_VALUE) return false;
-  const char *red = ox_attr_s(n, "reduction", "none");
+  const char *red;
+  if (!scatter_reduction(n, &red)) return false;
   bool add = !strcmp(red, "add");
-  if (!add && strcmp(red, "none")) return ox_fail(n, KILN_ERR_UNSUPPORTED, "reduction '%s'", red);
   kiln_dim d[KILN_MAX_RANK] = {0}, fd[KILN_MAX_RANK] = {0}, ud[KILN_MAX_RANK] = {0};
   int r = ox_dims_of(n, x, d), m = 0;
   kiln_value lin = KILN_NO_VALUE;
@@ -384,6 +433,10 @@ static bool op_scatter_nd(ox_node *n) {
   if (add) {
     kiln_value in[3] = {fx, lin, upd};
     n->out[0] = ox_reshape(n, kiln_op(G, "scatter_add", 3, in, 1, &a), r, d);
+    return true;
+  }
+  if (strcmp(red, "none")) {
+    n->out[0] = ox_reshape(n, scatter_reduce(n, fx, lin, upd, red), r, d);
     return true;
   }
   kiln_value zeros = ox_broadcast_to(n, ox_scalar_like(n, x, 0), fr, fd);
@@ -478,6 +531,60 @@ static bool op_det(ox_node *n) {
   return true;
 }
 
+/*
+ * TensorScatter (opset 24): update's U steps written into past_cache along `axis` at
+ * write_indices[b] + s for batch entry b (modulo the axis's length in mode circular; write indices
+ * in [0, length) as ONNX requires). Each step is a select where an iota along the axis equals the
+ * entry's position, later steps over earlier ones, as ONNX's reference writes them.
+ */
+static bool op_tensor_scatter(ox_node *n) {
+  kiln_value cache = ox_in(n, 0), upd = ox_in(n, 1);
+  if (cache == KILN_NO_VALUE || upd == KILN_NO_VALUE) return false;
+  const char *mode = ox_attr_s(n, "mode", "linear");
+  bool circular = !strcmp(mode, "circular");
+  if (!circular && strcmp(mode, "linear"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "mode '%s'", mode);
+  kiln_dim d[KILN_MAX_RANK], ud[KILN_MAX_RANK];
+  int r = ox_dims_of(n, cache, d), ax;
+  if (!ox_norm_axis(n, ox_attr_i(n, "axis", -2), r, &ax)) return false;
+  if (ax == 0 || ox_dims_of(n, upd, ud) != r)
+    return ox_fail(n, KILN_ERR_PARSE, "axis 0, or update of another rank than past_cache");
+  int64_t len = d[ax], steps = ud[ax];
+  if (len < 1 || steps < 0 || steps > len || steps > 4096)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED,
+                   "the axis's lengths %lld and %lld (static, update's "
+                   "at most past_cache's and 4096)",
+                   (long long)len, (long long)steps);
+  kiln_dim bd[KILN_MAX_RANK], id[KILN_MAX_RANK];
+  for (int k = 0; k < r; k++) {
+    bd[k] = k == 0 ? d[0] : 1;
+    id[k] = k == ax ? len : 1;
+  }
+  kiln_value base; /* [B, 1, ...]: where step 0 goes */
+  if (ox_has(n, 2)) {
+    kiln_value w = ox_in(n, 2);
+    if (w == KILN_NO_VALUE) return false;
+    base = ox_reshape(n, kiln_cast(G, w, KILN_I64), r, bd);
+  } else {
+    base = kiln_scalar(G, KILN_I64, 0);
+  }
+  kiln_value iota = ox_iota_i64(n, r, id, ax), y = cache;
+  for (int64_t s = 0; s < steps; s++) {
+    kiln_value at = kiln_add(G, base, kiln_scalar(G, KILN_I64, (double)s));
+    if (circular) {
+      kiln_value over = kiln_binary(G, "ge", at, kiln_scalar(G, KILN_I64, (double)len));
+      at =
+          ox_select3(n, over, kiln_binary(G, "sub", at, kiln_scalar(G, KILN_I64, (double)len)), at);
+    }
+    kiln_value hit = kiln_binary(G, "eq", iota, at);
+    y = ox_select3(n, hit, ox_slice_axis(n, upd, ax, s, s + 1), y);
+  }
+  n->out[0] = y;
+  return true;
+}
+
+/* ---------------------------------------------------------- the table */
+
 const ox_op ox_ops_index[] = {
     {"Compress", op_compress, 1, NULL},
     {"CumProd", op_cumprod, 1, NULL},
@@ -491,6 +598,7 @@ const ox_op ox_ops_index[] = {
     {"Scatter", op_scatter_elements, 1, NULL},
     {"ScatterElements", op_scatter_elements, 1, NULL},
     {"ScatterND", op_scatter_nd, 1, NULL},
+    {"TensorScatter", op_tensor_scatter, 0, NULL},
     {"TopK", op_topk, 0, NULL},
     {"Trilu", op_trilu, 1, NULL},
 };

@@ -259,6 +259,118 @@ static bool op_conv_transpose(ox_node *n) {
   return true;
 }
 
+/*
+ * CausalConvWithState (opset 27), as ONNX's reference: past_state (or k - 1 zeros) and the input
+ * concatenated along time, a depthwise conv of the valid positions (a `conv2d` over a height of
+ * 1, groups = channels), the bias, SiLU when `activation` asks (in f32 for 16-bit inputs), and
+ * present_state the last k - 1 steps of the concatenation.
+ */
+static bool op_causal_conv_with_state(ox_node *n) {
+  kiln_value x = ox_in(n, 0), wt = ox_in(n, 1);
+  if (x == KILN_NO_VALUE || wt == KILN_NO_VALUE) return false;
+  const char *act = ox_attr_s(n, "activation", "none");
+  bool silu = !strcmp(act, "silu") || !strcmp(act, "swish");
+  if (!silu && strcmp(act, "none"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "activation '%s' (none, silu, swish)", act);
+  if (ox_vrank(n, x) != 3 || ox_vrank(n, wt) != 3)
+    return ox_fail(n, KILN_ERR_PARSE, "input and weight must be 3-D");
+  kiln_dim xd[3], wd[3];
+  ox_dims_of(n, x, xd);
+  ox_dims_of(n, wt, wd);
+  int64_t k = wd[2];
+  if (k < 1 || xd[1] < 0 || wd[1] != 1 || xd[2] < 0)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED,
+                   "weight [C, 1, k] and the channels and length static (k %lld)", (long long)k);
+  kiln_value padded = x;
+  if (k > 1) {
+    kiln_value past;
+    if (ox_has(n, 3)) {
+      past = ox_in(n, 3);
+    } else {
+      kiln_dim pd[3] = {xd[0], xd[1], k - 1};
+      past = ox_broadcast_to(n, ox_scalar_like(n, x, 0), 3, pd);
+    }
+    if (past == KILN_NO_VALUE) return false;
+    kiln_value pair[2] = {past, x};
+    kiln_attr ca = kiln_attr_int("axis", 2);
+    padded = kiln_op(G, "concat", 2, pair, 1, &ca);
+  }
+  int64_t one[2] = {1, 1}, pads[4] = {0, 0, 0, 0};
+  kiln_attr a[4] = {kiln_attr_ints("stride", 2, one), kiln_attr_ints("padding", 4, pads),
+                    kiln_attr_ints("dilation", 2, one), kiln_attr_int("groups", xd[1])};
+  kiln_dim p4[4] = {xd[0], xd[1], 1, xd[2] + k - 1}, w4[4] = {wd[0], 1, 1, k};
+  kiln_value in[2] = {ox_reshape(n, padded, 4, p4), ox_reshape(n, wt, 4, w4)};
+  kiln_value y = kiln_op(G, "conv2d", 2, in, 4, a);
+  kiln_dim yd[3] = {xd[0], xd[1], xd[2]};
+  y = add_channel_bias(n, ox_reshape(n, y, 3, yd), 2, 3);
+  if (silu && y != KILN_NO_VALUE) {
+    kiln_dtype t = ox_vdtype(n, x);
+    bool narrow = t == KILN_F16 || t == KILN_BF16;
+    if (narrow) y = kiln_cast(G, y, KILN_F32);
+    y = kiln_unary(G, "silu", y);
+    if (narrow) y = kiln_cast(G, y, t);
+  }
+  n->out[0] = y;
+  if (ox_wants(n, 1)) {
+    n->out[1] = ox_slice_axis(n, padded, 2, xd[2], xd[2] + k - 1);
+  }
+  return true;
+}
+
+/*
+ * Col2Im (2-D; image_shape and block_shape known at import): the transposed convolution of the
+ * columns, as [N, C kh kw, L1, L2], with a one-hot kernel per block offset, groups = C — each
+ * column's value lands at its offset of its block, overlaps summed.
+ */
+static bool op_col2im(ox_node *n) {
+  kiln_value x = ox_in(n, 0);
+  if (x == KILN_NO_VALUE) return false;
+  const int64_t *img, *blk;
+  size_t ni, nb;
+  if (!ox_known_ints(n, 1, &img, &ni, NULL) || !ox_known_ints(n, 2, &blk, &nb, NULL)) return false;
+  if (ni != 2 || nb != 2 || ox_vrank(n, x) != 3)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "Col2Im of %zu spatial dims (Kiln maps 2-D)", ni);
+  window w = {.sp = 2, .k = {blk[0], blk[1]}};
+  if (!read_pair(n, "strides", 2, 1, w.s) || !read_pair(n, "dilations", 2, 1, w.d)) return false;
+  size_t c;
+  const int64_t *p = ox_attr_ints(n, "pads", &c);
+  if (p && c != 4) return ox_fail(n, KILN_ERR_PARSE, "pads has %zu entries, not 4", c);
+  if (p) memcpy(w.pad, p, sizeof w.pad);
+  if (!window_in_range(n, x, &w)) return false; /* block dims in [1, 2^30] */
+  int64_t l[2], kk = blk[0] * blk[1];
+  for (int a = 0; a < 2; a++) {
+    if (img[a] < 1 || img[a] > OX_WINDOW_MAX)
+      return ox_fail(n, KILN_ERR_UNSUPPORTED, "image dim %lld outside [1, 2^30]",
+                     (long long)img[a]);
+    l[a] = (img[a] + w.pad[a] + w.pad[a + 2] - (w.d[a] * (w.k[a] - 1) + 1)) / w.s[a] + 1;
+    if (l[a] < 1) return ox_fail(n, KILN_ERR_PARSE, "no block fits the image");
+  }
+  kiln_dim xd[3];
+  ox_dims_of(n, x, xd);
+  if (xd[1] > 0 && xd[1] > ((int64_t)1 << 24) / kk) /* the one-hot kernel: xd[1] kk elements */
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "a kernel of %lld x %lld elements", (long long)xd[1],
+                   (long long)kk);
+  if (xd[1] < 1 || xd[1] % kk || xd[2] != l[0] * l[1])
+    return ox_fail(n, KILN_ERR_PARSE, "input [N, %lld, %lld] is not [N, C * %lld, %lld]",
+                   (long long)xd[1], (long long)xd[2], (long long)kk, (long long)(l[0] * l[1]));
+  int64_t ch = xd[1] / kk;
+  double *wv = calloc((size_t)(xd[1] * kk), sizeof *wv);
+  if (!wv) return ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+  for (int64_t i = 0; i < xd[1]; i++) wv[i * kk + i % kk] = 1; /* channel c kk + k: offset k */
+  kiln_dim wd[4] = {xd[1], 1, blk[0], blk[1]};
+  kiln_attr ca[3] = {kiln_attr_dtype("dtype", ox_vdtype(n, x)), kiln_attr_dims("shape", 4, wd),
+                     kiln_attr_floats("value", (size_t)(xd[1] * kk), wv)};
+  kiln_value kern = kiln_op(G, "constant", 0, NULL, 3, ca);
+  free(wv);
+  kiln_attr at[5] = {kiln_attr_ints("stride", 2, w.s), kiln_attr_ints("padding", 4, w.pad),
+                     kiln_attr_ints("dilation", 2, w.d), kiln_attr_int("groups", ch),
+                     kiln_attr_ints("input_size", 2, img)};
+  kiln_dim x4[4] = {xd[0], xd[1], l[0], l[1]};
+  kiln_value in[2] = {ox_reshape(n, x, 4, x4), kern};
+  n->out[0] = kiln_op(G, "conv2d_grad_input", 2, in, 5, at);
+  return true;
+}
+
 /* ceil_mode as extra padding at the end, so that the last partial window counts. */
 static bool ceil_pads(ox_node *n, kiln_value x, window *w) {
   for (int a = 2 - w->sp; a < 2; a++) {
@@ -304,7 +416,169 @@ static kiln_value dilated_max_pool(ox_node *n, kiln_value x2, const window *w) {
   return y;
 }
 
+/*
+ * Pools the 2-D ops do not take — 3-D windows, dilated AveragePool and LpPool, AveragePool's
+ * ceil_mode with count_include_pad — as ONNX's reference computes them, one spatial axis at a
+ * time (a box window is separable): the axis padded (-inf for max, 0 otherwise), then the max or
+ * sum over the kernel's taps, each a strided slice. The average divides by the count of the
+ * elements ONNX's reference averages: per axis, the taps inside the input (inside input and pads
+ * with count_include_pad), multiplied over the axes. ceil_mode's extra padding goes at the end;
+ * where ONNX's reference would put part of it before the input (2 or more), the node is refused.
+ */
+typedef enum { POOL_MAX, POOL_AVG, POOL_LP } pool_kind;
+
+static bool pool_nd(ox_node *n, pool_kind kind) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  kiln_dim xd[KILN_MAX_RANK];
+  int r = ox_dims_of(n, x, xd), sp = r - 2;
+  kiln_dtype dt = ox_vdtype(n, x);
+  if (sp < 1 || sp > 3 || !ox_is_float(dt))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "a pool of rank %d over %s", r, kiln_dtype_name(dt));
+  if (kind == POOL_MAX && ox_wants(n, 1))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "MaxPool's Indices output");
+  if (kind == POOL_MAX) ox_attrs_accept(n, (const char *const[]){"storage_order", NULL});
+  size_t ck, cs, cd, cp;
+  const int64_t *k = ox_attr_ints(n, "kernel_shape", &ck), *s = ox_attr_ints(n, "strides", &cs),
+                *dl = ox_attr_ints(n, "dilations", &cd), *pd = ox_attr_ints(n, "pads", &cp);
+  if (!k || ck != (size_t)sp || (s && cs != (size_t)sp) || (dl && cd != (size_t)sp) ||
+      (pd && cp != 2 * (size_t)sp))
+    return ox_fail(n, KILN_ERR_PARSE, "kernel_shape, strides, dilations or pads do not have %d "
+                   "entries", sp);
+  const char *ap = ox_attr_s(n, "auto_pad", "NOTSET");
+  bool valid = !strcmp(ap, "VALID");
+  if (!valid && strcmp(ap, "NOTSET"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "auto_pad '%s' with this pool", ap);
+  bool ceil = ox_attr_i(n, "ceil_mode", 0) != 0;
+  bool include = kind == POOL_AVG && ox_attr_i(n, "count_include_pad", 0) != 0;
+  int64_t p = kind == POOL_LP ? ox_attr_i(n, "p", 2) : 1;
+  if (p < 1) return ox_fail(n, KILN_ERR_PARSE, "p is %lld; LpPool needs p >= 1", (long long)p);
+  kiln_value y = x;
+  if (kind == POOL_LP) {
+    kiln_value a = kiln_unary(G, "abs", x);
+    y = p == 1   ? a
+        : p == 2 ? kiln_mul(G, x, x)
+                 : kiln_binary(G, "pow", a, ox_scalar_like(n, x, (double)p));
+  }
+  kiln_dim od[KILN_MAX_RANK];
+  memcpy(od, xd, sizeof od);
+  double *cnt[3] = {NULL, NULL, NULL};
+  bool ok = true;
+  for (int a = 0; ok && a < sp; a++) {
+    int64_t ka = k[a], sa = s ? s[a] : 1, da = dl ? dl[a] : 1, in = xd[a + 2];
+    int64_t pb = pd && !valid ? pd[a] : 0, pe = pd && !valid ? pd[a + sp] : 0;
+    if (ka < 1 || sa < 1 || da < 1 || ka > OX_WINDOW_MAX || sa > OX_WINDOW_MAX ||
+        da > OX_WINDOW_MAX || pb < 0 || pe < 0 || pb > OX_WINDOW_MAX || pe > OX_WINDOW_MAX ||
+        in < 1 || in > OX_WINDOW_MAX || ka > 4096) {
+      ok = ox_fail(n, KILN_ERR_UNSUPPORTED, "window numbers outside [1, 2^30] (kernel at most "
+                   "4096), or a symbolic spatial dim");
+      break;
+    }
+    int64_t sw = (ka - 1) * da + 1, span = in + pb + pe - sw;
+    if (span < 0) {
+      ok = ox_fail(n, KILN_ERR_PARSE, "the window is larger than the padded input");
+      break;
+    }
+    int64_t out = span / sa + 1;
+    if (ceil && span % sa) {
+      out++;
+      if ((out - 1) * sa >= in + pb) out--; /* the last window must start inside */
+    }
+    int64_t extra = (out - 1) * sa + sw - (in + pb + pe);
+    if (extra >= 2) {
+      ok = ox_fail(n, KILN_ERR_UNSUPPORTED, "ceil_mode adding %lld elements (ONNX's reference "
+                   "puts part of them before the input)", (long long)extra);
+      break;
+    }
+    if (extra < 0) extra = 0;
+    int64_t lo[KILN_MAX_RANK] = {0}, hi[KILN_MAX_RANK] = {0};
+    lo[a + 2] = pb, hi[a + 2] = pe + extra;
+    kiln_attr pa[3] = {kiln_attr_ints("low", (size_t)r, lo), kiln_attr_ints("high", (size_t)r, hi),
+                       kiln_attr_float("value", kind == POOL_MAX ? -INFINITY : 0)};
+    kiln_value yp = pb || pe + extra ? kiln_op(G, "pad", 1, &y, 3, pa) : y, acc = KILN_NO_VALUE;
+    for (int64_t j = 0; j < ka; j++) {
+      int64_t st[KILN_MAX_RANK], stop[KILN_MAX_RANK], step[KILN_MAX_RANK];
+      for (int q = 0; q < r; q++) st[q] = 0, stop[q] = od[q], step[q] = 1;
+      st[a + 2] = j * da, stop[a + 2] = j * da + (out - 1) * sa + 1, step[a + 2] = sa;
+      kiln_attr sl[3] = {kiln_attr_ints("start", (size_t)r, st),
+                         kiln_attr_ints("stop", (size_t)r, stop),
+                         kiln_attr_ints("step", (size_t)r, step)};
+      kiln_value t = kiln_op(G, "slice", 1, &yp, 3, sl);
+      acc = acc == KILN_NO_VALUE ? t
+            : kind == POOL_MAX   ? kiln_binary(G, "max", acc, t)
+                                 : kiln_add(G, acc, t);
+    }
+    y = acc;
+    od[a + 2] = out;
+    if (kind != POOL_AVG) continue;
+    if (out > ((int64_t)1 << 26)) {
+      ok = ox_fail(n, KILN_ERR_UNSUPPORTED, "an average pool of more than 2^26 outputs");
+      break;
+    }
+    if (!(cnt[a] = malloc((size_t)out * sizeof *cnt[a]))) {
+      ok = ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+      break;
+    }
+    for (int64_t o = 0; o < out; o++) { /* the taps ONNX's reference averages */
+      int64_t c = 0;
+      for (int64_t j = 0; j < ka; j++) {
+        int64_t at = o * sa + j * da; /* in the padded axis */
+        c += include ? at < in + pb + pe : at >= pb && at < pb + in;
+      }
+      cnt[a][o] = (double)c;
+    }
+  }
+  if (ok && kind == POOL_AVG) { /* divide by the product of the per-axis counts */
+    size_t total = 1;
+    kiln_dim cd4[KILN_MAX_RANK] = {1, 1};
+    for (int a = 0; ok && a < sp; a++) {
+      cd4[a + 2] = od[a + 2];
+      if (__builtin_mul_overflow(total, (size_t)od[a + 2], &total) || total > ((size_t)1 << 26))
+        ok = ox_fail(n, KILN_ERR_UNSUPPORTED, "an average pool of more than 2^26 outputs");
+    }
+    double *div = ok ? malloc(total * sizeof *div) : NULL;
+    if (ok && !div) ok = ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+    for (size_t e = 0; div && e < total; e++) {
+      size_t rest = e;
+      double v = 1;
+      for (int a = sp - 1; a >= 0; a--) {
+        v *= cnt[a][rest % (size_t)od[a + 2]];
+        rest /= (size_t)od[a + 2];
+      }
+      div[e] = v;
+    }
+    if (div) {
+      kiln_attr ca[3] = {kiln_attr_dtype("dtype", dt), kiln_attr_dims("shape", (size_t)r, cd4),
+                         kiln_attr_floats("value", total, div)};
+      y = kiln_binary(G, "div", y, kiln_op(G, "constant", 0, NULL, 3, ca));
+      free(div);
+    }
+  }
+  for (int a = 0; a < 3; a++) free(cnt[a]);
+  if (!ok) return false;
+  if (kind == POOL_LP && p > 1)
+    y = p == 2 ? kiln_unary(G, "sqrt", y) : kiln_binary(G, "pow", y, ox_scalar_like(n, x, 1.0 / p));
+  n->out[0] = y;
+  return true;
+}
+
+/* Whether pool() and op_lp_pool leave node n to pool_nd. */
+static bool pool_nd_form(ox_node *n, pool_kind kind) {
+  kiln_value x = ox_in0(n);
+  if (x == KILN_NO_VALUE) return false;
+  size_t c;
+  const int64_t *dl = ox_attr_ints(n, "dilations", &c);
+  bool dilated = false;
+  for (size_t j = 0; dl && j < c; j++) dilated |= dl[j] != 1;
+  bool ceil = ox_attr_i(n, "ceil_mode", 0) != 0;
+  if (ox_vrank(n, x) == 5) return true;
+  if (kind == POOL_AVG)
+    return dilated || (ceil && ox_attr_i(n, "count_include_pad", 0) != 0);
+  return kind == POOL_LP && (dilated || ceil);
+}
+
 static bool pool(ox_node *n, bool max) {
+  if (pool_nd_form(n, max ? POOL_MAX : POOL_AVG)) return pool_nd(n, max ? POOL_MAX : POOL_AVG);
   kiln_value x = ox_in0(n);
   if (x == KILN_NO_VALUE) return false;
   window w;
@@ -364,6 +638,7 @@ static bool pool(ox_node *n, bool max) {
  * ceil_mode are refused.
  */
 static bool op_lp_pool(ox_node *n) {
+  if (pool_nd_form(n, POOL_LP)) return pool_nd(n, POOL_LP);
   kiln_value x = ox_in0(n);
   if (x == KILN_NO_VALUE) return false;
   window w;
@@ -1016,6 +1291,8 @@ static bool op_einsum(ox_node *n) {
 const ox_op ox_ops_nn[] = {
     {"AveragePool", op_average_pool, 0, NULL},
     {"BatchNormalization", op_batch_norm, 0, NULL},
+    {"CausalConvWithState", op_causal_conv_with_state, 0, NULL},
+    {"Col2Im", op_col2im, 0, NULL},
     {"Conv", op_conv, 0, NULL},
     {"ConvTranspose", op_conv_transpose, 0, NULL},
     {"Einsum", op_einsum, 1, NULL},

@@ -1,5 +1,6 @@
 /*
- * onnx_ops_rnn.c — ONNX's recurrent ops: RNN, GRU and LSTM.
+ * onnx_ops_rnn.c — ONNX's recurrent ops: RNN, GRU and LSTM; and Scan, whose body is imported
+ * inline once per step (ox_inline_graph).
  *
  * The sequence axis must be static; the recurrence is unrolled over it, one
  * step a few matmuls and elementwise ops. The input projection of every
@@ -286,11 +287,267 @@ static bool op_rnn(ox_node *n) { return recurrent(n, K_RNN); }
 static bool op_gru(ox_node *n) { return recurrent(n, K_GRU); }
 static bool op_lstm(ox_node *n) { return recurrent(n, K_LSTM); }
 
+/* ---------------------------------------------------------- Scan */
+
+#define SCAN_MAX_STEPS 4096
+
+/* The `name` attribute's entry k, or def (an error when it has too few entries). */
+static bool scan_attr(ox_node *n, const char *name, size_t cnt, size_t k, int64_t def,
+                      int64_t *out) {
+  size_t c;
+  const int64_t *v = ox_attr_ints(n, name, &c);
+  *out = def;
+  if (!v) return true;
+  if (c != cnt) return ox_fail(n, KILN_ERR_PARSE, "%s has %zu entries, not %zu", name, c, cnt);
+  *out = v[k];
+  return true;
+}
+
+/*
+ * Scan (opset 9 and later), unrolled over its static sequence: at step t the body graph is
+ * imported inline (ox_inline_graph) with the states and slice t of every scan input (from the
+ * end in reverse directions); the last states and the stacked scan outputs are the results.
+ */
+static bool op_scan(ox_node *n) {
+  if (n->opset < 9)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "Scan of opset 8 (batched, with sequence_lens)");
+  const Onnx__AttributeProto *body = ox_attr(n, "body");
+  if (!body || body->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH || !body->g)
+    return ox_fail(n, KILN_ERR_PARSE, "no body graph");
+  int64_t m = ox_attr_i(n, "num_scan_inputs", -1);
+  size_t nin = n->nin, nout = n->nout;
+  if (m < 1 || (size_t)m > nin)
+    return ox_fail(n, KILN_ERR_PARSE, "num_scan_inputs %lld", (long long)m);
+  size_t ns = nin - (size_t)m, nk = body->g->n_output - ns;
+  if (body->g->n_output < ns || nout != ns + nk)
+    return ox_fail(n, KILN_ERR_PARSE, "the body's outputs do not match the node's");
+  kiln_value in[OX_MAX_IO], cur[OX_MAX_IO];
+  int axis[OX_MAX_IO];
+  bool rev[OX_MAX_IO];
+  int64_t steps = -1;
+  for (size_t k = 0; k < nin; k++)
+    if ((in[k] = ox_in(n, k)) == KILN_NO_VALUE) return false;
+  for (size_t j = 0; j < (size_t)m; j++) {
+    kiln_value x = in[ns + j];
+    int64_t a, d;
+    if (!scan_attr(n, "scan_input_axes", (size_t)m, j, 0, &a) ||
+        !scan_attr(n, "scan_input_directions", (size_t)m, j, 0, &d) ||
+        !ox_norm_axis(n, a, ox_vrank(n, x), &axis[j]))
+      return false;
+    rev[j] = d != 0;
+    int64_t len = ox_vdim(n, x, axis[j]);
+    if (len < 1 || len > SCAN_MAX_STEPS || (steps >= 0 && len != steps))
+      return ox_fail(n, KILN_ERR_UNSUPPORTED,
+                     "a sequence of %lld steps (static, 1 to %d, the "
+                     "same for every scan input)",
+                     (long long)len, SCAN_MAX_STEPS);
+    steps = len;
+  }
+  kiln_value *outs = calloc((size_t)steps * (nk ? nk : 1), sizeof *outs);
+  if (!outs) return ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+  for (size_t k = 0; k < ns; k++)
+    cur[k] = in[k];
+  bool ok = true;
+  for (int64_t t = 0; ok && t < steps; t++) {
+    for (size_t j = 0; j < (size_t)m; j++) {
+      kiln_value x = in[ns + j];
+      int64_t at = rev[j] ? steps - 1 - t : t;
+      kiln_dim d[KILN_MAX_RANK], e[KILN_MAX_RANK];
+      int r = ox_dims_of(n, x, d), q = 0;
+      for (int a = 0; a < r; a++)
+        if (a != axis[j]) e[q++] = d[a];
+      cur[ns + j] = ox_reshape(n, ox_slice_axis(n, x, axis[j], at, at + 1), q, e);
+    }
+    kiln_value res[OX_MAX_IO];
+    ok = ox_inline_graph(n, body->g, nin, cur, NULL, ns + nk, res, NULL);
+    for (size_t k = 0; ok && k < ns; k++)
+      cur[k] = res[k];
+    for (size_t k = 0; ok && k < nk; k++)
+      outs[k * (size_t)steps + (size_t)t] = res[ns + k];
+  }
+  for (size_t k = 0; ok && k < ns; k++)
+    n->out[k] = cur[k];
+  for (size_t k = 0; ok && k < nk; k++) {
+    kiln_value *seq = outs + k * (size_t)steps;
+    int64_t a, d;
+    int r = ox_vrank(n, seq[0]) + 1, ax;
+    if (!scan_attr(n, "scan_output_axes", nk, k, 0, &a) ||
+        !scan_attr(n, "scan_output_directions", nk, k, 0, &d) || !ox_norm_axis(n, a, r, &ax)) {
+      ok = false;
+      break;
+    }
+    for (int64_t t = 0; t < steps; t++) { /* each step's output with a new axis of 1 */
+      kiln_dim od[KILN_MAX_RANK], e[KILN_MAX_RANK];
+      ox_dims_of(n, seq[t], od);
+      for (int b = 0, q = 0; b < r; b++)
+        e[b] = b == ax ? 1 : od[q++];
+      seq[t] = ox_reshape(n, seq[t], r, e);
+    }
+    if (d) /* reverse: the last step first */
+      for (int64_t t = 0; t < steps / 2; t++) {
+        kiln_value tmp = seq[t];
+        seq[t] = seq[steps - 1 - t];
+        seq[steps - 1 - t] = tmp;
+      }
+    kiln_attr ca = kiln_attr_int("axis", ax);
+    n->out[ns + k] = steps == 1 ? seq[0] : kiln_op(G, "concat", (size_t)steps, seq, 1, &ca);
+  }
+  free(outs);
+  return ok;
+}
+
+/* ---------------------------------------------------------- Loop */
+
+#define LOOP_MAX_STEPS 4096
+
+/* Known value c as an IR constant of n's graph; KILN_NO_VALUE (failed) if it holds symbolic dims.
+ */
+static kiln_value known_const(ox_node *n, const ox_const *c) {
+  for (size_t k = 0; c->sym && k < c->n; k++)
+    if (c->sym[k]) {
+      ox_fail(n, KILN_ERR_UNSUPPORTED, "a scan output holds a symbolic dim");
+      return KILN_NO_VALUE;
+    }
+  kiln_dim d[KILN_MAX_RANK];
+  for (int k = 0; k < c->rank; k++)
+    d[k] = c->dims[k];
+  kiln_attr a[3] = {kiln_attr_dtype("dtype", c->dtype), kiln_attr_dims("shape", (size_t)c->rank, d),
+                    kiln_attr_floats("value", c->n, c->d)};
+  return kiln_op(G, "constant", 0, NULL, 3, a);
+}
+
+/* A scalar known value (i64 or bool). */
+static ox_const *known_scalar(ox_node *n, kiln_dtype t, int64_t v) {
+  ox_const *c = ox_const_new(n->im, t, 0, NULL);
+  if (c) c->d[0] = (double)v, c->i[0] = v;
+  return c;
+}
+
+typedef struct loop_state {
+  kiln_value v[OX_MAX_IO];       /* loop-carried values at run time, or */
+  const ox_const *cv[OX_MAX_IO]; /* known ones (owned where own[k]) */
+  bool own[OX_MAX_IO];
+  kiln_value *seq; /* scan outputs: seq[k * cap + step] */
+  int64_t cap;
+} loop_state;
+
+static void loop_free(loop_state *ls, size_t nv) {
+  for (size_t k = 0; k < nv; k++)
+    if (ls->own[k]) ox_const_free((ox_const *)ls->cv[k]);
+  free(ls->seq);
+}
+
+/* One step of the body at iteration i; *cond its condition out (known at import, or an error). */
+static bool loop_step(ox_node *n, const Onnx__GraphProto *body, size_t nv, size_t nk, int64_t i,
+                      loop_state *ls, bool *cond) {
+  kiln_value ins[OX_MAX_IO], res[OX_MAX_IO];
+  const ox_const *cins[OX_MAX_IO];
+  ox_const *cres[OX_MAX_IO] = {0};
+  ox_const *it = known_scalar(n, KILN_I64, i), *cd = known_scalar(n, KILN_BOOL, 1);
+  bool ok = it && cd;
+  ins[0] = ins[1] = KILN_NO_VALUE, cins[0] = it, cins[1] = cd;
+  for (size_t k = 0; k < nv; k++)
+    ins[2 + k] = ls->v[k], cins[2 + k] = ls->cv[k];
+  ok = ok && ox_inline_graph(n, body, 2 + nv, ins, cins, 1 + nv + nk, res, cres);
+  ox_const_free(it), ox_const_free(cd);
+  if (ok && !cres[0])
+    ok = ox_fail(n, KILN_ERR_UNSUPPORTED, "the body's condition is computed at run time");
+  if (ok) *cond = cres[0]->d[0] != 0;
+  for (size_t k = 0; ok && k < nv; k++) { /* the carried values of the next step */
+    if (ls->own[k]) ox_const_free((ox_const *)ls->cv[k]);
+    ls->v[k] = res[1 + k], ls->cv[k] = cres[1 + k], ls->own[k] = cres[1 + k] != NULL;
+    cres[1 + k] = NULL;
+  }
+  for (size_t k = 0; ok && k < nk; k++) {
+    const ox_const *c = cres[1 + nv + k];
+    kiln_value y = c ? known_const(n, c) : res[1 + nv + k];
+    ok = y != KILN_NO_VALUE;
+    ls->seq[k * (size_t)ls->cap + (size_t)i] = y;
+  }
+  for (size_t k = 0; k < 1 + nv + nk; k++)
+    ox_const_free(cres[k]);
+  return ok;
+}
+
+/*
+ * Loop with its trip count and condition known at import (constants, computed from shapes, or
+ * graph inputs frozen as shape inputs are), and a body whose condition out is known at import
+ * too: unrolled, the body imported inline (ox_inline_graph) once per iteration with the
+ * iteration number and the carried values (known ones stay known, so that the body's shape
+ * operands fold), at most 4096 iterations. The scan outputs are stacked along a new axis 0.
+ */
+static bool op_loop(ox_node *n) {
+  const Onnx__AttributeProto *body = ox_attr(n, "body");
+  if (!body || body->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH || !body->g)
+    return ox_fail(n, KILN_ERR_PARSE, "no body graph");
+  const Onnx__GraphProto *bg = body->g;
+  if (n->nin < 2 || bg->n_input != n->nin || bg->n_output < n->nin - 1 ||
+      n->nout != bg->n_output - 1)
+    return ox_fail(n, KILN_ERR_PARSE, "the body's inputs and outputs do not match the node's");
+  size_t nv = n->nin - 2, nk = bg->n_output - 1 - nv;
+  int64_t trip = -1;
+  bool cond = true;
+  if (ox_has(n, 0)) {
+    const ox_const *m = ox_known(n, 0);
+    if (!m) return ox_need_known(n, 0);
+    if (m->n != 1 || !m->i) return ox_fail(n, KILN_ERR_PARSE, "M must be an integer scalar");
+    trip = m->i[0] < 0 ? 0 : m->i[0];
+  }
+  if (ox_has(n, 1)) {
+    const ox_const *c = ox_known(n, 1);
+    if (!c) return ox_need_known(n, 1);
+    if (c->n != 1) return ox_fail(n, KILN_ERR_PARSE, "cond must be a scalar");
+    cond = c->d[0] != 0;
+  }
+  if (trip > LOOP_MAX_STEPS)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "%lld iterations (at most %d)", (long long)trip,
+                   LOOP_MAX_STEPS);
+  loop_state ls = {.cap = trip >= 0 ? (trip ? trip : 1) : LOOP_MAX_STEPS};
+  for (size_t k = 0; k < nv; k++) { /* read every input before the value table grows */
+    ls.cv[k] = ox_known(n, 2 + k);
+    ls.v[k] = ls.cv[k] ? KILN_NO_VALUE : ox_in(n, 2 + k);
+    if (!ls.cv[k] && ls.v[k] == KILN_NO_VALUE) return false;
+  }
+  if (!(ls.seq = calloc((size_t)ls.cap * (nk ? nk : 1), sizeof *ls.seq)))
+    return ox_fail(n, KILN_ERR_NOMEM, "out of memory");
+  int64_t i = 0;
+  bool ok = true;
+  for (; ok && cond && (trip < 0 || i < trip); i++) {
+    if (i == LOOP_MAX_STEPS)
+      ok = ox_fail(n, KILN_ERR_UNSUPPORTED, "more than %d iterations", LOOP_MAX_STEPS);
+    else
+      ok = loop_step(n, bg, nv, nk, i, &ls, &cond);
+  }
+  if (ok && nk && i == 0)
+    ok = ox_fail(n, KILN_ERR_UNSUPPORTED, "no iteration: the scan outputs would be empty");
+  for (size_t k = 0; ok && k < nv; k++) {
+    if (ls.v[k] != KILN_NO_VALUE || !ls.cv[k]) {
+      n->out[k] = ls.v[k];
+    } else if (ls.own[k]) {
+      n->cout[k] = (ox_const *)ls.cv[k], ls.own[k] = false;
+    } else {
+      ok = (n->cout[k] = ox_const_copy(n->im, ls.cv[k])) != NULL;
+    }
+  }
+  for (size_t k = 0; ok && k < nk; k++) {
+    kiln_value *seq = ls.seq + k * (size_t)ls.cap;
+    for (int64_t t = 0; t < i; t++) { /* each iteration's value with a new axis 0 of 1 */
+      kiln_dim d[KILN_MAX_RANK];
+      int r = ox_dims_of(n, seq[t], d + 1);
+      d[0] = 1;
+      seq[t] = ox_reshape(n, seq[t], r + 1, d);
+    }
+    kiln_attr ca = kiln_attr_int("axis", 0);
+    n->out[nv + k] = i == 1 ? seq[0] : kiln_op(G, "concat", (size_t)i, seq, 1, &ca);
+  }
+  loop_free(&ls, nv);
+  return ok;
+}
+
 /* ---------------------------------------------------------- the table */
 
 const ox_op ox_ops_rnn[] = {
-    {"GRU", op_gru, 0, NULL},
-    {"LSTM", op_lstm, 0, NULL},
-    {"RNN", op_rnn, 0, NULL},
+    {"GRU", op_gru, 0, NULL}, {"LSTM", op_lstm, 0, NULL}, {"Loop", op_loop, 0, NULL},
+    {"RNN", op_rnn, 0, NULL}, {"Scan", op_scan, 0, NULL},
 };
 const size_t ox_n_ops_rnn = sizeof ox_ops_rnn / sizeof *ox_ops_rnn;

@@ -15,18 +15,19 @@
 
 /* ---------------------------------------------------------- GridSample */
 
-/* GridSample (2-D) as PyTorch's grid_sample computes it, in f64: the grid's
+/* GridSample (2-D and 3-D) as PyTorch's grid_sample computes it, in f64: the grid's
  * [-1, 1] coordinates are unnormalized (align_corners or not); nearest and
  * bilinear first pad the coordinate (border: clip; reflection: reflect,
  * then clip), bicubic pads each of its 4 x 4 taps (A = -0.75). Each tap is
  * a gather from the flattened input, 0 outside it. */
 typedef struct gs {
   kiln_value flat; /* the input, flattened, f64 */
-  kiln_value nc;   /* i64 (n * C + c) * H over [N, C, Ho, Wo] */
-  int64_t H, W;
+  kiln_value nc;   /* i64 (n * C + c) over [N, C, 1, 1(, 1)] */
+  int sp;          /* 2, or 3 (volumetric: D, H, W) */
+  int64_t D, H, W;
   bool align;
   int pad;        /* 0 zeros, 1 border, 2 reflection */
-  kiln_dim od[4]; /* N, C, Ho, Wo */
+  kiln_dim od[5]; /* N, C, (Do,) Ho, Wo */
 } gs;
 
 static kiln_value gs_c(ox_node *n, double v) { return kiln_scalar(G, KILN_F64, v); }
@@ -58,21 +59,26 @@ static kiln_value gs_pad(ox_node *n, const gs *s, kiln_value v, int64_t size) {
   return v;
 }
 
-/* The input at integer coordinates (x, y), 0 outside. */
-static kiln_value gs_tap(ox_node *n, const gs *s, kiln_value x, kiln_value y) {
-  x = kiln_unary(G, "floor", x);
-  y = kiln_unary(G, "floor", y);
-  kiln_value in = kiln_binary(G, "logical_and", kiln_binary(G, "ge", x, gs_c(n, 0)),
-                              kiln_binary(G, "le", x, gs_c(n, (double)(s->W - 1))));
-  in = kiln_binary(G, "logical_and", in, kiln_binary(G, "ge", y, gs_c(n, 0)));
-  in = kiln_binary(G, "logical_and", in, kiln_binary(G, "le", y, gs_c(n, (double)(s->H - 1))));
-  kiln_value xi = kiln_cast(G, gs_clip(n, x, s->W), KILN_I64);
-  kiln_value yi = kiln_cast(G, gs_clip(n, y, s->H), KILN_I64);
-  kiln_value lin = kiln_mul(G, kiln_add(G, s->nc, yi), kiln_scalar(G, KILN_I64, (double)s->W));
-  lin = ox_broadcast_to(n, kiln_add(G, lin, xi), 4, s->od);
+/* The input at integer coordinates (x, y[, z]), 0 outside. */
+static kiln_value gs_tap3(ox_node *n, const gs *s, kiln_value x, kiln_value y, kiln_value z) {
+  kiln_value c[3] = {z, y, x}, in = KILN_NO_VALUE, lin = s->nc;
+  int64_t size[3] = {s->D, s->H, s->W};
+  for (int k = 3 - s->sp; k < 3; k++) { /* lin = ((nc D + z) H + y) W + x */
+    kiln_value v = kiln_unary(G, "floor", c[k]);
+    kiln_value ok = kiln_binary(G, "logical_and", kiln_binary(G, "ge", v, gs_c(n, 0)),
+                                kiln_binary(G, "le", v, gs_c(n, (double)(size[k] - 1))));
+    in = in == KILN_NO_VALUE ? ok : kiln_binary(G, "logical_and", in, ok);
+    kiln_value vi = kiln_cast(G, gs_clip(n, v, size[k]), KILN_I64);
+    lin = kiln_add(G, kiln_mul(G, lin, kiln_scalar(G, KILN_I64, (double)size[k])), vi);
+  }
+  lin = ox_broadcast_to(n, lin, s->sp + 2, s->od);
   kiln_value g[2] = {s->flat, lin};
   kiln_attr a = kiln_attr_int("axis", 0);
   return ox_select3(n, in, kiln_op(G, "gather", 2, g, 1, &a), gs_c(n, 0));
+}
+
+static kiln_value gs_tap(ox_node *n, const gs *s, kiln_value x, kiln_value y) {
+  return gs_tap3(n, s, x, y, KILN_NO_VALUE);
 }
 
 static void gs_cubic(ox_node *n, kiln_value t, kiln_value w[4]) {
@@ -144,19 +150,91 @@ static bool op_affine_grid(ox_node *n) {
   return true;
 }
 
+/* The grid's [-1, 1] coordinate k over an axis of `size`, unnormalised and padded. */
+static kiln_value gs_coord(ox_node *n, const gs *s, kiln_value g64, int r, int k, int64_t size) {
+  kiln_dim pd[5];
+  for (int j = 0; j < r; j++) /* [N, 1, spatial...] */
+    pd[j] = j == 0 ? ox_vdim(n, g64, 0) : j == 1 ? 1 : ox_vdim(n, g64, j - 1);
+  kiln_value v = ox_reshape(n, ox_slice_axis(n, g64, r - 1, k, k + 1), r, pd);
+  v = kiln_add(G, v, gs_c(n, 1));
+  if (s->align)
+    v = kiln_mul(G, v, gs_c(n, (double)(size - 1) / 2));
+  else
+    v = kiln_mul(G, kiln_binary(G, "sub", kiln_mul(G, v, gs_c(n, (double)size)), gs_c(n, 1)),
+                 gs_c(n, 0.5));
+  return gs_pad(n, s, v, size);
+}
+
+/* Volumetric GridSample (x [N, C, D, H, W], grid [N, Do, Ho, Wo, 3] of (x, y, z)): nearest or
+   trilinear, as PyTorch's grid_sample and ONNX's reference; not cubic (ONNX defines it only in
+   2-D). */
+static bool grid_sample_3d(ox_node *n, kiln_value x, kiln_value grid, const kiln_dim *d,
+                           const kiln_dim *gd) {
+  char mode[32], pad[32];
+  snprintf(mode, sizeof mode, "%s", ox_attr_s(n, "mode", n->opset >= 20 ? "linear" : "bilinear"));
+  snprintf(pad, sizeof pad, "%s", ox_attr_s(n, "padding_mode", "zeros"));
+  gs s = {.sp = 3, .D = d[2], .H = d[3], .W = d[4],
+          .align = ox_attr_i(n, "align_corners", 0) != 0,
+          .pad = !strcmp(pad, "border") ? 1 : !strcmp(pad, "reflection") ? 2 : 0,
+          .od = {d[0], d[1], gd[1], gd[2], gd[3]}};
+  if (s.pad == 0 && strcmp(pad, "zeros"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "padding_mode '%s'", pad);
+  bool nearest = !strcmp(mode, "nearest");
+  if (!nearest && strcmp(mode, "linear") && strcmp(mode, "bilinear"))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "mode '%s' of a volumetric GridSample", mode);
+  kiln_dim flat, nc[5] = {d[0], d[1], 1, 1, 1};
+  if (!ox_dims_product(n, d, 0, 5, &flat)) return false;
+  s.flat = ox_reshape(n, kiln_cast(G, x, KILN_F64), 1, &flat);
+  kiln_value ni = ox_iota_i64(n, 5, nc, 0), ci = ox_iota_i64(n, 5, nc, 1);
+  s.nc = kiln_add(G, kiln_mul(G, ni, kiln_scalar(G, KILN_I64, (double)d[1])), ci);
+  kiln_value g64 = kiln_cast(G, grid, KILN_F64), c[3];
+  int64_t size[3] = {s.W, s.H, s.D};
+  for (int k = 0; k < 3; k++) c[k] = gs_coord(n, &s, g64, 5, k, size[k]); /* x, y, z */
+  kiln_value y;
+  if (nearest) {
+    y = gs_tap3(n, &s, kiln_unary(G, "round", c[0]), kiln_unary(G, "round", c[1]),
+                kiln_unary(G, "round", c[2]));
+  } else {
+    kiln_value lo[3], w[3][2];
+    for (int k = 0; k < 3; k++) {
+      lo[k] = kiln_unary(G, "floor", c[k]);
+      w[k][1] = kiln_binary(G, "sub", c[k], lo[k]);
+      w[k][0] = kiln_binary(G, "sub", gs_c(n, 1), w[k][1]);
+    }
+    y = KILN_NO_VALUE;
+    for (int corner = 0; corner < 8; corner++) {
+      kiln_value at[3], wt = KILN_NO_VALUE;
+      for (int k = 0; k < 3; k++) {
+        int b = corner >> k & 1;
+        at[k] = b ? kiln_add(G, lo[k], gs_c(n, 1)) : lo[k];
+        wt = wt == KILN_NO_VALUE ? w[k][b] : kiln_mul(G, wt, w[k][b]);
+      }
+      kiln_value t = kiln_mul(G, gs_tap3(n, &s, at[0], at[1], at[2]), wt);
+      y = y == KILN_NO_VALUE ? t : kiln_add(G, y, t);
+    }
+  }
+  n->out[0] = kiln_cast(G, y, ox_vdtype(n, x));
+  return true;
+}
+
 static bool op_grid_sample(ox_node *n) {
   kiln_value x = ox_in0(n), grid = ox_in(n, 1);
   if (x == KILN_NO_VALUE || grid == KILN_NO_VALUE) return false;
   kiln_dim d[KILN_MAX_RANK], gd[KILN_MAX_RANK];
-  if (ox_dims_of(n, x, d) != 4 || ox_dims_of(n, grid, gd) != 4 || gd[3] != 2)
-    return ox_fail(n, KILN_ERR_UNSUPPORTED, "GridSample beyond 2-D");
-  for (int k = 0; k < 4; k++)
+  int r = ox_dims_of(n, x, d);
+  if ((r != 4 && r != 5) || ox_dims_of(n, grid, gd) != r || gd[r - 1] != r - 2)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "GridSample beyond 2-D and 3-D");
+  for (int k = 0; k < r; k++)
     if (d[k] < 0 || gd[k] < 0) return ox_fail(n, KILN_ERR_UNSUPPORTED, "symbolic dims");
+  if (r == 5)
+    return grid_sample_3d(n, x, grid, d, gd);
   char mode[32], pad[32];
   /* opset 20 renamed bilinear and bicubic to linear and cubic (the same on 2-D grids) */
   snprintf(mode, sizeof mode, "%s", ox_attr_s(n, "mode", n->opset >= 20 ? "linear" : "bilinear"));
   snprintf(pad, sizeof pad, "%s", ox_attr_s(n, "padding_mode", "zeros"));
-  gs s = {.H = d[2],
+  gs s = {.sp = 2,
+          .D = 1,
+          .H = d[2],
           .W = d[3],
           .align = ox_attr_i(n, "align_corners", 0) != 0,
           .pad = !strcmp(pad, "border")       ? 1
@@ -174,8 +252,7 @@ static bool op_grid_sample(ox_node *n) {
   if (!ox_dims_product(n, d, 0, 4, &flat)) return false;
   s.flat = ox_reshape(n, kiln_cast(G, x, KILN_F64), 1, &flat);
   kiln_value ni = ox_iota_i64(n, 4, nc, 0), ci = ox_iota_i64(n, 4, nc, 1);
-  s.nc = kiln_mul(G, kiln_add(G, kiln_mul(G, ni, kiln_scalar(G, KILN_I64, (double)d[1])), ci),
-                  kiln_scalar(G, KILN_I64, (double)d[2]));
+  s.nc = kiln_add(G, kiln_mul(G, ni, kiln_scalar(G, KILN_I64, (double)d[1])), ci);
   kiln_dim pd[4] = {gd[0], 1, gd[1], gd[2]};
   kiln_value g64 = kiln_cast(G, grid, KILN_F64), c[2];
   for (int k = 0; k < 2; k++) { /* c[0] = x (width), c[1] = y (height) */
@@ -251,7 +328,9 @@ static bool dft_axis_input(ox_node *n, int r, int *axis) {
 
 /* DFT (opset 17) as two matmuls with cos / sin matrices along the axis,
  * moved last: forward Y = (C xr + S xi) + i (C xi - S xr), inverse with the
- * signs of S flipped and a 1/N; onesided keeps N/2 + 1 frequencies. */
+ * signs of S flipped and a 1/N; onesided keeps N/2 + 1 frequencies. The
+ * onesided inverse is numpy's irfft: the half spectrum's N points to L real
+ * values (dft_length, else 2 (N - 1)), the points between 0 and L/2 twice. */
 static bool op_dft(ox_node *n) {
   kiln_value x = ox_in0(n);
   if (x == KILN_NO_VALUE) return false;
@@ -267,21 +346,30 @@ static bool op_dft(ox_node *n) {
   }
   bool inverse = ox_attr_i(n, "inverse", 0) != 0, onesided = ox_attr_i(n, "onesided", 0) != 0;
   int64_t N = d[axis];
-  if (N < 1 || N > 1024)
-    return ox_fail(n, KILN_ERR_UNSUPPORTED, "a DFT of %lld points", (long long)N);
+  bool irfft = onesided && inverse; /* N Hermitian half-spectrum points in, L real values out */
+  int64_t L = irfft ? 2 * (N - 1) : N;
   if (ox_has(n, 1)) {
     const ox_const *c = ox_known(n, 1);
     if (!c) return ox_need_known(n, 1);
-    if (c->n != 1 || c->d[0] != (double)N)
+    if (c->n != 1 || (!irfft && c->d[0] != (double)N))
       return ox_fail(n, KILN_ERR_UNSUPPORTED, "dft_length other than the axis length");
+    L = (int64_t)c->d[0];
   }
-  if (onesided && inverse) return ox_fail(n, KILN_ERR_UNSUPPORTED, "onesided inverse DFT");
-  int64_t K = onesided ? N / 2 + 1 : N;
+  if (N < 1 || N > 1024 || L < 1 || L > 1024)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "a DFT of %lld points", (long long)(irfft ? L : N));
+  int64_t K = irfft ? L : onesided ? N / 2 + 1 : N;
   double *cs = malloc((size_t)(2 * N * K) * sizeof *cs);
   if (!cs) return ox_fail(n, KILN_ERR_NOMEM, "out of memory");
-  double scale = inverse ? 1.0 / (double)N : 1.0;
+  double scale = inverse ? 1.0 / (double)(irfft ? L : N) : 1.0;
   for (int64_t j = 0; j < N; j++)
     for (int64_t k = 0; k < K; k++) { /* [N, K]: x (.., N) @ m -> (.., K) */
+      if (irfft) { /* numpy's irfft: input j < L/2 + 1 counts twice but for 0 and L/2 */
+        double t = 2 * M_PI * (double)((j * k) % L) / (double)L;
+        double w = j > L / 2 ? 0 : j == 0 || 2 * j == L ? 1 : 2;
+        cs[j * K + k] = w * cos(t) * scale;
+        cs[N * K + j * K + k] = -w * sin(t) * scale;
+        continue;
+      }
       double t = 2 * M_PI * (double)((j * k) % N) / (double)N;
       cs[j * K + k] = cos(t) * scale;
       cs[N * K + j * K + k] = sin(t) * scale * (inverse ? -1 : 1);
@@ -324,11 +412,43 @@ static bool op_dft(ox_node *n) {
   for (int c = 0; c < 2; c++)
     ys[c] = ox_reshape(n, kiln_transpose(G, ys[c], (size_t)(r - 1), inv), r, od);
   kiln_attr a = kiln_attr_int("axis", r - 1);
-  n->out[0] = kiln_op(G, "concat", 2, ys, 1, &a);
+  n->out[0] = irfft ? ys[0] : kiln_op(G, "concat", 2, ys, 1, &a); /* irfft: real values */
   return true;
 }
 
 /* ---------------------------------------------------------- Resize */
+
+/* Resize's options beyond the mode and coordinates: antialias (linear and cubic filters widened
+   by 1 / scale when downsampling) and tf_crop_and_resize's roi (start and end of each axis, as
+   fractions of in - 1; NULL for the other modes) and extrapolation value. */
+typedef struct resize_extra {
+  bool antialias;
+  const double *roi; /* 2 r entries: starts, then ends */
+  double extrapolation;
+} resize_extra;
+
+/* ONNX's reference's antialiased filters at `ratio` (linear: triangle; cubic: Keys with a) over
+   the taps it picks, normalised; returns their count (at most cap), 0 if more. */
+static int antialias_taps(bool cubic, double a, double ratio, double scale, double *w, int cap) {
+  double s = scale < 1 ? scale : 1, sum = 0;
+  int start = (int)floor((cubic ? -2 : -1) / s) + 1, n = 2 - 2 * start;
+  if (n > cap) return 0;
+  for (int t = 0; t < n; t++) {
+    double x = fabs(s * (start + t - ratio)), c;
+    if (!cubic)
+      c = x < 1 ? 1 - x : 0;
+    else if (x <= 1)
+      c = ((a + 2) * x - (a + 3)) * x * x + 1;
+    else if (x < 2)
+      c = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
+    else
+      c = 0;
+    w[t] = c;
+    sum += c;
+  }
+  for (int t = 0; t < n; t++) w[t] /= sum;
+  return n;
+}
 
 /* Where output position x of an axis samples the input, as ONNX's reference
  * computes it (`width` is scale * in, not the rounded output size `out`). */
@@ -394,22 +514,50 @@ static kiln_value axis_const(ox_node *n, kiln_value x, int r, int axis, int64_t 
 
 /* Resize one axis from `in` to `out` entries: each tap is a gather of x
  * along the axis times a per-position weight (nearest is one gather). */
+#define RESIZE_MAX_TAPS 64
+
 static bool resize_axis(ox_node *n, kiln_value *x, int r, int axis, int64_t in, int64_t out,
                         double scale, const char *mode, const char *coord, const char *nearest,
-                        double cubic_a, bool exclude) {
-  int64_t *idx = malloc((size_t)(4 * out + 1) * sizeof *idx);
-  double *w = malloc((size_t)(4 * out + 1) * sizeof *w);
-  if (!idx || !w) {
-    free(idx), free(w);
+                        double cubic_a, bool exclude, const resize_extra *ex) {
+  bool aa = ex->antialias && strcmp(mode, "nearest");
+  size_t cap = aa ? RESIZE_MAX_TAPS : 4;
+  if (aa && out > ((int64_t)1 << 20))
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "antialias to %lld entries (at most 2^20)",
+                   (long long)out);
+  int64_t *idx = malloc((size_t)(cap * (size_t)out + 1) * sizeof *idx);
+  double *w = malloc((size_t)(cap * (size_t)out + 1) * sizeof *w);
+  double *outside = ex->roi ? calloc((size_t)out, sizeof *outside) : NULL;
+  if (!idx || !w || (ex->roi && !outside)) {
+    free(idx), free(w), free(outside);
     return ox_fail(n, KILN_ERR_NOMEM, "out of memory");
   }
   int taps = 2;
-  bool identity = in == out;
+  bool identity = in == out && !ex->roi, any_outside = false;
   for (int64_t i = 0; i < out; i++) {
-    double xo = resize_coord(coord, (double)i, scale, (double)in, scale * (double)in, (double)out),
-           tw[4];
+    double width = scale * (double)in, tw[RESIZE_MAX_TAPS], xo;
+    if (ex->roi) { /* tf_crop_and_resize: the roi's span of the input over the output */
+      double lo = ex->roi[axis], hi = ex->roi[r + axis];
+      xo = width == 1 ? (hi - lo) * (double)(in - 1) / 2
+                      : (double)i * (hi - lo) * (double)(in - 1) / (width - 1);
+      xo += lo * (double)(in - 1);
+      if (xo < 0 || xo > (double)(in - 1)) outside[i] = 1, any_outside = true;
+    } else {
+      xo = resize_coord(coord, (double)i, scale, (double)in, width, (double)out);
+    }
     int64_t base;
     resize_taps(mode, nearest, cubic_a, xo, &base, &taps, tw);
+    if (aa) {
+      double fl = floor(xo), ratio = xo - fl;
+      if (ratio == 0) ratio = 1;
+      taps = antialias_taps(!strcmp(mode, "cubic"), cubic_a, ratio, scale, tw, RESIZE_MAX_TAPS);
+      if (!taps) {
+        free(idx), free(w), free(outside);
+        return ox_fail(n, KILN_ERR_UNSUPPORTED, "antialias over more than %d taps (scale %g)",
+                       RESIZE_MAX_TAPS, scale);
+      }
+    }
+    if (ex->roi && outside[i])
+      for (int t = 0; t < taps; t++) tw[t] = 0;
     double sum = 0;
     for (int t = 0; t < taps; t++) {
       int64_t j = base - taps / 2 + 1 + t;
@@ -423,7 +571,7 @@ static bool resize_axis(ox_node *n, kiln_value *x, int r, int axis, int64_t in, 
     }
   }
   if (identity) {
-    free(idx), free(w);
+    free(idx), free(w), free(outside);
     return true;
   }
   kiln_value acc = KILN_NO_VALUE;
@@ -442,8 +590,15 @@ static bool resize_axis(ox_node *n, kiln_value *x, int r, int axis, int64_t in, 
                               axis_const(n, *x, r, axis, out, w + t * out));
       acc = acc == KILN_NO_VALUE ? p : kiln_add(G, acc, p);
     }
+    if (acc == KILN_NO_VALUE && any_outside) /* every position outside: only the shape matters */
+      acc = ox_take(n, *x, axis, (size_t)out, idx);
   }
-  free(idx), free(w);
+  if (any_outside && acc != KILN_NO_VALUE) { /* tf_crop_and_resize: the extrapolation value */
+    kiln_value m = kiln_binary(G, "ne", axis_const(n, *x, r, axis, out, outside),
+                               ox_scalar_like(n, *x, 0));
+    acc = ox_select3(n, m, ox_scalar_like(n, *x, ex->extrapolation), acc);
+  }
+  free(idx), free(w), free(outside);
   if (acc == KILN_NO_VALUE) return ox_fail(n, KILN_ERR_PARSE, "all resize weights are 0");
   *x = acc;
   return true;
@@ -451,7 +606,7 @@ static bool resize_axis(ox_node *n, kiln_value *x, int r, int axis, int64_t in, 
 
 static bool resize_to(ox_node *n, kiln_value x, const char *mode, const char *coord,
                       const char *nearest, const ox_const *sc, const ox_const *sz, double cubic_a,
-                      bool exclude);
+                      bool exclude, const resize_extra *ex);
 
 /*
  * Resize's `axes` (opset 18): the scales or sizes given are those of these axes, the others
@@ -506,6 +661,27 @@ static bool full_axes(ox_node *n, kiln_value x, const char *policy, const ox_con
   return true;
 }
 
+/* tf_crop_and_resize's roi (input 1, known at import) as starts and ends of every axis of x: for
+   the axes of `axes` when given (the others 0 and 1). */
+static bool resize_roi(ox_node *n, kiln_value x, double *roi) {
+  int r = ox_vrank(n, x);
+  const ox_const *c = ox_known(n, 1);
+  if (!ox_has(n, 1)) return ox_fail(n, KILN_ERR_PARSE, "tf_crop_and_resize without roi");
+  if (!c) return ox_need_known(n, 1);
+  size_t na = 0;
+  const int64_t *ax = ox_attr_ints(n, "axes", &na);
+  if (!ax) na = (size_t)r;
+  if (c->n != 2 * na || na > (size_t)r)
+    return ox_fail(n, KILN_ERR_PARSE, "roi has %zu entries, not %zu", c->n, 2 * na);
+  for (int k = 0; k < r; k++) roi[k] = 0, roi[r + k] = 1;
+  for (size_t j = 0; j < na; j++) {
+    int a = (int)j;
+    if (ax && !ox_norm_axis(n, ax[j], r, &a)) return false;
+    roi[a] = c->d[j], roi[r + a] = c->d[na + j];
+  }
+  return true;
+}
+
 static bool op_resize(ox_node *n) {
   kiln_value x = ox_in0(n);
   if (x == KILN_NO_VALUE) return false;
@@ -517,8 +693,10 @@ static bool op_resize(ox_node *n) {
   snprintf(nearest, sizeof nearest, "%s", ox_attr_s(n, "nearest_mode", "round_prefer_floor"));
   if (strcmp(mode, "nearest") && strcmp(mode, "linear") && strcmp(mode, "cubic"))
     return ox_fail(n, KILN_ERR_UNSUPPORTED, "mode '%s'", mode);
-  static const char *const coords[] = {"half_pixel",   "pytorch_half_pixel",   "align_corners",
-                                       "asymmetric",   "tf_half_pixel_for_nn", "half_pixel_symmetric"};
+  static const char *const coords[] = {"half_pixel",           "pytorch_half_pixel",
+                                       "align_corners",        "asymmetric",
+                                       "tf_half_pixel_for_nn", "half_pixel_symmetric",
+                                       "tf_crop_and_resize"};
   bool known_coord = false;
   for (size_t k = 0; k < sizeof coords / sizeof *coords; k++)
     known_coord |= !strcmp(coord, coords[k]);
@@ -529,7 +707,8 @@ static bool op_resize(ox_node *n) {
   for (size_t k = 0; k < 4; k++)
     known_nearest |= !strcmp(nearest, nmodes[k]);
   if (!known_nearest) return ox_fail(n, KILN_ERR_UNSUPPORTED, "nearest_mode '%s'", nearest);
-  if (ox_attr_i(n, "antialias", 0)) return ox_fail(n, KILN_ERR_UNSUPPORTED, "antialias");
+  resize_extra ex = {.antialias = ox_attr_i(n, "antialias", 0) != 0,
+                     .extrapolation = ox_attr_f(n, "extrapolation_value", 0)};
   char policy[32];
   snprintf(policy, sizeof policy, "%s", ox_attr_s(n, "keep_aspect_ratio_policy", "stretch"));
   if (strcmp(policy, "stretch") && strcmp(policy, "not_larger") && strcmp(policy, "not_smaller"))
@@ -549,10 +728,13 @@ static bool op_resize(ox_node *n) {
            full_sz = {.dtype = KILN_I64, .rank = 1, .d = fszd, .i = fsz};
   if (!full_axes(n, x, policy, &sc, &sz, &full_sc, &full_sz)) return false;
   double cubic_a = ox_attr_f(n, "cubic_coeff_a", -0.75);
-  /* used by tf_crop_and_resize only, which is refused above */
-  ox_attrs_accept(n, (const char *const[]){"extrapolation_value", NULL});
   bool exclude = ox_attr_i(n, "exclude_outside", 0) != 0;
-  return resize_to(n, x, mode, coord, nearest, sc, sz, cubic_a, exclude);
+  double roi[2 * KILN_MAX_RANK];
+  if (!strcmp(coord, "tf_crop_and_resize")) {
+    if (!resize_roi(n, x, roi)) return false;
+    ex.roi = roi;
+  }
+  return resize_to(n, x, mode, coord, nearest, sc, sz, cubic_a, exclude, &ex);
 }
 
 /* Upsample (opsets 7 and 9, Resize's predecessor): nearest (floor) or
@@ -580,13 +762,14 @@ static bool op_upsample(ox_node *n) {
     attr.dims[0] = (int64_t)a->n_floats;
     attr.d = v;
   }
-  return resize_to(n, x, mode, "asymmetric", "floor", sc, NULL, -0.75, false);
+  resize_extra ex = {0};
+  return resize_to(n, x, mode, "asymmetric", "floor", sc, NULL, -0.75, false, &ex);
 }
 
 /* Resizes x by scales sc or to sizes sz (one of them NULL). */
 static bool resize_to(ox_node *n, kiln_value x, const char *mode, const char *coord,
                       const char *nearest, const ox_const *sc, const ox_const *sz, double cubic_a,
-                      bool exclude) {
+                      bool exclude, const resize_extra *ex) {
   kiln_dim d[KILN_MAX_RANK];
   int r = ox_dims_of(n, x, d);
   const ox_const *c = sc ? sc : sz;
@@ -598,18 +781,18 @@ static bool resize_to(ox_node *n, kiln_value x, const char *mode, const char *co
     double scale;
     if (sz) {
       out = sz->i[k];
-      if (d[k] < 0 && out == d[k]) continue;
+      if (d[k] < 0 && out == d[k] && !ex->roi) continue;
       /* with both, the sizes and the scale a keep_aspect_ratio_policy chose (full_axes) */
       scale = sc ? sc->d[k] : d[k] > 0 ? (double)out / (double)d[k] : 0;
     } else {
       scale = sc->d[k];
-      if (d[k] < 0 && scale == 1) continue;
+      if (d[k] < 0 && scale == 1 && !ex->roi) continue;
       out = (int64_t)(scale * (double)d[k]);
     }
     if (d[k] <= 0 || !(scale > 0) || out < 1 || out > ((int64_t)1 << 24))
       return ox_fail(n, KILN_ERR_UNSUPPORTED, "resizing axis %d of %lld to %lld", k,
                      (long long)d[k], (long long)out);
-    if (!resize_axis(n, &x, r, k, d[k], out, scale, mode, coord, nearest, cubic_a, exclude))
+    if (!resize_axis(n, &x, r, k, d[k], out, scale, mode, coord, nearest, cubic_a, exclude, ex))
       return false;
   }
   n->out[0] = x;

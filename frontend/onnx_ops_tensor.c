@@ -539,6 +539,7 @@ static bool op_pad(ox_node *n) {
   const int64_t *p, *axv = NULL;
   size_t c, na = 0;
   double value = 0;
+  kiln_value fill = KILN_NO_VALUE; /* constant_value known only at run time */
   if (n->opset < 11) {
     p = ox_attr_ints(n, n->opset < 2 ? "paddings" : "pads", &c);
     value = ox_attr_f(n, "value", 0);
@@ -546,9 +547,12 @@ static bool op_pad(ox_node *n) {
     if (!ox_known_ints(n, 1, &p, &c, NULL)) return false;
     if (ox_has(n, 2)) {
       const ox_const *cv = ox_known(n, 2);
-      if (!cv) return ox_need_known(n, 2);
-      if (cv->n != 1) return ox_fail(n, KILN_ERR_PARSE, "constant_value must be a scalar");
-      value = cv->d[0];
+      if (!cv && (fill = ox_in(n, 2)) == KILN_NO_VALUE) return false;
+      int fr = cv ? 0 : ox_vrank(n, fill);
+      bool scalar = cv ? cv->n == 1 : fr == 0 || (fr == 1 && ox_vdim(n, fill, 0) == 1);
+      if (!scalar)
+        return ox_fail(n, KILN_ERR_PARSE, "constant_value must be a scalar");
+      if (cv) value = cv->d[0];
     }
     if (ox_has(n, 3) && !ox_known_ints(n, 3, &axv, &na, NULL)) return false;
   }
@@ -584,8 +588,16 @@ static bool op_pad(ox_node *n) {
     kiln_attr a[3] = {kiln_attr_ints("low", (size_t)r, lo), kiln_attr_ints("high", (size_t)r, hi),
                       kiln_attr_float("value", value)};
     n->out[0] = kiln_op(G, "pad", 1, &x, 3, a);
+    if (fill != KILN_NO_VALUE) { /* the padding selected from a pad of ones with zeros */
+      kiln_value ones = ox_broadcast_to(n, ox_scalar_like(n, x, 1), r, d);
+      kiln_value inside = kiln_op(G, "pad", 1, &ones, 3, a);
+      inside = kiln_binary(G, "ne", inside, ox_scalar_like(n, x, 0));
+      n->out[0] = ox_select3(n, inside, n->out[0], ox_reshape(n, fill, 0, NULL));
+    }
     return true;
   }
+  if (fill != KILN_NO_VALUE)
+    return ox_fail(n, KILN_ERR_UNSUPPORTED, "constant_value at run time in mode '%s'", mode);
   if (strcmp(mode, "reflect") && strcmp(mode, "edge"))
     return ox_fail(n, KILN_ERR_UNSUPPORTED, "mode '%s'", mode);
   for (int k = 0; k < r; k++) {
@@ -877,6 +889,24 @@ static bool op_range(ox_node *n) {
   return true;
 }
 
+/* ---------------------------------------------------------- If */
+
+/*
+ * If with its condition known at import (computed from shapes and constants, or a graph input
+ * frozen, as shape inputs are): the branch it chooses, imported inline (ox_inline_graph); its
+ * known outputs stay known. A condition known only at run time is refused.
+ */
+static bool op_if(ox_node *n) {
+  const Onnx__AttributeProto *br[2] = {ox_attr(n, "else_branch"), ox_attr(n, "then_branch")};
+  const ox_const *c = ox_known(n, 0);
+  if (!c) return ox_need_known(n, 0);
+  if (c->n != 1) return ox_fail(n, KILN_ERR_PARSE, "the condition has %zu elements, not 1", c->n);
+  const Onnx__AttributeProto *b = br[c->d[0] != 0];
+  if (!b || b->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH || !b->g)
+    return ox_fail(n, KILN_ERR_PARSE, "no %s graph", c->d[0] != 0 ? "then_branch" : "else_branch");
+  return ox_inline_graph(n, b->g, 0, NULL, NULL, n->nout, n->out, n->cout);
+}
+
 /* ---------------------------------------------------------- the table */
 
 const ox_op ox_ops_tensor[] = {
@@ -891,6 +921,7 @@ const ox_op ox_ops_tensor[] = {
     {"Flatten", op_flatten, 2, NULL},
     {"Gather", op_gather, 2, NULL},
     {"GatherElements", op_gather_elements, 1, NULL},
+    {"If", op_if, 0, NULL},
     {"Pad", op_pad, 1, NULL},
     {"Range", op_range, 0, NULL},
     {"ReduceL1", op_reduce_l1, 1, NULL},

@@ -153,21 +153,113 @@ static size_t find_input(const kiln_onnx_model *m, const char *name) {
   return SIZE_MAX;
 }
 
+/* A growable stack of value names for walk_back. */
+typedef struct name_stack {
+  const char **v;
+  size_t n, cap;
+  bool oom;
+} name_stack;
+
+static void push_name(name_stack *st, const char *name) {
+  if (!*name || st->oom) return;
+  if (st->n == st->cap) {
+    size_t cap = st->cap ? 2 * st->cap : 64;
+    const char **v = realloc(st->v, cap * sizeof *v);
+    if (!v) {
+      st->oom = true;
+      return;
+    }
+    st->v = v, st->cap = cap;
+  }
+  st->v[st->n++] = name;
+}
+
+/* The inputs of node nd and, for an If, Loop or Scan, every name its graph attributes read (the
+   outer values they use among them; their own names find no producer and are dropped). */
+static void push_node_inputs(name_stack *st, const Onnx__NodeProto *nd, int depth) {
+  for (size_t j = 0; j < nd->n_input; j++) push_name(st, S(nd->input[j]));
+  if (depth > 32) return; /* the wire check bounds nesting long before this */
+  for (size_t a = 0; a < nd->n_attribute; a++) {
+    const Onnx__AttributeProto *at = nd->attribute[a];
+    for (size_t g = 0; g < at->n_graphs + (at->g != NULL); g++) {
+      const Onnx__GraphProto *gp = g < at->n_graphs ? at->graphs[g] : at->g;
+      for (size_t k = 0; gp && k < gp->n_node; k++) push_node_inputs(st, gp->node[k], depth + 1);
+    }
+  }
+}
+
+/* The index of the node of g that outputs `name`, or SIZE_MAX. */
+static size_t producer_in(const Onnx__GraphProto *g, const char *name) {
+  for (size_t k = 0; k < g->n_node; k++)
+    for (size_t j = 0; j < g->node[k]->n_output; j++)
+      if (!strcmp(S(g->node[k]->output[j]), name)) return k;
+  return SIZE_MAX;
+}
+
+/* The graph attribute of a node of gp whose own nodes output `name`, or NULL. */
+static const Onnx__GraphProto *inner_graph_of(const Onnx__GraphProto *gp, const char *name) {
+  for (size_t k = 0; k < gp->n_node; k++) {
+    const Onnx__NodeProto *nd = gp->node[k];
+    for (size_t a = 0; a < nd->n_attribute; a++) {
+      const Onnx__AttributeProto *at = nd->attribute[a];
+      for (size_t g = 0; g < at->n_graphs + (at->g != NULL); g++) {
+        const Onnx__GraphProto *sg = g < at->n_graphs ? at->graphs[g] : at->g;
+        if (sg && producer_in(sg, name) != SIZE_MAX) return sg;
+      }
+    }
+  }
+  return NULL;
+}
+
+/*
+ * An operand defined inside a graph attribute (a value an If's branch needs known): walked back
+ * through the nodes of that graph; the outer values it is computed from go on `outer`.
+ */
+static void walk_inner(const Onnx__GraphProto *sg, const char *value, name_stack *outer) {
+  name_stack st = {0};
+  bool *seen = calloc(sg->n_node + 1, sizeof *seen);
+  if (!seen) outer->oom = true;
+  push_name(&st, value);
+  while (seen && st.n && !st.oom) {
+    const char *v = st.v[--st.n];
+    size_t i = producer_in(sg, v);
+    if (i == SIZE_MAX) { /* an outer value, unless the graph's own input or initializer */
+      bool own = false;
+      for (size_t k = 0; k < sg->n_input; k++) own |= !strcmp(S(sg->input[k]->name), v);
+      for (size_t k = 0; k < sg->n_initializer; k++)
+        own |= !strcmp(S(sg->initializer[k]->name), v);
+      if (!own) push_name(outer, v);
+      continue;
+    }
+    if (seen[i]) continue;
+    seen[i] = true;
+    const Onnx__NodeProto *nd = sg->node[i];
+    if (!strcmp(S(nd->op_type), "Shape") || !strcmp(S(nd->op_type), "Size")) continue;
+    push_node_inputs(&st, nd, 0);
+  }
+  outer->oom |= st.oom;
+  free(st.v);
+  free(seen);
+}
+
 /*
  * Marks (mark[k]) the inputs that `value` is computed from, walking back
- * through the nodes that make it; Shape and Size read only their input's
- * dims, so the walk stops there. Returns false when out of memory.
+ * through the nodes that make it (and the outer values their graph
+ * attributes read); Shape and Size read only their input's dims, so the walk
+ * stops there. Returns false when out of memory.
  */
 static bool walk_back(const kiln_onnx_model *m, const char *value, bool *mark) {
   const Onnx__GraphProto *gp = m->proto->graph;
-  size_t cap = 1;
-  for (size_t k = 0; k < gp->n_node; k++) cap += gp->node[k]->n_input;
-  const char **stack = malloc(cap * sizeof *stack);
+  name_stack st = {0};
   bool *seen = calloc(gp->n_node + 1, sizeof *seen);
-  size_t top = 0;
-  if (stack && seen) stack[top++] = value;
-  while (top) {
-    const char *v = stack[--top];
+  const Onnx__GraphProto *sg = NULL;
+  if (seen && find_input(m, value) == SIZE_MAX && producer_in(gp, value) == SIZE_MAX &&
+      (sg = inner_graph_of(gp, value)))
+    walk_inner(sg, value, &st); /* an operand inside an If's branch */
+  else if (seen)
+    push_name(&st, value);
+  while (st.n && !st.oom) {
+    const char *v = st.v[--st.n];
     size_t k = find_input(m, v);
     if (k != SIZE_MAX) {
       mark[k] = true;
@@ -178,11 +270,10 @@ static bool walk_back(const kiln_onnx_model *m, const char *value, bool *mark) {
     seen[p->node] = true;
     const Onnx__NodeProto *nd = gp->node[p->node];
     if (!strcmp(S(nd->op_type), "Shape") || !strcmp(S(nd->op_type), "Size")) continue;
-    for (size_t j = 0; j < nd->n_input; j++) /* each node is pushed from once: cap suffices */
-      if (*S(nd->input[j])) stack[top++] = nd->input[j];
+    push_node_inputs(&st, nd, 0);
   }
-  bool ok = stack && seen;
-  free(stack);
+  bool ok = seen && !st.oom;
+  free(st.v);
   free(seen);
   return ok;
 }

@@ -262,6 +262,38 @@ static int needed_input(const char *msg, const char *names) {
   return -1;
 }
 
+/*
+ * The graph inputs that an operand the importer refused is computed from, as kiln_onnx_model
+ * finds them (the graph walked back from the operand, not through Shape or Size), marked in
+ * shape[] (the test's nin inputs, in order); false if it finds none.
+ */
+static bool shape_inputs(kiln_ctx *ctx, const char *path, kiln_tensor **in, size_t nin,
+                         bool *shape) {
+  kiln_onnx_model *m = NULL;
+  if (kiln_onnx_model_open(ctx, path, NULL, &m) != KILN_OK) return false;
+  size_t n = kiln_onnx_model_num_inputs(m), marked = 0;
+  if (n != nin || n > 64) n = 0;
+  for (int round = 0; n && round < 8; round++) { /* each refusal may name more */
+    const char *nm[64];
+    kiln_tensor *val[64];
+    size_t cnt = 0;
+    for (size_t k = 0; k < n; k++)
+      if (kiln_onnx_model_is_shape_input(m, k)) {
+        nm[cnt] = kiln_onnx_model_input_name(m, k);
+        val[cnt++] = in[k];
+      }
+    kiln_graph *g = NULL;
+    kiln_status s = kiln_onnx_model_specialize(m, ctx, cnt, nm, val, &g);
+    kiln_graph_destroy(g);
+    size_t now = 0;
+    for (size_t k = 0; k < n; k++) now += kiln_onnx_model_is_shape_input(m, k) == 1;
+    if (s == KILN_OK || now == cnt) break;
+  }
+  for (size_t k = 0; k < n; k++) marked += shape[k] = kiln_onnx_model_is_shape_input(m, k) == 1;
+  kiln_onnx_model_destroy(m);
+  return marked > 0;
+}
+
 /* A model whose shape operands are graph inputs: each test_data_set_N is
  * imported afresh with the inputs the importer says it needs at import
  * frozen to that set's values (kiln_onnx_import_frozen, as TensorRT takes
@@ -288,6 +320,7 @@ static result run_frozen(kiln_ctx *ctx, const char *dir, const char *path, char 
     kiln_graph *g = NULL;
     kiln_compiled *c = NULL;
     kiln_status s = KILN_ERR_UNSUPPORTED;
+    bool walked = false;
     if (!ok_in || !ok_out) {
       snprintf(why, cap, "reading the test data: %s", kiln_ctx_error(ctx));
       r = R_UNSUPPORTED;
@@ -298,19 +331,28 @@ static result run_frozen(kiln_ctx *ctx, const char *dir, const char *path, char 
       snprintf(why, cap, "%s", kiln_ctx_error(ctx));
       int k = needed_input(why, names);
       r = s != KILN_ERR_UNSUPPORTED ? R_WRONG : R_UNSUPPORTED;
-      if (s != KILN_ERR_UNSUPPORTED || k < 0 || (size_t)k >= nin || frozen[k]) break;
-      frozen[k] = true;
-      fz[nfz++] = (kiln_onnx_frozen){.name = NULL, .value = in[k]};
-      r = R_PASS;
-      /* the names, in the frozen order */
-      for (size_t j = 0, pos = 0; names[j]; pos++) {
-        size_t l = strcspn(names + j, ",");
-        if ((int)pos == k) {
-          char *nm = strndup(names + j, l);
-          fz[nfz - 1].name = nm;
-        }
-        j += l + (names[j + l] ? 1 : 0);
+      bool shape[64] = {0};
+      if (s == KILN_ERR_UNSUPPORTED && k < 0 && !walked) {
+        /* an operand computed from graph inputs: those kiln_onnx_model would freeze */
+        walked = true;
+        if (!shape_inputs(ctx, path, in, nin, shape)) break;
+      } else if (s != KILN_ERR_UNSUPPORTED || k < 0 || (size_t)k >= nin || frozen[k]) {
+        break;
+      } else {
+        shape[k] = true;
       }
+      for (size_t f = 0; f < nin; f++) {
+        if (!shape[f] || frozen[f]) continue;
+        frozen[f] = true;
+        fz[nfz++] = (kiln_onnx_frozen){.name = NULL, .value = in[f]};
+        /* the names, in the frozen order */
+        for (size_t j = 0, pos = 0; names[j]; pos++) {
+          size_t l = strcspn(names + j, ",");
+          if (pos == f) fz[nfz - 1].name = strndup(names + j, l);
+          j += l + (names[j + l] ? 1 : 0);
+        }
+      }
+      r = R_PASS;
     }
     if (r == R_PASS) {
       kiln_compile_options opt = {.opt_level = KILN_O1, .num_threads = 1};
